@@ -1,0 +1,175 @@
+//! The wire codec: a version byte followed by the postcard encoding of an [`Envelope`].
+//!
+//! Decoding is bounded: frames longer than [`MESSAGE_BYTES_MAX`] are refused before any work,
+//! postcard never pre-allocates more than the input can fill (serde's cautious size hints), and
+//! [`validate`] checks every list and byte string against its named limit before a stage sees
+//! the message. Decoding arbitrary bytes never panics (property test in this module and the
+//! `decode_never_panics` test).
+
+use serde::Serialize;
+
+use crate::message::*;
+
+/// Version of the wire format; the first byte of every frame.
+pub const WIRE_VERSION: u8 = 1;
+
+/// Why bytes could not be decoded into a message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Empty input.
+    #[error("empty frame")]
+    Empty,
+    /// Longer than [`MESSAGE_BYTES_MAX`].
+    #[error("frame of {0} bytes exceeds the limit")]
+    TooLong(usize),
+    /// Unknown wire version.
+    #[error("unsupported wire version {0}")]
+    Version(u8),
+    /// Not a valid encoding.
+    #[error("malformed frame")]
+    Malformed,
+    /// Trailing bytes after the message.
+    #[error("trailing bytes after message")]
+    Trailing,
+    /// A field exceeds its limit.
+    #[error("{0} exceeds its limit")]
+    Limit(&'static str),
+}
+
+/// Encodes any serializable value with postcard (used for digests and for storage records).
+pub fn to_bytes<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    postcard::to_allocvec(value).expect("encoding to a Vec cannot fail")
+}
+
+/// Decodes a value written by [`to_bytes`], refusing trailing bytes.
+pub fn from_bytes<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, DecodeError> {
+    let (value, rest) = postcard::take_from_bytes(bytes).map_err(|_| DecodeError::Malformed)?;
+    if !rest.is_empty() {
+        return Err(DecodeError::Trailing);
+    }
+    Ok(value)
+}
+
+/// Encodes an envelope as a frame body (version byte + postcard).
+pub fn encode(envelope: &Envelope) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    out.push(WIRE_VERSION);
+    postcard::to_extend(envelope, out).expect("encoding to a Vec cannot fail")
+}
+
+/// Decodes and validates a frame body.
+pub fn decode(frame: &[u8]) -> Result<Envelope, DecodeError> {
+    let (&version, body) = frame.split_first().ok_or(DecodeError::Empty)?;
+    if frame.len() > MESSAGE_BYTES_MAX {
+        return Err(DecodeError::TooLong(frame.len()));
+    }
+    if version != WIRE_VERSION {
+        return Err(DecodeError::Version(version));
+    }
+    let envelope: Envelope = from_bytes(body)?;
+    validate(&envelope)?;
+    Ok(envelope)
+}
+
+fn limit(ok: bool, what: &'static str) -> Result<(), DecodeError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(DecodeError::Limit(what))
+    }
+}
+
+fn validate_matrix(matrix: &crate::crypto::MatrixSignature) -> Result<(), DecodeError> {
+    limit(matrix.rows.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "matrix rows")?;
+    for row in &matrix.rows {
+        limit(row.authenticator.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "authenticator")?;
+    }
+    Ok(())
+}
+
+fn validate_entry(entry: &RequestEntry) -> Result<(), DecodeError> {
+    if let RequestBody::Inline(op) = &entry.body {
+        limit(op.len() <= OPERATION_BYTES_MAX, "inline operation")?;
+    }
+    Ok(())
+}
+
+fn validate_batch(batch: &Batch) -> Result<(), DecodeError> {
+    limit(batch.entries.len() <= BATCH_REQUESTS_MAX, "batch entries")?;
+    for signed in &batch.entries {
+        validate_entry(&signed.entry)?;
+        validate_matrix(&signed.matrix)?;
+    }
+    Ok(())
+}
+
+fn validate_stable(stable: &StableCheckpoint) -> Result<(), DecodeError> {
+    limit(stable.votes.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "checkpoint votes")?;
+    limit(stable.checkpoint.last_ordered.len() <= LIST_ENTRIES_MAX, "client table")
+}
+
+fn validate_view_change(vc: &ViewChange) -> Result<(), DecodeError> {
+    if let Some(stable) = &vc.stable {
+        validate_stable(stable)?;
+    }
+    limit(vc.prepared.len() <= LIST_ENTRIES_MAX, "prepared set")?;
+    limit(vc.pre_prepared.len() <= LIST_ENTRIES_MAX, "pre-prepared set")?;
+    for claim in &vc.prepared {
+        validate_batch(&claim.batch)?;
+    }
+    Ok(())
+}
+
+/// Checks every bounded field of a decoded envelope.
+pub fn validate(envelope: &Envelope) -> Result<(), DecodeError> {
+    if let Seal::Authenticator(a) = &envelope.seal {
+        limit(a.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "authenticator")?;
+    }
+    match &envelope.message {
+        Message::ClientRequest { operation, .. } | Message::Command { operation, .. } => {
+            limit(operation.len() <= OPERATION_BYTES_MAX, "operation")
+        }
+        Message::AuthRequest { entry, row } => {
+            validate_entry(entry)?;
+            limit(row.authenticator.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "authenticator")
+        }
+        Message::PrePrepare { batch, .. } => validate_batch(batch),
+        Message::ViewChange(vc) => validate_view_change(&vc.value),
+        Message::NewView(nv) => {
+            limit(nv.value.view_changes.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "view changes")?;
+            for vc in &nv.value.view_changes {
+                validate_view_change(&vc.value)?;
+            }
+            if let Some(stable) = &nv.value.stable {
+                validate_stable(stable)?;
+            }
+            limit(nv.value.batches.len() <= LIST_ENTRIES_MAX, "new-view batches")?;
+            for (_, batch) in &nv.value.batches {
+                validate_batch(batch)?;
+            }
+            Ok(())
+        }
+        Message::OrderCheckpointState(stable) => validate_stable(stable),
+        Message::NextBatch { entries, .. } => {
+            limit(entries.len() <= BATCH_REQUESTS_MAX, "batch entries")?;
+            entries.iter().try_for_each(validate_entry)
+        }
+        Message::BatchComplete { requests, .. } => limit(requests.len() <= BATCH_REQUESTS_MAX, "batch entries"),
+        Message::Reply { result, .. } => match result {
+            ReplyBody::Full(bytes) => limit(bytes.len() <= OPERATION_BYTES_MAX, "reply"),
+            ReplyBody::Digest(_) => Ok(()),
+        },
+        Message::StateManifest { chunk_digests, .. } => limit(chunk_digests.len() <= STATE_CHUNKS_MAX, "manifest"),
+        Message::StateChunk { data, .. } => limit(data.len() <= STATE_CHUNK_BYTES_MAX, "state chunk"),
+        Message::Prepare { .. }
+        | Message::Commit { .. }
+        | Message::Checkpoint(_)
+        | Message::FetchOrderCheckpoint { .. }
+        | Message::LoadCheckpoint { .. }
+        | Message::Retransmit { .. }
+        | Message::CheckpointToken { .. }
+        | Message::LastExecuted { .. }
+        | Message::Fetch { .. }
+        | Message::FetchState { .. } => Ok(()),
+    }
+}

@@ -1,0 +1,299 @@
+//! Cluster configuration: fault model, members and their public keys, protocol knobs.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ClientId, Principal, ReplicaId};
+use crate::quorum::Quorums;
+
+/// A principal's long-term public keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PublicKeys {
+    /// X25519 public key, used to derive pairwise MAC keys.
+    pub x25519: [u8; 32],
+    /// Ed25519 verifying key, used for signed control messages.
+    pub ed25519: [u8; 32],
+}
+
+/// A replica of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaInfo {
+    /// Its index; must equal its position in [`ClusterConfig::replicas`].
+    pub id: ReplicaId,
+    /// Its public keys.
+    pub keys: PublicKeys,
+}
+
+/// An authorised client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientInfo {
+    /// Its id (unique).
+    pub id: ClientId,
+    /// Its public keys.
+    pub keys: PublicKeys,
+}
+
+/// A deliberately broken protocol, so anyone can see the checkers catch real bugs.
+/// Never set outside the simulator's `--sabotage` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Sabotage {
+    /// Order members prepare and commit with one vote fewer than the medium quorum.
+    ShortQuorum,
+    /// Every stage accepts messages without checking their MACs, authenticators or signatures.
+    SkipMac,
+    /// Order members release a batch to execution as soon as they accept its PRE-PREPARE.
+    EarlyExecute,
+}
+
+/// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Knobs {
+    /// Most requests in one batch.
+    pub batch_size_max: usize,
+    /// How long the primary waits to fill a batch before closing it, while it has room in the
+    /// pipeline; 0 closes a batch as soon as one request is ready.
+    pub batch_delay_us: u64,
+    /// Most batches the primary has pre-prepared but not yet committed.
+    pub pipeline_window: u64,
+    /// `CP_INTERVAL`: the execution stage checkpoints every this many batches.
+    pub checkpoint_interval: u64,
+    /// Log window `L`: the order stage accepts sequence numbers `h < n <= h + L`, where `h` is
+    /// the last stable checkpoint. Must be `2 * checkpoint_interval` (the stage interlock).
+    pub log_window: u64,
+    /// Requests whose operation is at most this many bytes travel inline through the order stage;
+    /// larger ones are ordered by digest and fetched from the authentication stage.
+    pub inline_request_bytes_max: usize,
+    /// Largest operation a client may send.
+    pub request_bytes_max: usize,
+    /// Largest reply the service may return.
+    pub reply_bytes_max: usize,
+    /// First client retransmission timeout (UpRight: 500 ms).
+    pub client_retransmit_initial_us: u64,
+    /// Cap of the doubling client retransmission timeout (UpRight: 4 s).
+    pub client_retransmit_max_us: u64,
+    /// View-change timeout of the first view change; doubles for each consecutive one.
+    pub view_change_timeout_us: u64,
+    /// Largest allowed difference between the primary's proposed batch time and a backup's clock
+    /// (in the future direction); a batch further ahead is refused.
+    pub batch_time_skew_us_max: u64,
+    /// Execution members resend LAST-EXEC / retry fetches after this long without progress.
+    pub exec_retry_us: u64,
+    /// Authentication members forward a retransmitted request at most once per this interval
+    /// (UpRight: 4 s).
+    pub auth_retransmit_interval_us: u64,
+    /// Size of one state-transfer chunk.
+    pub state_chunk_bytes: usize,
+    /// Testing only: a deliberately broken protocol (see [`Sabotage`]).
+    pub sabotage: Option<Sabotage>,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Knobs {
+            batch_size_max: 64,
+            batch_delay_us: 0,
+            pipeline_window: 4,
+            checkpoint_interval: 64,
+            log_window: 128,
+            inline_request_bytes_max: 64,
+            request_bytes_max: 1 << 20,
+            reply_bytes_max: 1 << 20,
+            client_retransmit_initial_us: 500_000,
+            client_retransmit_max_us: 4_000_000,
+            view_change_timeout_us: 1_000_000,
+            batch_time_skew_us_max: 2_000_000,
+            exec_retry_us: 200_000,
+            auth_retransmit_interval_us: 4_000_000,
+            state_chunk_bytes: 64 * 1024,
+            sabotage: None,
+        }
+    }
+}
+
+/// The whole cluster's configuration, identical at every member and client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterConfig {
+    /// A name that distinguishes this cluster from others; mixed into every MAC key, so members
+    /// of different clusters never accept each other's messages.
+    pub cluster_name: String,
+    /// Failures of any kind tolerated while staying live.
+    pub u: usize,
+    /// Commission failures tolerated while staying safe.
+    pub r: usize,
+    /// The replicas, indexed by id. Replica `i` hosts authentication and order member `i`, and
+    /// execution member `i` if `i < n_exec`.
+    pub replicas: Vec<ReplicaInfo>,
+    /// The authorised clients.
+    pub clients: Vec<ClientInfo>,
+    /// Protocol knobs.
+    pub knobs: Knobs,
+}
+
+/// Why a configuration is unusable.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `r > u`.
+    #[error("r = {r} exceeds u = {u}: the cluster cannot be right despite more failures than it stays up despite (need u >= r)")]
+    RExceedsU {
+        /// u
+        u: usize,
+        /// r
+        r: usize,
+    },
+    /// `u` is too large.
+    #[error("u = {u} is larger than the supported maximum {max}")]
+    TooManyFaults {
+        /// u
+        u: usize,
+        /// maximum
+        max: usize,
+    },
+    /// Wrong number of replicas.
+    #[error("u = {u}, r = {r} needs exactly {needed} replicas (2u + r + 1), the config lists {listed}")]
+    WrongReplicaCount {
+        /// u
+        u: usize,
+        /// r
+        r: usize,
+        /// needed
+        needed: usize,
+        /// listed
+        listed: usize,
+    },
+    /// A replica's id does not match its position.
+    #[error("replica at position {position} has id {id}; replica ids must be 0, 1, 2, ... in order")]
+    ReplicaIdOutOfOrder {
+        /// position
+        position: usize,
+        /// id
+        id: u32,
+    },
+    /// Two clients share an id.
+    #[error("client id {0} is listed twice")]
+    DuplicateClientId(u32),
+    /// Two principals share a key.
+    #[error("{0} and {1} have the same public key; every principal needs its own key pair")]
+    DuplicateKey(String, String),
+    /// A knob is out of range.
+    #[error("knob {name} = {value} is invalid: {why}")]
+    BadKnob {
+        /// name
+        name: &'static str,
+        /// value
+        value: u64,
+        /// why
+        why: &'static str,
+    },
+    /// No cluster name.
+    #[error("cluster_name is empty")]
+    EmptyName,
+}
+
+impl ClusterConfig {
+    /// Checks the configuration; every stage constructor calls this first.
+    pub fn validate(&self) -> Result<Quorums, ConfigError> {
+        let q = Quorums::new(self.u, self.r)?;
+        if self.cluster_name.is_empty() {
+            return Err(ConfigError::EmptyName);
+        }
+        if self.replicas.len() != q.n_replicas() {
+            return Err(ConfigError::WrongReplicaCount {
+                u: self.u,
+                r: self.r,
+                needed: q.n_replicas(),
+                listed: self.replicas.len(),
+            });
+        }
+        for (position, replica) in self.replicas.iter().enumerate() {
+            if replica.id.0 as usize != position {
+                return Err(ConfigError::ReplicaIdOutOfOrder { position, id: replica.id.0 });
+            }
+        }
+        let mut client_ids = BTreeSet::new();
+        for client in &self.clients {
+            if !client_ids.insert(client.id) {
+                return Err(ConfigError::DuplicateClientId(client.id.0));
+            }
+        }
+        let mut x_keys = std::collections::BTreeMap::new();
+        let mut e_keys = std::collections::BTreeMap::new();
+        let named = self
+            .replicas
+            .iter()
+            .map(|r| (format!("replica {}", r.id.0), r.keys))
+            .chain(self.clients.iter().map(|c| (format!("client {}", c.id.0), c.keys)));
+        for (name, keys) in named {
+            if let Some(other) = x_keys.insert(keys.x25519, name.clone()) {
+                return Err(ConfigError::DuplicateKey(other, name));
+            }
+            if let Some(other) = e_keys.insert(keys.ed25519, name.clone()) {
+                return Err(ConfigError::DuplicateKey(other, name));
+            }
+        }
+        let k = &self.knobs;
+        let bad = |name, value: u64, why| Err(ConfigError::BadKnob { name, value, why });
+        if k.batch_size_max == 0 || k.batch_size_max > crate::message::BATCH_REQUESTS_MAX {
+            return bad("batch_size_max", k.batch_size_max as u64, "must be 1 to BATCH_REQUESTS_MAX");
+        }
+        if k.checkpoint_interval == 0 {
+            return bad("checkpoint_interval", 0, "must be at least 1");
+        }
+        if k.log_window != 2 * k.checkpoint_interval {
+            return bad("log_window", k.log_window, "must be 2 * checkpoint_interval");
+        }
+        if k.pipeline_window == 0 || k.pipeline_window > k.log_window {
+            return bad("pipeline_window", k.pipeline_window, "must be 1 to log_window");
+        }
+        if k.client_retransmit_initial_us == 0 || k.client_retransmit_max_us < k.client_retransmit_initial_us {
+            return bad("client_retransmit_max_us", k.client_retransmit_max_us, "must be >= client_retransmit_initial_us > 0");
+        }
+        if k.view_change_timeout_us == 0 {
+            return bad("view_change_timeout_us", 0, "must be positive");
+        }
+        if k.request_bytes_max > crate::message::OPERATION_BYTES_MAX {
+            return bad("request_bytes_max", k.request_bytes_max as u64, "must be at most OPERATION_BYTES_MAX");
+        }
+        if k.reply_bytes_max > crate::message::OPERATION_BYTES_MAX {
+            return bad("reply_bytes_max", k.reply_bytes_max as u64, "must be at most OPERATION_BYTES_MAX");
+        }
+        if k.inline_request_bytes_max > k.request_bytes_max {
+            return bad("inline_request_bytes_max", k.inline_request_bytes_max as u64, "must be at most request_bytes_max");
+        }
+        if k.state_chunk_bytes == 0 || k.state_chunk_bytes > crate::message::STATE_CHUNK_BYTES_MAX {
+            return bad("state_chunk_bytes", k.state_chunk_bytes as u64, "must be 1 to STATE_CHUNK_BYTES_MAX");
+        }
+        Ok(q)
+    }
+
+    /// Whether `principal` is a member or client of this configuration.
+    pub fn contains(&self, principal: Principal, quorums: &Quorums) -> bool {
+        match principal {
+            Principal::Client(c) => self.client_keys(c).is_some(),
+            Principal::Auth(r) => (r.0 as usize) < quorums.n_auth,
+            Principal::Order(r) => (r.0 as usize) < quorums.n_order,
+            Principal::Exec(r) => (r.0 as usize) < quorums.n_exec,
+        }
+    }
+
+    /// A client's public keys, if it is authorised.
+    pub fn client_keys(&self, client: ClientId) -> Option<&PublicKeys> {
+        // Clients are few and looked up at key-derivation time only.
+        self.clients.iter().find(|c| c.id == client).map(|c| &c.keys)
+    }
+
+    /// All members of one stage, in index order.
+    pub fn auth_members(quorums: &Quorums) -> impl Iterator<Item = Principal> + Clone {
+        (0..quorums.n_auth as u32).map(|i| Principal::Auth(ReplicaId(i)))
+    }
+
+    /// All order members, in index order.
+    pub fn order_members(quorums: &Quorums) -> impl Iterator<Item = Principal> + Clone {
+        (0..quorums.n_order as u32).map(|i| Principal::Order(ReplicaId(i)))
+    }
+
+    /// All execution members, in index order.
+    pub fn exec_members(quorums: &Quorums) -> impl Iterator<Item = Principal> + Clone {
+        (0..quorums.n_exec as u32).map(|i| Principal::Exec(ReplicaId(i)))
+    }
+}

@@ -1,0 +1,384 @@
+//! Digests, MACs, MAC authenticators, matrix signatures (UpRight thesis Appendix A), Ed25519
+//! signatures for control messages, and pairwise MAC keys derived from long-term X25519 keys.
+//!
+//! Choices: BLAKE3 for digests (32 bytes) and, in keyed mode, for MACs (truncated to 16 bytes:
+//! 128-bit tags, as PBFT's UMAC32 tags were far shorter); Ed25519 (ed25519-dalek) for signatures;
+//! X25519 Diffie-Hellman plus BLAKE3's key derivation mode for pairwise keys, bound to the cluster
+//! name and both processes.
+//!
+//! Measured cost of each primitive (`cargo bench -p upright-core --bench crypto`) is recorded in
+//! `crates/core/README.md`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ClusterConfig, PublicKeys};
+use crate::ids::{Principal, Process, ReplicaId};
+
+/// A 32-byte BLAKE3 digest.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+pub struct Digest(pub [u8; 32]);
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for byte in &self.0[..6] {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Digest {
+    /// Digest of `bytes`.
+    pub fn of(bytes: &[u8]) -> Digest {
+        Digest(*blake3::hash(bytes).as_bytes())
+    }
+
+    /// Digest of several parts, each length-prefixed so that part boundaries are unambiguous.
+    pub fn of_parts(domain: &str, parts: &[&[u8]]) -> Digest {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&(domain.len() as u64).to_le_bytes());
+        hasher.update(domain.as_bytes());
+        for part in parts {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
+        Digest(*hasher.finalize().as_bytes())
+    }
+}
+
+/// A 16-byte MAC tag.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Mac(pub [u8; 16]);
+
+impl std::fmt::Debug for Mac {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "mac:{:02x}{:02x}", self.0[0], self.0[1])
+    }
+}
+
+/// A symmetric key shared by two processes.
+#[derive(Clone)]
+pub struct MacKey([u8; 32]);
+
+impl MacKey {
+    /// MAC over a message digest.
+    pub fn mac(&self, digest: &Digest) -> Mac {
+        let full = blake3::keyed_hash(&self.0, &digest.0);
+        let mut tag = [0u8; 16];
+        tag.copy_from_slice(&full.as_bytes()[..16]);
+        Mac(tag)
+    }
+
+    /// Checks a MAC in constant time.
+    pub fn verify(&self, digest: &Digest, mac: &Mac) -> bool {
+        let expected = self.mac(digest);
+        // Constant-time comparison: fold the XOR of all bytes.
+        expected.0.iter().zip(mac.0.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
+}
+
+/// A MAC authenticator: one MAC per recipient, all over the same digest (PBFT section 3.3).
+///
+/// Entries are indexed by replica index of the receiving stage: `macs[i]` is for member `i`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Authenticator {
+    /// One MAC per member of the receiving stage, by index.
+    pub macs: Vec<Mac>,
+}
+
+/// One row of a matrix signature: an authentication member's authenticator for all order
+/// members over the digest of a request entry.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MatrixRow {
+    /// The authentication member that checked the client's request.
+    pub signer: ReplicaId,
+    /// Its MACs for each order member, over the entry digest.
+    pub authenticator: Authenticator,
+}
+
+/// A matrix signature (Aiyer et al., DISC 2008; UpRight Appendix A): rows from distinct
+/// authentication members. Valid at order member `o` when at least `matrix_accept` rows carry a
+/// MAC that verifies for `o`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MatrixSignature {
+    /// The rows, from distinct signers.
+    pub rows: Vec<MatrixRow>,
+}
+
+/// An Ed25519 signature.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Signature(#[serde(with = "signature_bytes")] pub [u8; 64]);
+
+impl std::fmt::Debug for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sig:{:02x}{:02x}", self.0[0], self.0[1])
+    }
+}
+
+mod signature_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8; 64], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 64], D::Error> {
+        let bytes: &[u8] = <&[u8]>::deserialize(d)?;
+        bytes.try_into().map_err(|_| serde::de::Error::invalid_length(bytes.len(), &"64 bytes"))
+    }
+}
+
+/// A principal's long-term secret keys.
+#[derive(Clone)]
+pub struct SecretKeys {
+    x25519: x25519_dalek::StaticSecret,
+    ed25519: ed25519_dalek::SigningKey,
+}
+
+impl SecretKeys {
+    /// Derives a key pair from 32 bytes of secret randomness (the runtime reads them from the OS;
+    /// the simulator from its seed).
+    pub fn from_seed(seed: [u8; 32]) -> SecretKeys {
+        let x_seed = blake3::derive_key("upright x25519 secret v1", &seed);
+        let e_seed = blake3::derive_key("upright ed25519 secret v1", &seed);
+        SecretKeys {
+            x25519: x25519_dalek::StaticSecret::from(x_seed),
+            ed25519: ed25519_dalek::SigningKey::from_bytes(&e_seed),
+        }
+    }
+
+    /// The matching public keys.
+    pub fn public(&self) -> PublicKeys {
+        PublicKeys {
+            x25519: x25519_dalek::PublicKey::from(&self.x25519).to_bytes(),
+            ed25519: self.ed25519.verifying_key().to_bytes(),
+        }
+    }
+
+    /// The 32 secret seed bytes cannot be recovered; this exports the raw secret keys for storage.
+    pub fn to_bytes(&self) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        out[..32].copy_from_slice(&self.x25519.to_bytes());
+        out[32..].copy_from_slice(&self.ed25519.to_bytes());
+        out
+    }
+
+    /// Inverse of [`SecretKeys::to_bytes`].
+    pub fn from_bytes(bytes: &[u8; 64]) -> SecretKeys {
+        let mut x = [0u8; 32];
+        x.copy_from_slice(&bytes[..32]);
+        let mut e = [0u8; 32];
+        e.copy_from_slice(&bytes[32..]);
+        SecretKeys {
+            x25519: x25519_dalek::StaticSecret::from(x),
+            ed25519: ed25519_dalek::SigningKey::from_bytes(&e),
+        }
+    }
+}
+
+/// Why a signature or MAC check failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthError {
+    /// The sender is not part of the configuration.
+    UnknownSender,
+    /// The authentication block is of the wrong kind or has no entry for us.
+    Malformed,
+    /// The MAC or signature does not verify.
+    BadTag,
+}
+
+/// Everything one process needs to authenticate its messages and check others': pairwise MAC
+/// keys with every other process of the cluster, its signing key, everyone's verifying keys.
+pub struct KeyRing {
+    me: Process,
+    macs: BTreeMap<Process, MacKey>,
+    signing: ed25519_dalek::SigningKey,
+    verifying: BTreeMap<Process, ed25519_dalek::VerifyingKey>,
+}
+
+impl KeyRing {
+    /// Derives the pairwise keys of process `me` with every replica and client in `config`.
+    ///
+    /// Cost: one X25519 exchange per other process, paid once at start-up.
+    pub fn new(config: &ClusterConfig, me: Process, secret: &SecretKeys) -> KeyRing {
+        let mut others: Vec<(Process, PublicKeys)> = config
+            .replicas
+            .iter()
+            .map(|r| (Process::Replica(r.id), r.keys))
+            .collect();
+        others.extend(config.clients.iter().map(|c| (Process::Client(c.id), c.keys)));
+        let mut macs = BTreeMap::new();
+        let mut verifying = BTreeMap::new();
+        for (process, keys) in others {
+            let shared = secret.x25519.diffie_hellman(&x25519_dalek::PublicKey::from(keys.x25519));
+            let (low, high) = if me <= process { (me, process) } else { (process, me) };
+            let mut material = Vec::with_capacity(64 + config.cluster_name.len());
+            material.extend_from_slice(shared.as_bytes());
+            material.extend_from_slice(&process_bytes(low));
+            material.extend_from_slice(&process_bytes(high));
+            material.extend_from_slice(config.cluster_name.as_bytes());
+            macs.insert(process, MacKey(blake3::derive_key("upright pairwise mac key v1", &material)));
+            if let Ok(key) = ed25519_dalek::VerifyingKey::from_bytes(&keys.ed25519) {
+                verifying.insert(process, key);
+            }
+        }
+        KeyRing { me, macs, signing: secret.ed25519.clone(), verifying }
+    }
+
+    /// The process these keys belong to.
+    pub fn me(&self) -> Process {
+        self.me
+    }
+
+    /// MAC for one recipient.
+    pub fn mac_for(&self, to: Principal, digest: &Digest) -> Mac {
+        match self.macs.get(&to.process()) {
+            Some(key) => key.mac(digest),
+            // Unknown recipients get a zero tag that never verifies; sending to them is a bug of
+            // the caller, caught by the receiver's check.
+            None => Mac::default(),
+        }
+    }
+
+    /// Checks a MAC from `from` over `digest`.
+    pub fn verify_mac(&self, from: Principal, digest: &Digest, mac: &Mac) -> Result<(), AuthError> {
+        let key = self.macs.get(&from.process()).ok_or(AuthError::UnknownSender)?;
+        if key.verify(digest, mac) {
+            Ok(())
+        } else {
+            Err(AuthError::BadTag)
+        }
+    }
+
+    /// An authenticator with one MAC for each of `recipients` (member `i` of a stage at index `i`).
+    pub fn authenticator(&self, recipients: impl Iterator<Item = Principal>, digest: &Digest) -> Authenticator {
+        Authenticator { macs: recipients.map(|to| self.mac_for(to, digest)).collect() }
+    }
+
+    /// Checks our entry (index `my_index`) of an authenticator from `from`.
+    pub fn verify_authenticator(
+        &self,
+        from: Principal,
+        my_index: usize,
+        digest: &Digest,
+        authenticator: &Authenticator,
+    ) -> Result<(), AuthError> {
+        let mac = authenticator.macs.get(my_index).ok_or(AuthError::Malformed)?;
+        self.verify_mac(from, digest, mac)
+    }
+
+    /// Signs a digest with our Ed25519 key.
+    pub fn sign(&self, digest: &Digest) -> Signature {
+        use ed25519_dalek::Signer;
+        Signature(self.signing.sign(&digest.0).to_bytes())
+    }
+
+    /// Checks an Ed25519 signature by `from` over `digest`.
+    pub fn verify_signature(&self, from: Principal, digest: &Digest, signature: &Signature) -> Result<(), AuthError> {
+        let key = self.verifying.get(&from.process()).ok_or(AuthError::UnknownSender)?;
+        let sig = ed25519_dalek::Signature::from_bytes(&signature.0);
+        key.verify_strict(&digest.0, &sig).map_err(|_| AuthError::BadTag)
+    }
+
+    /// Counts matrix-signature rows from distinct authentication members whose MAC for order
+    /// member `my_index` verifies over `digest`.
+    pub fn count_valid_matrix_rows(&self, my_index: usize, n_auth: usize, digest: &Digest, matrix: &MatrixSignature) -> usize {
+        let mut seen = std::collections::BTreeSet::new();
+        matrix
+            .rows
+            .iter()
+            .filter(|row| (row.signer.0 as usize) < n_auth && seen.insert(row.signer))
+            .filter(|row| {
+                self.verify_authenticator(Principal::Auth(row.signer), my_index, digest, &row.authenticator)
+                    .is_ok()
+            })
+            .count()
+    }
+}
+
+fn process_bytes(process: Process) -> [u8; 5] {
+    let (tag, id) = match process {
+        Process::Replica(r) => (0u8, r.0),
+        Process::Client(c) => (1u8, c.0),
+    };
+    let mut out = [0u8; 5];
+    out[0] = tag;
+    out[1..].copy_from_slice(&id.to_le_bytes());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ClientInfo, Knobs, ReplicaInfo};
+    use crate::ids::ClientId;
+
+    pub(crate) fn test_config(n: u32) -> (ClusterConfig, Vec<SecretKeys>, SecretKeys) {
+        let secrets: Vec<SecretKeys> = (0..n).map(|i| SecretKeys::from_seed([i as u8 + 1; 32])).collect();
+        let client = SecretKeys::from_seed([200; 32]);
+        let config = ClusterConfig {
+            cluster_name: "test".into(),
+            u: 1,
+            r: 1,
+            replicas: secrets
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ReplicaInfo { id: ReplicaId(i as u32), keys: s.public() })
+                .collect(),
+            clients: vec![ClientInfo { id: ClientId(7), keys: client.public() }],
+            knobs: Knobs::default(),
+        };
+        (config, secrets, client)
+    }
+
+    #[test]
+    fn pairwise_keys_agree_and_differ() {
+        let (config, secrets, client) = test_config(4);
+        let r0 = KeyRing::new(&config, Process::Replica(ReplicaId(0)), &secrets[0]);
+        let r1 = KeyRing::new(&config, Process::Replica(ReplicaId(1)), &secrets[1]);
+        let c = KeyRing::new(&config, Process::Client(ClientId(7)), &client);
+        let d = Digest::of(b"hello");
+        let mac = r0.mac_for(Principal::Order(ReplicaId(1)), &d);
+        assert_eq!(r1.verify_mac(Principal::Auth(ReplicaId(0)), &d, &mac), Ok(()));
+        // Not valid as if it came from the client, nor over another digest.
+        assert_eq!(r1.verify_mac(Principal::Client(ClientId(7)), &d, &mac), Err(AuthError::BadTag));
+        assert_eq!(r1.verify_mac(Principal::Auth(ReplicaId(0)), &Digest::of(b"x"), &mac), Err(AuthError::BadTag));
+        let auth = c.authenticator(ClusterConfig::auth_members(&config.validate().unwrap()), &d);
+        assert_eq!(auth.macs.len(), 4);
+        assert!(r1.verify_authenticator(Principal::Client(ClientId(7)), 1, &d, &auth).is_ok());
+        assert!(r1.verify_authenticator(Principal::Client(ClientId(7)), 0, &d, &auth).is_err());
+    }
+
+    #[test]
+    fn signatures_verify_only_for_signer_and_digest() {
+        let (config, secrets, _) = test_config(4);
+        let r0 = KeyRing::new(&config, Process::Replica(ReplicaId(0)), &secrets[0]);
+        let r2 = KeyRing::new(&config, Process::Replica(ReplicaId(2)), &secrets[2]);
+        let d = Digest::of(b"view change");
+        let sig = r0.sign(&d);
+        assert!(r2.verify_signature(Principal::Order(ReplicaId(0)), &d, &sig).is_ok());
+        assert!(r2.verify_signature(Principal::Order(ReplicaId(1)), &d, &sig).is_err());
+        assert!(r2.verify_signature(Principal::Order(ReplicaId(0)), &Digest::of(b"other"), &sig).is_err());
+    }
+
+    #[test]
+    fn matrix_rows_count_distinct_valid_signers() {
+        let (config, secrets, _) = test_config(4);
+        let q = config.validate().unwrap();
+        let rings: Vec<KeyRing> = (0..4)
+            .map(|i| KeyRing::new(&config, Process::Replica(ReplicaId(i)), &secrets[i as usize]))
+            .collect();
+        let d = Digest::of(b"entry");
+        let row = |i: usize| MatrixRow {
+            signer: ReplicaId(i as u32),
+            authenticator: rings[i].authenticator(ClusterConfig::order_members(&q), &d),
+        };
+        let mut matrix = MatrixSignature { rows: vec![row(0), row(1), row(1)] };
+        assert_eq!(rings[2].count_valid_matrix_rows(2, 4, &d, &matrix), 2);
+        matrix.rows[0].authenticator.macs[2].0[0] ^= 1;
+        assert_eq!(rings[2].count_valid_matrix_rows(2, 4, &d, &matrix), 1);
+        assert_eq!(rings[3].count_valid_matrix_rows(3, 4, &d, &matrix), 2);
+    }
+}

@@ -1,0 +1,21 @@
+//! upright's replication protocol as pure state machines: no clock, socket, file or random source
+//! is touched here. The simulator (`upright-sim`) and the runtime (`upright-node`) host the same
+//! code.
+//!
+//! Layout, by concept (names follow the papers):
+//! - [`ids`], [`config`], [`quorum`]: who is who, the fault model `(u, r)` and every quorum size;
+//! - [`crypto`], [`message`], [`codec`]: digests, MACs, authenticators, matrix signatures,
+//!   signatures; every message and its bounded wire codec;
+//! - [`stage`]: the `handle(now, input) -> actions` shape; [`service`]: the application trait;
+//! - [`client`], [`auth`], [`order`], [`exec`]: the four roles; [`kv`]: an in-memory key-value
+//!   service used by the simulator and tests.
+#![warn(missing_docs)]
+
+pub mod codec;
+pub mod config;
+pub mod crypto;
+pub mod ids;
+pub mod message;
+pub mod quorum;
+pub mod service;
+pub mod stage;

@@ -1,0 +1,192 @@
+//! Stage sizes and every quorum, computed in one place from `u` and `r` (UpRight thesis ch. 6).
+//!
+//! Notation: the cluster is *up* (live) despite up to `u` failures of any kind and *right* (safe)
+//! despite up to `r` commission (Byzantine) failures, `u >= r`. In a stage of `n` members:
+//! small = `r + 1` (contains at least one correct member), medium = `n - u` (still reachable with
+//! `u` members down), large = `n`.
+
+use crate::config::ConfigError;
+
+/// Sizes of the three stages and every quorum the protocol uses, derived from `(u, r)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quorums {
+    /// Failures of any kind tolerated while staying live.
+    pub u: usize,
+    /// Commission failures tolerated while staying safe.
+    pub r: usize,
+    /// Authentication members: `u + max(u, r) + r + 1` (thesis Table 6.1), which is `2u + r + 1`
+    /// because `u >= r`. Enough that `u + r + 1` matrix-signature rows can be collected with `u`
+    /// members down, of which `r` may be lies.
+    pub n_auth: usize,
+    /// Order members: `2u + r + 1` (thesis Table 2.1, UpRight acceptors), so two medium quorums
+    /// intersect in `r + 1` members, at least one of them correct.
+    pub n_order: usize,
+    /// Execution members: `u + max(u, r) + 1` (thesis Table 6.1): indirect learning of a
+    /// checkpoint hash needs `max(u, r) + 1` matching tokens from members that stay up.
+    pub n_exec: usize,
+}
+
+impl Quorums {
+    /// Computes the sizes for `(u, r)`. Fails when `r > u` (the model requires `u >= r`).
+    pub fn new(u: usize, r: usize) -> Result<Quorums, ConfigError> {
+        if r > u {
+            return Err(ConfigError::RExceedsU { u, r });
+        }
+        if u > MAX_FAULTS {
+            return Err(ConfigError::TooManyFaults { u, max: MAX_FAULTS });
+        }
+        let max_ur = u.max(r);
+        Ok(Quorums {
+            u,
+            r,
+            n_auth: u + max_ur + r + 1,
+            n_order: 2 * u + r + 1,
+            n_exec: u + max_ur + 1,
+        })
+    }
+
+    /// Number of replica processes: every replica hosts an authentication and an order member;
+    /// the first `n_exec` also host an execution member.
+    pub fn n_replicas(&self) -> usize {
+        self.n_order.max(self.n_auth).max(self.n_exec)
+    }
+
+    /// Small quorum, `r + 1`: any such set contains a correct member, so `r + 1` matching
+    /// messages prove a fact vouched for by a correct member (client replies, NEXT-BATCH at the
+    /// execution stage, LOAD-CP, view-change join).
+    pub fn small(&self) -> usize {
+        self.r + 1
+    }
+
+    /// Order-stage medium quorum, `n_order - u`: prepare, commit, view change, stable checkpoint.
+    /// Two such quorums intersect in `2(n - u) - n = r + 1` members, one of them correct, and the
+    /// quorum is reachable with `u` members down.
+    pub fn order_medium(&self) -> usize {
+        self.n_order - self.u
+    }
+
+    /// Client reply quorum: `r + 1` matching replies from distinct execution members; at least one
+    /// is from a correct member that executed the agreed batch. Reachable: `n_exec - u >= r + 1`.
+    pub fn reply(&self) -> usize {
+        self.r + 1
+    }
+
+    /// Matching NEXT-BATCH messages an execution member needs for a committed batch: `r + 1`
+    /// (one correct order member saw the commit quorum).
+    pub fn next_batch(&self) -> usize {
+        self.r + 1
+    }
+
+    /// Rows of a matrix signature the order primary collects (each valid for itself) before it
+    /// batches a request: `max(u, r) + r + 1`. At most `r` rows come from lying authentication
+    /// members, so at least `max(u, r) + 1 >= r + 1` rows are from correct members and verify at
+    /// every order member (one-step transferability). Reachable: `n_auth - u` members are up.
+    pub fn matrix_collect(&self) -> usize {
+        self.u.max(self.r) + self.r + 1
+    }
+
+    /// Rows of a matrix signature that must verify at an order member for it to accept the
+    /// request in a batch: `r + 1`, so at least one correct authentication member checked it.
+    pub fn matrix_accept(&self) -> usize {
+        self.r + 1
+    }
+
+    /// Matching CP-TOKENs from execution members before the order stage certifies a checkpoint:
+    /// `max(u, r) + 1` (indirect learning: at least one correct member that holds the state stays
+    /// available to serve it, since at most `u` fail and at most `r` lie).
+    pub fn checkpoint_token(&self) -> usize {
+        self.u.max(self.r) + 1
+    }
+
+    /// Signed CHECKPOINT messages from distinct order members that make a checkpoint stable:
+    /// the medium quorum, so any later view-change quorum includes a correct member that knows it.
+    pub fn checkpoint_stable(&self) -> usize {
+        self.order_medium()
+    }
+
+    /// VIEW-CHANGE messages (for the same new view) from which the new primary builds NEW-VIEW:
+    /// the medium quorum (intersects every commit quorum in a correct member).
+    pub fn view_change(&self) -> usize {
+        self.order_medium()
+    }
+
+    /// VIEW-CHANGE messages for a higher view that make a member join that view change even if
+    /// its own timer has not expired: `r + 1` (at least one correct member timed out).
+    pub fn view_change_join(&self) -> usize {
+        self.r + 1
+    }
+
+    /// BATCH-COMPLETE messages from distinct execution members after which an authentication
+    /// member treats a client's pending request as ordered: `r + 1`.
+    pub fn batch_complete(&self) -> usize {
+        self.r + 1
+    }
+
+    /// Matching LOAD-CP messages from distinct order members before an execution member fetches
+    /// and loads a checkpoint: `r + 1`.
+    pub fn load_checkpoint(&self) -> usize {
+        self.r + 1
+    }
+
+    /// Authentication members a client sends to first (its preferred quorum): `n_auth - u`.
+    /// Enough that `matrix_collect` correct rows arrive if all of them are up and correct.
+    pub fn client_preferred(&self) -> usize {
+        self.n_auth - self.u
+    }
+}
+
+/// Largest `u` a configuration may use. Bounds the stage sizes (`n <= 3 * MAX_FAULTS + 1`) and with
+/// them every per-member table.
+pub const MAX_FAULTS: usize = 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Table test for every `(u, r)` with `u <= 3`: sizes as in thesis Table 6.1 and the
+    /// intersection / availability arguments the comments above make.
+    #[test]
+    fn sizes_and_quorums_for_every_small_configuration() {
+        #[rustfmt::skip]
+        let table: &[(usize, usize, usize, usize, usize)] = &[
+            // u, r, n_auth, n_order, n_exec
+            (0, 0, 1, 1, 1),
+            (1, 0, 3, 3, 3),
+            (1, 1, 4, 4, 3),
+            (2, 0, 5, 5, 5),
+            (2, 1, 6, 6, 5),
+            (2, 2, 7, 7, 5),
+            (3, 0, 7, 7, 7),
+            (3, 1, 8, 8, 7),
+            (3, 2, 9, 9, 7),
+            (3, 3, 10, 10, 7),
+        ];
+        for &(u, r, n_auth, n_order, n_exec) in table {
+            let q = Quorums::new(u, r).unwrap();
+            assert_eq!((q.n_auth, q.n_order, q.n_exec), (n_auth, n_order, n_exec), "u={u} r={r}");
+            assert_eq!(q.n_replicas(), n_order);
+            // Two medium order quorums intersect in at least r + 1 members.
+            assert!(2 * q.order_medium() - q.n_order > r, "u={u} r={r}");
+            assert_eq!(2 * q.order_medium() - q.n_order, r + 1);
+            // Medium quorum reachable with u down.
+            assert!(q.order_medium() <= q.n_order - u);
+            // Replies: r + 1 reachable from the n_exec - u members that are up.
+            assert!(q.reply() <= q.n_exec - u);
+            // Checkpoint tokens: more than u (one survives) and more than r (one is honest).
+            assert!(q.checkpoint_token() > u && q.checkpoint_token() > r);
+            assert!(q.checkpoint_token() <= q.n_exec - u);
+            // Matrix rows: reachable, and after removing r liars at least r + 1 honest rows remain.
+            assert!(q.matrix_collect() <= q.n_auth - u);
+            assert!(q.matrix_collect() - r >= q.matrix_accept());
+            assert!(q.client_preferred() >= q.matrix_collect());
+            // Small quorums contain a correct member.
+            assert!(q.small() > r);
+        }
+    }
+
+    #[test]
+    fn r_greater_than_u_is_rejected() {
+        assert_eq!(Quorums::new(1, 2), Err(ConfigError::RExceedsU { u: 1, r: 2 }));
+        assert!(Quorums::new(MAX_FAULTS + 1, 0).is_err());
+    }
+}

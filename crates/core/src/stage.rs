@@ -1,0 +1,102 @@
+//! The shape every stage shares: `handle(now, input) -> actions` with no I/O inside.
+//!
+//! The host (simulator or runtime) feeds inputs and carries out the actions in order. The
+//! durability rule: every [`Action::Persist`] must be durable before the host performs any
+//! [`Action::Send`] that comes after it in the same action list (group commit is allowed: the host
+//! may sync once for many persists, but never sends first).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::ids::{Principal, RequestId};
+use crate::message::Envelope;
+
+/// Microseconds on the host's monotonic clock. The simulator's clock starts at 0; each member's
+/// clock may be skewed.
+pub type Time = u64;
+
+/// Timers a stage can set. Setting a timer that is already set moves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Timer {
+    /// Client: retransmit the outstanding request.
+    ClientRetransmit,
+    /// Authentication: periodic housekeeping (retransmission pacing).
+    AuthTick,
+    /// Order: close the batch being filled.
+    BatchClose,
+    /// Order: the primary has not made progress on known requests; start a view change.
+    ViewChange,
+    /// Order: periodic housekeeping (resend of VIEW-CHANGE, checkpoint votes, fetches).
+    OrderTick,
+    /// Execution: retry fetches, LAST-EXEC and state transfer.
+    ExecRetry,
+}
+
+/// A stage's durable storage as the host hands it back after a restart: key -> value.
+pub type Storage = BTreeMap<String, Bytes>;
+
+/// What a stage is told.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// The stage was just created (fresh or from storage); set initial timers.
+    Start,
+    /// A message arrived (not yet authenticated: the stage checks its seal).
+    Message(Arc<Envelope>),
+    /// A timer fired.
+    Timer(Timer),
+    /// Client only: the application invokes an operation.
+    Invoke {
+        /// The operation.
+        operation: Bytes,
+        /// Whether it is read-only.
+        read_only: bool,
+    },
+}
+
+/// What a stage asks its host to do.
+#[derive(Clone, Debug)]
+pub enum Action {
+    /// Send one envelope to each of `to`.
+    Send {
+        /// Recipients.
+        to: Vec<Principal>,
+        /// The sealed message (shared among recipients).
+        envelope: Arc<Envelope>,
+    },
+    /// Set (or move) a timer to fire at `at`.
+    SetTimer {
+        /// Which.
+        timer: Timer,
+        /// When (host clock).
+        at: Time,
+    },
+    /// Cancel a timer.
+    CancelTimer {
+        /// Which.
+        timer: Timer,
+    },
+    /// Write (`Some`) or delete (`None`) a key of the stage's durable storage.
+    Persist {
+        /// Key.
+        key: String,
+        /// Value, or `None` to delete.
+        value: Option<Bytes>,
+    },
+    /// Client only: the result of an invoked operation, accepted on a reply quorum.
+    Deliver {
+        /// Which request.
+        request_id: RequestId,
+        /// The result.
+        result: Bytes,
+    },
+}
+
+/// A protocol stage: a deterministic state machine.
+pub trait Stage {
+    /// Who this stage is.
+    fn principal(&self) -> Principal;
+    /// Handles one input at host time `now`, appending the resulting actions to `out`.
+    fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>);
+}
