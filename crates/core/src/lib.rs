@@ -19,3 +19,9 @@ pub mod message;
 pub mod quorum;
 pub mod service;
 pub mod stage;
+
+pub mod auth;
+pub mod client;
+pub mod exec;
+pub mod kv;
+pub mod order;

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::ids::{Principal, RequestId};
+use crate::crypto::Digest;
+use crate::ids::{Principal, RequestId, SeqNo, View};
 use crate::message::Envelope;
 
 /// Microseconds on the host's monotonic clock. The simulator's clock starts at 0; each member's
@@ -91,6 +92,73 @@ pub enum Action {
         /// The result.
         result: Bytes,
     },
+    /// Something the host may record (metrics, logs, the simulator's checkers); no effect.
+    Note(Event),
+}
+
+/// Observable progress of a stage, reported through [`Action::Note`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Order: batch `seqno` committed in `view` with history digest `history`.
+    Committed {
+        /// Sequence number.
+        seqno: SeqNo,
+        /// View.
+        view: View,
+        /// History digest `H_seqno`.
+        history: Digest,
+    },
+    /// Order: a new view was installed (NEW-VIEW accepted or sent).
+    ViewInstalled {
+        /// The view.
+        view: View,
+    },
+    /// Order: checkpoint `seqno` became stable.
+    CheckpointStable {
+        /// Sequence number.
+        seqno: SeqNo,
+    },
+    /// Execution: batch `seqno` was executed; `history` is `H_seqno`.
+    Executed {
+        /// Sequence number.
+        seqno: SeqNo,
+        /// History digest.
+        history: Digest,
+    },
+    /// Execution: checkpoint taken at `seqno` with this state digest.
+    Checkpointed {
+        /// Sequence number.
+        seqno: SeqNo,
+        /// Digest of the execution checkpoint.
+        state_digest: Digest,
+    },
+    /// Execution: state transfer finished; the member now stands at `seqno`.
+    StateLoaded {
+        /// Sequence number.
+        seqno: SeqNo,
+        /// Digest of the loaded checkpoint.
+        state_digest: Digest,
+    },
+}
+
+/// Counters a stage keeps (messages dropped by reason, work done). Names are stable strings so
+/// hosts can export them as metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Counter name -> value.
+    pub counters: BTreeMap<&'static str, u64>,
+}
+
+impl Stats {
+    /// Adds one to a counter.
+    pub fn bump(&mut self, name: &'static str) {
+        *self.counters.entry(name).or_insert(0) += 1;
+    }
+
+    /// A counter's value.
+    pub fn get(&self, name: &str) -> u64 {
+        self.counters.get(name).copied().unwrap_or(0)
+    }
 }
 
 /// A protocol stage: a deterministic state machine.
@@ -99,4 +167,6 @@ pub trait Stage {
     fn principal(&self) -> Principal;
     /// Handles one input at host time `now`, appending the resulting actions to `out`.
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>);
+    /// The stage's counters.
+    fn stats(&self) -> &Stats;
 }
