@@ -1,25 +1,224 @@
-//! The client library's protocol: request ids, preferred quorum then all, retransmission with a
-//! doubling timeout, and `r + 1` matching replies.
-//! (Placeholder: implemented in the client/auth change.)
+//! The client's protocol (UpRight thesis 5.1): request ids, preferred quorum then all,
+//! retransmission with a doubling timeout, and `r + 1` matching replies.
+//!
+//! The client is closed-loop: one outstanding request. Operations invoked while one is
+//! outstanding wait in a bounded queue ([`CLIENT_QUEUE_MAX`]); further ones are refused with
+//! [`Action::Deliver`] never coming (the host checks [`Client::can_invoke`] first).
 
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::config::{ClusterConfig, ConfigError};
-use crate::crypto::KeyRing;
-use crate::ids::{ClientId, Principal};
-use crate::stage::{Action, Input, Stage, Stats, Time};
+use crate::crypto::{Digest, KeyRing};
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId};
+use crate::message::{Envelope, Message, ReplyBody, SealFor};
+use crate::quorum::Quorums;
+use crate::stage::{Action, Input, Stage, Stats, Time, Timer};
+
+/// Most operations waiting behind the outstanding one.
+pub const CLIENT_QUEUE_MAX: usize = 1024;
+
+struct Outstanding {
+    request_id: RequestId,
+    envelope: Arc<Envelope>,
+    sent_at: Time,
+    timeout_us: u64,
+    /// Latest reply per execution member: result digest and the full body if it sent one.
+    replies: BTreeMap<ReplicaId, (Digest, Option<Bytes>)>,
+}
 
 /// A client's protocol state machine.
 pub struct Client {
+    config: Arc<ClusterConfig>,
+    quorums: Quorums,
     id: ClientId,
+    keys: Arc<KeyRing>,
+    last_request_id: RequestId,
+    outstanding: Option<Outstanding>,
+    queue: VecDeque<(Bytes, bool)>,
+    base_timeout_us: u64,
     stats: Stats,
 }
 
 impl Client {
-    /// A client `id` of `config` with its key ring.
+    /// A new client `id` of `config` with its key ring; its first request id is 1.
     pub fn new(config: Arc<ClusterConfig>, id: ClientId, keys: Arc<KeyRing>) -> Result<Client, ConfigError> {
-        let _ = (config, keys);
-        Ok(Client { id, stats: Stats::default() })
+        Client::resume(config, id, keys, RequestId(0))
+    }
+
+    /// A restarted client: request ids continue after `last_request_id`, the last id it used
+    /// (UpRight CS3: the client persists it).
+    pub fn resume(
+        config: Arc<ClusterConfig>,
+        id: ClientId,
+        keys: Arc<KeyRing>,
+        last_request_id: RequestId,
+    ) -> Result<Client, ConfigError> {
+        let quorums = config.validate()?;
+        let base_timeout_us = config.knobs.client_retransmit_initial_us;
+        Ok(Client {
+            config,
+            quorums,
+            id,
+            keys,
+            last_request_id,
+            outstanding: None,
+            queue: VecDeque::new(),
+            base_timeout_us,
+            stats: Stats::default(),
+        })
+    }
+
+    /// Whether another operation can be queued.
+    pub fn can_invoke(&self) -> bool {
+        self.queue.len() < CLIENT_QUEUE_MAX
+    }
+
+    /// Whether a request is outstanding.
+    pub fn is_busy(&self) -> bool {
+        self.outstanding.is_some()
+    }
+
+    /// The last request id used.
+    pub fn last_request_id(&self) -> RequestId {
+        self.last_request_id
+    }
+
+    fn start_next(&mut self, now: Time, out: &mut Vec<Action>) {
+        if self.outstanding.is_some() {
+            return;
+        }
+        let Some((operation, read_only)) = self.queue.pop_front() else {
+            return;
+        };
+        let request_id = self.last_request_id.next();
+        self.last_request_id = request_id;
+        let message = Message::ClientRequest {
+            client: self.id,
+            request_id,
+            operation,
+            read_only,
+        };
+        let envelope = Arc::new(Envelope::seal(
+            &self.keys,
+            &self.quorums,
+            Principal::Client(self.id),
+            message,
+            SealFor::Stage(crate::ids::StageKind::Auth),
+        ));
+        // First send: the preferred quorum, n_auth - u members starting at c mod n_auth.
+        let n = self.quorums.n_auth;
+        let start = self.id.0 as usize % n;
+        let to = (0..self.quorums.client_preferred())
+            .map(|k| Principal::Auth(ReplicaId(((start + k) % n) as u32)))
+            .collect();
+        out.push(Action::Send {
+            to,
+            envelope: envelope.clone(),
+        });
+        let timeout_us = self.base_timeout_us;
+        out.push(Action::SetTimer {
+            timer: Timer::ClientRetransmit,
+            at: now + timeout_us,
+        });
+        self.outstanding = Some(Outstanding {
+            request_id,
+            envelope,
+            sent_at: now,
+            timeout_us,
+            replies: BTreeMap::new(),
+        });
+    }
+
+    fn retransmit(&mut self, now: Time, out: &mut Vec<Action>) {
+        let max = self.config.knobs.client_retransmit_max_us;
+        let Some(outstanding) = self.outstanding.as_mut() else {
+            return;
+        };
+        self.stats.bump("retransmissions");
+        let to = ClusterConfig::auth_members(&self.quorums).collect();
+        out.push(Action::Send {
+            to,
+            envelope: outstanding.envelope.clone(),
+        });
+        outstanding.timeout_us = (outstanding.timeout_us * 2).min(max);
+        out.push(Action::SetTimer {
+            timer: Timer::ClientRetransmit,
+            at: now + outstanding.timeout_us,
+        });
+    }
+
+    fn on_reply(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
+        let Message::Reply { request_id, result, .. } = &envelope.message else {
+            self.stats.bump("dropped_unexpected_message");
+            return;
+        };
+        let exec = match envelope.from {
+            Principal::Exec(r) if (r.0 as usize) < self.quorums.n_exec => r,
+            _ => {
+                self.stats.bump("dropped_wrong_sender");
+                return;
+            }
+        };
+        if envelope
+            .open(&self.keys, Principal::Client(self.id), self.config.knobs.sabotage)
+            .is_err()
+        {
+            self.stats.bump("dropped_bad_seal");
+            return;
+        }
+        let Some(outstanding) = self.outstanding.as_mut() else {
+            self.stats.bump("dropped_stale_reply");
+            return;
+        };
+        if *request_id != outstanding.request_id {
+            self.stats.bump("dropped_stale_reply");
+            return;
+        }
+        let digest = result.result_digest();
+        let body = match result {
+            ReplyBody::Full(bytes) => Some(bytes.clone()),
+            ReplyBody::Digest(_) => None,
+        };
+        // Keep a full body we already have from this member if it now sends the same digest.
+        let entry = outstanding.replies.entry(exec).or_insert((digest, None));
+        if entry.0 != digest {
+            *entry = (digest, body);
+        } else if body.is_some() {
+            entry.1 = body;
+        }
+        let matching = outstanding.replies.values().filter(|(d, _)| *d == digest).count();
+        if matching < self.quorums.reply() {
+            return;
+        }
+        let Some(full) = outstanding
+            .replies
+            .values()
+            .find_map(|(d, b)| if *d == digest { b.clone() } else { None })
+        else {
+            return;
+        };
+        let latency = now.saturating_sub(outstanding.sent_at);
+        let request_id = outstanding.request_id;
+        self.outstanding = None;
+        // UpRight: after a response the base timeout is max(initial, last observed latency).
+        self.base_timeout_us = self
+            .config
+            .knobs
+            .client_retransmit_initial_us
+            .max(latency)
+            .min(self.config.knobs.client_retransmit_max_us);
+        out.push(Action::CancelTimer {
+            timer: Timer::ClientRetransmit,
+        });
+        out.push(Action::Deliver {
+            request_id,
+            result: full,
+        });
+        self.stats.bump("delivered");
+        self.start_next(now, out);
     }
 }
 
@@ -27,10 +226,194 @@ impl Stage for Client {
     fn principal(&self) -> Principal {
         Principal::Client(self.id)
     }
-    fn handle(&mut self, _now: Time, _input: Input, _out: &mut Vec<Action>) {
-        unimplemented!("client stage")
+
+    fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
+        match input {
+            Input::Start => {}
+            Input::Invoke { operation, read_only } => {
+                if !self.can_invoke() || operation.len() > self.config.knobs.request_bytes_max {
+                    self.stats.bump("invoke_refused");
+                    return;
+                }
+                self.queue.push_back((operation, read_only));
+                self.start_next(now, out);
+            }
+            Input::Timer(Timer::ClientRetransmit) => self.retransmit(now, out),
+            Input::Timer(_) => {}
+            Input::Message(envelope) => self.on_reply(now, &envelope, out),
+        }
     }
+
     fn stats(&self) -> &Stats {
         &self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Knobs;
+    use crate::testing::{fixture, Fixture};
+
+    fn client(f: &Fixture, id: u32) -> Client {
+        Client::new(f.config.clone(), ClientId(id), f.clients[id as usize].clone()).unwrap()
+    }
+
+    fn reply(f: &Fixture, exec: u32, to: u32, request_id: u64, result: ReplyBody) -> Arc<Envelope> {
+        Arc::new(Envelope::seal(
+            &f.replicas[exec as usize],
+            &f.quorums,
+            Principal::Exec(ReplicaId(exec)),
+            Message::Reply {
+                request_id: RequestId(request_id),
+                result,
+                read_only: false,
+            },
+            SealFor::One(Principal::Client(ClientId(to))),
+        ))
+    }
+
+    fn step(c: &mut Client, now: Time, input: Input) -> Vec<Action> {
+        let mut out = Vec::new();
+        c.handle(now, input, &mut out);
+        out
+    }
+
+    fn invoke(op: &'static [u8]) -> Input {
+        Input::Invoke {
+            operation: Bytes::from_static(op),
+            read_only: false,
+        }
+    }
+
+    #[test]
+    fn first_send_goes_to_the_preferred_quorum_and_retransmissions_to_all_with_doubling() {
+        let f = fixture(1, 1, 3, Knobs::default());
+        let mut c = client(&f, 2);
+        let actions = step(&mut c, 0, invoke(b"op"));
+        let Action::Send { to, envelope } = &actions[0] else {
+            panic!("no send")
+        };
+        // n_auth - u = 3 members starting at 2 mod 4.
+        assert_eq!(
+            to,
+            &vec![
+                Principal::Auth(ReplicaId(2)),
+                Principal::Auth(ReplicaId(3)),
+                Principal::Auth(ReplicaId(0))
+            ]
+        );
+        assert!(matches!(
+            envelope.message,
+            Message::ClientRequest {
+                request_id: RequestId(1),
+                ..
+            }
+        ));
+        for a in 0..4u32 {
+            assert!(envelope
+                .open(&f.replicas[a as usize], Principal::Auth(ReplicaId(a)), None)
+                .is_ok());
+        }
+        assert!(matches!(
+            actions[1],
+            Action::SetTimer {
+                timer: Timer::ClientRetransmit,
+                at: 500_000
+            }
+        ));
+        let actions = step(&mut c, 500_000, Input::Timer(Timer::ClientRetransmit));
+        let Action::Send { to, .. } = &actions[0] else {
+            panic!("no resend")
+        };
+        assert_eq!(to.len(), 4);
+        assert!(matches!(actions[1], Action::SetTimer { at: 1_500_000, .. }));
+        let mut now = 1_500_000;
+        for _ in 0..5 {
+            let actions = step(&mut c, now, Input::Timer(Timer::ClientRetransmit));
+            let Action::SetTimer { at, .. } = actions[1] else {
+                panic!("no timer")
+            };
+            assert!(at - now <= 4_000_000, "capped");
+            now = at;
+        }
+    }
+
+    #[test]
+    fn delivers_on_r_plus_one_matching_replies_with_a_full_body() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = client(&f, 0);
+        step(&mut c, 0, invoke(b"op"));
+        step(&mut c, 0, invoke(b"queued"));
+        let good = Bytes::from_static(b"result");
+        let digest = Digest::of(&good);
+        // One full reply is not r + 1 = 2.
+        assert!(step(
+            &mut c,
+            10,
+            Input::Message(reply(&f, 0, 0, 1, ReplyBody::Full(good.clone())))
+        )
+        .is_empty());
+        // A different result from another member does not match.
+        let wrong = ReplyBody::Full(Bytes::from_static(b"lie"));
+        assert!(step(&mut c, 11, Input::Message(reply(&f, 1, 0, 1, wrong))).is_empty());
+        // The same member repeating itself is still one vote.
+        assert!(step(
+            &mut c,
+            12,
+            Input::Message(reply(&f, 0, 0, 1, ReplyBody::Digest(digest)))
+        )
+        .is_empty());
+        // A matching digest from a second member completes the quorum.
+        let actions = step(
+            &mut c,
+            20,
+            Input::Message(reply(&f, 2, 0, 1, ReplyBody::Digest(digest))),
+        );
+        let delivered: Vec<_> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Deliver { request_id, result } => Some((*request_id, result.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(delivered, vec![(RequestId(1), good)]);
+        // The queued operation starts at once as request 2.
+        assert!(actions.iter().any(|a| matches!(a, Action::Send { envelope, .. }
+            if matches!(envelope.message, Message::ClientRequest { request_id: RequestId(2), .. }))));
+    }
+
+    #[test]
+    fn digest_only_quorum_waits_for_a_full_body() {
+        let f = fixture(1, 0, 1, Knobs::default());
+        let mut c = client(&f, 0);
+        step(&mut c, 0, invoke(b"op"));
+        let body = Bytes::from_static(b"r");
+        let d = Digest::of(&body);
+        // u = 1, r = 0: one reply suffices, but a digest alone cannot be delivered.
+        assert!(step(&mut c, 1, Input::Message(reply(&f, 1, 0, 1, ReplyBody::Digest(d)))).is_empty());
+        let actions = step(&mut c, 2, Input::Message(reply(&f, 2, 0, 1, ReplyBody::Full(body))));
+        assert!(actions.iter().any(|a| matches!(a, Action::Deliver { .. })));
+    }
+
+    #[test]
+    fn forged_stale_and_misrouted_replies_are_dropped() {
+        let f = fixture(1, 1, 2, Knobs::default());
+        let mut c = client(&f, 0);
+        step(&mut c, 0, invoke(b"op"));
+        let full = ReplyBody::Full(Bytes::from_static(b"x"));
+        // Sealed for client 1, not us.
+        step(&mut c, 1, Input::Message(reply(&f, 0, 1, 1, full.clone())));
+        step(&mut c, 1, Input::Message(reply(&f, 1, 1, 1, full.clone())));
+        assert_eq!(c.stats().get("dropped_bad_seal"), 2);
+        // Stale request id.
+        step(&mut c, 2, Input::Message(reply(&f, 0, 0, 7, full.clone())));
+        assert_eq!(c.stats().get("dropped_stale_reply"), 1);
+        // Replica 3 hosts no execution member.
+        let mut wrong = (*reply(&f, 0, 0, 1, full.clone())).clone();
+        wrong.from = Principal::Exec(ReplicaId(3));
+        step(&mut c, 3, Input::Message(Arc::new(wrong)));
+        assert_eq!(c.stats().get("dropped_wrong_sender"), 1);
+        assert!(c.is_busy());
     }
 }

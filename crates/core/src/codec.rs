@@ -82,7 +82,10 @@ fn limit(ok: bool, what: &'static str) -> Result<(), DecodeError> {
 fn validate_matrix(matrix: &crate::crypto::MatrixSignature) -> Result<(), DecodeError> {
     limit(matrix.rows.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "matrix rows")?;
     for row in &matrix.rows {
-        limit(row.authenticator.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "authenticator")?;
+        limit(
+            row.authenticator.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1,
+            "authenticator",
+        )?;
     }
     Ok(())
 }
@@ -104,7 +107,10 @@ fn validate_batch(batch: &Batch) -> Result<(), DecodeError> {
 }
 
 fn validate_stable(stable: &StableCheckpoint) -> Result<(), DecodeError> {
-    limit(stable.votes.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "checkpoint votes")?;
+    limit(
+        stable.votes.len() <= crate::quorum::MAX_FAULTS * 3 + 1,
+        "checkpoint votes",
+    )?;
     limit(stable.checkpoint.last_ordered.len() <= LIST_ENTRIES_MAX, "client table")
 }
 
@@ -131,12 +137,18 @@ pub fn validate(envelope: &Envelope) -> Result<(), DecodeError> {
         }
         Message::AuthRequest { entry, row } => {
             validate_entry(entry)?;
-            limit(row.authenticator.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "authenticator")
+            limit(
+                row.authenticator.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1,
+                "authenticator",
+            )
         }
         Message::PrePrepare { batch, .. } => validate_batch(batch),
         Message::ViewChange(vc) => validate_view_change(&vc.value),
         Message::NewView(nv) => {
-            limit(nv.value.view_changes.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "view changes")?;
+            limit(
+                nv.value.view_changes.len() <= crate::quorum::MAX_FAULTS * 3 + 1,
+                "view changes",
+            )?;
             for vc in &nv.value.view_changes {
                 validate_view_change(&vc.value)?;
             }

@@ -207,7 +207,10 @@ impl ClusterConfig {
         }
         for (position, replica) in self.replicas.iter().enumerate() {
             if replica.id.0 as usize != position {
-                return Err(ConfigError::ReplicaIdOutOfOrder { position, id: replica.id.0 });
+                return Err(ConfigError::ReplicaIdOutOfOrder {
+                    position,
+                    id: replica.id.0,
+                });
             }
         }
         let mut client_ids = BTreeSet::new();
@@ -234,7 +237,11 @@ impl ClusterConfig {
         let k = &self.knobs;
         let bad = |name, value: u64, why| Err(ConfigError::BadKnob { name, value, why });
         if k.batch_size_max == 0 || k.batch_size_max > crate::message::BATCH_REQUESTS_MAX {
-            return bad("batch_size_max", k.batch_size_max as u64, "must be 1 to BATCH_REQUESTS_MAX");
+            return bad(
+                "batch_size_max",
+                k.batch_size_max as u64,
+                "must be 1 to BATCH_REQUESTS_MAX",
+            );
         }
         if k.checkpoint_interval == 0 {
             return bad("checkpoint_interval", 0, "must be at least 1");
@@ -246,22 +253,42 @@ impl ClusterConfig {
             return bad("pipeline_window", k.pipeline_window, "must be 1 to log_window");
         }
         if k.client_retransmit_initial_us == 0 || k.client_retransmit_max_us < k.client_retransmit_initial_us {
-            return bad("client_retransmit_max_us", k.client_retransmit_max_us, "must be >= client_retransmit_initial_us > 0");
+            return bad(
+                "client_retransmit_max_us",
+                k.client_retransmit_max_us,
+                "must be >= client_retransmit_initial_us > 0",
+            );
         }
         if k.view_change_timeout_us == 0 {
             return bad("view_change_timeout_us", 0, "must be positive");
         }
         if k.request_bytes_max > crate::message::OPERATION_BYTES_MAX {
-            return bad("request_bytes_max", k.request_bytes_max as u64, "must be at most OPERATION_BYTES_MAX");
+            return bad(
+                "request_bytes_max",
+                k.request_bytes_max as u64,
+                "must be at most OPERATION_BYTES_MAX",
+            );
         }
         if k.reply_bytes_max > crate::message::OPERATION_BYTES_MAX {
-            return bad("reply_bytes_max", k.reply_bytes_max as u64, "must be at most OPERATION_BYTES_MAX");
+            return bad(
+                "reply_bytes_max",
+                k.reply_bytes_max as u64,
+                "must be at most OPERATION_BYTES_MAX",
+            );
         }
         if k.inline_request_bytes_max > k.request_bytes_max {
-            return bad("inline_request_bytes_max", k.inline_request_bytes_max as u64, "must be at most request_bytes_max");
+            return bad(
+                "inline_request_bytes_max",
+                k.inline_request_bytes_max as u64,
+                "must be at most request_bytes_max",
+            );
         }
         if k.state_chunk_bytes == 0 || k.state_chunk_bytes > crate::message::STATE_CHUNK_BYTES_MAX {
-            return bad("state_chunk_bytes", k.state_chunk_bytes as u64, "must be 1 to STATE_CHUNK_BYTES_MAX");
+            return bad(
+                "state_chunk_bytes",
+                k.state_chunk_bytes as u64,
+                "must be 1 to STATE_CHUNK_BYTES_MAX",
+            );
         }
         Ok(q)
     }

@@ -75,7 +75,12 @@ impl MacKey {
     pub fn verify(&self, digest: &Digest, mac: &Mac) -> bool {
         let expected = self.mac(digest);
         // Constant-time comparison: fold the XOR of all bytes.
-        expected.0.iter().zip(mac.0.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        expected
+            .0
+            .iter()
+            .zip(mac.0.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
     }
 }
 
@@ -126,7 +131,9 @@ mod signature_bytes {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 64], D::Error> {
         let bytes: &[u8] = <&[u8]>::deserialize(d)?;
-        bytes.try_into().map_err(|_| serde::de::Error::invalid_length(bytes.len(), &"64 bytes"))
+        bytes
+            .try_into()
+            .map_err(|_| serde::de::Error::invalid_length(bytes.len(), &"64 bytes"))
     }
 }
 
@@ -212,19 +219,29 @@ impl KeyRing {
         let mut macs = BTreeMap::new();
         let mut verifying = BTreeMap::new();
         for (process, keys) in others {
-            let shared = secret.x25519.diffie_hellman(&x25519_dalek::PublicKey::from(keys.x25519));
+            let shared = secret
+                .x25519
+                .diffie_hellman(&x25519_dalek::PublicKey::from(keys.x25519));
             let (low, high) = if me <= process { (me, process) } else { (process, me) };
             let mut material = Vec::with_capacity(64 + config.cluster_name.len());
             material.extend_from_slice(shared.as_bytes());
             material.extend_from_slice(&process_bytes(low));
             material.extend_from_slice(&process_bytes(high));
             material.extend_from_slice(config.cluster_name.as_bytes());
-            macs.insert(process, MacKey(blake3::derive_key("upright pairwise mac key v1", &material)));
+            macs.insert(
+                process,
+                MacKey(blake3::derive_key("upright pairwise mac key v1", &material)),
+            );
             if let Ok(key) = ed25519_dalek::VerifyingKey::from_bytes(&keys.ed25519) {
                 verifying.insert(process, key);
             }
         }
-        KeyRing { me, macs, signing: secret.ed25519.clone(), verifying }
+        KeyRing {
+            me,
+            macs,
+            signing: secret.ed25519.clone(),
+            verifying,
+        }
     }
 
     /// The process these keys belong to.
@@ -254,7 +271,9 @@ impl KeyRing {
 
     /// An authenticator with one MAC for each of `recipients` (member `i` of a stage at index `i`).
     pub fn authenticator(&self, recipients: impl Iterator<Item = Principal>, digest: &Digest) -> Authenticator {
-        Authenticator { macs: recipients.map(|to| self.mac_for(to, digest)).collect() }
+        Authenticator {
+            macs: recipients.map(|to| self.mac_for(to, digest)).collect(),
+        }
     }
 
     /// Checks our entry (index `my_index`) of an authenticator from `from`.
@@ -284,7 +303,13 @@ impl KeyRing {
 
     /// Counts matrix-signature rows from distinct authentication members whose MAC for order
     /// member `my_index` verifies over `digest`.
-    pub fn count_valid_matrix_rows(&self, my_index: usize, n_auth: usize, digest: &Digest, matrix: &MatrixSignature) -> usize {
+    pub fn count_valid_matrix_rows(
+        &self,
+        my_index: usize,
+        n_auth: usize,
+        digest: &Digest,
+        matrix: &MatrixSignature,
+    ) -> usize {
         let mut seen = std::collections::BTreeSet::new();
         matrix
             .rows
@@ -325,9 +350,15 @@ mod tests {
             replicas: secrets
                 .iter()
                 .enumerate()
-                .map(|(i, s)| ReplicaInfo { id: ReplicaId(i as u32), keys: s.public() })
+                .map(|(i, s)| ReplicaInfo {
+                    id: ReplicaId(i as u32),
+                    keys: s.public(),
+                })
                 .collect(),
-            clients: vec![ClientInfo { id: ClientId(7), keys: client.public() }],
+            clients: vec![ClientInfo {
+                id: ClientId(7),
+                keys: client.public(),
+            }],
             knobs: Knobs::default(),
         };
         (config, secrets, client)
@@ -343,12 +374,22 @@ mod tests {
         let mac = r0.mac_for(Principal::Order(ReplicaId(1)), &d);
         assert_eq!(r1.verify_mac(Principal::Auth(ReplicaId(0)), &d, &mac), Ok(()));
         // Not valid as if it came from the client, nor over another digest.
-        assert_eq!(r1.verify_mac(Principal::Client(ClientId(7)), &d, &mac), Err(AuthError::BadTag));
-        assert_eq!(r1.verify_mac(Principal::Auth(ReplicaId(0)), &Digest::of(b"x"), &mac), Err(AuthError::BadTag));
+        assert_eq!(
+            r1.verify_mac(Principal::Client(ClientId(7)), &d, &mac),
+            Err(AuthError::BadTag)
+        );
+        assert_eq!(
+            r1.verify_mac(Principal::Auth(ReplicaId(0)), &Digest::of(b"x"), &mac),
+            Err(AuthError::BadTag)
+        );
         let auth = c.authenticator(ClusterConfig::auth_members(&config.validate().unwrap()), &d);
         assert_eq!(auth.macs.len(), 4);
-        assert!(r1.verify_authenticator(Principal::Client(ClientId(7)), 1, &d, &auth).is_ok());
-        assert!(r1.verify_authenticator(Principal::Client(ClientId(7)), 0, &d, &auth).is_err());
+        assert!(r1
+            .verify_authenticator(Principal::Client(ClientId(7)), 1, &d, &auth)
+            .is_ok());
+        assert!(r1
+            .verify_authenticator(Principal::Client(ClientId(7)), 0, &d, &auth)
+            .is_err());
     }
 
     #[test]
@@ -360,7 +401,9 @@ mod tests {
         let sig = r0.sign(&d);
         assert!(r2.verify_signature(Principal::Order(ReplicaId(0)), &d, &sig).is_ok());
         assert!(r2.verify_signature(Principal::Order(ReplicaId(1)), &d, &sig).is_err());
-        assert!(r2.verify_signature(Principal::Order(ReplicaId(0)), &Digest::of(b"other"), &sig).is_err());
+        assert!(r2
+            .verify_signature(Principal::Order(ReplicaId(0)), &Digest::of(b"other"), &sig)
+            .is_err());
     }
 
     #[test]
@@ -375,7 +418,9 @@ mod tests {
             signer: ReplicaId(i as u32),
             authenticator: rings[i].authenticator(ClusterConfig::order_members(&q), &d),
         };
-        let mut matrix = MatrixSignature { rows: vec![row(0), row(1), row(1)] };
+        let mut matrix = MatrixSignature {
+            rows: vec![row(0), row(1), row(1)],
+        };
         assert_eq!(rings[2].count_valid_matrix_rows(2, 4, &d, &matrix), 2);
         matrix.rows[0].authenticator.macs[2].0[0] ^= 1;
         assert_eq!(rings[2].count_valid_matrix_rows(2, 4, &d, &matrix), 1);

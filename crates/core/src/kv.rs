@@ -164,9 +164,21 @@ mod tests {
     #[test]
     fn checkpoint_round_trip_is_byte_identical() {
         let mut kv = KvService::new();
-        kv.apply(&KvOperation::Put { key: "b".into(), value: "2".into() });
-        kv.apply(&KvOperation::Put { key: "a".into(), value: "1".into() });
-        assert_eq!(kv.apply(&KvOperation::Append { key: "a".into(), value: "x".into() }), KvReply::Value(Some("1x".into())));
+        kv.apply(&KvOperation::Put {
+            key: "b".into(),
+            value: "2".into(),
+        });
+        kv.apply(&KvOperation::Put {
+            key: "a".into(),
+            value: "1".into(),
+        });
+        assert_eq!(
+            kv.apply(&KvOperation::Append {
+                key: "a".into(),
+                value: "x".into()
+            }),
+            KvReply::Value(Some("1x".into()))
+        );
         let cp = kv.checkpoint();
         let mut other = KvService::new();
         other.restore(&cp).unwrap();

@@ -25,3 +25,6 @@ pub mod client;
 pub mod exec;
 pub mod kv;
 pub mod order;
+
+#[cfg(test)]
+pub(crate) mod testing;

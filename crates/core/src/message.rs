@@ -158,7 +158,11 @@ impl<T: Serialize> Signed<T> {
     /// Signs `value` as order member `signer`.
     pub fn sign(keys: &KeyRing, signer: ReplicaId, value: T) -> Signed<T> {
         let digest = signed_digest(&value);
-        Signed { signature: keys.sign(&digest), signer, value }
+        Signed {
+            signature: keys.sign(&digest),
+            signer,
+            value,
+        }
     }
 
     /// Checks the signature (as coming from order member `signer`).
@@ -166,7 +170,11 @@ impl<T: Serialize> Signed<T> {
         if sabotage == Some(Sabotage::SkipMac) {
             return Ok(());
         }
-        keys.verify_signature(Principal::Order(self.signer), &signed_digest(&self.value), &self.signature)
+        keys.verify_signature(
+            Principal::Order(self.signer),
+            &signed_digest(&self.value),
+            &self.signature,
+        )
     }
 }
 
@@ -519,7 +527,9 @@ impl Envelope {
                 let digest = Self::auth_digest(from, &message);
                 let authenticator = match stage {
                     StageKind::Auth => keys.authenticator(crate::config::ClusterConfig::auth_members(quorums), &digest),
-                    StageKind::Order => keys.authenticator(crate::config::ClusterConfig::order_members(quorums), &digest),
+                    StageKind::Order => {
+                        keys.authenticator(crate::config::ClusterConfig::order_members(quorums), &digest)
+                    }
                     StageKind::Exec => keys.authenticator(crate::config::ClusterConfig::exec_members(quorums), &digest),
                 };
                 Seal::Authenticator(authenticator)
@@ -551,8 +561,13 @@ impl Envelope {
                     Principal::Client(_) => return Err(Rejection::WrongSeal),
                     Principal::Auth(r) | Principal::Order(r) | Principal::Exec(r) => r.0 as usize,
                 };
-                keys.verify_authenticator(self.from, index, &Self::auth_digest(self.from, &self.message), authenticator)
-                    .map_err(Rejection::Auth)
+                keys.verify_authenticator(
+                    self.from,
+                    index,
+                    &Self::auth_digest(self.from, &self.message),
+                    authenticator,
+                )
+                .map_err(Rejection::Auth)
             }
         }
     }

@@ -163,7 +163,11 @@ mod tests {
         ];
         for &(u, r, n_auth, n_order, n_exec) in table {
             let q = Quorums::new(u, r).unwrap();
-            assert_eq!((q.n_auth, q.n_order, q.n_exec), (n_auth, n_order, n_exec), "u={u} r={r}");
+            assert_eq!(
+                (q.n_auth, q.n_order, q.n_exec),
+                (n_auth, n_order, n_exec),
+                "u={u} r={r}"
+            );
             assert_eq!(q.n_replicas(), n_order);
             // Two medium order quorums intersect in at least r + 1 members.
             assert!(2 * q.order_medium() - q.n_order > r, "u={u} r={r}");

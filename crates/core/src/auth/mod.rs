@@ -1,25 +1,260 @@
-//! The authentication stage (UpRight thesis 5.2).
-//! (Placeholder: implemented in its own change.)
+//! The authentication stage (UpRight thesis 5.2; the papers' "filter" / "RQ").
+//!
+//! Each member checks a client's MAC authenticator, persists the request, and forwards an
+//! AUTH-REQ to every order member: the entry (body inline if small, else its digest) and this
+//! member's row of the matrix signature. It keeps request bodies to answer the execution stage's
+//! FETCH. Members never talk to each other; their states may differ.
+//!
+//! Rate limit (AS3/AS4): a client has at most one forwarded-but-not-known-ordered request here.
+//! A newer request is accepted once `q.batch_complete()` execution members reported the pending one
+//! ordered, or after `knobs.auth_retransmit_interval_us` (a lost BATCH-COMPLETE must not block a
+//! correct client forever; the order stage still orders a client's requests strictly in sequence,
+//! so this cannot let a client get ahead).
+
+mod clients;
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::config::{ClusterConfig, ConfigError};
-use crate::crypto::KeyRing;
-use crate::ids::{Principal, ReplicaId};
+use crate::crypto::{Digest, KeyRing, MatrixRow};
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId, StageKind};
+use crate::message::{Envelope, Message, RequestBody, RequestEntry, SealFor};
+use crate::quorum::Quorums;
 use crate::stage::{Action, Input, Stage, Stats, Storage, Time};
 
+use clients::{ClientTable, Forwarded};
 
-/// The authentication stage (UpRight thesis 5.2).
+/// Request bodies kept per client to answer FETCH (the newest ones).
+pub const BODIES_PER_CLIENT_MAX: usize = 4;
+
+/// The authentication stage member.
 pub struct AuthStage {
+    config: Arc<ClusterConfig>,
+    quorums: Quorums,
     id: ReplicaId,
+    keys: Arc<KeyRing>,
+    clients: ClientTable,
     stats: Stats,
 }
 
+fn storage_key(client: ClientId) -> String {
+    format!("auth/req/{}", client.0)
+}
+
 impl AuthStage {
-    /// Member `id` of this stage, restored from `storage` (empty on first start).
-    pub fn new(config: Arc<ClusterConfig>, id: ReplicaId, keys: Arc<KeyRing>, storage: &Storage) -> Result<AuthStage, ConfigError> {
-        let _ = (config, keys, storage);
-        Ok(AuthStage { id, stats: Stats::default() })
+    /// Member `id`, restored from `storage` (empty on first start).
+    pub fn new(
+        config: Arc<ClusterConfig>,
+        id: ReplicaId,
+        keys: Arc<KeyRing>,
+        storage: &Storage,
+    ) -> Result<AuthStage, ConfigError> {
+        let quorums = config.validate()?;
+        let mut stage = AuthStage {
+            clients: ClientTable::new(&config),
+            config,
+            quorums,
+            id,
+            keys,
+            stats: Stats::default(),
+        };
+        for (key, value) in storage.range("auth/req/".to_string().."auth/req0".to_string()) {
+            match crate::codec::from_bytes::<(ClientId, RequestId, Bytes)>(value) {
+                Ok((client, request_id, operation)) if stage.clients.contains(client) => {
+                    let forwarded = stage.build(client, request_id, operation, 0);
+                    stage.clients.restore(forwarded);
+                }
+                _ => {
+                    // Our own storage is corrupt: skip the record; the client retransmits.
+                    stage.stats.bump("recovery_bad_record");
+                    let _ = key;
+                }
+            }
+        }
+        Ok(stage)
+    }
+
+    /// Builds the AUTH-REQ for a request: entry, matrix row, sealed envelope.
+    fn build(&self, client: ClientId, request_id: RequestId, operation: Bytes, now: Time) -> Forwarded {
+        let operation_digest = Digest::of(&operation);
+        let body = if operation.len() <= self.config.knobs.inline_request_bytes_max {
+            RequestBody::Inline(operation.clone())
+        } else {
+            RequestBody::Digest(operation_digest)
+        };
+        let entry = RequestEntry {
+            client,
+            request_id,
+            body,
+        };
+        let row = MatrixRow {
+            signer: self.id,
+            authenticator: self
+                .keys
+                .authenticator(ClusterConfig::order_members(&self.quorums), &entry.digest()),
+        };
+        let envelope = Arc::new(Envelope::seal(
+            &self.keys,
+            &self.quorums,
+            Principal::Auth(self.id),
+            Message::AuthRequest { entry, row },
+            SealFor::Nothing,
+        ));
+        Forwarded {
+            request_id,
+            operation,
+            operation_digest,
+            envelope,
+            forwarded_at: now,
+            forwards: 1,
+        }
+    }
+
+    fn send_to_order(&self, envelope: Arc<Envelope>, out: &mut Vec<Action>) {
+        out.push(Action::Send {
+            to: ClusterConfig::order_members(&self.quorums).collect(),
+            envelope,
+        });
+    }
+
+    fn on_client_request(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
+        let Message::ClientRequest {
+            client,
+            request_id,
+            operation,
+            ..
+        } = &envelope.message
+        else {
+            unreachable!("dispatched on message kind");
+        };
+        if envelope.from != Principal::Client(*client) || !self.clients.contains(*client) {
+            self.stats.bump("dropped_unknown_client");
+            return;
+        }
+        if operation.len() > self.config.knobs.request_bytes_max || request_id.0 == 0 {
+            self.stats.bump("dropped_bad_request");
+            return;
+        }
+        if envelope
+            .open(&self.keys, Principal::Auth(self.id), self.config.knobs.sabotage)
+            .is_err()
+        {
+            self.stats.bump("dropped_bad_seal");
+            return;
+        }
+        let interval = self.config.knobs.auth_retransmit_interval_us;
+        let state = self.clients.get(*client);
+        if let Some(last) = state.last_sent() {
+            if *request_id <= last.request_id {
+                if *request_id == last.request_id && Digest::of(operation) != last.operation_digest {
+                    // Two operations under one request id: a faulty client.
+                    self.stats.bump("dropped_conflicting_request");
+                    return;
+                }
+                // Retransmission: resend our AUTH-REQ (the first one at once, then at most once
+                // per interval), so the order stage learns it again or asks for a reply resend.
+                if let Some(envelope) = self.clients.get_mut(*client).retransmission_due(now, interval) {
+                    self.stats.bump("forwarded_retransmission");
+                    self.send_to_order(envelope, out);
+                } else {
+                    self.stats.bump("dropped_retransmission_paced");
+                }
+                return;
+            }
+            if !state.may_accept_new(now, interval) {
+                self.stats.bump("dropped_pending_request");
+                return;
+            }
+        }
+        let forwarded = self.build(*client, *request_id, operation.clone(), now);
+        let record = crate::codec::to_bytes(&(*client, *request_id, operation));
+        out.push(Action::Persist {
+            key: storage_key(*client),
+            value: Some(Bytes::from(record)),
+        });
+        let envelope = forwarded.envelope.clone();
+        self.clients.get_mut(*client).accept(forwarded);
+        self.stats.bump("forwarded");
+        self.send_to_order(envelope, out);
+    }
+
+    fn exec_sender(&self, envelope: &Envelope) -> Option<ReplicaId> {
+        match envelope.from {
+            Principal::Exec(r) if (r.0 as usize) < self.quorums.n_exec => Some(r),
+            _ => None,
+        }
+    }
+
+    fn on_batch_complete(&mut self, envelope: &Envelope) {
+        let Message::BatchComplete { requests, .. } = &envelope.message else {
+            unreachable!("dispatched on message kind");
+        };
+        let Some(exec) = self.exec_sender(envelope) else {
+            self.stats.bump("dropped_wrong_sender");
+            return;
+        };
+        if envelope
+            .open(&self.keys, Principal::Auth(self.id), self.config.knobs.sabotage)
+            .is_err()
+        {
+            self.stats.bump("dropped_bad_seal");
+            return;
+        }
+        let quorum = self.quorums.batch_complete();
+        for (client, request_id) in requests {
+            if self.clients.contains(*client) {
+                self.clients.get_mut(*client).ordered_vote(exec, *request_id, quorum);
+            }
+        }
+    }
+
+    fn on_fetch(&mut self, envelope: &Envelope, out: &mut Vec<Action>) {
+        let Message::Fetch {
+            client,
+            request_id,
+            operation_digest,
+        } = &envelope.message
+        else {
+            unreachable!("dispatched on message kind");
+        };
+        if self.exec_sender(envelope).is_none() {
+            self.stats.bump("dropped_wrong_sender");
+            return;
+        }
+        if envelope
+            .open(&self.keys, Principal::Auth(self.id), self.config.knobs.sabotage)
+            .is_err()
+        {
+            self.stats.bump("dropped_bad_seal");
+            return;
+        }
+        if !self.clients.contains(*client) {
+            self.stats.bump("dropped_unknown_client");
+            return;
+        }
+        let Some(operation) = self.clients.get(*client).body(*request_id, operation_digest) else {
+            self.stats.bump("fetch_miss");
+            return;
+        };
+        let reply = Message::Command {
+            client: *client,
+            request_id: *request_id,
+            operation,
+        };
+        let sealed = Envelope::seal(
+            &self.keys,
+            &self.quorums,
+            Principal::Auth(self.id),
+            reply,
+            SealFor::One(envelope.from),
+        );
+        self.stats.bump("fetch_served");
+        out.push(Action::Send {
+            to: vec![envelope.from],
+            envelope: Arc::new(sealed),
+        });
     }
 }
 
@@ -27,10 +262,26 @@ impl Stage for AuthStage {
     fn principal(&self) -> Principal {
         Principal::Auth(self.id)
     }
-    fn handle(&mut self, _now: Time, _input: Input, _out: &mut Vec<Action>) {
-        unimplemented!("auth stage")
+
+    fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
+        let Input::Message(envelope) = input else {
+            return;
+        };
+        match &envelope.message {
+            Message::ClientRequest { .. } => self.on_client_request(now, &envelope, out),
+            Message::BatchComplete { .. } => self.on_batch_complete(&envelope),
+            Message::Fetch { .. } => self.on_fetch(&envelope, out),
+            _ => self.stats.bump("dropped_unexpected_message"),
+        }
     }
+
     fn stats(&self) -> &Stats {
         &self.stats
     }
 }
+
+/// The stage this module implements (for hosts that route by stage).
+pub const STAGE: StageKind = StageKind::Auth;
+
+#[cfg(test)]
+mod tests;

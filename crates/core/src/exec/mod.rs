@@ -6,8 +6,8 @@ use std::sync::Arc;
 use crate::config::{ClusterConfig, ConfigError};
 use crate::crypto::KeyRing;
 use crate::ids::{Principal, ReplicaId};
-use crate::stage::{Action, Input, Stage, Stats, Storage, Time};
 use crate::service::Service;
+use crate::stage::{Action, Input, Stage, Stats, Storage, Time};
 
 /// The execution stage.
 pub struct ExecStage {
@@ -17,9 +17,18 @@ pub struct ExecStage {
 
 impl ExecStage {
     /// Member `id` of this stage, restored from `storage` (empty on first start).
-    pub fn new(config: Arc<ClusterConfig>, id: ReplicaId, keys: Arc<KeyRing>, storage: &Storage, service: Box<dyn Service + Send>) -> Result<ExecStage, ConfigError> {
+    pub fn new(
+        config: Arc<ClusterConfig>,
+        id: ReplicaId,
+        keys: Arc<KeyRing>,
+        storage: &Storage,
+        service: Box<dyn Service + Send>,
+    ) -> Result<ExecStage, ConfigError> {
         let _ = (config, keys, storage, service);
-        Ok(ExecStage { id, stats: Stats::default() })
+        Ok(ExecStage {
+            id,
+            stats: Stats::default(),
+        })
     }
 }
 

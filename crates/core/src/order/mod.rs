@@ -8,7 +8,6 @@ use crate::crypto::KeyRing;
 use crate::ids::{Principal, ReplicaId};
 use crate::stage::{Action, Input, Stage, Stats, Storage, Time};
 
-
 /// The order stage: PBFT agreement on batches.
 pub struct OrderStage {
     id: ReplicaId,
@@ -17,9 +16,17 @@ pub struct OrderStage {
 
 impl OrderStage {
     /// Member `id` of this stage, restored from `storage` (empty on first start).
-    pub fn new(config: Arc<ClusterConfig>, id: ReplicaId, keys: Arc<KeyRing>, storage: &Storage) -> Result<OrderStage, ConfigError> {
+    pub fn new(
+        config: Arc<ClusterConfig>,
+        id: ReplicaId,
+        keys: Arc<KeyRing>,
+        storage: &Storage,
+    ) -> Result<OrderStage, ConfigError> {
         let _ = (config, keys, storage);
-        Ok(OrderStage { id, stats: Stats::default() })
+        Ok(OrderStage {
+            id,
+            stats: Stats::default(),
+        })
     }
 }
 

@@ -1,0 +1,66 @@
+//! Test fixtures: a cluster configuration with real keys.
+
+use std::sync::Arc;
+
+use crate::config::{ClientInfo, ClusterConfig, Knobs, ReplicaInfo};
+use crate::crypto::{KeyRing, SecretKeys};
+use crate::ids::{ClientId, Process, ReplicaId};
+use crate::quorum::Quorums;
+
+/// A configured cluster with every principal's key ring.
+pub struct Fixture {
+    pub config: Arc<ClusterConfig>,
+    pub quorums: Quorums,
+    pub replicas: Vec<Arc<KeyRing>>,
+    pub clients: Vec<Arc<KeyRing>>,
+}
+
+/// A cluster for `(u, r)` with `clients` clients (ids 0..clients) and the given knobs.
+pub fn fixture(u: usize, r: usize, clients: u32, knobs: Knobs) -> Fixture {
+    let quorums = Quorums::new(u, r).unwrap();
+    let replica_secrets: Vec<SecretKeys> = (0..quorums.n_replicas())
+        .map(|i| SecretKeys::from_seed([i as u8 + 1; 32]))
+        .collect();
+    let client_secrets: Vec<SecretKeys> = (0..clients)
+        .map(|i| SecretKeys::from_seed([100 + i as u8; 32]))
+        .collect();
+    let config = Arc::new(ClusterConfig {
+        cluster_name: "test".into(),
+        u,
+        r,
+        replicas: replica_secrets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ReplicaInfo {
+                id: ReplicaId(i as u32),
+                keys: s.public(),
+            })
+            .collect(),
+        clients: client_secrets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ClientInfo {
+                id: ClientId(i as u32),
+                keys: s.public(),
+            })
+            .collect(),
+        knobs,
+    });
+    config.validate().unwrap();
+    let replicas = replica_secrets
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Arc::new(KeyRing::new(&config, Process::Replica(ReplicaId(i as u32)), s)))
+        .collect();
+    let clients = client_secrets
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Arc::new(KeyRing::new(&config, Process::Client(ClientId(i as u32)), s)))
+        .collect();
+    Fixture {
+        config,
+        quorums,
+        replicas,
+        clients,
+    }
+}
