@@ -153,12 +153,6 @@ impl CheckpointStore {
     pub fn get(&self, seqno: SeqNo, digest: Digest) -> Option<&StoredCheckpoint> {
         self.kept.get(&seqno).filter(|cp| cp.digest == digest)
     }
-
-    /// The newest kept checkpoint.
-    #[cfg(test)]
-    pub fn newest(&self) -> Option<&StoredCheckpoint> {
-        self.kept.values().next_back()
-    }
 }
 
 impl ExecStage {

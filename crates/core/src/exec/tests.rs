@@ -230,7 +230,7 @@ pub(super) fn replies(out: &[Action], client: ClientId) -> Vec<(RequestId, Reply
 /// A service that records every batch it executes, around a key-value store.
 pub(super) struct SpyService {
     pub kv: KvService,
-    pub calls: Arc<Mutex<Vec<(SeqNo, Vec<(ClientId, RequestId)>)>>>,
+    pub calls: Calls,
 }
 
 impl Service for SpyService {
@@ -250,7 +250,7 @@ impl Service for SpyService {
     }
 }
 
-type Calls = Arc<Mutex<Vec<(SeqNo, Vec<(ClientId, RequestId)>)>>>;
+pub(super) type Calls = Arc<Mutex<Vec<(SeqNo, Vec<(ClientId, RequestId)>)>>>;
 
 fn spy_stage(net: &Net, id: u32) -> (ExecStage, Calls) {
     let calls: Calls = Arc::default();
