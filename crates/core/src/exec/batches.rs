@@ -155,6 +155,13 @@ impl BatchCollector {
         self.ready = self.ready.split_off(&seqno.next());
     }
 
+    /// Forgets every vote and agreed batch above `seqno` (buffered for a state transfer that
+    /// failed, now outside the window).
+    pub fn prune_beyond(&mut self, seqno: SeqNo) {
+        self.votes.split_off(&seqno.next());
+        self.ready.split_off(&seqno.next());
+    }
+
     /// Number of sequence numbers buffered (voted or agreed).
     #[cfg(test)]
     pub fn buffered(&self) -> usize {

@@ -245,11 +245,13 @@ impl ExecStage {
             Ok(cp) => cp,
             Err(_) => {
                 self.stats.bump("state_transfer_undecodable");
+                self.abandon_transfer();
                 return;
             }
         };
         if checkpoint.seqno != t.seqno || self.restore_checkpoint(&checkpoint).is_err() {
             self.stats.bump("state_transfer_unrestorable");
+            self.abandon_transfer();
             return;
         }
         self.install_checkpoint(stored, out);
@@ -264,6 +266,14 @@ impl ExecStage {
         self.send_last_executed(out);
         self.request_bodies(out);
         self.execute_ready(out);
+    }
+
+    /// After a failed transfer: drop what was buffered beyond the normal window (the order stage
+    /// will send LOAD-CP again on LAST-EXEC).
+    fn abandon_transfer(&mut self) {
+        self.transfer = None;
+        self.batches
+            .prune_beyond(SeqNo(self.last_executed.0.saturating_add(self.config.knobs.log_window)));
     }
 
     /// Serves our kept checkpoints: the manifest or one chunk.

@@ -424,3 +424,57 @@ fn batches_beyond_a_loading_checkpoint_are_buffered_and_executed_after_it() {
     assert_eq!(executed(&log), vec![SeqNo(9)]);
     assert_eq!(b.last_executed().0, SeqNo(9));
 }
+
+#[test]
+fn chunk_requests_in_flight_are_bounded() {
+    let net = Net::new(state_transfer_knobs());
+    let batches = workload();
+    let mut a = net.kv_stage(0);
+    let (seqno, digest) = checkpointed(&run(&net, &mut a, &batches[..4]))[0];
+    let mut b = net.kv_stage(1);
+    let mut out = Vec::new();
+    for i in [1, 3] {
+        let load = Message::LoadCheckpoint {
+            seqno,
+            exec_state: digest,
+        };
+        b.handle(
+            1,
+            net.input(
+                Principal::Order(ReplicaId(i)),
+                load,
+                SealFor::One(Principal::Exec(ReplicaId(1))),
+            ),
+            &mut out,
+        );
+    }
+    // Ask exec 0 for the manifest directly and hand its answer to b.
+    let ask = Message::FetchState {
+        seqno,
+        state_digest: digest,
+        chunk: None,
+    };
+    let mut manifest = Vec::new();
+    a.handle(
+        1,
+        net.input(
+            Principal::Exec(ReplicaId(1)),
+            ask,
+            SealFor::One(Principal::Exec(ReplicaId(0))),
+        ),
+        &mut manifest,
+    );
+    let Action::Send { envelope, .. } = &manifest[0] else {
+        panic!()
+    };
+    let mut out = Vec::new();
+    b.handle(1, Input::Message(envelope.clone()), &mut out);
+    let chunk_requests: Vec<_> = sent(&out)
+        .into_iter()
+        .filter(|(_, m)| matches!(m, Message::FetchState { chunk: Some(_), .. }))
+        .collect();
+    assert_eq!(chunk_requests.len(), super::state_transfer::CHUNKS_IN_FLIGHT_MAX);
+    // A second manifest is not needed once one verified.
+    b.handle(1, Input::Message(envelope.clone()), &mut out);
+    assert_eq!(b.stats().get("state_manifest_unexpected"), 1);
+}
