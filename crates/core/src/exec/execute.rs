@@ -173,8 +173,9 @@ impl ExecStage {
         }
     }
 
-    /// Executes one batch (the next in sequence, bodies present, history checked).
-    fn execute_batch(&mut self, batch: AgreedBatch, out: &mut Vec<Action>) {
+    /// The requests of `batch` to execute: configured clients, not yet executed (a duplicate
+    /// gets its cached reply again), at most once per batch.
+    fn requests_to_execute(&mut self, batch: &AgreedBatch, out: &mut Vec<Action>) -> Vec<ServiceRequest> {
         let mut requests = Vec::new();
         let mut in_batch: BTreeMap<ClientId, RequestId> = BTreeMap::new();
         for entry in &batch.entries {
@@ -199,6 +200,12 @@ impl ExecStage {
                 operation,
             });
         }
+        requests
+    }
+
+    /// Executes one batch (the next in sequence, bodies present, history checked).
+    fn execute_batch(&mut self, batch: AgreedBatch, out: &mut Vec<Action>) {
+        let requests = self.requests_to_execute(&batch, out);
         if !requests.is_empty() {
             let context = BatchContext {
                 seqno: batch.seqno,

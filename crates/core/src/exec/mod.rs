@@ -172,7 +172,13 @@ impl ExecStage {
             self.stats.bump("wrong_sender");
             return;
         }
-        match (&envelope.message, from) {
+        self.dispatch(now, from, &envelope.message, out);
+    }
+
+    /// Hands an authenticated message from a configured member to its handler, if that member's
+    /// stage may send it.
+    fn dispatch(&mut self, now: Time, from: Principal, message: &Message, out: &mut Vec<Action>) {
+        match (message, from) {
             (
                 Message::NextBatch {
                     seqno,

@@ -523,83 +523,50 @@ fn reply_is_full_from_the_designated_member_and_for_small_results() {
         replies(&outs[2], CLIENT),
         vec![(RequestId(1), full1), (RequestId(2), digest2), (RequestId(3), small)]
     );
-    // RETRANSMIT of the last request: resend in full, from a non-designated member too.
-    let mut out = Vec::new();
-    let retransmit = Message::Retransmit {
+}
+
+/// RETRANSMIT of `request_id` from `from` to exec member 1.
+fn retransmit(net: &Net, from: Principal, request_id: u64) -> Input {
+    let message = Message::Retransmit {
         client: CLIENT,
-        request_id: RequestId(3),
+        request_id: RequestId(request_id),
     };
-    stages[1].handle(
-        5,
-        net.input(
-            Principal::Order(ReplicaId(3)),
-            retransmit.clone(),
-            SealFor::One(Principal::Exec(ReplicaId(1))),
-        ),
-        &mut out,
-    );
+    net.input(from, message, SealFor::One(Principal::Exec(ReplicaId(1))))
+}
+
+#[test]
+fn retransmit_resends_the_cached_reply_in_full() {
+    let net = Net::small();
+    let long = "0123456789012345678901234567890123456789";
+    let mut stage = net.kv_stage(1);
+    // (7 + 1) mod 3 = 2 is the designated replier: member 1 sends a digest of the long result.
+    let batch = &chain(vec![vec![append(CLIENT, 1, "k", long)]])[0];
+    let out = net.deliver(&mut stage, batch);
+    let result = KvReply::Value(Some(long.into())).encode();
     assert_eq!(
         replies(&out, CLIENT),
-        vec![(RequestId(3), ReplyBody::Full(KvReply::Done.encode()))]
+        vec![(RequestId(1), ReplyBody::Digest(Digest::of(&result)))]
     );
-    // Not for an older request, nor again right away; not from a non-order sender.
-    let old = Message::Retransmit {
-        client: CLIENT,
-        request_id: RequestId(2),
-    };
+    // On RETRANSMIT from an order member: in full.
     let mut out = Vec::new();
-    stages[1].handle(
-        6,
-        net.input(
-            Principal::Order(ReplicaId(0)),
-            old,
-            SealFor::One(Principal::Exec(ReplicaId(1))),
-        ),
-        &mut out,
+    stage.handle(5, retransmit(&net, Principal::Order(ReplicaId(3)), 1), &mut out);
+    assert_eq!(
+        replies(&out, CLIENT),
+        vec![(RequestId(1), ReplyBody::Full(result.clone()))]
     );
-    stages[1].handle(
-        6,
-        net.input(
-            Principal::Order(ReplicaId(0)),
-            retransmit.clone(),
-            SealFor::One(Principal::Exec(ReplicaId(1))),
-        ),
-        &mut out,
-    );
-    stages[1].handle(
-        1_000_000,
-        net.input(
-            Principal::Auth(ReplicaId(0)),
-            retransmit.clone(),
-            SealFor::One(Principal::Exec(ReplicaId(1))),
-        ),
-        &mut out,
-    );
+    // Not again right away (every order member forwards the same retransmission), not for
+    // another request, not from a non-order sender.
+    let mut out = Vec::new();
+    stage.handle(6, retransmit(&net, Principal::Order(ReplicaId(0)), 1), &mut out);
+    stage.handle(6, retransmit(&net, Principal::Order(ReplicaId(0)), 2), &mut out);
+    stage.handle(1_000_000, retransmit(&net, Principal::Auth(ReplicaId(0)), 1), &mut out);
     assert!(replies(&out, CLIENT).is_empty());
-    assert_eq!(stages[1].stats().get("retransmit_not_cached"), 1);
-    assert_eq!(stages[1].stats().get("retransmit_rate_limited"), 1);
-    assert_eq!(stages[1].stats().get("wrong_sender"), 1);
-    // Later, a retransmit of request 2 whose body is long and not ours to send in full: full anyway.
-    let batches = chain_from(SeqNo(3), batches[2].history, vec![vec![append(CLIENT, 4, "k", "?")]]);
-    let mut out = net.deliver(&mut stages[1], &batches[0]);
-    assert!(
-        matches!(replies(&out, CLIENT)[0].1, ReplyBody::Digest(_)),
-        "(7 + 4) mod 3 = 2 is designated"
-    );
-    let retransmit = Message::Retransmit {
-        client: CLIENT,
-        request_id: RequestId(4),
-    };
-    stages[1].handle(
-        2_000_000,
-        net.input(
-            Principal::Order(ReplicaId(2)),
-            retransmit,
-            SealFor::One(Principal::Exec(ReplicaId(1))),
-        ),
-        &mut out,
-    );
-    assert!(matches!(replies(&out, CLIENT).last().unwrap().1, ReplyBody::Full(_)));
+    assert_eq!(stage.stats().get("retransmit_rate_limited"), 1);
+    assert_eq!(stage.stats().get("retransmit_not_cached"), 1);
+    assert_eq!(stage.stats().get("wrong_sender"), 1);
+    // Later it is answered again.
+    stage.handle(2_000_000, retransmit(&net, Principal::Order(ReplicaId(2)), 1), &mut out);
+    assert_eq!(replies(&out, CLIENT), vec![(RequestId(1), ReplyBody::Full(result))]);
 }
 
 #[test]
