@@ -285,9 +285,13 @@ fn state_transfer_between_two_members_end_to_end() {
     assert!(sent(&log).iter().any(|(_, m)| *m == Message::LastExecuted { seqno }));
     assert!(b.checkpoints.get(seqno, digest).is_some());
 
-    // Both continue identically: same replies and the same checkpoint at 12.
-    let out_a = run(&net, &mut a, &batches[8..]);
-    let out_b = run(&net, &mut b, &batches[8..]);
+    assert_continue_identically(&net, &mut a, &mut b, &batches[8..]);
+}
+
+/// Both members execute `batches` with the same replies and the same checkpoint at 12.
+fn assert_continue_identically(net: &Net, a: &mut ExecStage, b: &mut ExecStage, batches: &[TestBatch]) {
+    let out_a = run(net, a, batches);
+    let out_b = run(net, b, batches);
     assert_eq!(executed(&out_b), (9..=12).map(SeqNo).collect::<Vec<_>>());
     assert_eq!(checkpointed(&out_a), checkpointed(&out_b));
     let digests = |out: &[Action]| {
@@ -356,6 +360,14 @@ fn serving_state_rejects_unknown_checkpoints_and_chunks() {
     };
     assert_eq!(to, &vec![Principal::Exec(ReplicaId(1))]);
     assert_eq!(crate::message::state_digest(*s, *total_bytes, chunk_digests), digest);
+}
+
+#[test]
+fn stray_chunks_and_old_load_checkpoints_are_ignored() {
+    let net = Net::new(state_transfer_knobs());
+    let mut a = net.kv_stage(0);
+    let (seqno, digest) = checkpointed(&run(&net, &mut a, &workload()[..4]))[0];
+    let mut out = Vec::new();
     // A chunk nobody asked for is dropped by a member that is not loading.
     let chunk = Message::StateChunk {
         seqno,
@@ -388,6 +400,7 @@ fn serving_state_rejects_unknown_checkpoints_and_chunks() {
         &mut out,
     );
     assert_eq!(a.stats().get("load_checkpoint_old"), 1);
+    assert!(sent(&out).is_empty());
 }
 
 #[test]
