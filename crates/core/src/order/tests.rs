@@ -1,0 +1,1 @@
+//! Tests: a deterministic in-test cluster of order members.
