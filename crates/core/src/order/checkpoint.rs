@@ -77,9 +77,9 @@ impl OrderStage {
     pub(super) fn try_votes(&mut self, now: Time, out: &mut Vec<Action>) {
         let candidates: Vec<SeqNo> = self
             .tokens
-            .range(self.h.next()..=self.last_committed)
-            .map(|(n, _)| *n)
-            .filter(|n| !self.own_checkpoints.contains_key(n))
+            .keys()
+            .copied()
+            .filter(|n| *n > self.h && *n <= self.last_committed && !self.own_checkpoints.contains_key(n))
             .collect();
         for seqno in candidates {
             let mut counts: BTreeMap<Digest, usize> = BTreeMap::new();

@@ -198,10 +198,33 @@ impl OrderStage {
         }
     }
 
+    /// The view-change timer fired. A backup in an installed view suspects the primary. A member
+    /// changing views moves on to the next view only if a quorum is changing with it (PBFT 2.4:
+    /// the timer counts only once `view_change` VIEW-CHANGEs arrived), so a member cut off from the
+    /// others does not race ahead alone; otherwise it keeps waiting (and resending).
     pub(super) fn on_view_change_timer(&mut self, now: Time, out: &mut Vec<Action>) {
-        if self.changing || !self.is_primary() {
+        if !self.changing {
+            if !self.is_primary() {
+                self.stats.bump("view_change_timeout");
+                self.start_view_change(now, self.view.next(), out);
+            }
+            return;
+        }
+        let with_us = self
+            .view_changes
+            .values()
+            .filter(|vc| vc.value.new_view == self.view)
+            .count();
+        if with_us >= self.q.view_change() {
             self.stats.bump("view_change_timeout");
             self.start_view_change(now, self.view.next(), out);
+        } else {
+            let at = now + self.view_change_timeout();
+            self.view_change_deadline = Some(at);
+            out.push(Action::SetTimer {
+                timer: Timer::ViewChange,
+                at,
+            });
         }
     }
 
