@@ -23,7 +23,7 @@ pub const VOTES_PER_MEMBER_MAX: usize = 4;
 /// order members for the checkpoint's `(seqno, digest)`, and a well-formed checkpoint.
 pub fn verify_stable(config: &ClusterConfig, q: &Quorums, keys: &KeyRing, stable: &StableCheckpoint) -> bool {
     let cp = &stable.checkpoint;
-    if cp.seqno.0 == 0 || cp.seqno.0 % config.knobs.checkpoint_interval != 0 {
+    if cp.seqno.0 == 0 || !cp.seqno.0.is_multiple_of(config.knobs.checkpoint_interval) {
         return false;
     }
     let well_formed = cp.last_ordered.len() <= config.clients.len()
@@ -66,7 +66,7 @@ impl OrderStage {
         exec_state: Digest,
         out: &mut Vec<Action>,
     ) {
-        if seqno.0 % self.config.knobs.checkpoint_interval != 0 || !self.in_window(seqno) {
+        if !seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) || !self.in_window(seqno) {
             return self.stats.bump("drop_token_out_of_window");
         }
         self.tokens.entry(seqno).or_default().entry(from).or_insert(exec_state);
@@ -131,7 +131,7 @@ impl OrderStage {
         let seqno = vote.value.seqno;
         if (vote.signer.0 as usize) >= self.q.n_order
             || seqno.0 == 0
-            || seqno.0 % self.config.knobs.checkpoint_interval != 0
+            || !seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval)
         {
             return self.stats.bump("drop_bad_checkpoint_vote");
         }
@@ -224,7 +224,7 @@ impl OrderStage {
             self.stable = Some(stable);
         }
         let keep_from = seqno.next();
-        let dropped = std::mem::replace(&mut self.log, BTreeMap::new());
+        let dropped = std::mem::take(&mut self.log);
         let (old, kept): (BTreeMap<_, _>, BTreeMap<_, _>) = dropped.into_iter().partition(|(n, _)| *n < keep_from);
         self.log = kept;
         for n in old.keys() {

@@ -421,7 +421,7 @@ impl OrderStage {
         }
         self.history = history;
         self.last_committed = n;
-        if n.0 % self.config.knobs.checkpoint_interval == 0 {
+        if n.0.is_multiple_of(self.config.knobs.checkpoint_interval) {
             let last_ordered = self.last_ordered.iter().map(|(c, r)| (*c, *r)).collect();
             self.snapshots.insert(
                 n,

@@ -167,7 +167,7 @@ impl Cluster {
                 for target in to {
                     match target {
                         Principal::Order(_) => self.queue.push_back((target, envelope.clone())),
-                        Principal::Exec(_) => self.to_exec(target, &envelope),
+                        Principal::Exec(_) => self.exec_receives(target, &envelope),
                         _ => {}
                     }
                 }
@@ -185,7 +185,7 @@ impl Cluster {
 
     /// The fake execution stage: records NEXT-BATCHes and, once `next_batch` order members sent a
     /// checkpoint batch, sends tokens from every execution member.
-    fn to_exec(&mut self, to: Principal, envelope: &Envelope) {
+    fn exec_receives(&mut self, to: Principal, envelope: &Envelope) {
         let (Principal::Exec(ReplicaId(0)), Principal::Order(from)) = (to, envelope.from) else {
             return;
         };

@@ -441,3 +441,81 @@ impl OrderStage {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{PrePreparedClaim, PreparedClaim};
+
+    fn batch(t: u64) -> Batch {
+        Batch {
+            time_us: t,
+            entries: Vec::new(),
+        }
+    }
+
+    fn vc(prepared: &[(u64, u64, &Batch)], pre_prepared: &[(u64, u64, &Batch)]) -> ViewChange {
+        ViewChange {
+            new_view: View(5),
+            stable: None,
+            prepared: prepared
+                .iter()
+                .map(|(n, v, b)| PreparedClaim {
+                    seqno: SeqNo(*n),
+                    view: View(*v),
+                    digest: b.digest(),
+                    batch: (*b).clone(),
+                })
+                .collect(),
+            pre_prepared: pre_prepared
+                .iter()
+                .map(|(n, v, b)| PrePreparedClaim {
+                    seqno: SeqNo(*n),
+                    view: View(*v),
+                    digest: b.digest(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn selection_follows_a1_a2_and_null_rules() {
+        let q = Quorums::new(1, 1).unwrap(); // n = 4, medium 3, small 2
+        let (a, b) = (batch(1), batch(2));
+        // Seqno 1: a prepared in view 1 by two members (Q support 2) -> a.
+        // Seqno 2: b claimed prepared by one (possibly lying) member, no Q support -> undecided
+        //          unless medium members have no P entry: here 2 of 3 have none -> undecidable.
+        let vcs = [
+            vc(&[(1, 1, &a)], &[(1, 1, &a)]),
+            vc(&[(1, 1, &a)], &[(1, 1, &a)]),
+            vc(&[], &[]),
+        ];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        assert_eq!(select(&q, &refs), Some((None, vec![(SeqNo(1), a.clone())])));
+        let vcs = [vc(&[(2, 1, &b)], &[]), vc(&[], &[]), vc(&[], &[])];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        let null = Batch {
+            time_us: 0,
+            entries: Vec::new(),
+        };
+        assert_eq!(
+            select(&q, &refs),
+            None,
+            "a lone unsupported P claim blocks a null decision with 3 messages"
+        );
+        let vcs = [vc(&[(2, 1, &b)], &[]), vc(&[], &[]), vc(&[], &[]), vc(&[], &[])];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        assert_eq!(
+            select(&q, &refs),
+            Some((None, vec![(SeqNo(1), null.clone()), (SeqNo(2), null)]))
+        );
+        // A higher-view prepared claim wins over a lower one for the same seqno.
+        let vcs = [
+            vc(&[(1, 2, &b)], &[(1, 2, &b)]),
+            vc(&[(1, 1, &a)], &[(1, 1, &a), (1, 2, &b)]),
+            vc(&[], &[]),
+        ];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        assert_eq!(select(&q, &refs), Some((None, vec![(SeqNo(1), b)])));
+    }
+}
