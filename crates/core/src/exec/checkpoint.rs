@@ -149,6 +149,11 @@ impl CheckpointStore {
         stale
     }
 
+    /// The newest kept checkpoint.
+    pub fn newest(&self) -> Option<&StoredCheckpoint> {
+        self.kept.last_key_value().map(|(_, cp)| cp)
+    }
+
     /// The kept checkpoint at `seqno` with this digest.
     pub fn get(&self, seqno: SeqNo, digest: Digest) -> Option<&StoredCheckpoint> {
         self.kept.get(&seqno).filter(|cp| cp.digest == digest)
@@ -174,12 +179,25 @@ impl ExecStage {
             seqno,
             state_digest: digest,
         }));
+        self.send_checkpoint_token(seqno, digest, out);
+    }
+
+    fn send_checkpoint_token(&self, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
         let token = Message::CheckpointToken {
             seqno,
             exec_state: digest,
         };
         let order = ClusterConfig::order_members(&self.q).collect();
         self.send(order, token, SealFor::Stage(StageKind::Order), out);
+    }
+
+    /// Sends the newest checkpoint's CP-TOKEN again: tokens can be lost, and without
+    /// `checkpoint_token` of them the order stage cannot certify the checkpoint and stops at the
+    /// interlock (`h + log_window`). Called with every LAST-EXEC retry.
+    pub(super) fn resend_newest_checkpoint_token(&self, out: &mut Vec<Action>) {
+        if let Some(newest) = self.checkpoints.newest() {
+            self.send_checkpoint_token(newest.seqno, newest.digest, out);
+        }
     }
 
     /// Persists a checkpoint and deletes the stale ones.

@@ -148,6 +148,7 @@ impl ExecStage {
         self.retry_fetches(out);
         if self.last_executed == self.progress_mark {
             self.send_last_executed(out);
+            self.resend_newest_checkpoint_token(out);
         }
         self.progress_mark = self.last_executed;
         self.retry_transfer(out);

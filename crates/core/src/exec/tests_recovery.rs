@@ -491,3 +491,33 @@ fn chunk_requests_in_flight_are_bounded() {
     b.handle(1, Input::Message(envelope.clone()), &mut out);
     assert_eq!(b.stats().get("state_manifest_unexpected"), 1);
 }
+
+#[test]
+fn the_newest_checkpoint_token_is_resent_with_last_executed_when_idle() {
+    let net = Net::small();
+    let batches = workload();
+    let mut a = net.kv_stage(0);
+    let out = run(&net, &mut a, &batches[..9]);
+    let newest = checkpointed(&out).pop().unwrap();
+    assert_eq!(newest.0, SeqNo(8));
+    let token = Message::CheckpointToken {
+        seqno: newest.0,
+        exec_state: newest.1,
+    };
+    // First tick after progress: no resend. Second tick without progress: LAST-EXEC and the token.
+    let mut first = Vec::new();
+    a.handle(300_000, Input::Timer(Timer::ExecRetry), &mut first);
+    let mut second = Vec::new();
+    a.handle(600_000, Input::Timer(Timer::ExecRetry), &mut second);
+    let tokens = |actions: &[Action]| sent(actions).into_iter().filter(|(_, m)| *m == token).count();
+    let progressed = first.len() + second.len();
+    assert!(progressed > 0);
+    assert_eq!(
+        tokens(&first) + tokens(&second),
+        1,
+        "resent once, with the no-progress LAST-EXEC"
+    );
+    assert!(sent(&second)
+        .iter()
+        .any(|(_, m)| matches!(m, Message::LastExecuted { seqno } if *seqno == SeqNo(9))));
+}
