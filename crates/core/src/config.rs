@@ -324,3 +324,50 @@ impl ClusterConfig {
         (0..quorums.n_exec as u32).map(|i| Principal::Exec(ReplicaId(i)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::fixture;
+
+    fn base() -> ClusterConfig {
+        (*fixture(1, 1, 2, Knobs::default()).config).clone()
+    }
+
+    fn error(config: &ClusterConfig) -> String {
+        config.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bad_configurations_are_clear_errors() {
+        let mut c = base();
+        c.r = 2;
+        assert!(error(&c).contains("r = 2 exceeds u = 1"));
+        let mut c = base();
+        c.replicas.pop();
+        assert!(error(&c).contains("needs exactly 4 replicas"), "{}", error(&c));
+        let mut c = base();
+        c.replicas.swap(0, 1);
+        assert!(error(&c).contains("position 0 has id 1"));
+        let mut c = base();
+        c.clients[1].id = c.clients[0].id;
+        assert!(error(&c).contains("client id 0 is listed twice"));
+        let mut c = base();
+        c.clients[1].keys = c.replicas[2].keys;
+        assert!(
+            error(&c).contains("replica 2 and client 1 have the same public key"),
+            "{}",
+            error(&c)
+        );
+        let mut c = base();
+        c.knobs.log_window = 3;
+        assert!(error(&c).contains("log_window"));
+        let mut c = base();
+        c.knobs.batch_size_max = 0;
+        assert!(error(&c).contains("batch_size_max"));
+        let mut c = base();
+        c.cluster_name.clear();
+        assert!(error(&c).contains("cluster_name"));
+        assert!(base().validate().is_ok());
+    }
+}

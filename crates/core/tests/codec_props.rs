@@ -1,0 +1,188 @@
+//! Property tests of the wire codec: decoding arbitrary bytes never panics, and every message
+//! round-trips.
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use upright_core::codec::{decode, encode, DecodeError, WIRE_VERSION};
+use upright_core::crypto::{Authenticator, Digest, Mac, MatrixRow, MatrixSignature};
+use upright_core::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
+use upright_core::message::{Batch, Envelope, Message, RequestBody, RequestEntry, Seal, SignedEntry};
+
+fn principal() -> impl Strategy<Value = Principal> {
+    prop_oneof![
+        any::<u32>().prop_map(|i| Principal::Client(ClientId(i))),
+        (0u32..8).prop_map(|i| Principal::Auth(ReplicaId(i))),
+        (0u32..8).prop_map(|i| Principal::Order(ReplicaId(i))),
+        (0u32..8).prop_map(|i| Principal::Exec(ReplicaId(i))),
+    ]
+}
+
+fn digest() -> impl Strategy<Value = Digest> {
+    any::<[u8; 32]>().prop_map(Digest)
+}
+
+fn entry() -> impl Strategy<Value = RequestEntry> {
+    (
+        any::<u32>(),
+        any::<u64>(),
+        prop::collection::vec(any::<u8>(), 0..100),
+        any::<bool>(),
+        digest(),
+    )
+        .prop_map(|(c, n, op, inline, d)| RequestEntry {
+            client: ClientId(c),
+            request_id: RequestId(n),
+            body: if inline {
+                RequestBody::Inline(Bytes::from(op))
+            } else {
+                RequestBody::Digest(d)
+            },
+        })
+}
+
+fn authenticator() -> impl Strategy<Value = Authenticator> {
+    prop::collection::vec(any::<[u8; 16]>().prop_map(Mac), 0..5).prop_map(|macs| Authenticator { macs })
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    prop_oneof![
+        (
+            any::<u32>(),
+            any::<u64>(),
+            prop::collection::vec(any::<u8>(), 0..200),
+            any::<bool>()
+        )
+            .prop_map(|(c, n, op, ro)| Message::ClientRequest {
+                client: ClientId(c),
+                request_id: RequestId(n),
+                operation: Bytes::from(op),
+                read_only: ro
+            }),
+        (entry(), 0u32..8, authenticator()).prop_map(|(entry, s, authenticator)| Message::AuthRequest {
+            entry,
+            row: MatrixRow {
+                signer: ReplicaId(s),
+                authenticator
+            }
+        }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            prop::collection::vec((entry(), authenticator()), 0..4)
+        )
+            .prop_map(|(v, n, t, entries)| Message::PrePrepare {
+                view: View(v),
+                seqno: SeqNo(n),
+                batch: Batch {
+                    time_us: t,
+                    entries: entries
+                        .into_iter()
+                        .map(|(entry, a)| SignedEntry {
+                            entry,
+                            matrix: MatrixSignature {
+                                rows: vec![MatrixRow {
+                                    signer: ReplicaId(0),
+                                    authenticator: a
+                                }]
+                            }
+                        })
+                        .collect()
+                }
+            }),
+        (any::<u64>(), any::<u64>(), digest()).prop_map(|(v, n, d)| Message::Commit {
+            view: View(v),
+            seqno: SeqNo(n),
+            digest: d
+        }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            digest(),
+            any::<u64>(),
+            prop::collection::vec(entry(), 0..4)
+        )
+            .prop_map(|(v, n, h, t, entries)| Message::NextBatch {
+                view: View(v),
+                seqno: SeqNo(n),
+                history: h,
+                time_us: t,
+                entries
+            }),
+        (
+            any::<u64>(),
+            digest(),
+            any::<u32>(),
+            prop::collection::vec(any::<u8>(), 0..300)
+        )
+            .prop_map(|(n, d, i, data)| Message::StateChunk {
+                seqno: SeqNo(n),
+                state_digest: d,
+                index: i,
+                data: Bytes::from(data)
+            }),
+    ]
+}
+
+fn seal() -> impl Strategy<Value = Seal> {
+    prop_oneof![
+        Just(Seal::None),
+        any::<[u8; 16]>().prop_map(|m| Seal::Mac(Mac(m))),
+        authenticator().prop_map(Seal::Authenticator),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = decode(&bytes);
+        let mut versioned = vec![WIRE_VERSION];
+        versioned.extend_from_slice(&bytes);
+        let _ = decode(&versioned);
+    }
+
+    #[test]
+    fn envelopes_round_trip(from in principal(), message in message(), seal in seal()) {
+        let envelope = Envelope { from, message, seal };
+        let bytes = encode(&envelope);
+        prop_assert_eq!(decode(&bytes).unwrap(), envelope);
+    }
+
+    #[test]
+    fn corrupted_frames_never_panic(from in principal(), message in message(), flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8)) {
+        let mut bytes = encode(&Envelope { from, message, seal: Seal::None });
+        for (index, value) in flips {
+            let i = index.index(bytes.len());
+            bytes[i] ^= value;
+        }
+        let _ = decode(&bytes);
+        bytes.truncate(bytes.len() / 2);
+        let _ = decode(&bytes);
+    }
+}
+
+#[test]
+fn version_length_and_trailing_bytes_are_checked() {
+    let envelope = Envelope {
+        from: Principal::Client(ClientId(1)),
+        message: Message::Commit {
+            view: View(1),
+            seqno: SeqNo(2),
+            digest: Digest::of(b"x"),
+        },
+        seal: Seal::None,
+    };
+    let mut bytes = encode(&envelope);
+    assert_eq!(decode(&[]), Err(DecodeError::Empty));
+    bytes[0] = 99;
+    assert_eq!(decode(&bytes), Err(DecodeError::Version(99)));
+    bytes[0] = WIRE_VERSION;
+    bytes.push(0);
+    assert_eq!(decode(&bytes), Err(DecodeError::Trailing));
+    // A length prefix claiming 2^32 bytes of operation must fail without allocating it.
+    let mut huge = vec![WIRE_VERSION, 0, 1, 0]; // from = Client(1), message = ClientRequest
+    huge.extend_from_slice(&[1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+    assert!(decode(&huge).is_err());
+}
