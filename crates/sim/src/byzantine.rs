@@ -191,7 +191,7 @@ impl Byzantine {
                 self.record(envelope.clone());
                 out.push(honest);
                 if rng.random_bool(0.1) {
-                    if let Some(old) = self.recorded.iter().nth(rng.random_range(0..self.recorded.len())) {
+                    if let Some(old) = self.recorded.get(rng.random_range(0..self.recorded.len())) {
                         counts.bump(class);
                         let extra_delay = rng.random_range(0..500_000);
                         out.push(Outgoing {

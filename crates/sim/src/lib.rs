@@ -21,6 +21,7 @@ pub mod protocol;
 pub mod report;
 pub mod sim;
 pub mod storage;
+pub mod sweep;
 pub mod toy;
 pub mod workload;
 

@@ -68,7 +68,7 @@ mod tests {
         assert!(s.dirty());
         assert_eq!(s.crash(), 3);
         assert_eq!(s.durable(a).get("k").unwrap(), &Bytes::from_static(b"1"));
-        assert!(s.durable(a).get("j").is_none());
+        assert!(!s.durable(a).contains_key("j"));
         assert_eq!(s.durable(o).get("k").unwrap(), &Bytes::from_static(b"x"));
         s.persist(o, "k".into(), None);
         s.sync();

@@ -312,7 +312,7 @@ impl ToyExec {
             self.replies.insert(c, (entry.request_id.0, result));
             self.reply(c, out);
         }
-        if self.next % 4 == 0 {
+        if self.next.is_multiple_of(4) {
             let state_digest = Digest::of(&self.kv.checkpoint());
             out.push(Action::Note(Event::Checkpointed {
                 seqno: SeqNo(self.next),
