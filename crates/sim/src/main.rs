@@ -48,6 +48,9 @@ fn main() {
         eprintln!("need u >= 1 and u >= r");
         std::process::exit(2);
     }
+    // Stage panics are caught and reported as violations with their message; the default hook
+    // would also print a backtrace for each.
+    std::panic::set_hook(Box::new(|_| {}));
     let mut summary = Summary::default();
     for seed in args.first_seed..args.first_seed + args.seeds {
         let mut opts = SimOptions::new(seed, args.u, args.r);
@@ -55,6 +58,14 @@ fn main() {
         opts.clients = args.clients;
         opts.sabotage = sabotage;
         let report = upright_sim::run(opts.clone());
+        if args.verbose {
+            println!(
+                "seed {seed}: {} operations, {} ms virtual, faults {:?}",
+                report.ops_completed,
+                report.end_us / 1000,
+                report.fault_counts
+            );
+        }
         if !report.violations.is_empty() {
             let shown = if args.verbose { report.violations.len() } else { 1 };
             for v in report.violations.iter().take(shown) {

@@ -583,7 +583,10 @@ impl<P: Protocol> Sim<P> {
         violations.extend(self.agreement.violations().iter().cloned());
         violations.extend(linearizability::check(history));
         violations.extend(durability::check(history));
-        violations.extend(liveness::check(history, &self.correct_clients, self.opts.heal_at()));
+        if self.errors.is_empty() {
+            // A run stopped by a panic cannot make progress; the panic is the finding.
+            violations.extend(liveness::check(history, &self.correct_clients, self.opts.heal_at()));
+        }
         SimReport {
             seed: self.opts.seed,
             violations,
