@@ -32,6 +32,9 @@ struct Args {
     /// Print every violation (otherwise the first of each failing seed).
     #[arg(long)]
     verbose: bool,
+    /// With violations, also print every stage's counters at the end of the run.
+    #[arg(long)]
+    stats: bool,
 }
 
 fn main() {
@@ -73,6 +76,11 @@ fn main() {
             }
             if !args.verbose && report.violations.len() > 1 {
                 println!("seed {seed}: ... {} more (--verbose)", report.violations.len() - 1);
+            }
+            if args.stats {
+                for (principal, counters) in &report.stage_stats {
+                    println!("  {principal:?}: {counters:?}");
+                }
             }
             println!("replay: {}", opts.replay_command());
         }

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use upright_core::ids::Principal;
+
 use crate::faults::FaultCounts;
 
 /// What one seed produced.
@@ -19,6 +21,8 @@ pub struct SimReport {
     pub trace_hash: [u8; 32],
     /// Virtual time at the end of the run, microseconds.
     pub end_us: u64,
+    /// Counters of every stage that was up at the end (for diagnosis).
+    pub stage_stats: Vec<(Principal, BTreeMap<&'static str, u64>)>,
 }
 
 /// Totals over many seeds.

@@ -587,7 +587,14 @@ impl<P: Protocol> Sim<P> {
             // A run stopped by a panic cannot make progress; the panic is the finding.
             violations.extend(liveness::check(history, &self.correct_clients, self.opts.heal_at()));
         }
+        let mut stage_stats: Vec<_> = self
+            .replicas
+            .iter()
+            .flat_map(|n| n.stages.iter().map(|(p, s)| (*p, s.stats().counters.clone())))
+            .collect();
+        stage_stats.extend(self.clients.iter().map(|s| (s.principal(), s.stats().counters.clone())));
         SimReport {
+            stage_stats,
             seed: self.opts.seed,
             violations,
             fault_counts: self.counts.0.clone(),
