@@ -224,9 +224,11 @@ fn restart_from_storage_resends_the_same_auth_request() {
 
 #[test]
 fn bodies_of_three_checkpoint_intervals_survive_a_restart_and_older_ones_are_deleted() {
-    let mut knobs = Knobs::default();
-    knobs.checkpoint_interval = 2;
-    knobs.log_window = 4;
+    let knobs = Knobs {
+        checkpoint_interval: 2,
+        log_window: 4,
+        ..Knobs::default()
+    };
     let kept = bodies_per_client(&knobs);
     assert_eq!(kept, 7);
     let f = fixture(1, 1, 1, knobs);
