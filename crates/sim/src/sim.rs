@@ -457,6 +457,9 @@ impl<P: Protocol> Sim<P> {
                     }
                 }
                 Action::Note(event) => {
+                    if std::env::var_os("UPRIGHT_SIM_TRACE").is_some() {
+                        eprintln!("{:>9} {:?} {:?} (byzantine: {:?})", self.now, p, event, self.byzantine.keys());
+                    }
                     if self.is_correct(p) {
                         self.agreement.observe(p, &event);
                     }
