@@ -265,6 +265,7 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>) -> Result<ExitCode, Fil
         id,
         keys,
         storage,
+        stages: None,
     };
     runtime().block_on(async move {
         let shutdown = async {

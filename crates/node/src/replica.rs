@@ -9,13 +9,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpListener;
 use upright_core::auth::AuthStage;
+use upright_core::config::ConfigError;
 use upright_core::crypto::{KeyRing, SecretKeys};
 use upright_core::exec::ExecStage;
 use upright_core::ids::{Process, ReplicaId, StageKind};
 use upright_core::kv::KvService;
 use upright_core::message::MESSAGE_BYTES_MAX;
 use upright_core::order::OrderStage;
-use upright_core::stage::{Stage, Time};
+use upright_core::stage::{Stage, Storage, Time};
 
 use crate::files::{resolve, Cluster, FileError};
 use crate::host::{Host, Member, Router};
@@ -38,7 +39,14 @@ pub struct ReplicaSpec {
     pub keys: SecretKeys,
     /// Log settings (fsync policy from the config unless overridden).
     pub storage: StorageOptions,
+    /// Builds the stages; `None` = the real Auth, Order and Exec (with the in-memory KV service).
+    /// Tests substitute stand-ins here.
+    pub stages: Option<StageFactory>,
 }
+
+/// Builds the stage of one kind from its recovered storage and the replica's key ring.
+pub type StageFactory =
+    Arc<dyn Fn(StageKind, &Storage, Arc<KeyRing>) -> Result<Box<dyn Stage + Send>, ConfigError> + Send + Sync>;
 
 /// The host clock: wall-clock microseconds (so a restarted replica agrees with its peers on batch
 /// times), never going backwards within the process.
@@ -144,11 +152,16 @@ pub fn build_members(
             stage_name(kind).to_string(),
             format!("{recovery:?}").replace(['\n', ' '], ""),
         );
-        let bad = |e: upright_core::config::ConfigError| FileError(e.to_string());
-        let stage: Box<dyn Stage + Send> = match kind {
-            StageKind::Auth => Box::new(AuthStage::new(config.clone(), id, keys.clone(), &storage).map_err(bad)?),
-            StageKind::Order => Box::new(OrderStage::new(config.clone(), id, keys.clone(), &storage).map_err(bad)?),
-            StageKind::Exec => Box::new(
+        let bad = |e: ConfigError| FileError(e.to_string());
+        let stage: Box<dyn Stage + Send> = match (&spec.stages, kind) {
+            (Some(factory), kind) => factory(kind, &storage, keys.clone()).map_err(bad)?,
+            (None, StageKind::Auth) => {
+                Box::new(AuthStage::new(config.clone(), id, keys.clone(), &storage).map_err(bad)?)
+            }
+            (None, StageKind::Order) => {
+                Box::new(OrderStage::new(config.clone(), id, keys.clone(), &storage).map_err(bad)?)
+            }
+            (None, StageKind::Exec) => Box::new(
                 ExecStage::new(config.clone(), id, keys.clone(), &storage, Box::new(KvService::new())).map_err(bad)?,
             ),
         };
