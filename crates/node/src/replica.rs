@@ -113,12 +113,19 @@ fn stage_name(kind: StageKind) -> &'static str {
     }
 }
 
+/// The stages of a replica as built from storage.
+pub struct Built {
+    /// The members.
+    pub members: Vec<Member>,
+    /// Storage recovery outcome per stage name.
+    pub recovery: BTreeMap<String, String>,
+    /// Stages whose storage was corrupt.
+    pub corrupt: u64,
+}
+
 /// Opens the logs and builds the co-located stages. Corrupt storage is logged and the stage starts
 /// empty (it then recovers from its peers).
-pub fn build_members(
-    spec: &ReplicaSpec,
-    keys: &Arc<KeyRing>,
-) -> Result<(Vec<Member>, BTreeMap<String, String>, u64), FileError> {
+pub fn build_members(spec: &ReplicaSpec, keys: &Arc<KeyRing>) -> Result<Built, FileError> {
     let config = spec.cluster.config.clone();
     let q = config.validate().map_err(|e| FileError(e.to_string()))?;
     let id = ReplicaId(spec.id);
@@ -167,7 +174,11 @@ pub fn build_members(
         };
         members.push(Member { kind, stage, log });
     }
-    Ok((members, outcomes, corrupt))
+    Ok(Built {
+        members,
+        recovery: outcomes,
+        corrupt,
+    })
 }
 
 async fn bind(addr: &str, what: &str) -> Result<TcpListener, FileError> {
@@ -189,7 +200,11 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
     let me = ReplicaId(spec.id);
     let entry = cluster.file.replica(spec.id)?.clone();
     let keys = Arc::new(KeyRing::new(&config, Process::Replica(me), &spec.keys));
-    let (members, recovery, corrupt) = build_members(&spec, &keys)?;
+    let Built {
+        members,
+        recovery,
+        corrupt,
+    } = build_members(&spec, &keys)?;
     let counters = Arc::new(Counters::default());
     let inbox = Arc::new(Inbox::new(counters.clone()));
     let routes = Arc::new(ClientRoutes::default());

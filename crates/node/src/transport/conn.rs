@@ -214,6 +214,7 @@ impl ClientRoutes {
 /// Accepts connections on `listener`. A connection must present a valid hello from a process
 /// `admit` accepts; its envelopes then go to `inbox`. With `routes`, the connection also carries
 /// frames back to the (client) peer.
+#[allow(clippy::too_many_arguments)] // the listener's whole context, passed once at start-up
 pub async fn serve(
     listener: TcpListener,
     keys: Arc<KeyRing>,
