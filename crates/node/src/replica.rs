@@ -277,18 +277,24 @@ async fn event_loop(
     let io = |e: std::io::Error| FileError(format!("storage failure: {e}"));
     host.start(clock.now());
     host.flush(clock.now(), router).map_err(io)?;
-    let mut publish = tokio::time::interval(PUBLISH_EVERY);
+    let mut next_publish = tokio::time::Instant::now();
     tokio::pin!(shutdown);
     loop {
+        // Publish on a deadline, not only when idle, so status stays fresh under sustained load.
+        if tokio::time::Instant::now() >= next_publish {
+            publish_status(&host, router, &inbox, &status, &counters, lost_storage);
+            next_publish = tokio::time::Instant::now() + PUBLISH_EVERY;
+        }
         let wake = host.next_timer().map(|at| clock.instant_of(at));
-        let far = tokio::time::Instant::now() + Duration::from_secs(3600);
+        let wake = wake.map_or(next_publish, |w| w.min(next_publish));
         if inbox.is_empty() {
             tokio::select! {
                 _ = inbox.notified() => {}
-                _ = tokio::time::sleep_until(wake.unwrap_or(far)) => {}
-                _ = publish.tick() => publish_status(&host, router, &inbox, &status, &counters, lost_storage),
+                _ = tokio::time::sleep_until(wake) => {}
                 _ = &mut shutdown => return Ok(()),
             }
+        } else if futures_poll_ready(&mut shutdown).await {
+            return Ok(());
         }
         let now = clock.now();
         host.fire_timers(now);
@@ -297,6 +303,15 @@ async fn event_loop(
         }
         host.flush(now, router).map_err(io)?;
         tokio::task::yield_now().await;
+    }
+}
+
+/// Whether `shutdown` has completed, without waiting.
+async fn futures_poll_ready<F: Future<Output = ()>>(shutdown: &mut std::pin::Pin<&mut F>) -> bool {
+    tokio::select! {
+        biased;
+        _ = shutdown.as_mut() => true,
+        _ = std::future::ready(()) => false,
     }
 }
 
