@@ -140,3 +140,60 @@ pub fn stage_for(message: &Message) -> Option<StageKind> {
         Reply { .. } => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use upright_core::config::{ClusterConfig, Knobs, ReplicaInfo};
+    use upright_core::crypto::SecretKeys;
+    use upright_core::ids::ReplicaId;
+
+    fn config() -> (ClusterConfig, Vec<SecretKeys>) {
+        let secrets: Vec<SecretKeys> = (0..4u8).map(|i| SecretKeys::from_seed([i + 1; 32])).collect();
+        let config = ClusterConfig {
+            cluster_name: "hello".into(),
+            u: 1,
+            r: 1,
+            replicas: secrets
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ReplicaInfo {
+                    id: ReplicaId(i as u32),
+                    keys: s.public(),
+                })
+                .collect(),
+            clients: vec![],
+            knobs: Knobs::default(),
+        };
+        (config, secrets)
+    }
+
+    #[test]
+    fn hello_checks_cluster_receiver_and_mac() {
+        let (config, secrets) = config();
+        let ring = |i: u32| KeyRing::new(&config, Process::Replica(ReplicaId(i)), &secrets[i as usize]);
+        let (r0, r1, r2) = (ring(0), ring(1), ring(2));
+        let hello = Hello::new(&r0, "hello", Process::Replica(ReplicaId(1)));
+        assert_eq!(hello.check(&r1, "hello"), Ok(()));
+        assert_eq!(hello.check(&r1, "other"), Err("net_hello_wrong_cluster"));
+        assert_eq!(hello.check(&r2, "hello"), Err("net_hello_wrong_receiver"));
+        let mut forged = hello.clone();
+        forged.from = Process::Replica(ReplicaId(3));
+        assert_eq!(forged.check(&r1, "hello"), Err("net_hello_bad_mac"));
+    }
+
+    #[test]
+    fn every_message_kind_but_reply_has_a_replica_stage() {
+        use upright_core::message::Message;
+        let m = Message::LastExecuted {
+            seqno: Default::default(),
+        };
+        assert_eq!(stage_for(&m), Some(StageKind::Order));
+        let m = Message::Reply {
+            request_id: Default::default(),
+            result: upright_core::message::ReplyBody::Full(Default::default()),
+            read_only: false,
+        };
+        assert_eq!(stage_for(&m), None);
+    }
+}
