@@ -1,1 +1,93 @@
-fn main() {}
+//! `upright-sim`: runs N seeds of the deterministic simulator and prints one summary line.
+
+use clap::Parser;
+use upright_sim::faults::expected_classes;
+use upright_sim::{SabotageMode, SimOptions, Summary};
+
+/// Runs simulated clusters with injected faults and checks them.
+#[derive(Parser, Debug)]
+#[command(name = "upright-sim")]
+struct Args {
+    /// Number of seeds to run.
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// First seed.
+    #[arg(long, default_value_t = 0)]
+    first_seed: u64,
+    /// Failures tolerated.
+    #[arg(long, default_value_t = 1)]
+    u: usize,
+    /// Byzantine failures tolerated.
+    #[arg(long, default_value_t = 1)]
+    r: usize,
+    /// Run a deliberately broken protocol: short-quorum, skip-mac or early-execute.
+    #[arg(long)]
+    sabotage: Option<String>,
+    /// Virtual seconds of client workload per seed.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Correct clients.
+    #[arg(long, default_value_t = 3)]
+    clients: u32,
+    /// Print every violation (otherwise the first of each failing seed).
+    #[arg(long)]
+    verbose: bool,
+    /// With violations, also print every stage's counters at the end of the run.
+    #[arg(long)]
+    stats: bool,
+}
+
+fn main() {
+    let args = Args::parse();
+    let sabotage = match args.sabotage.as_deref().map(|s| (s, SabotageMode::parse(s))) {
+        None => None,
+        Some((_, Some(mode))) => Some(mode),
+        Some((name, None)) => {
+            eprintln!("unknown --sabotage {name}; expected short-quorum, skip-mac or early-execute");
+            std::process::exit(2);
+        }
+    };
+    if args.r > args.u || args.u == 0 {
+        eprintln!("need u >= 1 and u >= r");
+        std::process::exit(2);
+    }
+    // Stage panics are caught and reported as violations with their message; the default hook
+    // would also print a backtrace for each.
+    std::panic::set_hook(Box::new(|_| {}));
+    let mut summary = Summary::default();
+    for seed in args.first_seed..args.first_seed + args.seeds {
+        let mut opts = SimOptions::new(seed, args.u, args.r);
+        opts.workload_us = (args.seconds * 1e6) as u64;
+        opts.clients = args.clients;
+        opts.sabotage = sabotage;
+        let report = upright_sim::run(opts.clone());
+        if args.verbose {
+            println!(
+                "seed {seed}: {} operations, {} ms virtual, faults {:?}",
+                report.ops_completed,
+                report.end_us / 1000,
+                report.fault_counts
+            );
+        }
+        if !report.violations.is_empty() {
+            let shown = if args.verbose { report.violations.len() } else { 1 };
+            for v in report.violations.iter().take(shown) {
+                println!("seed {seed}: {v}");
+            }
+            if !args.verbose && report.violations.len() > 1 {
+                println!("seed {seed}: ... {} more (--verbose)", report.violations.len() - 1);
+            }
+            if args.stats {
+                for (principal, counters) in &report.stage_stats {
+                    println!("  {principal:?}: {counters:?}");
+                }
+            }
+            println!("replay: {}", opts.replay_command());
+        }
+        summary.add(&report);
+    }
+    println!("{}", summary.line(&expected_classes(args.r.max(1))));
+    if summary.violations > 0 {
+        std::process::exit(1);
+    }
+}

@@ -11,7 +11,7 @@ use crate::ids::{ClientId, ReplicaId, RequestId};
 use crate::message::Envelope;
 use crate::stage::Time;
 
-use super::BODIES_PER_CLIENT_MAX;
+use super::VOTES_TRACKED_MAX;
 
 /// The last request forwarded for a client.
 pub(super) struct Forwarded {
@@ -24,12 +24,13 @@ pub(super) struct Forwarded {
 }
 
 /// One client's state.
-#[derive(Default)]
 pub(super) struct ClientState {
+    /// Most bodies kept (see `bodies_per_client`).
+    bodies_max: usize,
     last_sent: Option<Forwarded>,
     /// Highest request id known ordered (from a BATCH-COMPLETE quorum).
     ordered: RequestId,
-    /// BATCH-COMPLETE votes for request ids above `ordered` (bounded by BODIES_PER_CLIENT_MAX ids).
+    /// BATCH-COMPLETE votes for request ids above `ordered` (bounded by VOTES_TRACKED_MAX ids).
     votes: BTreeMap<RequestId, BTreeSet<ReplicaId>>,
     /// Newest bodies: (request id, digest, operation).
     bodies: VecDeque<(RequestId, Digest, Bytes)>,
@@ -60,10 +61,14 @@ impl ClientState {
         }
     }
 
-    pub fn accept(&mut self, forwarded: Forwarded) {
-        if self.bodies.len() == BODIES_PER_CLIENT_MAX {
-            self.bodies.pop_front();
-        }
+    /// Makes `forwarded` the last sent request and caches its body; returns the request id of a
+    /// body evicted to stay within the bound (its stored copy must be deleted).
+    pub fn accept(&mut self, forwarded: Forwarded) -> Option<RequestId> {
+        let evicted = if self.bodies.len() >= self.bodies_max {
+            self.bodies.pop_front().map(|body| body.0)
+        } else {
+            None
+        };
         self.bodies.push_back((
             forwarded.request_id,
             forwarded.operation_digest,
@@ -71,6 +76,7 @@ impl ClientState {
         ));
         self.votes.retain(|id, _| *id >= forwarded.request_id);
         self.last_sent = Some(forwarded);
+        evicted
     }
 
     pub fn ordered_vote(&mut self, exec: ReplicaId, request_id: RequestId, quorum: usize) {
@@ -79,7 +85,7 @@ impl ClientState {
         }
         // Only track ids we may still care about: not too far ahead of what we forwarded.
         let newest = self.last_sent.as_ref().map_or(RequestId(0), |l| l.request_id);
-        if request_id > newest && self.votes.len() >= BODIES_PER_CLIENT_MAX && !self.votes.contains_key(&request_id) {
+        if request_id > newest && self.votes.len() >= VOTES_TRACKED_MAX && !self.votes.contains_key(&request_id) {
             return;
         }
         let voters = self.votes.entry(request_id).or_default();
@@ -88,7 +94,7 @@ impl ClientState {
             self.ordered = request_id;
             self.votes.retain(|id, _| *id > request_id);
         }
-        while self.votes.len() > BODIES_PER_CLIENT_MAX {
+        while self.votes.len() > VOTES_TRACKED_MAX {
             self.votes.pop_first();
         }
     }
@@ -107,9 +113,16 @@ pub(super) struct ClientTable {
 }
 
 impl ClientTable {
-    pub fn new(config: &ClusterConfig) -> ClientTable {
+    pub fn new(config: &ClusterConfig, bodies_max: usize) -> ClientTable {
+        let state = || ClientState {
+            bodies_max,
+            last_sent: None,
+            ordered: RequestId(0),
+            votes: BTreeMap::new(),
+            bodies: VecDeque::new(),
+        };
         ClientTable {
-            states: config.clients.iter().map(|c| (c.id, ClientState::default())).collect(),
+            states: config.clients.iter().map(|c| (c.id, state())).collect(),
         }
     }
 
@@ -131,6 +144,7 @@ impl ClientTable {
             crate::message::Message::AuthRequest { entry, .. } => entry.client,
             _ => unreachable!("built by AuthStage::build"),
         };
-        self.get_mut(client).accept(forwarded);
+        // Restored in key order, oldest first: nothing is evicted that was not already deleted.
+        let _ = self.get_mut(client).accept(forwarded);
     }
 }

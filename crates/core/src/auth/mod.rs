@@ -26,8 +26,19 @@ use crate::stage::{Action, Input, Stage, Stats, Storage, Time};
 
 use clients::{ClientTable, Forwarded};
 
-/// Request bodies kept per client to answer FETCH (the newest ones).
-pub const BODIES_PER_CLIENT_MAX: usize = 4;
+/// BATCH-COMPLETE vote sets tracked per client (for the newest request ids).
+pub const VOTES_TRACKED_MAX: usize = 4;
+
+/// Request bodies kept per client to answer FETCH: the newest `3 * checkpoint_interval + 1`.
+///
+/// The order stage puts at most one request of a client in a batch, so these cover at least the
+/// client's requests in the last three checkpoint intervals (thesis 5.2 keeps three intervals of
+/// bodies). An execution member that needs an older body is behind the order stage's stable
+/// checkpoint (at most `2 * checkpoint_interval` behind its last ordered batch) and catches up by
+/// state transfer instead of replay.
+pub fn bodies_per_client(knobs: &crate::config::Knobs) -> usize {
+    3 * knobs.checkpoint_interval as usize + 1
+}
 
 /// The authentication stage member.
 pub struct AuthStage {
@@ -39,8 +50,9 @@ pub struct AuthStage {
     stats: Stats,
 }
 
-fn storage_key(client: ClientId) -> String {
-    format!("auth/req/{}", client.0)
+/// Storage key of a request body; zero-padded so keys sort by request id.
+fn storage_key(client: ClientId, request_id: RequestId) -> String {
+    format!("auth/body/{:010}/{:020}", client.0, request_id.0)
 }
 
 impl AuthStage {
@@ -53,14 +65,19 @@ impl AuthStage {
     ) -> Result<AuthStage, ConfigError> {
         let quorums = config.validate()?;
         let mut stage = AuthStage {
-            clients: ClientTable::new(&config),
+            clients: ClientTable::new(&config, bodies_per_client(&config.knobs)),
             config,
             quorums,
             id,
             keys,
             stats: Stats::default(),
         };
-        for (key, value) in storage.range("auth/req/".to_string().."auth/req0".to_string()) {
+        // Keys sort by (client, request id), so each client's newest body is restored last and
+        // becomes `last_sent` again (pending: we cannot know whether it was ordered).
+        for value in storage
+            .range("auth/body/".to_string().."auth/body0".to_string())
+            .map(|(_, v)| v)
+        {
             match crate::codec::from_bytes::<(ClientId, RequestId, Bytes)>(value) {
                 Ok((client, request_id, operation)) if stage.clients.contains(client) => {
                     let forwarded = stage.build(client, request_id, operation, 0);
@@ -69,7 +86,6 @@ impl AuthStage {
                 _ => {
                     // Our own storage is corrupt: skip the record; the client retransmits.
                     stage.stats.bump("recovery_bad_record");
-                    let _ = key;
                 }
             }
         }
@@ -171,11 +187,16 @@ impl AuthStage {
         let forwarded = self.build(*client, *request_id, operation.clone(), now);
         let record = crate::codec::to_bytes(&(*client, *request_id, operation));
         out.push(Action::Persist {
-            key: storage_key(*client),
+            key: storage_key(*client, *request_id),
             value: Some(Bytes::from(record)),
         });
         let envelope = forwarded.envelope.clone();
-        self.clients.get_mut(*client).accept(forwarded);
+        if let Some(evicted) = self.clients.get_mut(*client).accept(forwarded) {
+            out.push(Action::Persist {
+                key: storage_key(*client, evicted),
+                value: None,
+            });
+        }
         self.stats.bump("forwarded");
         self.send_to_order(envelope, out);
     }

@@ -221,3 +221,53 @@ fn restart_from_storage_resends_the_same_auth_request() {
         "still remembers the operation"
     );
 }
+
+#[test]
+fn bodies_of_three_checkpoint_intervals_survive_a_restart_and_older_ones_are_deleted() {
+    let knobs = Knobs {
+        checkpoint_interval: 2,
+        log_window: 4,
+        ..Knobs::default()
+    };
+    let kept = bodies_per_client(&knobs);
+    assert_eq!(kept, 7);
+    let f = fixture(1, 1, 1, knobs);
+    let mut auth = stage(&f, 0, &Storage::new());
+    let mut storage = Storage::new();
+    let big = |n: u64| vec![n as u8; 200];
+    for n in 1..=10u64 {
+        let actions = run(&mut auth, n * 10_000_000, request(&f, 0, n, &big(n)));
+        assert!(sent_auth_request(&actions).is_some(), "request {n} forwarded");
+        for action in &actions {
+            if let Action::Persist { key, value } = action {
+                match value {
+                    Some(v) => storage.insert(key.clone(), v.clone()),
+                    None => storage.remove(key),
+                };
+            }
+        }
+    }
+    assert_eq!(storage.len(), kept, "evicted bodies are deleted from storage");
+    let mut restarted = stage(&f, 0, &storage);
+    let fetch = |n: u64| {
+        from_exec(
+            &f,
+            1,
+            Message::Fetch {
+                client: ClientId(0),
+                request_id: RequestId(n),
+                operation_digest: Digest::of(&big(n)),
+            },
+        )
+    };
+    for n in 4..=10 {
+        assert_eq!(
+            run(&mut restarted, 0, fetch(n)).len(),
+            1,
+            "body {n} served after restart"
+        );
+    }
+    assert!(run(&mut restarted, 0, fetch(3)).is_empty(), "body 3 was evicted");
+    // The newest request is pending again after the restart.
+    assert!(run(&mut restarted, 1, request(&f, 0, 11, b"x")).is_empty());
+}

@@ -1,22 +1,73 @@
-//! The execution stage.
-//! (Placeholder: implemented in its own change.)
+//! The execution stage (UpRight's execution replicas; PROTOCOL.md normal case steps 5-7,
+//! checkpoints, catch-up of execution members).
+//!
+//! Layout by concept:
+//! - [`batches`]: NEXT-BATCH quorum collection per sequence number;
+//! - [`fetch`]: bodies of requests ordered by digest, fetched from the authentication stage;
+//! - `execute`: in-order execution of whole batches, replies, BATCH-COMPLETE, RETRANSMIT;
+//! - [`reply_cache`]: last reply per client and the full/digest reply rule;
+//! - [`checkpoint`]: the execution checkpoint, its chunking, digest and storage;
+//! - `state_transfer`: LOAD-CP quorum, fetching a checkpoint from peers, serving ours.
 
+mod batches;
+pub mod checkpoint;
+mod execute;
+pub mod fetch;
+pub mod reply_cache;
+mod state_transfer;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_recovery;
+
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::config::{ClusterConfig, ConfigError};
-use crate::crypto::KeyRing;
-use crate::ids::{Principal, ReplicaId};
+use crate::crypto::{Digest, KeyRing};
+use crate::ids::{ClientId, Principal, ReplicaId, SeqNo};
+use crate::message::{Envelope, Message, SealFor};
+use crate::quorum::Quorums;
 use crate::service::Service;
-use crate::stage::{Action, Input, Stage, Stats, Storage, Time};
+use crate::stage::{Action, Input, Stage, Stats, Storage, Time, Timer};
 
-/// The execution stage.
+use batches::BatchCollector;
+use checkpoint::CheckpointStore;
+use fetch::Fetcher;
+use reply_cache::ReplyCache;
+use state_transfer::{LoadVotes, Transfer};
+
+pub use checkpoint::ExecCheckpoint;
+
+/// The execution stage: member `id` of the execution stage, running one replica of the service.
 pub struct ExecStage {
+    config: Arc<ClusterConfig>,
+    q: Quorums,
     id: ReplicaId,
+    keys: Arc<KeyRing>,
+    service: Box<dyn Service + Send>,
     stats: Stats,
+    /// Configured clients; requests of others are skipped (bounds the reply cache).
+    clients: BTreeSet<ClientId>,
+    /// Last executed batch.
+    last_executed: SeqNo,
+    /// History digest `H_last_executed`.
+    history: Digest,
+    /// Time of the last executed non-empty batch.
+    last_time_us: u64,
+    replies: ReplyCache,
+    batches: BatchCollector,
+    fetcher: Fetcher,
+    checkpoints: CheckpointStore,
+    load_votes: LoadVotes,
+    transfer: Option<Transfer>,
+    /// `last_executed` at the previous retry tick (no change = no progress).
+    progress_mark: SeqNo,
 }
 
 impl ExecStage {
-    /// Member `id` of this stage, restored from `storage` (empty on first start).
+    /// Member `id` of this stage, restored from `storage` (empty on first start): the newest stored
+    /// checkpoint that verifies against its own digest is loaded into `service`.
     pub fn new(
         config: Arc<ClusterConfig>,
         id: ReplicaId,
@@ -24,21 +75,193 @@ impl ExecStage {
         storage: &Storage,
         service: Box<dyn Service + Send>,
     ) -> Result<ExecStage, ConfigError> {
-        let _ = (config, keys, storage, service);
-        Ok(ExecStage {
+        let q = config.validate()?;
+        assert!((id.0 as usize) < q.n_exec, "replica {} hosts no execution member", id.0);
+        let clients = config.clients.iter().map(|c| c.id).collect();
+        let buffered_max = config.knobs.log_window as usize;
+        let mut stage = ExecStage {
+            q,
             id,
+            keys,
+            service,
             stats: Stats::default(),
-        })
+            clients,
+            last_executed: SeqNo(0),
+            history: Digest::default(),
+            last_time_us: 0,
+            replies: ReplyCache::default(),
+            batches: BatchCollector::new(q.next_batch(), buffered_max),
+            fetcher: Fetcher::default(),
+            checkpoints: CheckpointStore::default(),
+            load_votes: LoadVotes::default(),
+            transfer: None,
+            progress_mark: SeqNo(0),
+            config,
+        };
+        stage.recover(storage);
+        stage.progress_mark = stage.last_executed;
+        Ok(stage)
+    }
+
+    /// The last executed batch and its history digest `H_seqno`.
+    pub fn last_executed(&self) -> (SeqNo, Digest) {
+        (self.last_executed, self.history)
+    }
+
+    fn me(&self) -> Principal {
+        Principal::Exec(self.id)
+    }
+
+    /// Seals `message` and sends it to `to`.
+    fn send(&self, to: Vec<Principal>, message: Message, seal: SealFor, out: &mut Vec<Action>) {
+        let envelope = Envelope::seal(&self.keys, &self.q, self.me(), message, seal);
+        out.push(Action::Send {
+            to,
+            envelope: Arc::new(envelope),
+        });
+    }
+
+    /// Sends `message` to each of `to`, each copy with a MAC for its recipient.
+    fn send_each(&self, to: impl Iterator<Item = Principal>, message: &Message, out: &mut Vec<Action>) {
+        for recipient in to {
+            self.send(vec![recipient], message.clone(), SealFor::One(recipient), out);
+        }
+    }
+
+    /// LAST-EXEC to every order member.
+    fn send_last_executed(&self, out: &mut Vec<Action>) {
+        let message = Message::LastExecuted {
+            seqno: self.last_executed,
+        };
+        self.send_each(ClusterConfig::order_members(&self.q), &message, out);
+    }
+
+    fn set_retry_timer(&self, now: Time, out: &mut Vec<Action>) {
+        out.push(Action::SetTimer {
+            timer: Timer::ExecRetry,
+            at: now.saturating_add(self.config.knobs.exec_retry_us),
+        });
+    }
+
+    /// Retry tick: resend fetches, LAST-EXEC when not progressing, state-transfer requests.
+    fn on_retry(&mut self, now: Time, out: &mut Vec<Action>) {
+        self.retry_fetches(out);
+        if self.last_executed == self.progress_mark {
+            self.send_last_executed(out);
+            self.resend_newest_checkpoint_token(out);
+        }
+        self.progress_mark = self.last_executed;
+        self.retry_transfer(out);
+        self.set_retry_timer(now, out);
+    }
+
+    /// Whether `from` is a configured stage member (its index within its stage's size).
+    fn is_member(&self, from: Principal) -> bool {
+        self.config.contains(from, &self.q) && !matches!(from, Principal::Client(_))
+    }
+
+    fn on_message(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
+        if envelope
+            .open(&self.keys, self.me(), self.config.knobs.sabotage)
+            .is_err()
+        {
+            self.stats.bump("bad_seal");
+            return;
+        }
+        let from = envelope.from;
+        if !self.is_member(from) {
+            self.stats.bump("wrong_sender");
+            return;
+        }
+        self.dispatch(now, from, &envelope.message, out);
+    }
+
+    /// Hands an authenticated message from a configured member to its handler, if that member's
+    /// stage may send it.
+    fn dispatch(&mut self, now: Time, from: Principal, message: &Message, out: &mut Vec<Action>) {
+        match (message, from) {
+            (
+                Message::NextBatch {
+                    seqno,
+                    history,
+                    time_us,
+                    entries,
+                    ..
+                },
+                Principal::Order(r),
+            ) => self.on_next_batch(r, *seqno, *history, *time_us, entries, out),
+            (
+                Message::Command {
+                    client,
+                    request_id,
+                    operation,
+                },
+                Principal::Auth(_),
+            ) => self.on_command(*client, *request_id, operation, out),
+            (Message::Retransmit { client, request_id }, Principal::Order(_)) => {
+                self.on_retransmit(now, *client, *request_id, out)
+            }
+            (Message::LoadCheckpoint { seqno, exec_state }, Principal::Order(r)) => {
+                self.on_load_checkpoint(r, *seqno, *exec_state, out)
+            }
+            (
+                Message::FetchState {
+                    seqno,
+                    state_digest,
+                    chunk,
+                },
+                Principal::Exec(r),
+            ) if r != self.id => self.on_fetch_state(r, *seqno, *state_digest, *chunk, out),
+            (
+                Message::StateManifest {
+                    seqno,
+                    total_bytes,
+                    chunk_digests,
+                },
+                Principal::Exec(r),
+            ) if r != self.id => self.on_state_manifest(*seqno, *total_bytes, chunk_digests, out),
+            (
+                Message::StateChunk {
+                    seqno,
+                    state_digest,
+                    index,
+                    data,
+                },
+                Principal::Exec(r),
+            ) if r != self.id => self.on_state_chunk(*seqno, *state_digest, *index, data, out),
+            (
+                Message::NextBatch { .. }
+                | Message::Command { .. }
+                | Message::Retransmit { .. }
+                | Message::LoadCheckpoint { .. }
+                | Message::FetchState { .. }
+                | Message::StateManifest { .. }
+                | Message::StateChunk { .. },
+                _,
+            ) => self.stats.bump("wrong_sender"),
+            _ => self.stats.bump("unexpected_message"),
+        }
     }
 }
 
 impl Stage for ExecStage {
     fn principal(&self) -> Principal {
-        Principal::Exec(self.id)
+        self.me()
     }
-    fn handle(&mut self, _now: Time, _input: Input, _out: &mut Vec<Action>) {
-        unimplemented!("exec stage")
+
+    fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
+        match input {
+            Input::Start => {
+                self.send_last_executed(out);
+                self.set_retry_timer(now, out);
+            }
+            Input::Timer(Timer::ExecRetry) => self.on_retry(now, out),
+            Input::Timer(_) => self.stats.bump("unexpected_timer"),
+            Input::Message(envelope) => self.on_message(now, &envelope, out),
+            Input::Invoke { .. } => self.stats.bump("unexpected_invoke"),
+        }
     }
+
     fn stats(&self) -> &Stats {
         &self.stats
     }

@@ -1,32 +1,335 @@
-//! The order stage: PBFT agreement on batches.
-//! (Placeholder: implemented in its own change.)
+//! The order stage: PBFT agreement on batches (docs/PROTOCOL.md "Normal case" 3-4, "Checkpoints
+//! and the stage interlock", "Catch-up of execution members", "View change").
+//!
+//! Layout by concept: [`log`] (per-seqno slots), [`request_pool`] (matrix rows per entry),
+//! `normal_case` (pre-prepare / prepare / commit, NEXT-BATCH, execution catch-up), [`checkpoint`]
+//! (tokens, votes, stable certificates, watermarks, order state transfer), [`view_change`]
+//! (VIEW-CHANGE / NEW-VIEW and the selection rules), [`persist`] (storage layout and recovery).
 
+pub mod checkpoint;
+pub(crate) mod log;
+mod normal_case;
+pub(crate) mod persist;
+pub(crate) mod request_pool;
+pub mod view_change;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::config::{ClusterConfig, ConfigError};
-use crate::crypto::KeyRing;
-use crate::ids::{Principal, ReplicaId};
-use crate::stage::{Action, Input, Stage, Stats, Storage, Time};
+use crate::config::{ClusterConfig, ConfigError, Sabotage};
+use crate::crypto::{Digest, KeyRing};
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
+use crate::message::{Batch, Envelope, Message, NewView, SealFor, Signed, StableCheckpoint, ViewChange};
+use crate::quorum::Quorums;
+use crate::stage::{Action, Input, Stage, Stats, Storage, Time, Timer};
+
+use self::log::Slot;
+use self::persist::{OwnCheckpoint, ViewRecord};
+use self::request_pool::RequestPool;
+
+/// Largest exponent of the doubling view-change timeout.
+const VIEW_CHANGE_BACKOFF_MAX: u32 = 10;
+/// Most NEXT-BATCH messages resent in answer to one LAST-EXEC.
+pub const LAST_EXEC_RESEND_MAX: u64 = 32;
+
+/// The committed prefix's state at a checkpoint sequence number, kept until the checkpoint is
+/// built (execution tokens may arrive after later batches committed).
+#[derive(Clone, Debug)]
+struct Snapshot {
+    history: Digest,
+    time_us: u64,
+    last_ordered: Vec<(ClientId, RequestId)>,
+}
 
 /// The order stage: PBFT agreement on batches.
 pub struct OrderStage {
+    config: Arc<ClusterConfig>,
+    q: Quorums,
     id: ReplicaId,
+    keys: Arc<KeyRing>,
     stats: Stats,
+
+    // ---- view ----
+    /// Current view; while `changing`, the view being moved to.
+    view: View,
+    /// A view change to `view` is in progress.
+    changing: bool,
+    /// View changes since the last commit (the timeout doubles with each).
+    consecutive_view_changes: u32,
+    /// When the view-change timer fires, if armed.
+    view_change_deadline: Option<Time>,
+    /// Latest valid VIEW-CHANGE per member (highest view).
+    view_changes: BTreeMap<ReplicaId, Signed<ViewChange>>,
+    /// The NEW-VIEW of the current view (relayed to members still changing).
+    new_view: Option<Signed<NewView>>,
+
+    // ---- log and committed prefix ----
+    /// Low watermark `h`: the latest stable checkpoint.
+    h: SeqNo,
+    stable: Option<StableCheckpoint>,
+    log: BTreeMap<SeqNo, Slot>,
+    /// Out-of-order PRE-PREPAREs of the current view (at most one per seqno in the window).
+    buffered: BTreeMap<SeqNo, Batch>,
+    last_committed: SeqNo,
+    /// `H_last_committed`.
+    history: Digest,
+    /// Largest batch time in the committed prefix (time of its last non-empty batch).
+    max_time: u64,
+    /// Last ordered request per client in the committed prefix.
+    last_ordered: BTreeMap<ClientId, RequestId>,
+    snapshots: BTreeMap<SeqNo, Snapshot>,
+
+    // ---- requests ----
+    pool: RequestPool,
+    /// The primary's BatchClose timer is armed.
+    batch_timer_armed: bool,
+    /// Last RETRANSMIT per client (request, time).
+    retransmitted: BTreeMap<ClientId, (RequestId, Time)>,
+
+    // ---- checkpoints ----
+    /// CP-TOKENs per checkpoint seqno and execution member.
+    tokens: BTreeMap<SeqNo, BTreeMap<ReplicaId, Digest>>,
+    /// Signed checkpoint votes per seqno and member.
+    votes: BTreeMap<SeqNo, BTreeMap<ReplicaId, Signed<crate::message::CheckpointVote>>>,
+    /// This member's own checkpoints and votes above `h`.
+    own_checkpoints: BTreeMap<SeqNo, OwnCheckpoint>,
+    /// Order state transfer in progress: (seqno, digest; default digest = any stable >= seqno).
+    fetching: Option<(SeqNo, Digest)>,
+    /// Last time each member was sent help (stable checkpoint / NEW-VIEW).
+    helped: BTreeMap<ReplicaId, Time>,
 }
 
 impl OrderStage {
     /// Member `id` of this stage, restored from `storage` (empty on first start).
+    ///
+    /// Panics if `storage` holds order records that do not decode: they are this member's own
+    /// writes, and guessing around a corrupted log could contradict what it sent before.
     pub fn new(
         config: Arc<ClusterConfig>,
         id: ReplicaId,
         keys: Arc<KeyRing>,
         storage: &Storage,
     ) -> Result<OrderStage, ConfigError> {
-        let _ = (config, keys, storage);
-        Ok(OrderStage {
+        let q = config.validate()?;
+        if id.0 as usize >= q.n_order {
+            return Err(ConfigError::BadKnob {
+                name: "order member id",
+                value: id.0 as u64,
+                why: "must be below n_order",
+            });
+        }
+        let recovered = persist::recover(storage).unwrap_or_else(|e| panic!("corrupt order storage at key {}", e.0));
+        let mut stage = OrderStage {
+            config,
+            q,
             id,
+            keys,
             stats: Stats::default(),
-        })
+            view: recovered.view.view,
+            changing: recovered.view.changing,
+            consecutive_view_changes: 0,
+            view_change_deadline: None,
+            view_changes: BTreeMap::new(),
+            new_view: None,
+            h: SeqNo(0),
+            stable: None,
+            log: BTreeMap::new(),
+            buffered: BTreeMap::new(),
+            last_committed: SeqNo(0),
+            history: Digest::default(),
+            max_time: 0,
+            last_ordered: BTreeMap::new(),
+            snapshots: BTreeMap::new(),
+            pool: RequestPool::default(),
+            batch_timer_armed: false,
+            retransmitted: BTreeMap::new(),
+            tokens: BTreeMap::new(),
+            votes: BTreeMap::new(),
+            own_checkpoints: recovered.checkpoints,
+            fetching: None,
+            helped: BTreeMap::new(),
+        };
+        if let Some(stable) = recovered.stable {
+            stage.reset_to_checkpoint(stable);
+        }
+        stage.log = recovered
+            .slots
+            .into_iter()
+            .map(|(n, r)| (n, Slot::from_record(r)))
+            .collect();
+        stage.replay_committed();
+        Ok(stage)
+    }
+
+    /// The current view (while a view change is in progress: the view being moved to).
+    pub fn view(&self) -> View {
+        self.view
+    }
+
+    /// Whether this member is the primary of an installed view.
+    pub fn is_primary(&self) -> bool {
+        !self.changing && self.primary_of(self.view) == self.id
+    }
+
+    /// Whether a view change is in progress.
+    pub fn is_changing_view(&self) -> bool {
+        self.changing
+    }
+
+    /// Highest sequence number such that it and every batch before it committed here.
+    pub fn last_committed(&self) -> SeqNo {
+        self.last_committed
+    }
+
+    /// Low watermark `h`: the latest stable checkpoint (0 initially).
+    pub fn low_watermark(&self) -> SeqNo {
+        self.h
+    }
+
+    // ---- small helpers shared by the submodules ----
+
+    fn primary_of(&self, view: View) -> ReplicaId {
+        ReplicaId((view.0 % self.q.n_order as u64) as u32)
+    }
+
+    fn me(&self) -> Principal {
+        Principal::Order(self.id)
+    }
+
+    fn sabotage(&self) -> Option<Sabotage> {
+        self.config.knobs.sabotage
+    }
+
+    /// Votes needed to prepare and to commit (one fewer under `Sabotage::ShortQuorum`).
+    fn agreement_quorum(&self) -> usize {
+        match self.sabotage() {
+            Some(Sabotage::ShortQuorum) => self.q.order_medium().saturating_sub(1).max(1),
+            _ => self.q.order_medium(),
+        }
+    }
+
+    fn log_window(&self) -> u64 {
+        self.config.knobs.log_window
+    }
+
+    fn in_window(&self, seqno: SeqNo) -> bool {
+        seqno > self.h && seqno.0 <= self.h.0 + self.log_window()
+    }
+
+    /// Period of the housekeeping tick (retransmissions).
+    fn tick_period(&self) -> Time {
+        (self.config.knobs.view_change_timeout_us / 4).max(1)
+    }
+
+    fn view_change_timeout(&self) -> Time {
+        let exponent = self.consecutive_view_changes.min(VIEW_CHANGE_BACKOFF_MAX);
+        self.config.knobs.view_change_timeout_us.saturating_mul(1 << exponent)
+    }
+
+    fn other_order_members(&self) -> Vec<Principal> {
+        ClusterConfig::order_members(&self.q)
+            .filter(|p| *p != self.me())
+            .collect()
+    }
+
+    fn send(&self, out: &mut Vec<Action>, to: Vec<Principal>, message: Message, seal: SealFor) {
+        if to.is_empty() {
+            return;
+        }
+        let envelope = Envelope::seal(&self.keys, &self.q, self.me(), message, seal);
+        out.push(Action::Send {
+            to,
+            envelope: Arc::new(envelope),
+        });
+    }
+
+    /// Sends to every other order member, sealed with an order-stage authenticator.
+    fn send_to_order(&self, out: &mut Vec<Action>, message: Message) {
+        self.send(
+            out,
+            self.other_order_members(),
+            message,
+            SealFor::Stage(crate::ids::StageKind::Order),
+        );
+    }
+
+    fn last_ordered_of(&self, client: ClientId) -> RequestId {
+        self.last_ordered.get(&client).copied().unwrap_or_default()
+    }
+
+    /// Whether help (stable checkpoint, NEW-VIEW) may be sent to `member` now: at most once per tick.
+    fn may_help(&mut self, now: Time, member: ReplicaId) -> bool {
+        let period = self.tick_period();
+        match self.helped.get(&member) {
+            Some(&last) if now < last.saturating_add(period) => false,
+            _ => {
+                self.helped.insert(member, now);
+                true
+            }
+        }
+    }
+
+    // ---- input dispatch ----
+
+    fn on_message(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
+        if envelope.open(&self.keys, self.me(), self.sabotage()).is_err() {
+            self.stats.bump("drop_bad_seal");
+            return;
+        }
+        if !self.config.contains(envelope.from, &self.q) {
+            self.stats.bump("drop_unknown_sender");
+            return;
+        }
+        match (&envelope.message, envelope.from) {
+            (Message::AuthRequest { entry, row }, Principal::Auth(from)) => {
+                self.on_auth_request(now, from, entry, row, out)
+            }
+            (Message::PrePrepare { view, seqno, batch }, Principal::Order(from)) => {
+                self.on_pre_prepare(now, from, *view, *seqno, batch, out)
+            }
+            (Message::Prepare { view, seqno, digest }, Principal::Order(from)) => {
+                self.on_prepare(now, from, *view, *seqno, *digest, out)
+            }
+            (Message::Commit { view, seqno, digest }, Principal::Order(from)) => {
+                self.on_commit(now, from, *view, *seqno, *digest, out)
+            }
+            (Message::Checkpoint(vote), Principal::Order(from)) => self.on_checkpoint_vote(now, from, vote, out),
+            (Message::ViewChange(vc), Principal::Order(from)) => self.on_view_change(now, from, vc, out),
+            (Message::NewView(nv), Principal::Order(_)) => self.on_new_view(now, nv, out),
+            (Message::FetchOrderCheckpoint { seqno, digest }, Principal::Order(from)) => {
+                self.on_fetch_checkpoint(from, *seqno, *digest, out)
+            }
+            (Message::OrderCheckpointState(stable), Principal::Order(_)) => self.on_checkpoint_state(now, stable, out),
+            (Message::CheckpointToken { seqno, exec_state }, Principal::Exec(from)) => {
+                self.on_token(now, from, *seqno, *exec_state, out)
+            }
+            (Message::LastExecuted { seqno }, Principal::Exec(from)) => self.on_last_executed(from, *seqno, out),
+            _ => self.stats.bump("drop_wrong_sender_or_kind"),
+        }
+    }
+
+    fn on_tick(&mut self, now: Time, out: &mut Vec<Action>) {
+        out.push(Action::SetTimer {
+            timer: Timer::OrderTick,
+            at: now + self.tick_period(),
+        });
+        self.helped.clear();
+        if self.changing {
+            self.resend_view_change(out);
+        } else {
+            self.retransmit_agreement(out);
+        }
+        self.retransmit_checkpoint(out);
+    }
+
+    /// Work that may have become possible after any input: ordering new batches, (re)arming the
+    /// view-change timer.
+    fn after_input(&mut self, now: Time, out: &mut Vec<Action>) {
+        self.propose(now, false, out);
+        self.update_view_change_timer(now, out);
     }
 }
 
@@ -34,10 +337,39 @@ impl Stage for OrderStage {
     fn principal(&self) -> Principal {
         Principal::Order(self.id)
     }
-    fn handle(&mut self, _now: Time, _input: Input, _out: &mut Vec<Action>) {
-        unimplemented!("order stage")
+
+    fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
+        match input {
+            Input::Start => {
+                out.push(Action::SetTimer {
+                    timer: Timer::OrderTick,
+                    at: now + self.tick_period(),
+                });
+                if self.changing {
+                    self.resume_view_change(now, out);
+                }
+            }
+            Input::Message(envelope) => self.on_message(now, &envelope, out),
+            Input::Timer(Timer::OrderTick) => self.on_tick(now, out),
+            Input::Timer(Timer::BatchClose) => {
+                self.batch_timer_armed = false;
+                self.propose(now, true, out);
+            }
+            Input::Timer(Timer::ViewChange) => {
+                self.view_change_deadline = None;
+                self.on_view_change_timer(now, out);
+            }
+            Input::Timer(_) | Input::Invoke { .. } => self.stats.bump("drop_unexpected_input"),
+        }
+        self.after_input(now, out);
     }
+
     fn stats(&self) -> &Stats {
         &self.stats
     }
+}
+
+/// Persists the view record.
+fn persist_view(out: &mut Vec<Action>, view: View, changing: bool) {
+    persist::write(out, persist::VIEW_KEY.to_string(), &ViewRecord { view, changing });
 }

@@ -1,0 +1,261 @@
+//! Execution checkpoints (PROTOCOL.md "Checkpoints and the stage interlock", exec side): every
+//! `checkpoint_interval` batches the member serializes an [`ExecCheckpoint`], splits it into
+//! chunks of `state_chunk_bytes`, computes `state_digest(seqno, total, chunk_digests)`, persists
+//! it under `exec/cp/<seqno>` (keeping the two newest) and then sends CP-TOKEN to the order stage.
+//! On restart the newest stored checkpoint that verifies against its own digest is loaded.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::ExecStage;
+use crate::codec;
+use crate::config::ClusterConfig;
+use crate::crypto::Digest;
+use crate::ids::{ClientId, RequestId, SeqNo, StageKind};
+use crate::message::{state_digest, Message, SealFor, STATE_CHUNKS_MAX};
+use crate::service::RestoreError;
+use crate::stage::{Action, Event, Storage};
+
+/// Checkpoints kept in memory and in storage (the newest ones).
+pub const CHECKPOINTS_KEPT: usize = 2;
+
+/// Prefix of the storage keys of execution checkpoints.
+pub const CHECKPOINT_KEY_PREFIX: &str = "exec/cp/";
+
+/// Everything an execution member needs to continue from batch `seqno + 1`. Deterministic: equal
+/// states encode to equal bytes (the reply cache is sorted by client).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecCheckpoint {
+    /// Last batch covered.
+    pub seqno: SeqNo,
+    /// History digest `H_seqno`.
+    pub history: Digest,
+    /// Time of the last non-empty batch up to `seqno`.
+    pub time_us: u64,
+    /// The service's checkpoint.
+    pub service: Bytes,
+    /// Reply cache: last request id and reply per client, sorted by client.
+    pub replies: Vec<(ClientId, RequestId, Bytes)>,
+}
+
+/// An encoded checkpoint with its manifest and digest, as stored and served to peers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StoredCheckpoint {
+    /// Sequence number.
+    pub seqno: SeqNo,
+    /// `state_digest(seqno, blob.len(), chunk_digests)`.
+    pub digest: Digest,
+    /// The encoded [`ExecCheckpoint`].
+    pub blob: Bytes,
+    /// Digest of each chunk of `blob`.
+    pub chunk_digests: Vec<Digest>,
+    chunk_bytes: usize,
+}
+
+impl StoredCheckpoint {
+    /// Chunks and digests an encoded checkpoint.
+    pub fn new(seqno: SeqNo, blob: Bytes, chunk_bytes: usize) -> StoredCheckpoint {
+        assert!(chunk_bytes > 0);
+        let chunk_digests: Vec<Digest> = blob.chunks(chunk_bytes).map(Digest::of).collect();
+        assert!(
+            chunk_digests.len() <= STATE_CHUNKS_MAX,
+            "checkpoint of {} bytes has too many chunks",
+            blob.len()
+        );
+        let digest = state_digest(seqno, blob.len() as u64, &chunk_digests);
+        StoredCheckpoint {
+            seqno,
+            digest,
+            blob,
+            chunk_digests,
+            chunk_bytes,
+        }
+    }
+
+    /// Chunk `index`, if it exists.
+    pub fn chunk(&self, index: u32) -> Option<Bytes> {
+        let start = (index as usize).checked_mul(self.chunk_bytes)?;
+        if index as usize >= self.chunk_digests.len() {
+            return None;
+        }
+        let end = (start + self.chunk_bytes).min(self.blob.len());
+        Some(self.blob.slice(start..end))
+    }
+
+    /// The storage record: `(digest, blob)`.
+    fn record(&self) -> Bytes {
+        Bytes::from(codec::to_bytes(&(self.digest, &self.blob)))
+    }
+}
+
+/// Number of chunks a checkpoint of `total` bytes has.
+pub(crate) fn chunk_count(total: u64, chunk_bytes: usize) -> u64 {
+    total.div_ceil(chunk_bytes as u64)
+}
+
+/// Storage key of checkpoint `seqno`.
+pub fn storage_key(seqno: SeqNo) -> String {
+    format!("{CHECKPOINT_KEY_PREFIX}{}", seqno.0)
+}
+
+fn parse_key(key: &str) -> Option<SeqNo> {
+    let digits = key.strip_prefix(CHECKPOINT_KEY_PREFIX)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().map(SeqNo)
+}
+
+/// Decodes and verifies a storage record; `None` if corrupted.
+fn verify_record(seqno: SeqNo, record: &[u8], chunk_bytes: usize) -> Option<(StoredCheckpoint, ExecCheckpoint)> {
+    let (digest, blob): (Digest, Bytes) = codec::from_bytes(record).ok()?;
+    if chunk_count(blob.len() as u64, chunk_bytes) > STATE_CHUNKS_MAX as u64 {
+        return None;
+    }
+    let stored = StoredCheckpoint::new(seqno, blob, chunk_bytes);
+    if stored.digest != digest {
+        return None;
+    }
+    let checkpoint: ExecCheckpoint = codec::from_bytes(&stored.blob).ok()?;
+    (checkpoint.seqno == seqno).then_some((stored, checkpoint))
+}
+
+/// The newest checkpoints (at most [`CHECKPOINTS_KEPT`]) and every checkpoint key in storage.
+#[derive(Default)]
+pub(crate) struct CheckpointStore {
+    kept: BTreeMap<SeqNo, StoredCheckpoint>,
+    on_disk: BTreeSet<SeqNo>,
+}
+
+impl CheckpointStore {
+    /// Adds a checkpoint; returns the storage keys to delete (all but the newest kept).
+    fn insert(&mut self, stored: StoredCheckpoint) -> Vec<SeqNo> {
+        self.on_disk.insert(stored.seqno);
+        self.kept.insert(stored.seqno, stored);
+        while self.kept.len() > CHECKPOINTS_KEPT {
+            self.kept.pop_first();
+        }
+        let stale: Vec<SeqNo> = self
+            .on_disk
+            .iter()
+            .filter(|s| !self.kept.contains_key(s))
+            .copied()
+            .collect();
+        for seqno in &stale {
+            self.on_disk.remove(seqno);
+        }
+        stale
+    }
+
+    /// The newest kept checkpoint.
+    pub fn newest(&self) -> Option<&StoredCheckpoint> {
+        self.kept.last_key_value().map(|(_, cp)| cp)
+    }
+
+    /// The kept checkpoint at `seqno` with this digest.
+    pub fn get(&self, seqno: SeqNo, digest: Digest) -> Option<&StoredCheckpoint> {
+        self.kept.get(&seqno).filter(|cp| cp.digest == digest)
+    }
+}
+
+impl ExecStage {
+    /// Takes the checkpoint at `last_executed`: persist, then CP-TOKEN to every order member.
+    pub(super) fn take_checkpoint(&mut self, out: &mut Vec<Action>) {
+        let checkpoint = ExecCheckpoint {
+            seqno: self.last_executed,
+            history: self.history,
+            time_us: self.last_time_us,
+            service: self.service.checkpoint(),
+            replies: self.replies.to_sorted(),
+        };
+        let blob = Bytes::from(codec::to_bytes(&checkpoint));
+        let stored = StoredCheckpoint::new(checkpoint.seqno, blob, self.config.knobs.state_chunk_bytes);
+        let (seqno, digest) = (stored.seqno, stored.digest);
+        self.install_checkpoint(stored, out);
+        self.stats.bump("checkpoints_taken");
+        out.push(Action::Note(Event::Checkpointed {
+            seqno,
+            state_digest: digest,
+        }));
+        self.send_checkpoint_token(seqno, digest, out);
+    }
+
+    fn send_checkpoint_token(&self, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
+        let token = Message::CheckpointToken {
+            seqno,
+            exec_state: digest,
+        };
+        let order = ClusterConfig::order_members(&self.q).collect();
+        self.send(order, token, SealFor::Stage(StageKind::Order), out);
+    }
+
+    /// Sends the newest checkpoint's CP-TOKEN again: tokens can be lost, and without
+    /// `checkpoint_token` of them the order stage cannot certify the checkpoint and stops at the
+    /// interlock (`h + log_window`). Called with every LAST-EXEC retry.
+    pub(super) fn resend_newest_checkpoint_token(&self, out: &mut Vec<Action>) {
+        if let Some(newest) = self.checkpoints.newest() {
+            self.send_checkpoint_token(newest.seqno, newest.digest, out);
+        }
+    }
+
+    /// Persists a checkpoint and deletes the stale ones.
+    pub(super) fn install_checkpoint(&mut self, stored: StoredCheckpoint, out: &mut Vec<Action>) {
+        out.push(Action::Persist {
+            key: storage_key(stored.seqno),
+            value: Some(stored.record()),
+        });
+        for stale in self.checkpoints.insert(stored) {
+            out.push(Action::Persist {
+                key: storage_key(stale),
+                value: None,
+            });
+        }
+    }
+
+    /// Replaces the whole execution state with a checkpoint's.
+    pub(super) fn restore_checkpoint(&mut self, checkpoint: &ExecCheckpoint) -> Result<(), RestoreError> {
+        self.service.restore(&checkpoint.service)?;
+        self.replies.restore(&checkpoint.replies);
+        self.last_executed = checkpoint.seqno;
+        self.history = checkpoint.history;
+        self.last_time_us = checkpoint.time_us;
+        Ok(())
+    }
+
+    /// Loads the newest stored checkpoint that verifies and restores; corrupted ones are ignored.
+    pub(super) fn recover(&mut self, storage: &Storage) {
+        let chunk_bytes = self.config.knobs.state_chunk_bytes;
+        let mut valid = Vec::new();
+        for (key, record) in storage.range(CHECKPOINT_KEY_PREFIX.to_string()..) {
+            if !key.starts_with(CHECKPOINT_KEY_PREFIX) {
+                break;
+            }
+            let Some(seqno) = parse_key(key) else {
+                self.stats.bump("stored_checkpoint_bad_key");
+                continue;
+            };
+            self.checkpoints.on_disk.insert(seqno);
+            match verify_record(seqno, record, chunk_bytes) {
+                Some(pair) => valid.push(pair),
+                None => self.stats.bump("stored_checkpoint_corrupt"),
+            }
+        }
+        valid.sort_by_key(|(stored, _)| std::cmp::Reverse(stored.seqno));
+        let mut restored = false;
+        for (stored, checkpoint) in valid {
+            if !restored {
+                if self.restore_checkpoint(&checkpoint).is_err() {
+                    self.stats.bump("stored_checkpoint_unrestorable");
+                    continue;
+                }
+                restored = true;
+                self.stats.bump("recovered_from_checkpoint");
+            }
+            if self.checkpoints.kept.len() < CHECKPOINTS_KEPT {
+                self.checkpoints.kept.insert(stored.seqno, stored);
+            }
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! Normal-case execution (PROTOCOL.md steps 5-7): accept NEXT-BATCH quorums, fetch bodies ordered
+//! by digest, execute whole batches in sequence order, reply to clients, report BATCH-COMPLETE,
+//! answer RETRANSMIT from the reply cache.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use super::batches::{AgreedBatch, Offered};
+use super::fetch::Want;
+use super::reply_cache::reply_body;
+use super::ExecStage;
+use crate::config::ClusterConfig;
+use crate::crypto::Digest;
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo};
+use crate::message::{batch_seed, history_digest, Message, RequestBody, RequestEntry, SealFor};
+use crate::service::{BatchContext, ServiceRequest};
+use crate::stage::{Action, Event, Time};
+
+impl ExecStage {
+    /// Highest sequence number the stage is heading to: the last executed one, or the checkpoint
+    /// being loaded. NEXT-BATCHes are buffered up to `log_window` beyond it.
+    fn window_base(&self) -> SeqNo {
+        self.transfer
+            .as_ref()
+            .map_or(self.last_executed, |t| t.seqno().max(self.last_executed))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_next_batch(
+        &mut self,
+        from: ReplicaId,
+        seqno: SeqNo,
+        history: Digest,
+        time_us: u64,
+        entries: &[RequestEntry],
+        out: &mut Vec<Action>,
+    ) {
+        if seqno <= self.last_executed {
+            self.stats.bump("next_batch_old");
+            return;
+        }
+        if seqno.0 > self.window_base().0.saturating_add(self.config.knobs.log_window) {
+            self.stats.bump("next_batch_beyond_window");
+            return;
+        }
+        let offered = Offered {
+            from,
+            seqno,
+            history,
+            time_us,
+            entries,
+        };
+        match self.batches.offer(offered, (self.last_executed, self.history)) {
+            Err(reason) => self.stats.bump(reason),
+            Ok(false) => {}
+            Ok(true) => {
+                self.stats.bump("batch_agreed");
+                self.request_bodies(out);
+                self.execute_ready(out);
+            }
+        }
+    }
+
+    /// Registers and requests (FETCH to auth member `client mod n_auth`) the missing bodies of
+    /// agreed batches, in sequence order, within the fetch bound.
+    pub(super) fn request_bodies(&mut self, out: &mut Vec<Action>) {
+        let next = self.last_executed.next();
+        let mut fetches = Vec::new();
+        'batches: for batch in self.batches.ready_batches() {
+            for entry in &batch.entries {
+                let RequestBody::Digest(digest) = entry.body else {
+                    continue;
+                };
+                if entry.request_id <= self.replies.last_id(entry.client) {
+                    continue; // A duplicate is not executed, so its body is not needed.
+                }
+                match self.fetcher.want(
+                    batch.seqno,
+                    (entry.client, entry.request_id, digest),
+                    batch.seqno == next,
+                ) {
+                    Want::Registered => fetches.push((entry.client, entry.request_id, digest)),
+                    Want::Known => {}
+                    Want::Full => break 'batches,
+                }
+            }
+        }
+        for (client, request_id, operation_digest) in fetches {
+            let to = Principal::Auth(ReplicaId((client.0 as u64 % self.q.n_auth as u64) as u32));
+            let message = Message::Fetch {
+                client,
+                request_id,
+                operation_digest,
+            };
+            self.stats.bump("fetch_sent");
+            self.send(vec![to], message, SealFor::Stage(crate::ids::StageKind::Auth), out);
+        }
+    }
+
+    /// Retry tick: every missing body is asked of all authentication members.
+    pub(super) fn retry_fetches(&mut self, out: &mut Vec<Action>) {
+        let missing: Vec<_> = self.fetcher.missing().copied().collect();
+        for (client, request_id, operation_digest) in missing {
+            let message = Message::Fetch {
+                client,
+                request_id,
+                operation_digest,
+            };
+            let to = ClusterConfig::auth_members(&self.q).collect();
+            self.stats.bump("fetch_retried");
+            self.send(to, message, SealFor::Stage(crate::ids::StageKind::Auth), out);
+        }
+    }
+
+    pub(super) fn on_command(
+        &mut self,
+        client: ClientId,
+        request_id: RequestId,
+        operation: &Bytes,
+        out: &mut Vec<Action>,
+    ) {
+        match self.fetcher.deliver(client, request_id, operation) {
+            Err(reason) => self.stats.bump(reason),
+            Ok(()) => {
+                self.stats.bump("command_accepted");
+                self.execute_ready(out);
+            }
+        }
+    }
+
+    /// The operation of `entry`, if it is inline or fetched.
+    fn operation(&self, entry: &RequestEntry) -> Option<Bytes> {
+        match &entry.body {
+            RequestBody::Inline(op) => Some(op.clone()),
+            RequestBody::Digest(d) => self.fetcher.body(&(entry.client, entry.request_id, *d)).cloned(),
+        }
+    }
+
+    /// Whether every request of `batch` that will be executed has its body.
+    fn bodies_complete(&self, batch: &AgreedBatch) -> bool {
+        batch
+            .entries
+            .iter()
+            .all(|e| e.request_id <= self.replies.last_id(e.client) || self.operation(e).is_some())
+    }
+
+    /// Executes agreed batches while the next one is complete.
+    pub(super) fn execute_ready(&mut self, out: &mut Vec<Action>) {
+        let start = self.last_executed;
+        loop {
+            let next = self.last_executed.next();
+            let Some(batch) = self.batches.ready(next) else { break };
+            if !self.bodies_complete(batch) {
+                break;
+            }
+            let batch = self.batches.take(next).expect("checked above");
+            if history_digest(&self.history, &batch.batch_digest) != batch.history {
+                // A correct order member vouched for it, so our own history is off: refetch.
+                self.stats.bump("batch_history_mismatch");
+                break;
+            }
+            self.execute_batch(batch, out);
+        }
+        if self.last_executed > start {
+            self.batches.prune_through(self.last_executed);
+            self.fetcher.prune_through(self.last_executed);
+            if self.transfer.as_ref().is_some_and(|t| t.seqno() <= self.last_executed) {
+                self.stats.bump("state_transfer_overtaken");
+                self.transfer = None;
+            }
+            self.request_bodies(out);
+        }
+    }
+
+    /// The requests of `batch` to execute: configured clients, not yet executed (a duplicate
+    /// gets its cached reply again), at most once per batch.
+    fn requests_to_execute(&mut self, batch: &AgreedBatch, out: &mut Vec<Action>) -> Vec<ServiceRequest> {
+        let mut requests = Vec::new();
+        let mut in_batch: BTreeMap<ClientId, RequestId> = BTreeMap::new();
+        for entry in &batch.entries {
+            if !self.clients.contains(&entry.client) {
+                self.stats.bump("entry_unknown_client");
+                continue;
+            }
+            let cached = self.replies.last_id(entry.client);
+            let last = in_batch.get(&entry.client).copied().unwrap_or(cached);
+            if entry.request_id <= last {
+                self.stats.bump("request_duplicate");
+                if entry.request_id == cached && !in_batch.contains_key(&entry.client) {
+                    self.send_cached_reply(entry.client, false, out);
+                }
+                continue;
+            }
+            let operation = self.operation(entry).expect("bodies_complete checked");
+            in_batch.insert(entry.client, entry.request_id);
+            requests.push(ServiceRequest {
+                client: entry.client,
+                request_id: entry.request_id,
+                operation,
+            });
+        }
+        requests
+    }
+
+    /// Executes one batch (the next in sequence, bodies present, history checked).
+    fn execute_batch(&mut self, batch: AgreedBatch, out: &mut Vec<Action>) {
+        let requests = self.requests_to_execute(&batch, out);
+        if !requests.is_empty() {
+            let context = BatchContext {
+                seqno: batch.seqno,
+                time_us: batch.time_us,
+                seed: batch_seed(&batch.history),
+            };
+            let results = self.service.execute(&context, &requests);
+            assert_eq!(
+                results.len(),
+                requests.len(),
+                "the service must return one reply per request"
+            );
+            for (request, result) in requests.iter().zip(results) {
+                self.replies.record(request.client, request.request_id, result);
+                self.send_cached_reply(request.client, false, out);
+            }
+            self.stats.bump("requests_executed");
+        }
+        self.last_executed = batch.seqno;
+        self.history = batch.history;
+        if !batch.entries.is_empty() {
+            self.last_time_us = batch.time_us;
+        }
+        let completed = batch.entries.iter().map(|e| (e.client, e.request_id)).collect();
+        let message = Message::BatchComplete {
+            seqno: batch.seqno,
+            requests: completed,
+        };
+        let auth = ClusterConfig::auth_members(&self.q).collect();
+        self.send(auth, message, SealFor::Stage(crate::ids::StageKind::Auth), out);
+        self.stats.bump("batches_executed");
+        out.push(Action::Note(Event::Executed {
+            seqno: batch.seqno,
+            history: batch.history,
+        }));
+        if batch.seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) {
+            self.take_checkpoint(out);
+        }
+    }
+
+    /// Sends the client's cached reply (full if `retransmit`, else by the full/digest rule).
+    fn send_cached_reply(&self, client: ClientId, retransmit: bool, out: &mut Vec<Action>) {
+        let Some(cached) = self.replies.get(client) else { return };
+        let result = reply_body(
+            self.q.n_exec,
+            self.id,
+            client,
+            cached.request_id,
+            &cached.result,
+            retransmit,
+        );
+        let message = Message::Reply {
+            request_id: cached.request_id,
+            result,
+            read_only: false,
+        };
+        let to = Principal::Client(client);
+        self.send(vec![to], message, SealFor::One(to), out);
+    }
+
+    /// RETRANSMIT from an order member: resend the cached reply in full (once per client per
+    /// `exec_retry_us`, as every order member forwards the same retransmission).
+    pub(super) fn on_retransmit(&mut self, now: Time, client: ClientId, request_id: RequestId, out: &mut Vec<Action>) {
+        if self.replies.get(client).map(|c| c.request_id) != Some(request_id) {
+            self.stats.bump("retransmit_not_cached");
+            return;
+        }
+        if !self.replies.may_resend(client, now, self.config.knobs.exec_retry_us) {
+            self.stats.bump("retransmit_rate_limited");
+            return;
+        }
+        self.stats.bump("retransmit_answered");
+        self.send_cached_reply(client, true, out);
+    }
+}

@@ -1,0 +1,314 @@
+//! Catch-up of execution members (PROTOCOL.md): on `q.load_checkpoint()` matching LOAD-CPs the
+//! member fetches the checkpoint from its execution peers, manifest first (verified against the
+//! agreed digest), then every chunk (verified against the manifest), restores it and continues at
+//! `seqno + 1`. It serves its own kept checkpoints to peers.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use super::checkpoint::{chunk_count, ExecCheckpoint, StoredCheckpoint};
+use super::ExecStage;
+use crate::codec;
+use crate::crypto::Digest;
+use crate::ids::{Principal, ReplicaId, SeqNo};
+use crate::message::{state_digest, Message, STATE_CHUNKS_MAX};
+use crate::stage::{Action, Event};
+
+/// Most chunk requests outstanding at once during a state transfer.
+pub const CHUNKS_IN_FLIGHT_MAX: usize = 4;
+
+/// The latest LOAD-CP of each order member (bounded by the order stage size).
+#[derive(Default)]
+pub(crate) struct LoadVotes {
+    votes: BTreeMap<ReplicaId, (SeqNo, Digest)>,
+}
+
+impl LoadVotes {
+    /// Records a vote; returns `true` when `quorum` members now name `(seqno, digest)`.
+    fn offer(&mut self, from: ReplicaId, seqno: SeqNo, digest: Digest, quorum: usize) -> bool {
+        self.votes.insert(from, (seqno, digest));
+        self.votes.values().filter(|v| **v == (seqno, digest)).count() >= quorum
+    }
+
+    /// Forgets votes at or below `seqno`.
+    fn prune_through(&mut self, seqno: SeqNo) {
+        self.votes.retain(|_, (s, _)| *s > seqno);
+    }
+}
+
+/// A state transfer in progress.
+pub(crate) struct Transfer {
+    seqno: SeqNo,
+    digest: Digest,
+    /// Total bytes and chunk digests, once a verified manifest arrived.
+    manifest: Option<(u64, Vec<Digest>)>,
+    chunks: Vec<Option<Bytes>>,
+    received: usize,
+    /// Chunk index -> peer (index into `peers`) it was last asked of.
+    in_flight: BTreeMap<u32, usize>,
+    /// Next chunk index never requested.
+    next_index: u32,
+    /// Execution peers, starting after ourselves.
+    peers: Vec<ReplicaId>,
+    /// Peer asked for the manifest / first choice for chunks; advances on every retry.
+    cursor: usize,
+}
+
+impl Transfer {
+    /// The checkpoint being loaded.
+    pub fn seqno(&self) -> SeqNo {
+        self.seqno
+    }
+
+    fn peer(&self, offset: usize) -> Principal {
+        Principal::Exec(self.peers[(self.cursor + offset) % self.peers.len()])
+    }
+}
+
+impl ExecStage {
+    pub(super) fn on_load_checkpoint(&mut self, from: ReplicaId, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
+        if seqno <= self.last_executed {
+            self.stats.bump("load_checkpoint_old");
+            return;
+        }
+        if !self.load_votes.offer(from, seqno, digest, self.q.load_checkpoint()) {
+            return;
+        }
+        if self.transfer.as_ref().is_some_and(|t| t.seqno >= seqno) {
+            return;
+        }
+        let n_exec = self.q.n_exec as u32;
+        let peers: Vec<ReplicaId> = (1..n_exec).map(|k| ReplicaId((self.id.0 + k) % n_exec)).collect();
+        if peers.is_empty() {
+            self.stats.bump("state_transfer_no_peers");
+            return;
+        }
+        self.stats.bump("state_transfer_started");
+        let transfer = Transfer {
+            seqno,
+            digest,
+            manifest: None,
+            chunks: Vec::new(),
+            received: 0,
+            in_flight: BTreeMap::new(),
+            next_index: 0,
+            peers,
+            cursor: 0,
+        };
+        self.transfer = Some(transfer);
+        self.request_manifest(out);
+    }
+
+    fn request_manifest(&self, out: &mut Vec<Action>) {
+        let Some(t) = &self.transfer else { return };
+        let message = Message::FetchState {
+            seqno: t.seqno,
+            state_digest: t.digest,
+            chunk: None,
+        };
+        self.send_each(std::iter::once(t.peer(0)), &message, out);
+    }
+
+    fn request_chunk(&self, index: u32, peer: Principal, out: &mut Vec<Action>) {
+        let Some(t) = &self.transfer else { return };
+        let message = Message::FetchState {
+            seqno: t.seqno,
+            state_digest: t.digest,
+            chunk: Some(index),
+        };
+        self.send_each(std::iter::once(peer), &message, out);
+    }
+
+    /// Requests further chunks while fewer than [`CHUNKS_IN_FLIGHT_MAX`] are outstanding.
+    fn request_chunks(&mut self, out: &mut Vec<Action>) {
+        let mut requests = Vec::new();
+        if let Some(t) = &mut self.transfer {
+            while t.in_flight.len() < CHUNKS_IN_FLIGHT_MAX && (t.next_index as usize) < t.chunks.len() {
+                let index = t.next_index;
+                t.next_index += 1;
+                let offset = index as usize % t.peers.len();
+                t.in_flight.insert(index, (t.cursor + offset) % t.peers.len());
+                requests.push((index, t.peer(offset)));
+            }
+        }
+        for (index, peer) in requests {
+            self.request_chunk(index, peer, out);
+        }
+    }
+
+    /// Retry tick: ask the next peer for the manifest or for every outstanding chunk.
+    pub(super) fn retry_transfer(&mut self, out: &mut Vec<Action>) {
+        let Some(t) = &mut self.transfer else { return };
+        t.cursor = (t.cursor + 1) % t.peers.len();
+        if t.manifest.is_none() {
+            self.request_manifest(out);
+            return;
+        }
+        let peers = t.peers.len();
+        let mut requests = Vec::new();
+        for (index, peer) in t.in_flight.iter_mut() {
+            *peer = (*peer + 1) % peers;
+            requests.push((*index, Principal::Exec(t.peers[*peer])));
+        }
+        self.stats.bump("state_transfer_retried");
+        for (index, peer) in requests {
+            self.request_chunk(index, peer, out);
+        }
+    }
+
+    pub(super) fn on_state_manifest(
+        &mut self,
+        seqno: SeqNo,
+        total_bytes: u64,
+        chunk_digests: &[Digest],
+        out: &mut Vec<Action>,
+    ) {
+        let chunk_bytes = self.config.knobs.state_chunk_bytes;
+        let Some(t) = &mut self.transfer else {
+            self.stats.bump("state_manifest_unexpected");
+            return;
+        };
+        if t.seqno != seqno || t.manifest.is_some() {
+            self.stats.bump("state_manifest_unexpected");
+            return;
+        }
+        let count = chunk_count(total_bytes, chunk_bytes);
+        if count != chunk_digests.len() as u64
+            || count > STATE_CHUNKS_MAX as u64
+            || state_digest(seqno, total_bytes, chunk_digests) != t.digest
+        {
+            self.stats.bump("state_manifest_bad");
+            return;
+        }
+        t.manifest = Some((total_bytes, chunk_digests.to_vec()));
+        t.chunks = vec![None; chunk_digests.len()];
+        self.stats.bump("state_manifest_accepted");
+        self.request_chunks(out);
+    }
+
+    pub(super) fn on_state_chunk(
+        &mut self,
+        seqno: SeqNo,
+        digest: Digest,
+        index: u32,
+        data: &Bytes,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(t) = &mut self.transfer else {
+            self.stats.bump("state_chunk_unexpected");
+            return;
+        };
+        let Some((_, digests)) = &t.manifest else {
+            self.stats.bump("state_chunk_unexpected");
+            return;
+        };
+        let i = index as usize;
+        if t.seqno != seqno || t.digest != digest || i >= digests.len() || t.chunks[i].is_some() {
+            self.stats.bump("state_chunk_unexpected");
+            return;
+        }
+        if Digest::of(data) != digests[i] {
+            self.stats.bump("state_chunk_bad");
+            // Refetch from the next peer at once (if we still want it; every request is answered once).
+            if let Some(peer) = t.in_flight.get_mut(&index) {
+                *peer = (*peer + 1) % t.peers.len();
+                let to = Principal::Exec(t.peers[*peer]);
+                self.request_chunk(index, to, out);
+            }
+            return;
+        }
+        t.chunks[i] = Some(data.clone());
+        t.received += 1;
+        t.in_flight.remove(&index);
+        self.stats.bump("state_chunk_accepted");
+        if t.received == t.chunks.len() {
+            self.finish_transfer(out);
+        } else {
+            self.request_chunks(out);
+        }
+    }
+
+    /// All chunks arrived: decode, restore, persist, continue at `seqno + 1`.
+    fn finish_transfer(&mut self, out: &mut Vec<Action>) {
+        let t = self.transfer.take().expect("transfer in progress");
+        let mut blob = Vec::with_capacity(t.manifest.as_ref().map_or(0, |m| m.0 as usize));
+        for chunk in t.chunks.iter().flatten() {
+            blob.extend_from_slice(chunk);
+        }
+        let stored = StoredCheckpoint::new(t.seqno, Bytes::from(blob), self.config.knobs.state_chunk_bytes);
+        assert_eq!(
+            stored.digest, t.digest,
+            "every chunk was verified against the verified manifest"
+        );
+        let checkpoint: ExecCheckpoint = match codec::from_bytes(&stored.blob) {
+            Ok(cp) => cp,
+            Err(_) => {
+                self.stats.bump("state_transfer_undecodable");
+                self.abandon_transfer();
+                return;
+            }
+        };
+        if checkpoint.seqno != t.seqno || self.restore_checkpoint(&checkpoint).is_err() {
+            self.stats.bump("state_transfer_unrestorable");
+            self.abandon_transfer();
+            return;
+        }
+        self.install_checkpoint(stored, out);
+        self.batches.prune_through(t.seqno);
+        self.fetcher.prune_through(t.seqno);
+        self.load_votes.prune_through(t.seqno);
+        self.stats.bump("state_transfer_completed");
+        out.push(Action::Note(Event::StateLoaded {
+            seqno: t.seqno,
+            state_digest: t.digest,
+        }));
+        self.send_last_executed(out);
+        self.request_bodies(out);
+        self.execute_ready(out);
+    }
+
+    /// After a failed transfer: drop what was buffered beyond the normal window (the order stage
+    /// will send LOAD-CP again on LAST-EXEC).
+    fn abandon_transfer(&mut self) {
+        self.transfer = None;
+        self.batches
+            .prune_beyond(SeqNo(self.last_executed.0.saturating_add(self.config.knobs.log_window)));
+    }
+
+    /// Serves our kept checkpoints: the manifest or one chunk.
+    pub(super) fn on_fetch_state(
+        &mut self,
+        from: ReplicaId,
+        seqno: SeqNo,
+        digest: Digest,
+        chunk: Option<u32>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(stored) = self.checkpoints.get(seqno, digest) else {
+            self.stats.bump("fetch_state_unknown");
+            return;
+        };
+        let message = match chunk {
+            None => Message::StateManifest {
+                seqno,
+                total_bytes: stored.blob.len() as u64,
+                chunk_digests: stored.chunk_digests.clone(),
+            },
+            Some(index) => match stored.chunk(index) {
+                Some(data) => Message::StateChunk {
+                    seqno,
+                    state_digest: digest,
+                    index,
+                    data,
+                },
+                None => {
+                    self.stats.bump("fetch_state_bad_chunk");
+                    return;
+                }
+            },
+        };
+        self.stats.bump("fetch_state_served");
+        self.send_each(std::iter::once(Principal::Exec(from)), &message, out);
+    }
+}

@@ -1,0 +1,657 @@
+//! Unit tests of the execution stage: normal case. Messages are hand-built and sealed with real
+//! key rings; the cluster is `u = 1, r = 1` (4 replicas, 3 execution members, NEXT-BATCH quorum 2).
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use super::ExecStage;
+use crate::config::{ClientInfo, ClusterConfig, Knobs, ReplicaInfo};
+use crate::crypto::{Digest, KeyRing, SecretKeys};
+use crate::ids::{ClientId, Principal, Process, ReplicaId, RequestId, SeqNo, StageKind, View};
+use crate::kv::{KvOperation, KvReply, KvService};
+use crate::message::{batch_digest, history_digest, Envelope, Message, ReplyBody, RequestBody, RequestEntry, SealFor};
+use crate::quorum::Quorums;
+use crate::service::{BatchContext, RestoreError, Service, ServiceRequest};
+use crate::stage::{Action, Event, Input, Stage, Storage};
+
+/// Client used by most tests.
+pub(super) const CLIENT: ClientId = ClientId(7);
+
+/// A test cluster: configuration and every replica's and client's key ring.
+pub(super) struct Net {
+    pub config: Arc<ClusterConfig>,
+    pub q: Quorums,
+    pub rings: Vec<Arc<KeyRing>>,
+    pub client_rings: Vec<KeyRing>,
+}
+
+impl Net {
+    pub fn new(knobs: Knobs) -> Net {
+        let secrets: Vec<SecretKeys> = (0..4).map(|i| SecretKeys::from_seed([i as u8 + 1; 32])).collect();
+        let clients: Vec<(ClientId, SecretKeys)> = [7u32, 8]
+            .iter()
+            .map(|&c| (ClientId(c), SecretKeys::from_seed([100 + c as u8; 32])))
+            .collect();
+        let config = ClusterConfig {
+            cluster_name: "exec-test".into(),
+            u: 1,
+            r: 1,
+            replicas: secrets
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ReplicaInfo {
+                    id: ReplicaId(i as u32),
+                    keys: s.public(),
+                })
+                .collect(),
+            clients: clients
+                .iter()
+                .map(|(id, s)| ClientInfo {
+                    id: *id,
+                    keys: s.public(),
+                })
+                .collect(),
+            knobs,
+        };
+        let q = config.validate().unwrap();
+        let rings = (0..4)
+            .map(|i| {
+                Arc::new(KeyRing::new(
+                    &config,
+                    Process::Replica(ReplicaId(i)),
+                    &secrets[i as usize],
+                ))
+            })
+            .collect();
+        let client_rings = clients
+            .iter()
+            .map(|(id, s)| KeyRing::new(&config, Process::Client(*id), s))
+            .collect();
+        Net {
+            config: Arc::new(config),
+            q,
+            rings,
+            client_rings,
+        }
+    }
+
+    /// Default knobs, checkpoints every 4 batches.
+    pub fn small() -> Net {
+        Net::new(Knobs {
+            checkpoint_interval: 4,
+            log_window: 8,
+            ..Knobs::default()
+        })
+    }
+
+    pub fn stage(&self, id: u32, storage: &Storage, service: Box<dyn Service + Send>) -> ExecStage {
+        let mut stage = ExecStage::new(
+            self.config.clone(),
+            ReplicaId(id),
+            self.rings[id as usize].clone(),
+            storage,
+            service,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        stage.handle(0, Input::Start, &mut out);
+        stage
+    }
+
+    pub fn kv_stage(&self, id: u32) -> ExecStage {
+        self.stage(id, &Storage::new(), Box::new(KvService::new()))
+    }
+
+    /// A message from `from` sealed with its replica's keys.
+    pub fn input(&self, from: Principal, message: Message, seal: SealFor) -> Input {
+        let ring = &self.rings[from.replica().expect("replica").0 as usize];
+        Input::Message(Arc::new(Envelope::seal(ring, &self.q, from, message, seal)))
+    }
+
+    pub fn next_batch(&self, order: u32, batch: &TestBatch) -> Input {
+        let message = Message::NextBatch {
+            view: View(0),
+            seqno: batch.seqno,
+            history: batch.history,
+            time_us: batch.time_us,
+            entries: batch.entries.clone(),
+        };
+        self.input(
+            Principal::Order(ReplicaId(order)),
+            message,
+            SealFor::Stage(StageKind::Exec),
+        )
+    }
+
+    /// The batch from order members 0 and 1 (a quorum).
+    pub fn deliver(&self, stage: &mut ExecStage, batch: &TestBatch) -> Vec<Action> {
+        let mut out = Vec::new();
+        stage.handle(1, self.next_batch(0, batch), &mut out);
+        stage.handle(1, self.next_batch(1, batch), &mut out);
+        out
+    }
+}
+
+/// A batch with its history digest, built by [`chain`].
+#[derive(Clone, Debug)]
+pub(super) struct TestBatch {
+    pub seqno: SeqNo,
+    pub history: Digest,
+    pub time_us: u64,
+    pub entries: Vec<RequestEntry>,
+}
+
+/// Batches 1, 2, ... with their history chain from `H_0`.
+pub(super) fn chain(batches: Vec<Vec<RequestEntry>>) -> Vec<TestBatch> {
+    chain_from(SeqNo(0), Digest::default(), batches)
+}
+
+pub(super) fn chain_from(start: SeqNo, mut history: Digest, batches: Vec<Vec<RequestEntry>>) -> Vec<TestBatch> {
+    let mut out = Vec::new();
+    for (i, entries) in batches.into_iter().enumerate() {
+        let seqno = SeqNo(start.0 + i as u64 + 1);
+        let time_us = 1000 * seqno.0;
+        history = history_digest(
+            &history,
+            &batch_digest(time_us, entries.iter().map(RequestEntry::digest)),
+        );
+        out.push(TestBatch {
+            seqno,
+            history,
+            time_us,
+            entries,
+        });
+    }
+    out
+}
+
+pub(super) fn inline(client: ClientId, request_id: u64, op: KvOperation) -> RequestEntry {
+    RequestEntry {
+        client,
+        request_id: RequestId(request_id),
+        body: RequestBody::Inline(op.encode()),
+    }
+}
+
+pub(super) fn put(request_id: u64, key: &str, value: &str) -> RequestEntry {
+    inline(
+        CLIENT,
+        request_id,
+        KvOperation::Put {
+            key: key.to_string().into(),
+            value: value.to_string().into(),
+        },
+    )
+}
+
+pub(super) fn append(client: ClientId, request_id: u64, key: &str, value: &str) -> RequestEntry {
+    inline(
+        client,
+        request_id,
+        KvOperation::Append {
+            key: key.to_string().into(),
+            value: value.to_string().into(),
+        },
+    )
+}
+
+pub(super) fn executed(out: &[Action]) -> Vec<SeqNo> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Note(Event::Executed { seqno, .. }) => Some(*seqno),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every sent message with its recipients.
+pub(super) fn sent(out: &[Action]) -> Vec<(Vec<Principal>, Message)> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Send { to, envelope } => Some((to.clone(), envelope.message.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Replies sent to `client`: (request id, body).
+pub(super) fn replies(out: &[Action], client: ClientId) -> Vec<(RequestId, ReplyBody)> {
+    sent(out)
+        .into_iter()
+        .filter(|(to, _)| to == &vec![Principal::Client(client)])
+        .filter_map(|(_, m)| match m {
+            Message::Reply { request_id, result, .. } => Some((request_id, result)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A service that records every batch it executes, around a key-value store.
+pub(super) struct SpyService {
+    pub kv: KvService,
+    pub calls: Calls,
+}
+
+impl Service for SpyService {
+    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest]) -> Vec<Bytes> {
+        let ids = requests.iter().map(|r| (r.client, r.request_id)).collect();
+        self.calls.lock().unwrap().push((context.seqno, ids));
+        self.kv.execute(context, requests)
+    }
+    fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
+        self.kv.execute_read_only(operation)
+    }
+    fn checkpoint(&self) -> Bytes {
+        self.kv.checkpoint()
+    }
+    fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
+        self.kv.restore(checkpoint)
+    }
+}
+
+pub(super) type Calls = Arc<Mutex<Vec<(SeqNo, Vec<(ClientId, RequestId)>)>>>;
+
+fn spy_stage(net: &Net, id: u32) -> (ExecStage, Calls) {
+    let calls: Calls = Arc::default();
+    let spy = SpyService {
+        kv: KvService::new(),
+        calls: calls.clone(),
+    };
+    (net.stage(id, &Storage::new(), Box::new(spy)), calls)
+}
+
+#[test]
+fn needs_r_plus_one_matching_next_batches() {
+    let net = Net::small();
+    let mut stage = net.kv_stage(0);
+    let batches = chain(vec![vec![put(1, "a", "1")]]);
+    let mut out = Vec::new();
+    // r = 1 copy, even repeated, is not enough.
+    stage.handle(1, net.next_batch(1, &batches[0]), &mut out);
+    stage.handle(1, net.next_batch(1, &batches[0]), &mut out);
+    assert!(executed(&out).is_empty());
+    assert_eq!(stage.stats().get("next_batch_duplicate"), 1);
+    // A conflicting copy (other time, so other digest and history) does not count either.
+    let mut other = chain(vec![vec![put(1, "a", "1")]]).remove(0);
+    other.time_us += 1;
+    other.history = history_digest(
+        &Digest::default(),
+        &batch_digest(other.time_us, other.entries.iter().map(|e| e.digest())),
+    );
+    stage.handle(1, net.next_batch(2, &other), &mut out);
+    assert!(executed(&out).is_empty());
+    // A second matching copy from a distinct order member completes the quorum.
+    stage.handle(1, net.next_batch(3, &batches[0]), &mut out);
+    assert_eq!(executed(&out), vec![SeqNo(1)]);
+    assert_eq!(stage.last_executed(), (SeqNo(1), batches[0].history));
+    // BATCH-COMPLETE to every auth member.
+    let complete: Vec<_> = sent(&out)
+        .into_iter()
+        .filter(|(_, m)| matches!(m, Message::BatchComplete { .. }))
+        .collect();
+    assert_eq!(complete.len(), 1);
+    assert_eq!(complete[0].0.len(), 4);
+    assert_eq!(
+        complete[0].1,
+        Message::BatchComplete {
+            seqno: SeqNo(1),
+            requests: vec![(CLIENT, RequestId(1))]
+        }
+    );
+}
+
+#[test]
+fn executes_in_order_despite_out_of_order_arrival_and_null_batches() {
+    let net = Net::small();
+    let (mut stage, calls) = spy_stage(&net, 0);
+    let batches = chain(vec![vec![put(1, "a", "1")], vec![], vec![put(2, "b", "2")]]);
+    let mut out = net.deliver(&mut stage, &batches[2]);
+    out.extend(net.deliver(&mut stage, &batches[1]));
+    assert!(executed(&out).is_empty(), "batch 1 is missing");
+    out.extend(net.deliver(&mut stage, &batches[0]));
+    assert_eq!(executed(&out), vec![SeqNo(1), SeqNo(2), SeqNo(3)]);
+    assert_eq!(stage.last_executed(), (SeqNo(3), batches[2].history));
+    // The null batch did not call the service.
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(
+        calls,
+        vec![
+            (SeqNo(1), vec![(CLIENT, RequestId(1))]),
+            (SeqNo(3), vec![(CLIENT, RequestId(2))])
+        ]
+    );
+}
+
+#[test]
+fn history_chain_is_checked_when_previous_is_known() {
+    let net = Net::small();
+    let mut stage = net.kv_stage(0);
+    let mut bad = chain(vec![vec![put(1, "a", "1")]]).remove(0);
+    bad.history = Digest::of(b"not chained to H_0");
+    let out = net.deliver(&mut stage, &bad);
+    assert!(executed(&out).is_empty());
+    assert_eq!(stage.stats().get("next_batch_history_mismatch"), 2);
+}
+
+#[test]
+fn far_future_batches_are_dropped_and_counted() {
+    let net = Net::small();
+    let mut stage = net.kv_stage(0);
+    let batches = chain(vec![vec![]; 10]);
+    let mut out = Vec::new();
+    stage.handle(1, net.next_batch(0, &batches[9]), &mut out); // seqno 10 > 0 + log_window 8
+    assert_eq!(stage.stats().get("next_batch_beyond_window"), 1);
+    assert_eq!(stage.batches.buffered(), 0);
+    stage.handle(1, net.next_batch(0, &batches[7]), &mut out); // seqno 8 is within
+    assert_eq!(stage.batches.buffered(), 1);
+}
+
+#[test]
+fn forged_or_misdirected_messages_are_dropped() {
+    let net = Net::small();
+    let mut stage = net.kv_stage(0);
+    let batch = &chain(vec![vec![put(1, "a", "1")]])[0];
+    let message = Message::NextBatch {
+        view: View(0),
+        seqno: batch.seqno,
+        history: batch.history,
+        time_us: batch.time_us,
+        entries: batch.entries.clone(),
+    };
+    let mut out = Vec::new();
+    // Correctly sealed, but an authentication member may not send NEXT-BATCH.
+    for from in [
+        Principal::Auth(ReplicaId(1)),
+        Principal::Auth(ReplicaId(2)),
+        Principal::Exec(ReplicaId(1)),
+    ] {
+        stage.handle(
+            1,
+            net.input(from, message.clone(), SealFor::Stage(StageKind::Exec)),
+            &mut out,
+        );
+    }
+    assert_eq!(stage.stats().get("wrong_sender"), 3);
+    // From a client (sealed with its own keys).
+    let client_env = Envelope::seal(
+        &net.client_rings[0],
+        &net.q,
+        Principal::Client(CLIENT),
+        message.clone(),
+        SealFor::Stage(StageKind::Exec),
+    );
+    stage.handle(1, Input::Message(Arc::new(client_env)), &mut out);
+    assert_eq!(stage.stats().get("wrong_sender"), 4);
+    // Claims to be order member 2 but sealed with replica 3's keys: bad seal.
+    let forged = Envelope::seal(
+        &net.rings[3],
+        &net.q,
+        Principal::Order(ReplicaId(2)),
+        message.clone(),
+        SealFor::Stage(StageKind::Exec),
+    );
+    stage.handle(1, Input::Message(Arc::new(forged)), &mut out);
+    assert_eq!(stage.stats().get("bad_seal"), 1);
+    // One genuine copy is still not a quorum: the forgeries did not count.
+    stage.handle(1, net.next_batch(1, batch), &mut out);
+    assert!(executed(&out).is_empty());
+    stage.handle(1, net.next_batch(0, batch), &mut out);
+    assert_eq!(executed(&out), vec![SeqNo(1)]);
+}
+
+#[test]
+fn digest_bodies_are_fetched_and_verified() {
+    let net = Net::small();
+    let mut stage = net.kv_stage(0);
+    let client = ClientId(8);
+    let op = KvOperation::Put {
+        key: "big".into(),
+        value: Bytes::from(vec![b'x'; 100]),
+    }
+    .encode();
+    let entry = RequestEntry {
+        client,
+        request_id: RequestId(1),
+        body: RequestBody::Digest(Digest::of(&op)),
+    };
+    let batches = chain(vec![vec![entry.clone()]]);
+    let out = net.deliver(&mut stage, &batches[0]);
+    assert!(executed(&out).is_empty(), "body missing");
+    let fetch = Message::Fetch {
+        client,
+        request_id: RequestId(1),
+        operation_digest: Digest::of(&op),
+    };
+    // First to auth member client mod n_auth = 8 mod 4 = 0.
+    assert_eq!(sent(&out), vec![(vec![Principal::Auth(ReplicaId(0))], fetch.clone())]);
+    // On retry, to every auth member.
+    let mut out = Vec::new();
+    stage.handle(300_000, Input::Timer(crate::stage::Timer::ExecRetry), &mut out);
+    let retries: Vec<_> = sent(&out).into_iter().filter(|(_, m)| m == &fetch).collect();
+    assert_eq!(retries.len(), 1);
+    assert_eq!(retries[0].0.len(), 4);
+    // A wrong body is rejected.
+    let command = |operation: Bytes| Message::Command {
+        client,
+        request_id: RequestId(1),
+        operation,
+    };
+    let wrong = KvOperation::Put {
+        key: "big".into(),
+        value: "evil".into(),
+    }
+    .encode();
+    let mut out = Vec::new();
+    stage.handle(
+        2,
+        net.input(
+            Principal::Auth(ReplicaId(0)),
+            command(wrong),
+            SealFor::Stage(StageKind::Exec),
+        ),
+        &mut out,
+    );
+    assert_eq!(stage.stats().get("command_wrong_digest"), 1);
+    assert!(executed(&out).is_empty());
+    // A COMMAND from a non-auth principal is dropped.
+    stage.handle(
+        2,
+        net.input(
+            Principal::Order(ReplicaId(1)),
+            command(op.clone()),
+            SealFor::One(stage.me()),
+        ),
+        &mut out,
+    );
+    assert_eq!(stage.stats().get("wrong_sender"), 1);
+    assert!(executed(&out).is_empty());
+    // The right body (from any auth member, MAC-sealed) executes the batch.
+    stage.handle(
+        2,
+        net.input(Principal::Auth(ReplicaId(2)), command(op), SealFor::One(stage.me())),
+        &mut out,
+    );
+    assert_eq!(executed(&out), vec![SeqNo(1)]);
+    assert_eq!(
+        replies(&out, client),
+        vec![(RequestId(1), ReplyBody::Full(KvReply::Done.encode()))]
+    );
+    assert_eq!(stage.fetcher.len(), 0);
+}
+
+#[test]
+fn reply_is_full_from_the_designated_member_and_for_small_results() {
+    let net = Net::small();
+    let long = "0123456789012345678901234567890123456789";
+    // (7 + 1) mod 3 = 2: member 2 is the designated replier of request 1; (7 + 2) mod 3 = 0 of request 2.
+    let batches = chain(vec![
+        vec![append(CLIENT, 1, "k", long)],
+        vec![append(CLIENT, 2, "k", "!")],
+        vec![put(3, "s", "v")],
+    ]);
+    let mut stages: Vec<ExecStage> = (0..3).map(|i| net.kv_stage(i)).collect();
+    let outs: Vec<Vec<Action>> = stages
+        .iter_mut()
+        .map(|s| batches.iter().flat_map(|b| net.deliver(s, b)).collect())
+        .collect();
+    let result1 = KvReply::Value(Some(long.into())).encode();
+    let result2 = KvReply::Value(Some(format!("{long}!").into())).encode();
+    assert!(result1.len() > 32);
+    let full1 = ReplyBody::Full(result1.clone());
+    let digest1 = ReplyBody::Digest(Digest::of(&result1));
+    let full2 = ReplyBody::Full(result2.clone());
+    let digest2 = ReplyBody::Digest(Digest::of(&result2));
+    let small = ReplyBody::Full(KvReply::Done.encode());
+    assert_eq!(
+        replies(&outs[0], CLIENT),
+        vec![
+            (RequestId(1), digest1.clone()),
+            (RequestId(2), full2.clone()),
+            (RequestId(3), small.clone())
+        ]
+    );
+    assert_eq!(
+        replies(&outs[1], CLIENT),
+        vec![
+            (RequestId(1), digest1),
+            (RequestId(2), digest2.clone()),
+            (RequestId(3), small.clone())
+        ]
+    );
+    assert_eq!(
+        replies(&outs[2], CLIENT),
+        vec![(RequestId(1), full1), (RequestId(2), digest2), (RequestId(3), small)]
+    );
+}
+
+/// RETRANSMIT of `request_id` from `from` to exec member 1.
+fn retransmit(net: &Net, from: Principal, request_id: u64) -> Input {
+    let message = Message::Retransmit {
+        client: CLIENT,
+        request_id: RequestId(request_id),
+    };
+    net.input(from, message, SealFor::One(Principal::Exec(ReplicaId(1))))
+}
+
+#[test]
+fn retransmit_resends_the_cached_reply_in_full() {
+    let net = Net::small();
+    let long = "0123456789012345678901234567890123456789";
+    let mut stage = net.kv_stage(1);
+    // (7 + 1) mod 3 = 2 is the designated replier: member 1 sends a digest of the long result.
+    let batch = &chain(vec![vec![append(CLIENT, 1, "k", long)]])[0];
+    let out = net.deliver(&mut stage, batch);
+    let result = KvReply::Value(Some(long.into())).encode();
+    assert_eq!(
+        replies(&out, CLIENT),
+        vec![(RequestId(1), ReplyBody::Digest(Digest::of(&result)))]
+    );
+    // On RETRANSMIT from an order member: in full.
+    let mut out = Vec::new();
+    stage.handle(5, retransmit(&net, Principal::Order(ReplicaId(3)), 1), &mut out);
+    assert_eq!(
+        replies(&out, CLIENT),
+        vec![(RequestId(1), ReplyBody::Full(result.clone()))]
+    );
+    // Not again right away (every order member forwards the same retransmission), not for
+    // another request, not from a non-order sender.
+    let mut out = Vec::new();
+    stage.handle(6, retransmit(&net, Principal::Order(ReplicaId(0)), 1), &mut out);
+    stage.handle(6, retransmit(&net, Principal::Order(ReplicaId(0)), 2), &mut out);
+    stage.handle(1_000_000, retransmit(&net, Principal::Auth(ReplicaId(0)), 1), &mut out);
+    assert!(replies(&out, CLIENT).is_empty());
+    assert_eq!(stage.stats().get("retransmit_rate_limited"), 1);
+    assert_eq!(stage.stats().get("retransmit_not_cached"), 1);
+    assert_eq!(stage.stats().get("wrong_sender"), 1);
+    // Later it is answered again.
+    stage.handle(2_000_000, retransmit(&net, Principal::Order(ReplicaId(2)), 1), &mut out);
+    assert_eq!(replies(&out, CLIENT), vec![(RequestId(1), ReplyBody::Full(result))]);
+}
+
+#[test]
+fn duplicate_requests_are_not_executed_again() {
+    let net = Net::small();
+    let (mut stage, calls) = spy_stage(&net, 0);
+    let client = ClientId(8);
+    let batches = chain(vec![
+        vec![append(client, 1, "k", "a")],
+        // Request 1 again (with the same body), then request 2, then request 2 again in the same batch.
+        vec![
+            append(client, 1, "k", "a"),
+            append(client, 2, "k", "b"),
+            append(client, 2, "k", "b"),
+        ],
+        // Only duplicates: the service is not called.
+        vec![append(client, 2, "k", "b")],
+    ]);
+    let mut out = Vec::new();
+    for b in &batches {
+        out.extend(net.deliver(&mut stage, b));
+    }
+    assert_eq!(executed(&out), vec![SeqNo(1), SeqNo(2), SeqNo(3)]);
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(
+        calls,
+        vec![
+            (SeqNo(1), vec![(client, RequestId(1))]),
+            (SeqNo(2), vec![(client, RequestId(2))])
+        ]
+    );
+    // The cached replies were resent for the duplicates (request 1 in batch 2, request 2 in batch 3).
+    let value = |s: &str| ReplyBody::Full(KvReply::Value(Some(s.to_string().into())).encode());
+    assert_eq!(
+        replies(&out, client),
+        vec![
+            (RequestId(1), value("a")),
+            (RequestId(1), value("a")),
+            (RequestId(2), value("ab")),
+            (RequestId(2), value("ab"))
+        ]
+    );
+    assert_eq!(stage.stats().get("request_duplicate"), 3);
+}
+
+#[test]
+fn last_executed_is_sent_on_start_and_when_not_progressing() {
+    let net = Net::small();
+    let mut stage = ExecStage::new(
+        net.config.clone(),
+        ReplicaId(1),
+        net.rings[1].clone(),
+        &Storage::new(),
+        Box::new(KvService::new()),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    stage.handle(0, Input::Start, &mut out);
+    let last_exec = |out: &[Action]| {
+        sent(out)
+            .into_iter()
+            .filter(|(_, m)| m == &Message::LastExecuted { seqno: SeqNo(0) })
+            .map(|(to, _)| to[0])
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        last_exec(&out),
+        (0..4).map(|i| Principal::Order(ReplicaId(i))).collect::<Vec<_>>()
+    );
+    assert!(out.iter().any(|a| matches!(
+        a,
+        Action::SetTimer {
+            timer: crate::stage::Timer::ExecRetry,
+            at: 200_000
+        }
+    )));
+    let mut out = Vec::new();
+    stage.handle(200_000, Input::Timer(crate::stage::Timer::ExecRetry), &mut out);
+    assert_eq!(last_exec(&out).len(), 4);
+    // After progress, the next tick stays quiet.
+    let batch = &chain(vec![vec![]])[0];
+    net.deliver(&mut stage, batch);
+    let mut out = Vec::new();
+    stage.handle(400_000, Input::Timer(crate::stage::Timer::ExecRetry), &mut out);
+    assert!(sent(&out)
+        .iter()
+        .all(|(_, m)| !matches!(m, Message::LastExecuted { .. })));
+}

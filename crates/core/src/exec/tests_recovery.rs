@@ -1,0 +1,523 @@
+//! Unit tests of the execution stage: checkpoints, restart from storage, state transfer.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use super::checkpoint::storage_key;
+use super::tests::{append, chain, chain_from, executed, put, replies, sent, Net, TestBatch, CLIENT};
+use super::ExecStage;
+use crate::config::Knobs;
+use crate::crypto::Digest;
+use crate::ids::{Principal, ReplicaId, RequestId, SeqNo};
+use crate::kv::{KvReply, KvService};
+use crate::message::{Message, SealFor};
+use crate::stage::{Action, Event, Input, Stage, Storage, Timer};
+
+fn checkpointed(out: &[Action]) -> Vec<(SeqNo, Digest)> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Note(Event::Checkpointed { seqno, state_digest }) => Some((*seqno, *state_digest)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Applies the persists of `out` to `storage`, as the host would.
+fn apply_persists(storage: &mut Storage, out: &[Action]) {
+    for action in out {
+        if let Action::Persist { key, value } = action {
+            match value {
+                Some(v) => storage.insert(key.clone(), v.clone()),
+                None => storage.remove(key),
+            };
+        }
+    }
+}
+
+/// Twelve batches: client 7 appends to "k" and puts distinct keys, some null batches.
+fn workload() -> Vec<TestBatch> {
+    chain(
+        (1..=12u64)
+            .map(|n| match n % 3 {
+                0 => vec![],
+                1 => vec![append(CLIENT, n, "k", &format!("<{n}>"))],
+                _ => vec![put(n, &format!("key{n}"), "some value long enough to need chunks")],
+            })
+            .collect(),
+    )
+}
+
+fn run(net: &Net, stage: &mut ExecStage, batches: &[TestBatch]) -> Vec<Action> {
+    batches.iter().flat_map(|b| net.deliver(stage, b)).collect()
+}
+
+#[test]
+fn checkpoints_are_equal_across_members_persisted_before_the_token_and_pruned() {
+    let net = Net::small();
+    let batches = workload();
+    let mut a = net.kv_stage(0);
+    let mut b = net.kv_stage(1);
+    let out_a = run(&net, &mut a, &batches);
+    let out_b = run(&net, &mut b, &batches);
+    let cps = checkpointed(&out_a);
+    assert_eq!(
+        cps.iter().map(|c| c.0).collect::<Vec<_>>(),
+        vec![SeqNo(4), SeqNo(8), SeqNo(12)]
+    );
+    assert_eq!(cps, checkpointed(&out_b), "equal states give equal digests");
+    assert_ne!(cps[0].1, cps[1].1);
+    // The persist of exec/cp/4 precedes the CP-TOKEN, which goes to every order member.
+    let persist = out_a
+        .iter()
+        .position(|a| matches!(a, Action::Persist { key, value: Some(_) } if *key == storage_key(SeqNo(4))))
+        .unwrap();
+    let token = Message::CheckpointToken {
+        seqno: SeqNo(4),
+        exec_state: cps[0].1,
+    };
+    let token_at = out_a
+        .iter()
+        .position(|a| matches!(a, Action::Send { envelope, .. } if envelope.message == token))
+        .unwrap();
+    assert!(persist < token_at);
+    let sends = sent(&out_a);
+    let (to, _) = sends.iter().find(|(_, m)| *m == token).unwrap();
+    assert_eq!(to, &(0..4).map(|i| Principal::Order(ReplicaId(i))).collect::<Vec<_>>());
+    // Only the two newest are kept: checkpoint 4 was deleted when 12 was taken.
+    let mut storage = Storage::new();
+    apply_persists(&mut storage, &out_a);
+    assert_eq!(
+        storage.keys().cloned().collect::<Vec<_>>(),
+        vec![storage_key(SeqNo(12)), storage_key(SeqNo(8))]
+    );
+}
+
+#[test]
+fn restarts_from_the_newest_valid_stored_checkpoint() {
+    let net = Net::small();
+    let batches = workload();
+    let mut a = net.kv_stage(0);
+    let original = run(&net, &mut a, &batches[..9]);
+    let mut storage = Storage::new();
+    apply_persists(&mut storage, &original);
+    let next = chain_from(SeqNo(9), batches[8].history, vec![vec![append(CLIENT, 10, "k", "!")]]);
+    let expected = KvReply::Value(Some("<1><4><7>!".into())).encode();
+
+    // From checkpoint 8, then batch 9 comes from the order stage again.
+    let mut restarted = net.stage(0, &storage, Box::new(KvService::new()));
+    assert_eq!(restarted.last_executed(), (SeqNo(8), batches[7].history));
+    assert_eq!(restarted.stats().get("recovered_from_checkpoint"), 1);
+    let mut out = net.deliver(&mut restarted, &batches[8]);
+    out.extend(net.deliver(&mut restarted, &next[0]));
+    assert_eq!(executed(&out), vec![SeqNo(9), SeqNo(10)]);
+    assert_eq!(
+        replies(&out, CLIENT).last().unwrap().1.result_digest(),
+        Digest::of(&expected)
+    );
+
+    // A corrupted newest checkpoint is ignored: restart from 4 and re-execute 5..10.
+    let mut corrupted = storage.clone();
+    let record = corrupted.get_mut(&storage_key(SeqNo(8))).unwrap();
+    let mut bytes = record.to_vec();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    *record = Bytes::from(bytes);
+    let mut restarted = net.stage(0, &corrupted, Box::new(KvService::new()));
+    assert_eq!(restarted.stats().get("stored_checkpoint_corrupt"), 1);
+    assert_eq!(restarted.last_executed(), (SeqNo(4), batches[3].history));
+    let mut out = run(&net, &mut restarted, &batches[4..9]);
+    out.extend(net.deliver(&mut restarted, &next[0]));
+    assert_eq!(executed(&out), (5..=10).map(SeqNo).collect::<Vec<_>>());
+    assert_eq!(
+        replies(&out, CLIENT).last().unwrap().1.result_digest(),
+        Digest::of(&expected)
+    );
+    // The rewritten checkpoint 8 equals the original.
+    assert_eq!(checkpointed(&out), checkpointed(&original)[1..]);
+}
+
+/// Routes messages between `a` (exec 0, correct) and `b` (exec 1, loading), with exec 2 Byzantine:
+/// it answers every manifest request with a bad manifest and every chunk request with garbage.
+/// Returns all of `b`'s actions.
+fn pump(net: &Net, a: &mut ExecStage, b: &mut ExecStage, initial: Vec<Action>, now: u64) -> Vec<Action> {
+    let mut log = Vec::new();
+    let mut queue: VecDeque<(u32, Input)> = VecDeque::new();
+    let route = |actions: &[Action], queue: &mut VecDeque<(u32, Input)>| {
+        for action in actions {
+            let Action::Send { to, envelope } = action else {
+                continue;
+            };
+            for dest in to {
+                match (dest, &envelope.message) {
+                    (Principal::Exec(r), _) if r.0 < 2 => queue.push_back((r.0, Input::Message(envelope.clone()))),
+                    (
+                        Principal::Exec(ReplicaId(2)),
+                        Message::FetchState {
+                            seqno,
+                            state_digest,
+                            chunk,
+                        },
+                    ) => {
+                        let message = match chunk {
+                            None => Message::StateManifest {
+                                seqno: *seqno,
+                                total_bytes: 3,
+                                chunk_digests: vec![Digest::of(b"abc")],
+                            },
+                            Some(index) => Message::StateChunk {
+                                seqno: *seqno,
+                                state_digest: *state_digest,
+                                index: *index,
+                                data: Bytes::from_static(b"garbage"),
+                            },
+                        };
+                        let from = Principal::Exec(ReplicaId(2));
+                        let to = envelope.from;
+                        queue.push_back((to.replica().unwrap().0, net.input(from, message, SealFor::One(to))));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    };
+    route(&initial, &mut queue);
+    log.extend(initial);
+    let mut steps = 0;
+    while let Some((dest, input)) = queue.pop_front() {
+        steps += 1;
+        assert!(steps < 10_000, "message storm");
+        let mut out = Vec::new();
+        if dest == 0 {
+            a.handle(now, input, &mut out);
+        } else {
+            b.handle(now, input, &mut out);
+        }
+        route(&out, &mut queue);
+        if dest == 1 {
+            log.extend(out);
+        }
+    }
+    log
+}
+
+fn state_transfer_knobs() -> Knobs {
+    Knobs {
+        checkpoint_interval: 4,
+        log_window: 8,
+        state_chunk_bytes: 16,
+        ..Knobs::default()
+    }
+}
+
+#[test]
+fn state_transfer_between_two_members_end_to_end() {
+    let net = Net::new(state_transfer_knobs());
+    let batches = workload();
+    let mut a = net.kv_stage(0);
+    let out_a = run(&net, &mut a, &batches[..8]);
+    let (seqno, digest) = checkpointed(&out_a)[1];
+    assert_eq!(seqno, SeqNo(8));
+    let chunks = a.checkpoints.get(seqno, digest).unwrap().chunk_digests.len();
+    assert!(
+        chunks > 2 * super::state_transfer::CHUNKS_IN_FLIGHT_MAX,
+        "{chunks} chunks"
+    );
+
+    let mut b = net.kv_stage(1);
+    let load = Message::LoadCheckpoint {
+        seqno,
+        exec_state: digest,
+    };
+    let from_order = |i: u32| {
+        net.input(
+            Principal::Order(ReplicaId(i)),
+            load.clone(),
+            SealFor::One(Principal::Exec(ReplicaId(1))),
+        )
+    };
+    let mut out = Vec::new();
+    // r copies (even repeated) do not start it; nor a copy from a non-order member.
+    b.handle(10, from_order(2), &mut out);
+    b.handle(10, from_order(2), &mut out);
+    b.handle(
+        10,
+        net.input(
+            Principal::Auth(ReplicaId(3)),
+            load.clone(),
+            SealFor::One(Principal::Exec(ReplicaId(1))),
+        ),
+        &mut out,
+    );
+    assert!(sent(&out).is_empty());
+    assert_eq!(b.stats().get("wrong_sender"), 1);
+    b.handle(10, from_order(0), &mut out);
+    // The manifest is asked of exec 2 first (the peer after us), which lies.
+    assert_eq!(
+        sent(&out),
+        vec![(
+            vec![Principal::Exec(ReplicaId(2))],
+            Message::FetchState {
+                seqno,
+                state_digest: digest,
+                chunk: None
+            }
+        )]
+    );
+    let mut log = pump(&net, &mut a, &mut b, out, 10);
+    assert_eq!(b.stats().get("state_manifest_bad"), 1);
+    assert!(b.transfer.is_some());
+    // On retry exec 0 is asked; chunks alternate between the peers, exec 2's are garbage and are
+    // refetched from exec 0 at once.
+    let mut out = Vec::new();
+    b.handle(300_000, Input::Timer(Timer::ExecRetry), &mut out);
+    log.extend(pump(&net, &mut a, &mut b, out, 300_000));
+    assert!(b.stats().get("state_chunk_bad") >= 2, "{:?}", b.stats());
+    assert_eq!(b.stats().get("state_chunk_accepted"), chunks as u64);
+    assert!(log.iter().any(
+        |a| matches!(a, Action::Note(Event::StateLoaded { seqno: s, state_digest: d }) if *s == seqno && *d == digest)
+    ));
+    assert_eq!(b.last_executed(), a.last_executed());
+    // The loaded checkpoint is persisted and served; LAST-EXEC asks for what follows.
+    assert!(log
+        .iter()
+        .any(|a| matches!(a, Action::Persist { key, value: Some(_) } if *key == storage_key(seqno))));
+    assert!(sent(&log).iter().any(|(_, m)| *m == Message::LastExecuted { seqno }));
+    assert!(b.checkpoints.get(seqno, digest).is_some());
+
+    assert_continue_identically(&net, &mut a, &mut b, &batches[8..]);
+}
+
+/// Both members execute `batches` with the same replies and the same checkpoint at 12.
+fn assert_continue_identically(net: &Net, a: &mut ExecStage, b: &mut ExecStage, batches: &[TestBatch]) {
+    let out_a = run(net, a, batches);
+    let out_b = run(net, b, batches);
+    assert_eq!(executed(&out_b), (9..=12).map(SeqNo).collect::<Vec<_>>());
+    assert_eq!(checkpointed(&out_a), checkpointed(&out_b));
+    let digests = |out: &[Action]| {
+        replies(out, CLIENT)
+            .into_iter()
+            .map(|(id, body)| (id, body.result_digest()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(digests(&out_a), digests(&out_b));
+    assert_eq!(replies(&out_b, CLIENT)[0].0, RequestId(10));
+}
+
+#[test]
+fn serving_state_rejects_unknown_checkpoints_and_chunks() {
+    let net = Net::new(state_transfer_knobs());
+    let batches = workload();
+    let mut a = net.kv_stage(0);
+    let out = run(&net, &mut a, &batches[..4]);
+    let (seqno, digest) = checkpointed(&out)[0];
+    let ask = |seqno, state_digest, chunk| {
+        net.input(
+            Principal::Exec(ReplicaId(1)),
+            Message::FetchState {
+                seqno,
+                state_digest,
+                chunk,
+            },
+            SealFor::One(Principal::Exec(ReplicaId(0))),
+        )
+    };
+    let mut out = Vec::new();
+    a.handle(1, ask(seqno, Digest::of(b"other"), None), &mut out);
+    a.handle(1, ask(SeqNo(3), digest, None), &mut out);
+    assert_eq!(a.stats().get("fetch_state_unknown"), 2);
+    a.handle(1, ask(seqno, digest, Some(100_000)), &mut out);
+    assert_eq!(a.stats().get("fetch_state_bad_chunk"), 1);
+    assert!(sent(&out).is_empty());
+    // From an order member: dropped.
+    a.handle(
+        1,
+        net.input(
+            Principal::Order(ReplicaId(1)),
+            Message::FetchState {
+                seqno,
+                state_digest: digest,
+                chunk: None,
+            },
+            SealFor::One(Principal::Exec(ReplicaId(0))),
+        ),
+        &mut out,
+    );
+    assert_eq!(a.stats().get("wrong_sender"), 1);
+    // A good request gets the manifest, which verifies.
+    a.handle(1, ask(seqno, digest, None), &mut out);
+    let sends = sent(&out);
+    let [(
+        to,
+        Message::StateManifest {
+            seqno: s,
+            total_bytes,
+            chunk_digests,
+        },
+    )] = &sends[..]
+    else {
+        panic!("{sends:?}")
+    };
+    assert_eq!(to, &vec![Principal::Exec(ReplicaId(1))]);
+    assert_eq!(crate::message::state_digest(*s, *total_bytes, chunk_digests), digest);
+}
+
+#[test]
+fn stray_chunks_and_old_load_checkpoints_are_ignored() {
+    let net = Net::new(state_transfer_knobs());
+    let mut a = net.kv_stage(0);
+    let (seqno, digest) = checkpointed(&run(&net, &mut a, &workload()[..4]))[0];
+    let mut out = Vec::new();
+    // A chunk nobody asked for is dropped by a member that is not loading.
+    let chunk = Message::StateChunk {
+        seqno,
+        state_digest: digest,
+        index: 0,
+        data: Bytes::from_static(b"x"),
+    };
+    a.handle(
+        1,
+        net.input(
+            Principal::Exec(ReplicaId(1)),
+            chunk,
+            SealFor::One(Principal::Exec(ReplicaId(0))),
+        ),
+        &mut out,
+    );
+    assert_eq!(a.stats().get("state_chunk_unexpected"), 1);
+    // LOAD-CP for a checkpoint we already passed is ignored.
+    let load = Message::LoadCheckpoint {
+        seqno: SeqNo(2),
+        exec_state: digest,
+    };
+    a.handle(
+        1,
+        net.input(
+            Principal::Order(ReplicaId(0)),
+            load,
+            SealFor::One(Principal::Exec(ReplicaId(0))),
+        ),
+        &mut out,
+    );
+    assert_eq!(a.stats().get("load_checkpoint_old"), 1);
+    assert!(sent(&out).is_empty());
+}
+
+#[test]
+fn batches_beyond_a_loading_checkpoint_are_buffered_and_executed_after_it() {
+    let net = Net::new(state_transfer_knobs());
+    let batches = workload();
+    let mut a = net.kv_stage(0);
+    let out_a = run(&net, &mut a, &batches[..8]);
+    let (seqno, digest) = checkpointed(&out_a)[1];
+    let mut b = net.kv_stage(1);
+    let mut out = Vec::new();
+    for i in [0, 1] {
+        let load = Message::LoadCheckpoint {
+            seqno,
+            exec_state: digest,
+        };
+        b.handle(
+            10,
+            net.input(
+                Principal::Order(ReplicaId(i)),
+                load,
+                SealFor::One(Principal::Exec(ReplicaId(1))),
+            ),
+            &mut out,
+        );
+    }
+    // Batch 9 arrives while loading (beyond 0 + log_window would be dropped without the transfer).
+    let early = net.deliver(&mut b, &batches[8]);
+    assert!(executed(&early).is_empty());
+    let mut retry = Vec::new();
+    b.handle(300_000, Input::Timer(Timer::ExecRetry), &mut retry);
+    out.extend(retry);
+    let log = pump(&net, &mut a, &mut b, out, 300_000);
+    assert_eq!(executed(&log), vec![SeqNo(9)]);
+    assert_eq!(b.last_executed().0, SeqNo(9));
+}
+
+#[test]
+fn chunk_requests_in_flight_are_bounded() {
+    let net = Net::new(state_transfer_knobs());
+    let batches = workload();
+    let mut a = net.kv_stage(0);
+    let (seqno, digest) = checkpointed(&run(&net, &mut a, &batches[..4]))[0];
+    let mut b = net.kv_stage(1);
+    let mut out = Vec::new();
+    for i in [1, 3] {
+        let load = Message::LoadCheckpoint {
+            seqno,
+            exec_state: digest,
+        };
+        b.handle(
+            1,
+            net.input(
+                Principal::Order(ReplicaId(i)),
+                load,
+                SealFor::One(Principal::Exec(ReplicaId(1))),
+            ),
+            &mut out,
+        );
+    }
+    // Ask exec 0 for the manifest directly and hand its answer to b.
+    let ask = Message::FetchState {
+        seqno,
+        state_digest: digest,
+        chunk: None,
+    };
+    let mut manifest = Vec::new();
+    a.handle(
+        1,
+        net.input(
+            Principal::Exec(ReplicaId(1)),
+            ask,
+            SealFor::One(Principal::Exec(ReplicaId(0))),
+        ),
+        &mut manifest,
+    );
+    let Action::Send { envelope, .. } = &manifest[0] else {
+        panic!()
+    };
+    let mut out = Vec::new();
+    b.handle(1, Input::Message(envelope.clone()), &mut out);
+    let chunk_requests: Vec<_> = sent(&out)
+        .into_iter()
+        .filter(|(_, m)| matches!(m, Message::FetchState { chunk: Some(_), .. }))
+        .collect();
+    assert_eq!(chunk_requests.len(), super::state_transfer::CHUNKS_IN_FLIGHT_MAX);
+    // A second manifest is not needed once one verified.
+    b.handle(1, Input::Message(envelope.clone()), &mut out);
+    assert_eq!(b.stats().get("state_manifest_unexpected"), 1);
+}
+
+#[test]
+fn the_newest_checkpoint_token_is_resent_with_last_executed_when_idle() {
+    let net = Net::small();
+    let batches = workload();
+    let mut a = net.kv_stage(0);
+    let out = run(&net, &mut a, &batches[..9]);
+    let newest = checkpointed(&out).pop().unwrap();
+    assert_eq!(newest.0, SeqNo(8));
+    let token = Message::CheckpointToken {
+        seqno: newest.0,
+        exec_state: newest.1,
+    };
+    // First tick after progress: no resend. Second tick without progress: LAST-EXEC and the token.
+    let mut first = Vec::new();
+    a.handle(300_000, Input::Timer(Timer::ExecRetry), &mut first);
+    let mut second = Vec::new();
+    a.handle(600_000, Input::Timer(Timer::ExecRetry), &mut second);
+    let tokens = |actions: &[Action]| sent(actions).into_iter().filter(|(_, m)| *m == token).count();
+    let progressed = first.len() + second.len();
+    assert!(progressed > 0);
+    assert_eq!(
+        tokens(&first) + tokens(&second),
+        1,
+        "resent once, with the no-progress LAST-EXEC"
+    );
+    assert!(sent(&second)
+        .iter()
+        .any(|(_, m)| matches!(m, Message::LastExecuted { seqno } if *seqno == SeqNo(9))));
+}

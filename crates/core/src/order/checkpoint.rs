@@ -1,0 +1,302 @@
+//! Checkpoints and the stage interlock (docs/PROTOCOL.md; PBFT thesis 2.2): CP-TOKENs from the
+//! execution stage, signed CHECKPOINT votes, stable certificates, watermarks and garbage
+//! collection, and order state transfer (FETCH-ORDER-CP / ORDER-CP-STATE).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::persist;
+use super::OrderStage;
+use crate::config::ClusterConfig;
+use crate::crypto::Digest;
+use crate::crypto::KeyRing;
+use crate::ids::{Principal, ReplicaId, SeqNo, StageKind};
+use crate::message::{CheckpointVote, Message, OrderCheckpoint, SealFor, Signed, StableCheckpoint};
+use crate::quorum::Quorums;
+use crate::stage::{Action, Event, Time};
+
+/// Most checkpoint votes kept per order member (the lowest are dropped first). Correct members
+/// have at most two unstable checkpoints at a time (the interlock); a little slack lets a lagging
+/// member collect the votes of a checkpoint far ahead of it.
+pub const VOTES_PER_MEMBER_MAX: usize = 4;
+
+/// Checks a stable-checkpoint certificate: `checkpoint_stable` valid signed votes from distinct
+/// order members for the checkpoint's `(seqno, digest)`, and a well-formed checkpoint.
+pub fn verify_stable(config: &ClusterConfig, q: &Quorums, keys: &KeyRing, stable: &StableCheckpoint) -> bool {
+    let cp = &stable.checkpoint;
+    if cp.seqno.0 == 0 || !cp.seqno.0.is_multiple_of(config.knobs.checkpoint_interval) {
+        return false;
+    }
+    let well_formed = cp.last_ordered.len() <= config.clients.len()
+        && cp.last_ordered.windows(2).all(|w| w[0].0 < w[1].0)
+        && cp.last_ordered.iter().all(|(c, _)| config.client_keys(*c).is_some());
+    if !well_formed {
+        return false;
+    }
+    let expected = CheckpointVote {
+        seqno: cp.seqno,
+        digest: cp.digest(),
+    };
+    let mut signers = BTreeSet::new();
+    let all_valid = stable.votes.iter().all(|vote| {
+        (vote.signer.0 as usize) < q.n_order
+            && vote.value == expected
+            && signers.insert(vote.signer)
+            && vote.verify(keys, config.knobs.sabotage).is_ok()
+    });
+    all_valid && signers.len() >= q.checkpoint_stable()
+}
+
+impl OrderStage {
+    /// Sets the committed prefix to a stable checkpoint's state (it is ahead of ours).
+    pub(super) fn reset_to_checkpoint(&mut self, stable: StableCheckpoint) {
+        let cp = &stable.checkpoint;
+        self.h = cp.seqno;
+        self.last_committed = cp.seqno;
+        self.history = cp.history;
+        self.max_time = cp.time_us;
+        self.last_ordered = cp.last_ordered.iter().copied().collect();
+        self.stable = Some(stable);
+    }
+
+    pub(super) fn on_token(
+        &mut self,
+        now: Time,
+        from: ReplicaId,
+        seqno: SeqNo,
+        exec_state: Digest,
+        out: &mut Vec<Action>,
+    ) {
+        if !seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) || !self.in_window(seqno) {
+            return self.stats.bump("drop_token_out_of_window");
+        }
+        self.tokens.entry(seqno).or_default().entry(from).or_insert(exec_state);
+        self.try_votes(now, out);
+    }
+
+    /// Votes for every checkpoint that committed here and has `checkpoint_token` matching tokens.
+    pub(super) fn try_votes(&mut self, now: Time, out: &mut Vec<Action>) {
+        let candidates: Vec<SeqNo> = self
+            .tokens
+            .keys()
+            .copied()
+            .filter(|n| *n > self.h && *n <= self.last_committed && !self.own_checkpoints.contains_key(n))
+            .collect();
+        for seqno in candidates {
+            let mut counts: BTreeMap<Digest, usize> = BTreeMap::new();
+            for digest in self.tokens[&seqno].values() {
+                *counts.entry(*digest).or_default() += 1;
+            }
+            let Some((&exec_state, _)) = counts.iter().find(|(_, c)| **c >= self.q.checkpoint_token()) else {
+                continue;
+            };
+            let Some(snapshot) = self.snapshots.get(&seqno) else {
+                continue;
+            };
+            let checkpoint = OrderCheckpoint {
+                seqno,
+                history: snapshot.history,
+                time_us: snapshot.time_us,
+                exec_state,
+                last_ordered: snapshot.last_ordered.clone(),
+            };
+            let vote = Signed::sign(
+                &self.keys,
+                self.id,
+                CheckpointVote {
+                    seqno,
+                    digest: checkpoint.digest(),
+                },
+            );
+            persist::write(out, persist::checkpoint_key(seqno), &(checkpoint.clone(), vote.clone()));
+            self.send(
+                out,
+                self.other_order_members(),
+                Message::Checkpoint(vote.clone()),
+                SealFor::Nothing,
+            );
+            self.own_checkpoints.insert(seqno, (checkpoint, vote.clone()));
+            self.votes.entry(seqno).or_default().insert(self.id, vote);
+            self.stats.bump("checkpoint_vote_sent");
+            self.check_stable(now, seqno, out);
+        }
+    }
+
+    pub(super) fn on_checkpoint_vote(
+        &mut self,
+        now: Time,
+        from: ReplicaId,
+        vote: &Signed<CheckpointVote>,
+        out: &mut Vec<Action>,
+    ) {
+        let seqno = vote.value.seqno;
+        if (vote.signer.0 as usize) >= self.q.n_order
+            || seqno.0 == 0
+            || !seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval)
+        {
+            return self.stats.bump("drop_bad_checkpoint_vote");
+        }
+        if seqno <= self.h {
+            self.stats.bump("drop_old_checkpoint_vote");
+            return self.help_lagging(now, from, out);
+        }
+        if self.votes.get(&seqno).and_then(|v| v.get(&vote.signer)) == Some(vote) {
+            return self.stats.bump("dup_checkpoint_vote");
+        }
+        if vote.verify(&self.keys, self.sabotage()).is_err() {
+            return self.stats.bump("drop_bad_signature");
+        }
+        let held: Vec<SeqNo> = self
+            .votes
+            .iter()
+            .filter(|(_, v)| v.contains_key(&vote.signer))
+            .map(|(n, _)| *n)
+            .collect();
+        if held.len() >= VOTES_PER_MEMBER_MAX && !held.contains(&seqno) {
+            let lowest = held[0];
+            if lowest > seqno {
+                return self.stats.bump("drop_checkpoint_vote_over_bound");
+            }
+            self.votes.get_mut(&lowest).map(|v| v.remove(&vote.signer));
+        }
+        self.votes.entry(seqno).or_default().insert(vote.signer, vote.clone());
+        self.check_stable(now, seqno, out);
+    }
+
+    /// A checkpoint with `checkpoint_stable` matching votes becomes stable; if this member does not
+    /// hold it (it has not committed that far), it fetches it.
+    fn check_stable(&mut self, now: Time, seqno: SeqNo, out: &mut Vec<Action>) {
+        let Some(votes) = self.votes.get(&seqno) else { return };
+        let mut by_digest: BTreeMap<Digest, Vec<&Signed<CheckpointVote>>> = BTreeMap::new();
+        for vote in votes.values() {
+            by_digest.entry(vote.value.digest).or_default().push(vote);
+        }
+        let Some((digest, votes)) = by_digest
+            .into_iter()
+            .find(|(_, v)| v.len() >= self.q.checkpoint_stable())
+        else {
+            return;
+        };
+        match self.own_checkpoints.get(&seqno) {
+            Some((checkpoint, _)) if checkpoint.digest() == digest => {
+                let stable = StableCheckpoint {
+                    checkpoint: checkpoint.clone(),
+                    votes: votes.into_iter().cloned().collect(),
+                };
+                self.adopt_stable(now, stable, out);
+            }
+            own => {
+                if own.is_some() {
+                    self.stats.bump("own_checkpoint_differs_from_stable");
+                }
+                if self.fetching.is_some_and(|(n, _)| n >= seqno) {
+                    return;
+                }
+                self.fetching = Some((seqno, digest));
+                let voters: Vec<Principal> = votes
+                    .iter()
+                    .filter(|v| v.signer != self.id)
+                    .map(|v| Principal::Order(v.signer))
+                    .collect();
+                self.stats.bump("order_checkpoint_fetch");
+                let message = Message::FetchOrderCheckpoint { seqno, digest };
+                self.send(out, voters, message, SealFor::Stage(StageKind::Order));
+            }
+        }
+    }
+
+    /// Makes `stable` (verified, above `h`) this member's stable checkpoint: persists it, jumps
+    /// the committed prefix if it is ahead, discards the log below it and advances the watermarks.
+    pub(super) fn adopt_stable(&mut self, now: Time, stable: StableCheckpoint, out: &mut Vec<Action>) {
+        let seqno = stable.checkpoint.seqno;
+        if seqno <= self.h {
+            return;
+        }
+        persist::write(out, persist::STABLE_KEY.to_string(), &stable);
+        if seqno > self.last_committed {
+            self.stats.bump("order_state_transferred");
+            self.reset_to_checkpoint(stable);
+        } else {
+            let own = self.log.get(&seqno).and_then(|s| s.history);
+            if own.is_some_and(|h| h != stable.checkpoint.history) {
+                self.stats.bump("own_history_differs_from_stable");
+            }
+            self.h = seqno;
+            self.stable = Some(stable);
+        }
+        let keep_from = seqno.next();
+        let dropped = std::mem::take(&mut self.log);
+        let (old, kept): (BTreeMap<_, _>, BTreeMap<_, _>) = dropped.into_iter().partition(|(n, _)| *n < keep_from);
+        self.log = kept;
+        for n in old.keys() {
+            persist::delete(out, persist::slot_key(*n));
+        }
+        self.buffered = self.buffered.split_off(&keep_from);
+        self.tokens = self.tokens.split_off(&keep_from);
+        self.votes = self.votes.split_off(&keep_from);
+        self.snapshots = self.snapshots.split_off(&keep_from);
+        let own = self.own_checkpoints.split_off(&keep_from);
+        for n in std::mem::replace(&mut self.own_checkpoints, own).keys() {
+            persist::delete(out, persist::checkpoint_key(*n));
+        }
+        if self.fetching.is_some_and(|(n, _)| n <= seqno) {
+            self.fetching = None;
+        }
+        let clients: Vec<_> = self.pool.clients().collect();
+        for client in clients {
+            self.pool.gc(client, self.last_ordered_of(client));
+        }
+        out.push(Action::Note(Event::CheckpointStable { seqno }));
+        self.advance_commits(now, out);
+        if !self.changing {
+            self.drain_buffer(now, out);
+        }
+    }
+
+    pub(super) fn on_fetch_checkpoint(
+        &mut self,
+        from: ReplicaId,
+        seqno: SeqNo,
+        _digest: Digest,
+        out: &mut Vec<Action>,
+    ) {
+        match &self.stable {
+            Some(stable) if stable.checkpoint.seqno >= seqno => {
+                self.stats.bump("order_checkpoint_served");
+                let message = Message::OrderCheckpointState(stable.clone());
+                self.send(out, vec![Principal::Order(from)], message, SealFor::Nothing);
+            }
+            _ => self.stats.bump("order_checkpoint_unavailable"),
+        }
+    }
+
+    pub(super) fn on_checkpoint_state(&mut self, now: Time, stable: &StableCheckpoint, out: &mut Vec<Action>) {
+        if stable.checkpoint.seqno <= self.h {
+            return self.stats.bump("drop_old_checkpoint_state");
+        }
+        if !verify_stable(&self.config, &self.q, &self.keys, stable) {
+            return self.stats.bump("drop_bad_stable_certificate");
+        }
+        self.adopt_stable(now, stable.clone(), out);
+    }
+
+    /// OrderTick: resend own votes above `h` and any pending order-checkpoint fetch.
+    pub(super) fn retransmit_checkpoint(&self, out: &mut Vec<Action>) {
+        for (_, vote) in self.own_checkpoints.values() {
+            self.send(
+                out,
+                self.other_order_members(),
+                Message::Checkpoint(vote.clone()),
+                SealFor::Nothing,
+            );
+        }
+        if let Some((seqno, digest)) = self.fetching {
+            let message = Message::FetchOrderCheckpoint { seqno, digest };
+            self.send(
+                out,
+                self.other_order_members(),
+                message,
+                SealFor::Stage(StageKind::Order),
+            );
+        }
+    }
+}

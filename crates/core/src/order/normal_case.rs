@@ -1,0 +1,627 @@
+//! Normal case (docs/PROTOCOL.md "Normal case" steps 3-4; PBFT thesis 2.3): the primary batches
+//! requests whose matrix signatures it collected, backups validate PRE-PREPAREs in sequence order,
+//! PREPARE / COMMIT quorums, NEXT-BATCH to the execution stage once a batch and all before it
+//! committed; execution catch-up (LAST-EXEC, RETRANSMIT) and retransmission after losses.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::log::Slot;
+use super::persist;
+use super::{OrderStage, Snapshot, LAST_EXEC_RESEND_MAX};
+use crate::config::{ClusterConfig, Sabotage};
+use crate::crypto::{Digest, MatrixRow, MatrixSignature};
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, StageKind, View};
+use crate::message::{history_digest, Batch, Message, PreparedClaim, RequestEntry, SealFor, SignedEntry};
+use crate::stage::{Action, Event, Time, Timer};
+
+/// The state after the committed prefix and the accepted batches of the current view before a
+/// sequence number: what the next batch is validated against.
+pub(super) struct Projection {
+    /// Last ordered request per client, where it differs from the committed prefix.
+    overlay: BTreeMap<ClientId, RequestId>,
+    /// Largest batch time so far.
+    pub max_time: u64,
+    /// History digest so far.
+    pub history: Digest,
+}
+
+impl OrderStage {
+    /// First sequence number without an accepted PRE-PREPARE of the current view.
+    pub(super) fn next_accept(&self) -> SeqNo {
+        let mut n = self.last_committed.next();
+        while self.log.get(&n).and_then(|s| s.accepted_in(self.view)).is_some() {
+            n = n.next();
+        }
+        n
+    }
+
+    /// The projection through the accepted batches of the current view in `(last_committed, upto)`.
+    pub(super) fn projection(&self, upto: SeqNo) -> Projection {
+        let mut p = Projection {
+            overlay: BTreeMap::new(),
+            max_time: self.max_time,
+            history: self.history,
+        };
+        for (_, slot) in self.log.range(self.last_committed.next()..upto) {
+            let Some(accepted) = slot.accepted_in(self.view) else {
+                break;
+            };
+            for e in &accepted.batch.entries {
+                let current = self.projected_last(&p, e.entry.client);
+                p.overlay.insert(e.entry.client, current.max(e.entry.request_id));
+            }
+            if !accepted.batch.entries.is_empty() {
+                p.max_time = p.max_time.max(accepted.batch.time_us);
+            }
+            p.history = history_digest(&p.history, &accepted.digest);
+        }
+        p
+    }
+
+    fn projected_last(&self, p: &Projection, client: ClientId) -> RequestId {
+        p.overlay
+            .get(&client)
+            .copied()
+            .unwrap_or_else(|| self.last_ordered_of(client))
+    }
+
+    /// Matrix rows valid for this member (all rows from distinct authentication members under
+    /// `Sabotage::SkipMac`).
+    pub(super) fn count_rows(&self, digest: &Digest, matrix: &MatrixSignature) -> usize {
+        if self.sabotage() == Some(Sabotage::SkipMac) {
+            let signers: BTreeSet<ReplicaId> = matrix
+                .rows
+                .iter()
+                .map(|r| r.signer)
+                .filter(|s| (s.0 as usize) < self.q.n_auth)
+                .collect();
+            return signers.len();
+        }
+        self.keys
+            .count_valid_matrix_rows(self.id.0 as usize, self.q.n_auth, digest, matrix)
+    }
+
+    // ---- requests from the authentication stage ----
+
+    pub(super) fn on_auth_request(
+        &mut self,
+        now: Time,
+        from: ReplicaId,
+        entry: &RequestEntry,
+        row: &MatrixRow,
+        out: &mut Vec<Action>,
+    ) {
+        if row.signer != from {
+            return self.stats.bump("drop_row_signer_mismatch");
+        }
+        if self.config.client_keys(entry.client).is_none() {
+            return self.stats.bump("drop_unknown_client");
+        }
+        let single = MatrixSignature {
+            rows: vec![row.clone()],
+        };
+        if self.count_rows(&entry.digest(), &single) != 1 {
+            return self.stats.bump("drop_bad_matrix_row");
+        }
+        let last = self.last_ordered_of(entry.client);
+        if entry.request_id <= last {
+            return self.retransmit_reply(now, entry.client, entry.request_id, out);
+        }
+        match self.pool.insert(entry.clone(), row.clone(), last) {
+            super::request_pool::Inserted::New => self.stats.bump("request_rows"),
+            super::request_pool::Inserted::Duplicate => self.stats.bump("drop_duplicate_row"),
+            super::request_pool::Inserted::TooFarAhead => self.stats.bump("drop_request_too_far_ahead"),
+        }
+    }
+
+    /// RETRANSMIT to every execution member, at most once per request per
+    /// `auth_retransmit_interval_us`.
+    fn retransmit_reply(&mut self, now: Time, client: ClientId, request_id: RequestId, out: &mut Vec<Action>) {
+        let interval = self.config.knobs.auth_retransmit_interval_us;
+        if let Some(&(rid, at)) = self.retransmitted.get(&client) {
+            if rid == request_id && now < at.saturating_add(interval) {
+                return self.stats.bump("retransmit_suppressed");
+            }
+        }
+        self.retransmitted.insert(client, (request_id, now));
+        self.stats.bump("retransmit_sent");
+        for exec in ClusterConfig::exec_members(&self.q) {
+            self.send(
+                out,
+                vec![exec],
+                Message::Retransmit { client, request_id },
+                SealFor::One(exec),
+            );
+        }
+    }
+
+    /// Requests ready to be ordered after the projection `p`: the next request of each client
+    /// with `matrix_collect` rows valid for this member, in client order.
+    pub(super) fn ready_entries(&self, p: &Projection, max: usize) -> Vec<SignedEntry> {
+        let mut ready = Vec::new();
+        for client in self.pool.clients() {
+            if ready.len() >= max {
+                break;
+            }
+            let next = self.projected_last(p, client).next();
+            if let Some(entry) = self.pool.ready(client, next, self.q.matrix_collect()) {
+                ready.push(entry);
+            }
+        }
+        ready
+    }
+
+    // ---- primary ----
+
+    /// The primary orders ready requests while the pipeline and the window allow. Without
+    /// `close`, a batch that is not full waits up to `batch_delay_us` (the BatchClose timer).
+    pub(super) fn propose(&mut self, now: Time, mut close: bool, out: &mut Vec<Action>) {
+        let knobs = self.config.knobs.clone();
+        while self.is_primary() {
+            let n = self.next_accept();
+            let in_flight = n.0 - 1 - self.last_committed.0;
+            if !self.in_window(n) || in_flight >= knobs.pipeline_window {
+                return;
+            }
+            let p = self.projection(n);
+            let entries = self.ready_entries(&p, knobs.batch_size_max);
+            if entries.is_empty() {
+                return;
+            }
+            if entries.len() < knobs.batch_size_max && knobs.batch_delay_us > 0 && !close {
+                if !self.batch_timer_armed {
+                    self.batch_timer_armed = true;
+                    out.push(Action::SetTimer {
+                        timer: Timer::BatchClose,
+                        at: now + knobs.batch_delay_us,
+                    });
+                }
+                return;
+            }
+            close = false;
+            if self.batch_timer_armed {
+                self.batch_timer_armed = false;
+                out.push(Action::CancelTimer {
+                    timer: Timer::BatchClose,
+                });
+            }
+            let batch = Batch {
+                time_us: now.max(p.max_time + 1),
+                entries,
+            };
+            let view = self.view;
+            let slot = self.log.entry(n).or_default();
+            slot.accept(n, view, batch.clone());
+            persist::write(out, persist::slot_key(n), &slot.record);
+            self.stats.bump("pre_prepare_sent");
+            self.send_to_order(out, Message::PrePrepare { view, seqno: n, batch });
+            self.early_execute(n, out);
+            self.check_prepared(now, n, out);
+        }
+    }
+
+    // ---- backups ----
+
+    pub(super) fn on_pre_prepare(
+        &mut self,
+        now: Time,
+        from: ReplicaId,
+        view: View,
+        seqno: SeqNo,
+        batch: &Batch,
+        out: &mut Vec<Action>,
+    ) {
+        if self.changing || view != self.view {
+            return self.wrong_view(now, from, view, out);
+        }
+        if from != self.primary_of(view) || from == self.id {
+            return self.stats.bump("drop_pre_prepare_not_primary");
+        }
+        if !self.check_window(now, from, seqno, out) {
+            return;
+        }
+        let next = self.next_accept();
+        if seqno < next {
+            self.stats.bump("dup_pre_prepare");
+            return self.help_slot(from, seqno, out);
+        }
+        if seqno > next {
+            if self.buffered.len() < self.log_window() as usize && !self.buffered.contains_key(&seqno) {
+                self.buffered.insert(seqno, batch.clone());
+                self.stats.bump("pre_prepare_buffered");
+            }
+            return;
+        }
+        if self.try_accept(now, seqno, batch.clone(), out) {
+            self.drain_buffer(now, out);
+        }
+    }
+
+    /// Accepts buffered PRE-PREPAREs that are now next in sequence.
+    pub(super) fn drain_buffer(&mut self, now: Time, out: &mut Vec<Action>) {
+        loop {
+            let next = self.next_accept();
+            self.buffered = self.buffered.split_off(&next);
+            let Some(batch) = self.buffered.remove(&next) else {
+                return;
+            };
+            if !self.try_accept(now, next, batch, out) {
+                return;
+            }
+        }
+    }
+
+    /// Checks a batch proposed at `seqno` (the next in sequence) against PROTOCOL.md's rules.
+    fn validate_batch(&self, now: Time, seqno: SeqNo, batch: &Batch) -> Result<(), &'static str> {
+        let knobs = &self.config.knobs;
+        if batch.entries.is_empty() {
+            return Err("drop_empty_batch");
+        }
+        if batch.entries.len() > knobs.batch_size_max {
+            return Err("drop_batch_too_large");
+        }
+        let p = self.projection(seqno);
+        if batch.time_us <= p.max_time {
+            return Err("drop_batch_time_not_increasing");
+        }
+        if batch.time_us > now.saturating_add(knobs.batch_time_skew_us_max) {
+            return Err("drop_batch_time_in_future");
+        }
+        let mut clients = BTreeSet::new();
+        for signed in &batch.entries {
+            let entry = &signed.entry;
+            if self.config.client_keys(entry.client).is_none() {
+                return Err("drop_batch_unknown_client");
+            }
+            if !clients.insert(entry.client) {
+                return Err("drop_batch_client_twice");
+            }
+            if entry.request_id != self.projected_last(&p, entry.client).next() {
+                return Err("drop_batch_request_out_of_sequence");
+            }
+            if self.count_rows(&entry.digest(), &signed.matrix) < self.q.matrix_accept() {
+                return Err("drop_batch_invalid_matrix");
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates and accepts the next PRE-PREPARE, persists it and sends PREPARE.
+    fn try_accept(&mut self, now: Time, seqno: SeqNo, batch: Batch, out: &mut Vec<Action>) -> bool {
+        if let Err(reason) = self.validate_batch(now, seqno, &batch) {
+            self.stats.bump(reason);
+            return false;
+        }
+        let (view, me) = (self.view, self.id);
+        let slot = self.log.entry(seqno).or_default();
+        if let (Some(_), Some(a)) = (slot.record.committed, &slot.record.accepted) {
+            if a.digest != batch.digest() {
+                self.stats.bump("drop_conflicts_committed");
+                return false;
+            }
+        }
+        let digest = slot.accept(seqno, view, batch);
+        slot.prepares.insert(me, (view, digest));
+        persist::write(out, persist::slot_key(seqno), &slot.record);
+        self.stats.bump("pre_prepare_accepted");
+        self.send_to_order(out, Message::Prepare { view, seqno, digest });
+        self.early_execute(seqno, out);
+        self.check_prepared(now, seqno, out);
+        true
+    }
+
+    /// Checks view and window of an agreement message; helps members that are behind.
+    fn check_window(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) -> bool {
+        if seqno <= self.h {
+            self.stats.bump("drop_below_window");
+            self.help_lagging(now, from, out);
+            return false;
+        }
+        if !self.in_window(seqno) {
+            self.stats.bump("drop_out_of_window");
+            self.ask_for_stable(from, out);
+            return false;
+        }
+        true
+    }
+
+    pub(super) fn on_prepare(
+        &mut self,
+        now: Time,
+        from: ReplicaId,
+        view: View,
+        seqno: SeqNo,
+        digest: Digest,
+        out: &mut Vec<Action>,
+    ) {
+        if self.changing || view != self.view {
+            return self.wrong_view(now, from, view, out);
+        }
+        if from == self.primary_of(view) {
+            return self.stats.bump("drop_prepare_from_primary");
+        }
+        if !self.check_window(now, from, seqno, out) {
+            return;
+        }
+        self.log.entry(seqno).or_default().prepares.insert(from, (view, digest));
+        if seqno <= self.last_committed {
+            self.help_slot(from, seqno, out);
+        }
+        self.check_prepared(now, seqno, out);
+    }
+
+    pub(super) fn on_commit(
+        &mut self,
+        now: Time,
+        from: ReplicaId,
+        view: View,
+        seqno: SeqNo,
+        digest: Digest,
+        out: &mut Vec<Action>,
+    ) {
+        if self.changing || view != self.view {
+            return self.wrong_view(now, from, view, out);
+        }
+        if !self.check_window(now, from, seqno, out) {
+            return;
+        }
+        self.log.entry(seqno).or_default().commits.insert(from, (view, digest));
+        self.check_committed(now, seqno, out);
+    }
+
+    /// Prepared: the accepted PRE-PREPARE plus PREPAREs, the primary's PRE-PREPARE counting as its
+    /// vote, from `order_medium` distinct members. Persists the certificate, then sends COMMIT.
+    pub(super) fn check_prepared(&mut self, now: Time, seqno: SeqNo, out: &mut Vec<Action>) {
+        let (view, me, quorum, primary) = (self.view, self.id, self.agreement_quorum(), self.primary_of(self.view));
+        let Some(slot) = self.log.get_mut(&seqno) else { return };
+        let Some(accepted) = slot.accepted_in(view) else { return };
+        if slot.prepared_in(view) || Slot::count(&slot.prepares, view, accepted.digest, Some(primary)) < quorum {
+            return;
+        }
+        let digest = accepted.digest;
+        slot.record.prepared = Some(PreparedClaim {
+            seqno,
+            view,
+            digest,
+            batch: accepted.batch.clone(),
+        });
+        slot.commits.insert(me, (view, digest));
+        persist::write(out, persist::slot_key(seqno), &slot.record);
+        self.send_to_order(out, Message::Commit { view, seqno, digest });
+        self.check_committed(now, seqno, out);
+    }
+
+    /// Committed: `order_medium` COMMITs for the accepted batch in the current view.
+    pub(super) fn check_committed(&mut self, now: Time, seqno: SeqNo, out: &mut Vec<Action>) {
+        let (view, quorum) = (self.view, self.agreement_quorum());
+        let Some(slot) = self.log.get_mut(&seqno) else { return };
+        let Some(accepted) = slot.accepted_in(view) else { return };
+        if slot.record.committed.is_some() || Slot::count(&slot.commits, view, accepted.digest, None) < quorum {
+            return;
+        }
+        slot.record.committed = Some(view);
+        persist::write(out, persist::slot_key(seqno), &slot.record);
+        self.advance_commits(now, out);
+    }
+
+    /// Applies the next committed batch to the committed prefix, if there is one.
+    fn apply_next_committed(&mut self) -> Option<SeqNo> {
+        let n = self.last_committed.next();
+        let slot = self.log.get_mut(&n)?;
+        slot.record.committed?;
+        let accepted = slot.record.accepted.as_ref().expect("a committed slot holds its batch");
+        let history = history_digest(&self.history, &accepted.digest);
+        slot.history = Some(history);
+        if !accepted.batch.entries.is_empty() {
+            self.max_time = self.max_time.max(accepted.batch.time_us);
+        }
+        for e in &accepted.batch.entries {
+            let last = self.last_ordered.entry(e.entry.client).or_default();
+            *last = (*last).max(e.entry.request_id);
+        }
+        self.history = history;
+        self.last_committed = n;
+        if n.0.is_multiple_of(self.config.knobs.checkpoint_interval) {
+            let last_ordered = self.last_ordered.iter().map(|(c, r)| (*c, *r)).collect();
+            self.snapshots.insert(
+                n,
+                Snapshot {
+                    history,
+                    time_us: self.max_time,
+                    last_ordered,
+                },
+            );
+        }
+        Some(n)
+    }
+
+    /// Applies committed batches after a restart (nothing is sent: execution asks with LAST-EXEC).
+    pub(super) fn replay_committed(&mut self) {
+        while self.apply_next_committed().is_some() {}
+    }
+
+    /// Moves the committed prefix forward: NEXT-BATCH and a Committed note per batch.
+    pub(super) fn advance_commits(&mut self, now: Time, out: &mut Vec<Action>) {
+        let mut progressed = false;
+        while let Some(n) = self.apply_next_committed() {
+            progressed = true;
+            let slot = &self.log[&n];
+            let (view, history) = (slot.record.committed.unwrap_or_default(), self.history);
+            out.push(Action::Note(Event::Committed {
+                seqno: n,
+                view,
+                history,
+            }));
+            self.stats.bump("batch_committed");
+            if let Some(message) = self.next_batch_message(n) {
+                self.send_to_exec(out, ClusterConfig::exec_members(&self.q).collect(), message);
+            }
+        }
+        if !progressed {
+            return;
+        }
+        let clients: Vec<ClientId> = self.pool.clients().collect();
+        for client in clients {
+            self.pool.gc(client, self.last_ordered_of(client));
+        }
+        self.consecutive_view_changes = 0;
+        if self.view_change_deadline.is_some() && !self.changing {
+            let at = now + self.view_change_timeout();
+            self.view_change_deadline = Some(at);
+            out.push(Action::SetTimer {
+                timer: Timer::ViewChange,
+                at,
+            });
+        }
+        self.try_votes(now, out);
+    }
+
+    fn send_to_exec(&self, out: &mut Vec<Action>, to: Vec<Principal>, message: Message) {
+        self.send(out, to, message, SealFor::Stage(StageKind::Exec));
+    }
+
+    /// NEXT-BATCH for a committed slot of the committed prefix.
+    fn next_batch_message(&self, seqno: SeqNo) -> Option<Message> {
+        let slot = self.log.get(&seqno)?;
+        let (view, history, accepted) = (slot.record.committed?, slot.history?, slot.record.accepted.as_ref()?);
+        Some(Message::NextBatch {
+            view,
+            seqno,
+            history,
+            time_us: accepted.batch.time_us,
+            entries: accepted.batch.entries.iter().map(|e| e.entry.clone()).collect(),
+        })
+    }
+
+    /// `Sabotage::EarlyExecute`: release a batch to execution as soon as it is pre-prepared.
+    fn early_execute(&self, seqno: SeqNo, out: &mut Vec<Action>) {
+        if self.sabotage() != Some(Sabotage::EarlyExecute) {
+            return;
+        }
+        let Some(accepted) = self.log.get(&seqno).and_then(|s| s.accepted_in(self.view)) else {
+            return;
+        };
+        let history = self.projection(seqno.next()).history;
+        let message = Message::NextBatch {
+            view: self.view,
+            seqno,
+            history,
+            time_us: accepted.batch.time_us,
+            entries: accepted.batch.entries.iter().map(|e| e.entry.clone()).collect(),
+        };
+        self.send_to_exec(out, ClusterConfig::exec_members(&self.q).collect(), message);
+    }
+
+    // ---- execution catch-up ----
+
+    pub(super) fn on_last_executed(&mut self, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) {
+        let exec = Principal::Exec(from);
+        if seqno < self.h {
+            if let Some(stable) = &self.stable {
+                let message = Message::LoadCheckpoint {
+                    seqno: self.h,
+                    exec_state: stable.checkpoint.exec_state,
+                };
+                self.stats.bump("load_checkpoint_sent");
+                self.send(out, vec![exec], message, SealFor::One(exec));
+            }
+            return;
+        }
+        let last = self.last_committed.0.min(seqno.0.saturating_add(LAST_EXEC_RESEND_MAX));
+        for n in seqno.0 + 1..=last {
+            if let Some(message) = self.next_batch_message(SeqNo(n)) {
+                self.stats.bump("next_batch_resent");
+                self.send_to_exec(out, vec![exec], message);
+            }
+        }
+    }
+
+    // ---- retransmission and help ----
+
+    /// OrderTick in an installed view: the primary resends PRE-PREPAREs to members whose COMMIT it
+    /// has not seen; everyone resends PREPARE / COMMIT for slots not committed here.
+    pub(super) fn retransmit_agreement(&self, out: &mut Vec<Action>) {
+        let view = self.view;
+        let primary = self.is_primary();
+        for (&seqno, slot) in self.log.range(self.h.next()..) {
+            let Some(accepted) = slot.accepted_in(view) else {
+                continue;
+            };
+            let digest = accepted.digest;
+            if primary {
+                let missing: Vec<Principal> = self
+                    .other_order_members()
+                    .into_iter()
+                    .filter(|p| {
+                        p.replica()
+                            .is_some_and(|r| slot.commits.get(&r) != Some(&(view, digest)))
+                    })
+                    .collect();
+                let message = Message::PrePrepare {
+                    view,
+                    seqno,
+                    batch: accepted.batch.clone(),
+                };
+                self.send(out, missing, message, SealFor::Stage(StageKind::Order));
+            } else if seqno > self.last_committed {
+                self.send_to_order(out, Message::Prepare { view, seqno, digest });
+            }
+            if seqno > self.last_committed && slot.prepared_in(view) {
+                self.send_to_order(out, Message::Commit { view, seqno, digest });
+            }
+        }
+    }
+
+    /// A member retransmitted agreement messages for a slot committed here: send it our COMMIT.
+    fn help_slot(&self, to: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) {
+        let Some(slot) = self.log.get(&seqno) else { return };
+        if slot.record.committed.is_none() || !slot.prepared_in(self.view) {
+            return;
+        }
+        if let Some(accepted) = slot.accepted_in(self.view) {
+            let message = Message::Commit {
+                view: self.view,
+                seqno,
+                digest: accepted.digest,
+            };
+            let to = Principal::Order(to);
+            self.send(out, vec![to], message, SealFor::Stage(StageKind::Order));
+        }
+    }
+
+    /// A message of another view: drop it; a member still in an older view gets our NEW-VIEW.
+    pub(super) fn wrong_view(&mut self, now: Time, from: ReplicaId, view: View, out: &mut Vec<Action>) {
+        self.stats.bump("drop_wrong_view");
+        if !self.changing && view < self.view && self.new_view.is_some() && self.may_help(now, from) {
+            let message = Message::NewView(self.new_view.clone().expect("checked"));
+            self.send(out, vec![Principal::Order(from)], message, SealFor::Nothing);
+        }
+    }
+
+    /// A member sent something at or below our stable checkpoint: send it the certificate.
+    pub(super) fn help_lagging(&mut self, now: Time, to: ReplicaId, out: &mut Vec<Action>) {
+        if self.stable.is_some() && to != self.id && self.may_help(now, to) {
+            let message = Message::OrderCheckpointState(self.stable.clone().expect("checked"));
+            self.send(out, vec![Principal::Order(to)], message, SealFor::Nothing);
+        }
+    }
+
+    /// A member works beyond our window: we are behind; ask it for its stable checkpoint.
+    fn ask_for_stable(&mut self, from: ReplicaId, out: &mut Vec<Action>) {
+        if self.fetching.is_some() {
+            return;
+        }
+        let seqno = self.h.next();
+        self.fetching = Some((seqno, Digest::default()));
+        let message = Message::FetchOrderCheckpoint {
+            seqno,
+            digest: Digest::default(),
+        };
+        self.send(
+            out,
+            vec![Principal::Order(from)],
+            message,
+            SealFor::Stage(StageKind::Order),
+        );
+    }
+}

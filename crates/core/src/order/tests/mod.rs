@@ -1,0 +1,633 @@
+//! Tests of the order stage on an in-test cluster ([`cluster`]).
+
+mod cluster;
+
+use std::sync::Arc;
+
+use self::cluster::{small_knobs, Cluster, CLIENTS};
+use crate::config::Knobs;
+use crate::crypto::{Digest, MatrixSignature};
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
+use crate::message::{history_digest, Batch, Envelope, Message, RequestBody, RequestEntry, Seal, SealFor, SignedEntry};
+use crate::stage::{Action, Event, Input, Stage};
+
+#[test]
+fn normal_case_commits_for_each_configuration() {
+    for (u, r) in [(1, 0), (1, 1), (2, 1)] {
+        let mut c = Cluster::new(u, r, small_knobs());
+        for round in 1..=3u64 {
+            for client in 0..CLIENTS {
+                c.submit(client);
+            }
+            c.pump();
+            let ordered = c.ordered_requests();
+            for client in 0..CLIENTS {
+                assert!(
+                    ordered.contains(&(ClientId(client), RequestId(round))),
+                    "u={u} r={r} round {round}"
+                );
+            }
+        }
+        let last = c.member(0).last_committed();
+        assert!(last >= SeqNo(3), "u={u} r={r}");
+        for i in c.up() {
+            assert_eq!(c.member(i).last_committed(), last, "u={u} r={r} member {i}");
+            assert_eq!(c.member(i).view(), View(0));
+        }
+        assert!(c.member(0).is_primary() && !c.member(1).is_primary());
+        // Every member sent NEXT-BATCH for every batch, with the same history.
+        for (seqno, senders) in &c.next_batches {
+            assert_eq!(senders.len(), c.q.n_order, "u={u} r={r} seqno {seqno:?}");
+        }
+        assert_eq!(c.committed.len() as u64, last.0);
+    }
+}
+
+#[test]
+fn history_chains_batch_digests() {
+    let mut c = Cluster::new(1, 1, small_knobs());
+    c.submit(0);
+    c.pump();
+    let slot = &c.member(1).log[&SeqNo(1)];
+    let digest = slot.record.accepted.as_ref().unwrap().digest;
+    assert_eq!(c.committed[&SeqNo(1)], history_digest(&Digest::default(), &digest));
+}
+
+#[test]
+fn pipeline_window_bounds_batches_in_flight() {
+    let knobs = Knobs {
+        batch_size_max: 1,
+        pipeline_window: 2,
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(1, 1, knobs);
+    c.filter = Box::new(|_, _, m| !matches!(m, Message::Commit { .. }));
+    for client in 0..CLIENTS {
+        c.submit(client);
+    }
+    c.pump();
+    let primary = c.member(0);
+    assert_eq!(
+        primary.next_accept(),
+        SeqNo(3),
+        "two batches in flight, the third waits"
+    );
+    assert_eq!(c.min_committed(), SeqNo(0));
+    c.filter = Box::new(|_, _, _| true);
+    c.run(c.config.knobs.view_change_timeout_us / 2);
+    assert_eq!(c.min_committed(), SeqNo(3));
+}
+
+#[test]
+fn interlock_stops_at_the_window_until_tokens_make_a_checkpoint_stable() {
+    let knobs = Knobs {
+        batch_size_max: 1,
+        checkpoint_interval: 2,
+        log_window: 4,
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(1, 1, knobs);
+    c.auto_tokens = false;
+    for _ in 0..3 {
+        for client in 0..CLIENTS {
+            c.submit(client);
+        }
+    }
+    c.pump();
+    assert_eq!(
+        c.min_committed(),
+        SeqNo(4),
+        "no batch beyond h + L = 4 without a stable checkpoint"
+    );
+    assert_eq!(c.member(0).low_watermark(), SeqNo(0));
+    c.send_tokens(SeqNo(2));
+    c.pump();
+    assert_eq!(c.member(0).low_watermark(), SeqNo(2));
+    assert_eq!(c.min_committed(), SeqNo(6));
+    c.auto_tokens = true;
+    c.send_tokens(SeqNo(4));
+    c.send_tokens(SeqNo(6));
+    c.pump();
+    assert_eq!(c.min_committed(), SeqNo(9));
+    assert_eq!(c.ordered_requests().len(), 9);
+}
+
+#[test]
+fn checkpoints_become_stable_and_garbage_collect() {
+    let knobs = Knobs {
+        batch_size_max: 1,
+        checkpoint_interval: 2,
+        log_window: 4,
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(2, 1, knobs);
+    for _ in 0..3 {
+        for client in 0..CLIENTS {
+            c.submit(client);
+        }
+    }
+    c.pump();
+    assert_eq!(c.min_committed(), SeqNo(9));
+    for i in c.up() {
+        let m = c.member(i);
+        assert_eq!(m.low_watermark(), SeqNo(8), "member {i}");
+        assert!(m.log.keys().all(|n| *n > SeqNo(8)));
+        assert!(m.votes.keys().all(|n| *n > SeqNo(8)) && m.tokens.keys().all(|n| *n > SeqNo(8)));
+        assert!(c.storage[i].keys().filter(|k| k.starts_with("order/slot/")).count() <= 1);
+        assert!(c.storage[i].contains_key("order/stable"));
+        let stable = m.stable.as_ref().unwrap();
+        assert!(super::checkpoint::verify_stable(&c.config, &c.q, &c.rings[i], stable));
+        assert_eq!(stable.checkpoint.last_ordered.len(), CLIENTS as usize);
+    }
+    let stable_events = c
+        .events
+        .iter()
+        .filter(|(_, e)| matches!(e, Event::CheckpointStable { .. }))
+        .count();
+    assert_eq!(stable_events, 4 * c.q.n_order);
+}
+
+/// Drops all COMMITs so a batch prepares everywhere but commits nowhere, silences the primary, and
+/// checks that the new view re-proposes and commits the prepared batch.
+#[test]
+fn view_change_after_primary_silence_carries_prepared_batch() {
+    let mut c = Cluster::new(1, 1, small_knobs());
+    c.filter = Box::new(|_, _, m| !matches!(m, Message::Commit { .. }));
+    c.submit(1);
+    c.pump();
+    let prepared = c.member(1).log[&SeqNo(1)]
+        .record
+        .prepared
+        .clone()
+        .expect("prepared at backup");
+    assert_eq!(c.min_committed(), SeqNo(0));
+    c.crash(0);
+    // Commits of view 0 stay lost (retransmissions too).
+    c.filter = Box::new(|from, to, m| {
+        from != Principal::Order(ReplicaId(0))
+            && to != Principal::Order(ReplicaId(0))
+            && !matches!(m, Message::Commit { view: View(0), .. })
+    });
+    c.run(5 * c.config.knobs.view_change_timeout_us);
+    for i in c.up() {
+        assert_eq!(c.member(i).view(), View(1), "member {i}");
+        assert!(!c.member(i).is_changing_view());
+        assert_eq!(c.member(i).last_committed(), SeqNo(1), "member {i}");
+    }
+    assert!(c.member(1).is_primary());
+    assert_eq!(
+        c.committed[&SeqNo(1)],
+        history_digest(&Digest::default(), &prepared.digest)
+    );
+    assert!(c
+        .events
+        .iter()
+        .any(|(i, e)| *i == 1 && *e == Event::ViewInstalled { view: View(1) }));
+    // The new primary orders new requests.
+    c.submit(2);
+    c.run(1);
+    assert_eq!(c.min_committed(), SeqNo(2));
+}
+
+/// A Byzantine primary sends batch A to two backups and batch B to the third for the same seqno,
+/// then falls silent. No two correct members commit different batches, and a view change
+/// replaces it.
+#[test]
+fn equivocating_primary_causes_no_divergent_commits() {
+    for split in [1usize, 2] {
+        let mut c = Cluster::new(1, 1, small_knobs());
+        c.crash(0);
+        let entry = c.submit(1);
+        c.pump();
+        let signed = c.signed(&entry);
+        let a = Batch {
+            time_us: c.now,
+            entries: vec![signed.clone()],
+        };
+        let b = Batch {
+            time_us: c.now + 1,
+            entries: vec![signed],
+        };
+        for to in 1..=3 {
+            let batch = if to <= split { a.clone() } else { b.clone() };
+            let env = c.forge(
+                0,
+                Message::PrePrepare {
+                    view: View(0),
+                    seqno: SeqNo(1),
+                    batch,
+                },
+            );
+            c.deliver(to, env);
+        }
+        c.pump();
+        assert_eq!(
+            c.min_committed(),
+            SeqNo(0),
+            "split {split}: an equivocated batch must not commit in view 0"
+        );
+        c.run(5 * c.config.knobs.view_change_timeout_us);
+        for i in c.up() {
+            assert!(c.member(i).view() >= View(1), "split {split} member {i}");
+            assert!(c.member(i).last_committed() >= SeqNo(1), "split {split} member {i}");
+        }
+        // The request was ordered exactly once, whatever batch won.
+        let ordered: Vec<_> = c.ordered.values().flatten().collect();
+        assert_eq!(ordered, vec![&(ClientId(1), RequestId(1))], "split {split}");
+    }
+}
+
+#[test]
+fn restart_from_storage_mid_run_and_after_whole_cluster_power_loss() {
+    let mut c = Cluster::new(1, 1, small_knobs());
+    for client in 0..CLIENTS {
+        c.submit(client);
+        c.pump();
+    }
+    let before = c.member(2).last_committed();
+    assert_eq!(before, SeqNo(3));
+    let accepted = c.member(2).log[&SeqNo(3)].record.accepted.clone().unwrap();
+    c.crash(2);
+    c.start(2);
+    assert_eq!(c.member(2).last_committed(), before);
+    // A conflicting PRE-PREPARE for an already accepted (view, seqno) is not prepared again.
+    let entry = RequestEntry {
+        client: ClientId(0),
+        request_id: RequestId(1),
+        body: RequestBody::Inline("x".into()),
+    };
+    let other = Batch {
+        time_us: accepted.batch.time_us + 5,
+        entries: vec![c.signed(&entry)],
+    };
+    let env = c.forge(
+        0,
+        Message::PrePrepare {
+            view: View(0),
+            seqno: SeqNo(3),
+            batch: other,
+        },
+    );
+    c.deliver(2, env);
+    c.pump();
+    assert_eq!(
+        c.member(2).log[&SeqNo(3)].record.accepted.as_ref().unwrap().digest,
+        accepted.digest
+    );
+    // Whole-cluster power loss: everything committed survives.
+    for i in 0..c.q.n_order {
+        c.crash(i);
+    }
+    for i in 0..c.q.n_order {
+        c.start(i);
+        assert_eq!(c.member(i).last_committed(), before, "member {i}");
+    }
+    c.submit(0);
+    c.run(1);
+    assert_eq!(c.min_committed(), SeqNo(4));
+}
+
+#[test]
+fn restart_during_view_change_resumes_it_without_going_back() {
+    let mut c = Cluster::new(1, 0, small_knobs());
+    c.submit(0);
+    c.pump();
+    c.crash(0);
+    c.filter = Box::new(|from, to, _| from != Principal::Order(ReplicaId(0)) && to != Principal::Order(ReplicaId(0)));
+    let pending = c.submit(1);
+    // Member 2 starts a view change, crashes before the NEW-VIEW, and restarts.
+    c.filter = Box::new(|from, to, _| {
+        ![from, to].contains(&Principal::Order(ReplicaId(0))) && to != Principal::Order(ReplicaId(1))
+    });
+    c.run(2 * c.config.knobs.view_change_timeout_us);
+    assert!(c.member(2).is_changing_view());
+    let view = c.member(2).view();
+    c.crash(2);
+    c.start(2);
+    assert!(c.member(2).is_changing_view());
+    assert_eq!(c.member(2).view(), view);
+    c.filter = Box::new(|from, to, _| from != Principal::Order(ReplicaId(0)) && to != Principal::Order(ReplicaId(0)));
+    // The request rows were volatile at member 2; the authentication stage retransmits them.
+    c.resubmit(&pending);
+    c.run(20 * c.config.knobs.view_change_timeout_us);
+    assert!(c.member(2).view() >= view);
+    assert_eq!(c.min_committed(), SeqNo(2));
+}
+
+#[test]
+fn lossy_network_still_makes_progress_once_it_heals() {
+    let knobs = Knobs {
+        batch_size_max: 2,
+        checkpoint_interval: 2,
+        log_window: 4,
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(1, 1, knobs);
+    let mut seed = 12345u64;
+    c.filter = Box::new(move |_, _, _| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) % 100 >= 30
+    });
+    for _ in 0..4 {
+        for client in 0..CLIENTS {
+            c.submit(client);
+        }
+        c.run(c.config.knobs.view_change_timeout_us);
+    }
+    c.filter = Box::new(|_, _, _| true);
+    // Lost AUTH-REQs are retransmitted by the authentication stage; here: resubmit the same rows.
+    for client in 0..CLIENTS {
+        for rid in 1..=4 {
+            let entry = RequestEntry {
+                client: ClientId(client),
+                request_id: RequestId(rid),
+                body: RequestBody::Inline(format!("op {client} {rid}").into_bytes().into()),
+            };
+            c.resubmit(&entry);
+        }
+        c.run(c.config.knobs.view_change_timeout_us);
+    }
+    c.run(40 * c.config.knobs.view_change_timeout_us);
+    assert_eq!(c.ordered_requests().len(), 12);
+    // A member whose NEW-VIEW was lost may stay in its view change until the next one (PBFT); all
+    // others, at least a medium quorum, are in one view and agree on the committed prefix.
+    let normal: Vec<usize> = c
+        .up()
+        .into_iter()
+        .filter(|i| !c.member(*i).is_changing_view())
+        .collect();
+    assert!(normal.len() >= c.q.order_medium());
+    let last = c.member(normal[0]).last_committed();
+    for &i in &normal {
+        assert_eq!(c.member(i).last_committed(), last, "member {i}");
+        assert_eq!(c.member(i).view(), c.member(normal[0]).view(), "member {i}");
+    }
+}
+
+#[test]
+fn bad_input_is_dropped_and_counted() {
+    let mut c = Cluster::new(1, 1, small_knobs());
+    let entry = c.submit(0);
+    c.crash(0);
+    c.pump();
+    // Bad MAC.
+    let mut env = (*c.forge(
+        2,
+        Message::Prepare {
+            view: View(0),
+            seqno: SeqNo(1),
+            digest: Digest::of(b"d"),
+        },
+    ))
+    .clone();
+    if let Seal::Authenticator(a) = &mut env.seal {
+        a.macs[1].0[0] ^= 1;
+    }
+    c.deliver(1, Arc::new(env));
+    // Pre-prepare from a backup.
+    let batch = Batch {
+        time_us: c.now,
+        entries: vec![c.signed(&entry)],
+    };
+    c.deliver(
+        1,
+        c.forge(
+            2,
+            Message::PrePrepare {
+                view: View(0),
+                seqno: SeqNo(1),
+                batch: batch.clone(),
+            },
+        ),
+    );
+    // Wrong view.
+    c.deliver(
+        1,
+        c.forge(
+            0,
+            Message::PrePrepare {
+                view: View(3),
+                seqno: SeqNo(1),
+                batch: batch.clone(),
+            },
+        ),
+    );
+    // Out of window.
+    c.deliver(
+        1,
+        c.forge(
+            0,
+            Message::PrePrepare {
+                view: View(0),
+                seqno: SeqNo(100),
+                batch: batch.clone(),
+            },
+        ),
+    );
+    // Invalid matrix: no rows.
+    let unsigned = SignedEntry {
+        entry: entry.clone(),
+        matrix: MatrixSignature::default(),
+    };
+    let bad = Batch {
+        time_us: c.now,
+        entries: vec![unsigned],
+    };
+    c.deliver(
+        1,
+        c.forge(
+            0,
+            Message::PrePrepare {
+                view: View(0),
+                seqno: SeqNo(1),
+                batch: bad,
+            },
+        ),
+    );
+    // Batch time too far in the future.
+    let future = Batch {
+        time_us: c.now + 10 * c.config.knobs.batch_time_skew_us_max,
+        ..batch.clone()
+    };
+    c.deliver(
+        1,
+        c.forge(
+            0,
+            Message::PrePrepare {
+                view: View(0),
+                seqno: SeqNo(1),
+                batch: future,
+            },
+        ),
+    );
+    // A message kind order members never receive from order members.
+    c.deliver(1, c.forge(2, Message::LastExecuted { seqno: SeqNo(0) }));
+    c.pump();
+    assert_eq!(c.stat(1, "drop_bad_seal"), 1);
+    assert_eq!(c.stat(1, "drop_pre_prepare_not_primary"), 1);
+    assert_eq!(c.stat(1, "drop_wrong_view"), 1);
+    assert_eq!(c.stat(1, "drop_out_of_window"), 1);
+    assert_eq!(c.stat(1, "drop_batch_invalid_matrix"), 1);
+    assert_eq!(c.stat(1, "drop_batch_time_in_future"), 1);
+    assert_eq!(c.stat(1, "drop_wrong_sender_or_kind"), 1);
+    assert!(c
+        .member(1)
+        .log
+        .get(&SeqNo(1))
+        .and_then(|s| s.record.accepted.as_ref())
+        .is_none());
+    // The valid one is accepted.
+    c.deliver(
+        1,
+        c.forge(
+            0,
+            Message::PrePrepare {
+                view: View(0),
+                seqno: SeqNo(1),
+                batch,
+            },
+        ),
+    );
+    c.pump();
+    assert!(c.member(1).log[&SeqNo(1)].record.accepted.is_some());
+}
+
+#[test]
+fn lagging_member_catches_up_by_order_state_transfer() {
+    let knobs = Knobs {
+        batch_size_max: 1,
+        checkpoint_interval: 2,
+        log_window: 4,
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(1, 1, knobs);
+    c.filter = Box::new(|from, to, _| from != Principal::Order(ReplicaId(3)) && to != Principal::Order(ReplicaId(3)));
+    for _ in 0..3 {
+        for client in 0..CLIENTS {
+            c.submit(client);
+        }
+    }
+    c.pump();
+    assert_eq!(c.member(0).last_committed(), SeqNo(9));
+    assert_eq!(c.member(3).last_committed(), SeqNo(0));
+    c.filter = Box::new(|_, _, _| true);
+    c.submit(0);
+    c.run(10 * c.config.knobs.view_change_timeout_us);
+    assert_eq!(c.member(3).low_watermark(), SeqNo(10));
+    assert_eq!(c.member(3).last_committed(), SeqNo(10));
+    assert!(c.stat(3, "order_state_transferred") >= 1);
+}
+
+#[test]
+fn last_executed_gets_next_batches_or_load_checkpoint() {
+    let knobs = Knobs {
+        batch_size_max: 1,
+        checkpoint_interval: 2,
+        log_window: 4,
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(1, 0, knobs);
+    for _ in 0..2 {
+        for client in 0..CLIENTS {
+            c.submit(client);
+        }
+    }
+    c.pump();
+    assert_eq!(c.member(1).last_committed(), SeqNo(6));
+    assert_eq!(c.member(1).low_watermark(), SeqNo(6));
+    let ask = |c: &mut Cluster, seqno: u64| {
+        let from = Principal::Exec(ReplicaId(2));
+        let to = Principal::Order(ReplicaId(1));
+        let message = Message::LastExecuted { seqno: SeqNo(seqno) };
+        let env = Arc::new(Envelope::seal(&c.rings[2], &c.q, from, message, SealFor::One(to)));
+        let mut out = Vec::new();
+        c.members[1]
+            .as_mut()
+            .unwrap()
+            .handle(c.now, Input::Message(env), &mut out);
+        out.into_iter()
+            .filter_map(|a| match a {
+                Action::Send { envelope, .. } => Some(envelope.message.clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let answer = ask(&mut c, 3);
+    assert!(
+        matches!(answer[..], [Message::LoadCheckpoint { seqno: SeqNo(6), .. }]),
+        "{answer:?}"
+    );
+    c.auto_tokens = false;
+    c.submit(0);
+    c.submit(1);
+    c.pump();
+    let answer = ask(&mut c, 6);
+    let seqnos: Vec<SeqNo> = answer
+        .iter()
+        .filter_map(|m| match m {
+            Message::NextBatch { seqno, .. } => Some(*seqno),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seqnos, vec![SeqNo(7), SeqNo(8)]);
+}
+
+#[test]
+fn already_ordered_request_triggers_rate_limited_retransmit() {
+    let mut c = Cluster::new(1, 0, small_knobs());
+    let entry = c.submit(0);
+    c.pump();
+    let row = c.row(0, &entry);
+    let env = Arc::new(Envelope {
+        from: Principal::Auth(ReplicaId(0)),
+        message: Message::AuthRequest { entry, row },
+        seal: Seal::None,
+    });
+    let mut retransmits = 0;
+    for _ in 0..2 {
+        let mut out = Vec::new();
+        c.members[1]
+            .as_mut()
+            .unwrap()
+            .handle(c.now, Input::Message(env.clone()), &mut out);
+        retransmits += out
+            .iter()
+            .filter(|a| matches!(a, Action::Send { envelope, .. } if matches!(envelope.message, Message::Retransmit { .. })))
+            .count();
+    }
+    assert_eq!(
+        retransmits, c.q.n_exec,
+        "one RETRANSMIT per execution member, once per interval"
+    );
+}
+
+#[test]
+fn sabotage_short_quorum_commits_with_one_vote_less() {
+    let knobs = Knobs {
+        sabotage: Some(crate::config::Sabotage::ShortQuorum),
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(1, 1, knobs);
+    // Only the primary and one backup talk: 2 votes = order_medium - 1.
+    let allowed = [Principal::Order(ReplicaId(0)), Principal::Order(ReplicaId(1))];
+    c.filter = Box::new(move |from, to, _| {
+        !matches!(from, Principal::Order(_)) || (allowed.contains(&from) && allowed.contains(&to))
+    });
+    c.submit(0);
+    c.pump();
+    assert_eq!(c.member(1).last_committed(), SeqNo(1));
+}
+
+#[test]
+fn sabotage_early_execute_releases_batches_before_commit() {
+    let knobs = Knobs {
+        sabotage: Some(crate::config::Sabotage::EarlyExecute),
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(1, 1, knobs);
+    c.filter = Box::new(|_, _, m| !matches!(m, Message::Prepare { .. } | Message::Commit { .. }));
+    c.submit(0);
+    c.pump();
+    assert_eq!(c.min_committed(), SeqNo(0));
+    assert_eq!(c.next_batches[&SeqNo(1)].len(), c.q.n_order);
+}

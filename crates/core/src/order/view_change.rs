@@ -1,0 +1,521 @@
+//! View change with signed VIEW-CHANGE / NEW-VIEW (docs/PROTOCOL.md "View change"; PBFT thesis
+//! 2.4 and 3.2.4 with medium = `n - u` and small = `r + 1` in place of `2f + 1` / `f + 1`).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::checkpoint::verify_stable;
+use super::{persist, persist_view, OrderStage};
+use crate::crypto::Digest;
+use crate::ids::{Principal, ReplicaId, SeqNo, View};
+use crate::message::{Batch, Message, NewView, SealFor, Signed, StableCheckpoint, ViewChange};
+use crate::quorum::Quorums;
+use crate::stage::{Action, Event, Time, Timer};
+
+/// The new view's starting checkpoint and re-proposed batches.
+pub type Selection = (Option<StableCheckpoint>, Vec<(SeqNo, Batch)>);
+
+fn stable_seqno(stable: &Option<StableCheckpoint>) -> SeqNo {
+    stable.as_ref().map_or(SeqNo(0), |s| s.checkpoint.seqno)
+}
+
+/// PBFT's decision procedure over (already verified) VIEW-CHANGEs, in the given order:
+/// - the starting checkpoint is the highest stable certificate reported (first in list order);
+/// - for each seqno `n` above it up to the highest prepared one: batch `d` if some message has
+///   `(n, d, v)` in P with (A1) `order_medium` messages having no P entry for `n` with a higher
+///   view or the same view and another digest, and (A2) `small` messages having `(n, d, v' >= v)`
+///   in Q; else a null batch if `order_medium` messages have no P entry for `n`.
+///
+/// Returns `None` when some seqno cannot be decided yet (more VIEW-CHANGEs are needed). The result
+/// depends only on the list, so backups re-derive exactly what the primary chose.
+pub fn select(q: &Quorums, view_changes: &[&ViewChange]) -> Option<Selection> {
+    let mut stable: Option<&StableCheckpoint> = None;
+    for vc in view_changes {
+        if stable_seqno(&vc.stable) > stable.map_or(SeqNo(0), |s| s.checkpoint.seqno) {
+            stable = vc.stable.as_ref();
+        }
+    }
+    let h = stable.map_or(SeqNo(0), |s| s.checkpoint.seqno);
+    let top = view_changes
+        .iter()
+        .flat_map(|vc| vc.prepared.iter().map(|p| p.seqno))
+        .filter(|n| *n > h)
+        .max();
+    let mut batches = Vec::new();
+    let mut n = h.next();
+    while top.is_some_and(|top| n <= top) {
+        batches.push((n, decide(q, view_changes, n)?));
+        n = n.next();
+    }
+    Some((stable.cloned(), batches))
+}
+
+/// The batch for one seqno, if decidable.
+fn decide(q: &Quorums, view_changes: &[&ViewChange], n: SeqNo) -> Option<Batch> {
+    let entry_at = |vc: &ViewChange| vc.prepared.iter().find(|p| p.seqno == n).map(|p| (p.view, p.digest));
+    // Candidates by view descending then digest; the first message carrying one supplies its batch.
+    let mut candidates: BTreeMap<(Reverse<View>, Digest), &Batch> = BTreeMap::new();
+    for vc in view_changes {
+        for p in vc.prepared.iter().filter(|p| p.seqno == n) {
+            candidates.entry((Reverse(p.view), p.digest)).or_insert(&p.batch);
+        }
+    }
+    for ((Reverse(view), digest), batch) in candidates {
+        let a1 = view_changes
+            .iter()
+            .filter(|vc| match entry_at(vc) {
+                None => true,
+                Some((v, d)) => v < view || (v == view && d == digest),
+            })
+            .count();
+        let a2 = view_changes
+            .iter()
+            .filter(|vc| {
+                vc.pre_prepared
+                    .iter()
+                    .any(|c| c.seqno == n && c.digest == digest && c.view >= view)
+            })
+            .count();
+        if a1 >= q.order_medium() && a2 >= q.small() {
+            return Some(batch.clone());
+        }
+    }
+    let no_entry = view_changes.iter().filter(|vc| entry_at(vc).is_none()).count();
+    (no_entry >= q.order_medium()).then(|| Batch {
+        time_us: 0,
+        entries: Vec::new(),
+    })
+}
+
+impl OrderStage {
+    /// Checks a VIEW-CHANGE: signature, stable certificate, and claims inside the sender's window
+    /// with views below the new view (one P entry per seqno, P digests matching their batches).
+    fn validate_view_change(&self, vc: &Signed<ViewChange>) -> Result<(), &'static str> {
+        if (vc.signer.0 as usize) >= self.q.n_order {
+            return Err("drop_bad_view_change_signer");
+        }
+        if vc.verify(&self.keys, self.sabotage()).is_err() {
+            return Err("drop_bad_signature");
+        }
+        let body = &vc.value;
+        if let Some(stable) = &body.stable {
+            if !verify_stable(&self.config, &self.q, &self.keys, stable) {
+                return Err("drop_bad_stable_certificate");
+            }
+        }
+        let h = stable_seqno(&body.stable);
+        let in_window = |n: SeqNo| n > h && n.0 <= h.0 + self.log_window();
+        let mut last = h;
+        for p in &body.prepared {
+            if p.seqno <= last || !in_window(p.seqno) || p.view >= body.new_view || p.batch.digest() != p.digest {
+                return Err("drop_bad_view_change_prepared");
+            }
+            last = p.seqno;
+        }
+        if body
+            .pre_prepared
+            .iter()
+            .any(|c| !in_window(c.seqno) || c.view >= body.new_view)
+        {
+            return Err("drop_bad_view_change_pre_prepared");
+        }
+        Ok(())
+    }
+
+    /// This member's VIEW-CHANGE for `target`: its stable checkpoint, P and Q above it.
+    fn build_view_change(&self, target: View) -> Signed<ViewChange> {
+        let slots = self.log.range(self.h.next()..);
+        let prepared = slots.clone().filter_map(|(_, s)| s.record.prepared.clone()).collect();
+        let pre_prepared = slots.flat_map(|(_, s)| s.record.pre_prepared.iter().cloned()).collect();
+        let body = ViewChange {
+            new_view: target,
+            stable: self.stable.clone(),
+            prepared,
+            pre_prepared,
+        };
+        Signed::sign(&self.keys, self.id, body)
+    }
+
+    /// Stops normal processing and moves to view `target` (persisting it before sending).
+    pub(super) fn start_view_change(&mut self, now: Time, target: View, out: &mut Vec<Action>) {
+        assert!(target > self.view, "views only grow");
+        self.view = target;
+        self.changing = true;
+        self.new_view = None;
+        self.buffered.clear();
+        if self.batch_timer_armed {
+            self.batch_timer_armed = false;
+            out.push(Action::CancelTimer {
+                timer: Timer::BatchClose,
+            });
+        }
+        persist_view(out, target, true);
+        self.stats.bump("view_change_started");
+        let vc = self.build_view_change(target);
+        self.view_changes.insert(self.id, vc.clone());
+        self.send(
+            out,
+            self.other_order_members(),
+            Message::ViewChange(vc),
+            SealFor::Nothing,
+        );
+        let at = now + self.view_change_timeout();
+        self.consecutive_view_changes = self.consecutive_view_changes.saturating_add(1);
+        self.view_change_deadline = Some(at);
+        out.push(Action::SetTimer {
+            timer: Timer::ViewChange,
+            at,
+        });
+        self.try_new_view(now, out);
+    }
+
+    /// After a restart in the middle of a view change: rebuild and resend our VIEW-CHANGE.
+    pub(super) fn resume_view_change(&mut self, now: Time, out: &mut Vec<Action>) {
+        let vc = self.build_view_change(self.view);
+        self.view_changes.insert(self.id, vc);
+        self.resend_view_change(out);
+        let at = now + self.view_change_timeout();
+        self.view_change_deadline = Some(at);
+        out.push(Action::SetTimer {
+            timer: Timer::ViewChange,
+            at,
+        });
+    }
+
+    /// OrderTick while changing: resend our VIEW-CHANGE.
+    pub(super) fn resend_view_change(&self, out: &mut Vec<Action>) {
+        if let Some(vc) = self
+            .view_changes
+            .get(&self.id)
+            .filter(|vc| vc.value.new_view == self.view)
+        {
+            self.send(
+                out,
+                self.other_order_members(),
+                Message::ViewChange(vc.clone()),
+                SealFor::Nothing,
+            );
+        }
+    }
+
+    /// The view-change timer fired. A backup in an installed view suspects the primary. A member
+    /// changing views moves on to the next view only if a quorum is changing with it (PBFT 2.4:
+    /// the timer counts only once `view_change` VIEW-CHANGEs arrived), so a member cut off from the
+    /// others does not race ahead alone; otherwise it keeps waiting (and resending).
+    pub(super) fn on_view_change_timer(&mut self, now: Time, out: &mut Vec<Action>) {
+        if !self.changing {
+            if !self.is_primary() {
+                self.stats.bump("view_change_timeout");
+                self.start_view_change(now, self.view.next(), out);
+            }
+            return;
+        }
+        let with_us = self
+            .view_changes
+            .values()
+            .filter(|vc| vc.value.new_view == self.view)
+            .count();
+        if with_us >= self.q.view_change() {
+            self.stats.bump("view_change_timeout");
+            self.start_view_change(now, self.view.next(), out);
+        } else {
+            let at = now + self.view_change_timeout();
+            self.view_change_deadline = Some(at);
+            out.push(Action::SetTimer {
+                timer: Timer::ViewChange,
+                at,
+            });
+        }
+    }
+
+    /// Whether a backup has work the primary should be making progress on: an accepted,
+    /// uncommitted PRE-PREPARE, a buffered one, or a request ready to order.
+    fn has_pending_work(&self) -> bool {
+        if !self.buffered.is_empty()
+            || self
+                .log
+                .range(self.last_committed.next()..)
+                .any(|(_, s)| s.accepted_in(self.view).is_some())
+        {
+            return true;
+        }
+        let p = self.projection(self.next_accept());
+        !self.ready_entries(&p, 1).is_empty()
+    }
+
+    /// Arms the view-change timer of a backup with pending work, cancels it when none is left.
+    pub(super) fn update_view_change_timer(&mut self, now: Time, out: &mut Vec<Action>) {
+        if self.changing {
+            return;
+        }
+        let pending = !self.is_primary() && self.has_pending_work();
+        match (pending, self.view_change_deadline) {
+            (true, None) => {
+                let at = now + self.view_change_timeout();
+                self.view_change_deadline = Some(at);
+                out.push(Action::SetTimer {
+                    timer: Timer::ViewChange,
+                    at,
+                });
+            }
+            (false, Some(_)) => {
+                self.view_change_deadline = None;
+                out.push(Action::CancelTimer {
+                    timer: Timer::ViewChange,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn on_view_change(
+        &mut self,
+        now: Time,
+        from: ReplicaId,
+        vc: &Signed<ViewChange>,
+        out: &mut Vec<Action>,
+    ) {
+        let target = vc.value.new_view;
+        if target <= self.view && !(target == self.view && self.changing) {
+            // The sender is behind: it gets our NEW-VIEW if we have one.
+            self.stats.bump("drop_old_view_change");
+            if !self.changing && self.may_help(now, from) {
+                self.relay_new_view(from, out);
+            }
+            return;
+        }
+        if self
+            .view_changes
+            .get(&vc.signer)
+            .is_some_and(|held| held.value.new_view >= target)
+        {
+            return self.stats.bump("dup_view_change");
+        }
+        if let Err(reason) = self.validate_view_change(vc) {
+            return self.stats.bump(reason);
+        }
+        self.view_changes.insert(vc.signer, vc.clone());
+        if let Some(stable) = vc.value.stable.clone().filter(|s| s.checkpoint.seqno > self.h) {
+            self.adopt_stable(now, stable, out);
+        }
+        // Join rule: `view_change_join` members want a view above ours; join the smallest.
+        let higher: Vec<View> = self
+            .view_changes
+            .values()
+            .map(|vc| vc.value.new_view)
+            .filter(|v| *v > self.view)
+            .collect();
+        if higher.len() >= self.q.view_change_join() {
+            let smallest = *higher.iter().min().expect("not empty");
+            self.stats.bump("view_change_joined");
+            self.start_view_change(now, smallest, out);
+            return;
+        }
+        self.try_new_view(now, out);
+    }
+
+    /// The new primary builds NEW-VIEW once its VIEW-CHANGEs decide every seqno.
+    fn try_new_view(&mut self, now: Time, out: &mut Vec<Action>) {
+        if !self.changing || self.primary_of(self.view) != self.id {
+            return;
+        }
+        let view = self.view;
+        let view_changes: Vec<Signed<ViewChange>> = self
+            .view_changes
+            .values()
+            .filter(|vc| vc.value.new_view == view)
+            .cloned()
+            .collect();
+        if view_changes.len() < self.q.view_change() {
+            return;
+        }
+        let bodies: Vec<&ViewChange> = view_changes.iter().map(|vc| &vc.value).collect();
+        let Some((stable, batches)) = select(&self.q, &bodies) else {
+            return self.stats.bump("new_view_undecided");
+        };
+        let new_view = Signed::sign(
+            &self.keys,
+            self.id,
+            NewView {
+                view,
+                view_changes,
+                stable,
+                batches,
+            },
+        );
+        self.install_new_view(now, &new_view, out);
+        self.stats.bump("new_view_sent");
+        self.send(
+            out,
+            self.other_order_members(),
+            Message::NewView(new_view),
+            SealFor::Nothing,
+        );
+    }
+
+    pub(super) fn on_new_view(&mut self, now: Time, nv: &Signed<NewView>, out: &mut Vec<Action>) {
+        let body = &nv.value;
+        if body.view < self.view || (body.view == self.view && !self.changing) {
+            return self.stats.bump("drop_old_new_view");
+        }
+        if nv.signer != self.primary_of(body.view) || nv.verify(&self.keys, self.sabotage()).is_err() {
+            return self.stats.bump("drop_bad_new_view_signature");
+        }
+        let mut signers = BTreeSet::new();
+        for vc in &body.view_changes {
+            if vc.value.new_view != body.view || !signers.insert(vc.signer) || self.validate_view_change(vc).is_err() {
+                return self.stats.bump("drop_bad_new_view_view_change");
+            }
+        }
+        let bodies: Vec<&ViewChange> = body.view_changes.iter().map(|vc| &vc.value).collect();
+        let expected = select(&self.q, &bodies);
+        if signers.len() < self.q.view_change()
+            || expected.as_ref() != Some(&(body.stable.clone(), body.batches.clone()))
+        {
+            // A correctly signed but wrong NEW-VIEW: its primary is faulty; move past its view.
+            self.stats.bump("drop_bad_new_view_selection");
+            return self.start_view_change(now, body.view.next(), out);
+        }
+        self.install_new_view(now, nv, out);
+    }
+
+    /// Enters the new view: adopts its checkpoint, treats its batches as pre-prepared in it
+    /// (persisted before any PREPARE), and resumes normal processing.
+    fn install_new_view(&mut self, now: Time, nv: &Signed<NewView>, out: &mut Vec<Action>) {
+        let body = &nv.value;
+        if let Some(stable) = body.stable.clone().filter(|s| s.checkpoint.seqno > self.h) {
+            self.adopt_stable(now, stable, out);
+        }
+        let view = body.view;
+        self.view = view;
+        self.changing = false;
+        self.new_view = Some(nv.clone());
+        self.buffered.clear();
+        self.view_changes.retain(|_, vc| vc.value.new_view > view);
+        persist_view(out, view, false);
+        for slot in self.log.values_mut() {
+            slot.clear_votes();
+        }
+        let primary = self.primary_of(view) == self.id;
+        let mut prepares = Vec::new();
+        for (seqno, batch) in body.batches.iter().filter(|(n, _)| *n > self.h) {
+            let slot = self.log.entry(*seqno).or_default();
+            let digest = batch.digest();
+            if slot.record.committed.is_some() && slot.record.accepted.as_ref().is_some_and(|a| a.digest != digest) {
+                self.stats.bump("new_view_conflicts_committed");
+                continue;
+            }
+            slot.accept(*seqno, view, batch.clone());
+            if !primary {
+                slot.prepares.insert(self.id, (view, digest));
+                prepares.push((*seqno, digest));
+            }
+            persist::write(out, persist::slot_key(*seqno), &slot.record);
+        }
+        out.push(Action::Note(Event::ViewInstalled { view }));
+        self.stats.bump("view_installed");
+        for (seqno, digest) in prepares {
+            self.send_to_order(out, Message::Prepare { view, seqno, digest });
+        }
+        let seqnos: Vec<SeqNo> = body.batches.iter().map(|(n, _)| *n).collect();
+        for seqno in seqnos {
+            self.check_prepared(now, seqno, out);
+        }
+        if self.view_change_deadline.take().is_some() {
+            out.push(Action::CancelTimer {
+                timer: Timer::ViewChange,
+            });
+        }
+        self.update_view_change_timer(now, out);
+    }
+
+    /// A member in an older view or still changing to ours gets our NEW-VIEW (self-authenticating).
+    pub(super) fn relay_new_view(&self, to: ReplicaId, out: &mut Vec<Action>) {
+        if let Some(nv) = &self.new_view {
+            self.send(
+                out,
+                vec![Principal::Order(to)],
+                Message::NewView(nv.clone()),
+                SealFor::Nothing,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{PrePreparedClaim, PreparedClaim};
+
+    fn batch(t: u64) -> Batch {
+        Batch {
+            time_us: t,
+            entries: Vec::new(),
+        }
+    }
+
+    fn vc(prepared: &[(u64, u64, &Batch)], pre_prepared: &[(u64, u64, &Batch)]) -> ViewChange {
+        ViewChange {
+            new_view: View(5),
+            stable: None,
+            prepared: prepared
+                .iter()
+                .map(|(n, v, b)| PreparedClaim {
+                    seqno: SeqNo(*n),
+                    view: View(*v),
+                    digest: b.digest(),
+                    batch: (*b).clone(),
+                })
+                .collect(),
+            pre_prepared: pre_prepared
+                .iter()
+                .map(|(n, v, b)| PrePreparedClaim {
+                    seqno: SeqNo(*n),
+                    view: View(*v),
+                    digest: b.digest(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn selection_follows_a1_a2_and_null_rules() {
+        let q = Quorums::new(1, 1).unwrap(); // n = 4, medium 3, small 2
+        let (a, b) = (batch(1), batch(2));
+        // Seqno 1: a prepared in view 1 by two members (Q support 2) -> a.
+        // Seqno 2: b claimed prepared by one (possibly lying) member, no Q support -> undecided
+        //          unless medium members have no P entry: here 2 of 3 have none -> undecidable.
+        let vcs = [
+            vc(&[(1, 1, &a)], &[(1, 1, &a)]),
+            vc(&[(1, 1, &a)], &[(1, 1, &a)]),
+            vc(&[], &[]),
+        ];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        assert_eq!(select(&q, &refs), Some((None, vec![(SeqNo(1), a.clone())])));
+        let vcs = [vc(&[(2, 1, &b)], &[]), vc(&[], &[]), vc(&[], &[])];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        let null = Batch {
+            time_us: 0,
+            entries: Vec::new(),
+        };
+        assert_eq!(
+            select(&q, &refs),
+            None,
+            "a lone unsupported P claim blocks a null decision with 3 messages"
+        );
+        let vcs = [vc(&[(2, 1, &b)], &[]), vc(&[], &[]), vc(&[], &[]), vc(&[], &[])];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        assert_eq!(
+            select(&q, &refs),
+            Some((None, vec![(SeqNo(1), null.clone()), (SeqNo(2), null)]))
+        );
+        // A higher-view prepared claim wins over a lower one for the same seqno.
+        let vcs = [
+            vc(&[(1, 2, &b)], &[(1, 2, &b)]),
+            vc(&[(1, 1, &a)], &[(1, 1, &a), (1, 2, &b)]),
+            vc(&[], &[]),
+        ];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        assert_eq!(select(&q, &refs), Some((None, vec![(SeqNo(1), b)])));
+    }
+}

@@ -1,0 +1,553 @@
+//! Byzantine replicas: a wrapper around the honest stages of a replica that rewrites, drops,
+//! delays, forges or replays what they send. It holds only that replica's own [`KeyRing`], so
+//! anything it re-seals carries a valid MAC only where the replica itself may speak; forged
+//! senders carry MACs that do not verify (unless the protocol is sabotaged with `skip-mac`).
+//!
+//! Also the Byzantine client, whose request authenticators are valid for some authentication
+//! members and garbage for others.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rand::seq::IndexedRandom;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use upright_core::crypto::{Digest, KeyRing};
+use upright_core::ids::{Principal, ReplicaId, StageKind};
+use upright_core::kv::KvReply;
+use upright_core::message::{Batch, Envelope, Message, ReplyBody, Seal, SealFor};
+use upright_core::quorum::Quorums;
+use upright_core::stage::Time;
+
+use crate::faults::{Behaviour, FaultCounts};
+
+/// Envelopes kept for replay.
+pub const REPLAY_BUFFER_MAX: usize = 64;
+/// Equivocations remembered (to send matching PREPARE/COMMITs for each variant).
+pub const VARIANTS_MAX: usize = 256;
+
+/// One copy to put on the network.
+#[derive(Clone, Debug)]
+pub struct Outgoing {
+    /// Recipients.
+    pub to: Vec<Principal>,
+    /// The (possibly rewritten) envelope.
+    pub envelope: Arc<Envelope>,
+    /// Added on top of the network delay.
+    pub extra_delay: Time,
+}
+
+/// A Byzantine replica.
+pub struct Byzantine {
+    /// What it does.
+    pub behaviour: Behaviour,
+    replica: ReplicaId,
+    keys: Arc<KeyRing>,
+    quorums: Quorums,
+    recorded: VecDeque<Arc<Envelope>>,
+    /// `(view, seqno) -> (honest digest, variant digest)`.
+    variants: BTreeMap<(u64, u64), (Digest, Digest)>,
+}
+
+fn flip(bytes: &mut [u8]) {
+    if let Some(b) = bytes.first_mut() {
+        *b ^= 0x5a;
+    }
+}
+
+impl Byzantine {
+    /// Replica `replica` behaving as `behaviour`, with its own keys.
+    pub fn new(behaviour: Behaviour, replica: ReplicaId, keys: Arc<KeyRing>, quorums: Quorums) -> Byzantine {
+        Byzantine {
+            behaviour,
+            replica,
+            keys,
+            quorums,
+            recorded: VecDeque::new(),
+            variants: BTreeMap::new(),
+        }
+    }
+
+    /// Remembers a received envelope (for replay).
+    pub fn incoming(&mut self, rng: &mut ChaCha8Rng, envelope: &Arc<Envelope>) {
+        if self.behaviour == Behaviour::Replay && rng.random_bool(0.2) {
+            self.record(envelope.clone());
+        }
+    }
+
+    fn record(&mut self, envelope: Arc<Envelope>) {
+        if self.recorded.len() == REPLAY_BUFFER_MAX {
+            self.recorded.pop_front();
+        }
+        self.recorded.push_back(envelope);
+    }
+
+    /// Seals `message` as `from` the way `like` was sealed, for recipients `to` (a MAC seal gives
+    /// one envelope per recipient).
+    fn reseal(&self, from: Principal, message: &Message, like: &Seal, to: &[Principal]) -> Vec<Outgoing> {
+        let one = |to: Vec<Principal>, seal_for: SealFor| Outgoing {
+            to,
+            envelope: Arc::new(Envelope::seal(
+                &self.keys,
+                &self.quorums,
+                from,
+                message.clone(),
+                seal_for,
+            )),
+            extra_delay: 0,
+        };
+        match like {
+            Seal::None => vec![one(to.to_vec(), SealFor::Nothing)],
+            Seal::Mac(_) => to.iter().map(|&t| one(vec![t], SealFor::One(t))).collect(),
+            Seal::Authenticator(_) => {
+                let stage = to.first().and_then(|t| t.stage()).unwrap_or(StageKind::Order);
+                vec![one(to.to_vec(), SealFor::Stage(stage))]
+            }
+        }
+    }
+
+    /// What actually goes out when the honest stage `from` sends `envelope` to `to`.
+    pub fn outgoing(
+        &mut self,
+        rng: &mut ChaCha8Rng,
+        from: Principal,
+        to: Vec<Principal>,
+        envelope: Arc<Envelope>,
+        counts: &mut FaultCounts,
+    ) -> Vec<Outgoing> {
+        // Messages between its own co-located members pass untouched.
+        let (local, remote): (Vec<Principal>, Vec<Principal>) =
+            to.into_iter().partition(|p| p.replica() == Some(self.replica));
+        let mut out = Vec::new();
+        if !local.is_empty() {
+            out.push(Outgoing {
+                to: local,
+                envelope: envelope.clone(),
+                extra_delay: 0,
+            });
+        }
+        if remote.is_empty() {
+            return out;
+        }
+        let class = self.behaviour.class();
+        let honest = Outgoing {
+            to: remote.clone(),
+            envelope: envelope.clone(),
+            extra_delay: 0,
+        };
+        match self.behaviour {
+            Behaviour::Silence => counts.bump(class),
+            Behaviour::Slowness => {
+                counts.bump(class);
+                out.push(Outgoing {
+                    extra_delay: rng.random_range(50_000..300_000),
+                    ..honest
+                });
+            }
+            Behaviour::CorruptMacs => {
+                if rng.random_bool(0.5) {
+                    counts.bump(class);
+                    out.push(Outgoing {
+                        envelope: Arc::new(corrupt(&envelope)),
+                        ..honest
+                    });
+                } else {
+                    out.push(honest);
+                }
+            }
+            Behaviour::ForgeSender => {
+                out.push(honest);
+                out.extend(self.forge(rng, &envelope, &remote, counts));
+            }
+            Behaviour::WrongReplies => match &envelope.message {
+                Message::Reply {
+                    request_id,
+                    result,
+                    read_only,
+                } => {
+                    counts.bump(class);
+                    let message = Message::Reply {
+                        request_id: *request_id,
+                        result: wrong(result),
+                        read_only: *read_only,
+                    };
+                    out.extend(self.reseal(from, &message, &envelope.seal, &remote));
+                }
+                _ => out.push(honest),
+            },
+            Behaviour::WrongCheckpointTokens => match &envelope.message {
+                Message::CheckpointToken { seqno, exec_state } => {
+                    counts.bump(class);
+                    let message = Message::CheckpointToken {
+                        seqno: *seqno,
+                        exec_state: Digest::of(&exec_state.0),
+                    };
+                    out.extend(self.reseal(from, &message, &envelope.seal, &remote));
+                }
+                _ => out.push(honest),
+            },
+            Behaviour::Replay => {
+                self.record(envelope.clone());
+                out.push(honest);
+                if rng.random_bool(0.1) {
+                    if let Some(old) = self.recorded.get(rng.random_range(0..self.recorded.len())) {
+                        counts.bump(class);
+                        let extra_delay = rng.random_range(0..500_000);
+                        out.push(Outgoing {
+                            to: remote,
+                            envelope: old.clone(),
+                            extra_delay,
+                        });
+                    }
+                }
+            }
+            Behaviour::EquivocatingPrimary => out.extend(self.equivocate(from, &envelope, remote, counts)),
+        }
+        out
+    }
+
+    /// Copies claiming another member of the same stage as sender; reply copies carry a wrong
+    /// result and claim every other execution member.
+    fn forge(
+        &self,
+        rng: &mut ChaCha8Rng,
+        envelope: &Envelope,
+        remote: &[Principal],
+        counts: &mut FaultCounts,
+    ) -> Vec<Outgoing> {
+        let others: Vec<u32> = (0..self.quorums.n_order as u32)
+            .filter(|&i| i != self.replica.0)
+            .collect();
+        let claim = |i: u32| match envelope.from {
+            Principal::Auth(_) => Principal::Auth(ReplicaId(i)),
+            Principal::Order(_) => Principal::Order(ReplicaId(i)),
+            Principal::Exec(_) => Principal::Exec(ReplicaId(i)),
+            client => client,
+        };
+        let mut out = Vec::new();
+        match &envelope.message {
+            Message::Reply {
+                request_id,
+                result,
+                read_only,
+            } => {
+                let message = Message::Reply {
+                    request_id: *request_id,
+                    result: wrong(result),
+                    read_only: *read_only,
+                };
+                for &i in others.iter().filter(|&&i| (i as usize) < self.quorums.n_exec) {
+                    counts.bump(Behaviour::ForgeSender.class());
+                    out.extend(self.reseal(claim(i), &message, &envelope.seal, remote));
+                }
+            }
+            message => {
+                if let Some(&i) = others.choose(rng) {
+                    counts.bump(Behaviour::ForgeSender.class());
+                    out.extend(self.reseal(claim(i), message, &envelope.seal, remote));
+                }
+            }
+        }
+        out
+    }
+
+    fn equivocate(
+        &mut self,
+        from: Principal,
+        envelope: &Arc<Envelope>,
+        remote: Vec<Principal>,
+        counts: &mut FaultCounts,
+    ) -> Vec<Outgoing> {
+        let honest = Outgoing {
+            to: remote.clone(),
+            envelope: envelope.clone(),
+            extra_delay: 0,
+        };
+        if !matches!(from, Principal::Order(_)) {
+            return vec![honest];
+        }
+        // Backups split into two halves by index.
+        let half = |p: &Principal| match p {
+            Principal::Order(r) => {
+                let position = if r.0 > self.replica.0 { r.0 - 1 } else { r.0 };
+                position < (self.quorums.n_order as u32 - 1) / 2
+            }
+            _ => true,
+        };
+        let (a, b): (Vec<Principal>, Vec<Principal>) = remote.iter().partition(|p| half(p));
+        let mut out = Vec::new();
+        let split = |this: &Self, honest_msg: Message, variant: Message, out: &mut Vec<Outgoing>| {
+            if !a.is_empty() {
+                out.extend(this.reseal(from, &honest_msg, &envelope.seal, &a));
+            }
+            if !b.is_empty() {
+                out.extend(this.reseal(from, &variant, &envelope.seal, &b));
+            }
+        };
+        match &envelope.message {
+            Message::PrePrepare { view, seqno, batch } if !b.is_empty() => {
+                counts.bump(Behaviour::EquivocatingPrimary.class());
+                let variant_batch = vary(batch);
+                let variant_digest = variant_batch.digest();
+                if self.variants.len() == VARIANTS_MAX {
+                    self.variants.pop_first();
+                }
+                self.variants
+                    .insert((view.0, seqno.0), (batch.digest(), variant_digest));
+                let (view, seqno) = (*view, *seqno);
+                split(
+                    self,
+                    envelope.message.clone(),
+                    Message::PrePrepare {
+                        view,
+                        seqno,
+                        batch: variant_batch,
+                    },
+                    &mut out,
+                );
+                // Matching votes for the variant to its half.
+                let prepare = Message::Prepare {
+                    view,
+                    seqno,
+                    digest: variant_digest,
+                };
+                let commit = Message::Commit {
+                    view,
+                    seqno,
+                    digest: variant_digest,
+                };
+                let seal_like = Seal::Authenticator(upright_core::crypto::Authenticator { macs: Vec::new() });
+                for message in [prepare, commit] {
+                    out.extend(self.reseal(from, &message, &seal_like, &b));
+                }
+            }
+            Message::Prepare { view, seqno, digest } | Message::Commit { view, seqno, digest } => {
+                match self.variants.get(&(view.0, seqno.0)) {
+                    Some(&(orig, variant)) if orig == *digest => {
+                        let variant_msg = match &envelope.message {
+                            Message::Prepare { .. } => Message::Prepare {
+                                view: *view,
+                                seqno: *seqno,
+                                digest: variant,
+                            },
+                            _ => Message::Commit {
+                                view: *view,
+                                seqno: *seqno,
+                                digest: variant,
+                            },
+                        };
+                        split(self, envelope.message.clone(), variant_msg, &mut out);
+                    }
+                    _ => out.push(honest),
+                }
+            }
+            _ => out.push(honest),
+        }
+        out
+    }
+}
+
+/// A different batch for the same slot: one entry fewer, or a later time.
+fn vary(batch: &Batch) -> Batch {
+    let mut variant = batch.clone();
+    if variant.entries.len() > 1 {
+        variant.entries.pop();
+    } else {
+        variant.time_us += 1;
+    }
+    variant
+}
+
+fn wrong(result: &ReplyBody) -> ReplyBody {
+    match result {
+        ReplyBody::Full(_) => ReplyBody::Full(KvReply::Value(Some(Bytes::from_static(b"byzantine"))).encode()),
+        ReplyBody::Digest(d) => ReplyBody::Digest(Digest::of(&d.0)),
+    }
+}
+
+/// The envelope with bits flipped in every MAC, authenticator, matrix row or signature it carries.
+fn corrupt(envelope: &Envelope) -> Envelope {
+    let mut e = envelope.clone();
+    match &mut e.seal {
+        Seal::Mac(mac) => flip(&mut mac.0),
+        Seal::Authenticator(a) => a.macs.iter_mut().for_each(|m| flip(&mut m.0)),
+        Seal::None => {}
+    }
+    match &mut e.message {
+        Message::AuthRequest { row, .. } => row.authenticator.macs.iter_mut().for_each(|m| flip(&mut m.0)),
+        Message::Checkpoint(s) => flip(&mut s.signature.0),
+        Message::ViewChange(s) => flip(&mut s.signature.0),
+        Message::NewView(s) => flip(&mut s.signature.0),
+        Message::OrderCheckpointState(s) => s.votes.iter_mut().for_each(|v| flip(&mut v.signature.0)),
+        _ => {}
+    }
+    e
+}
+
+/// The Byzantine client's authenticator: garbage for a random subset of authentication members.
+pub fn inconsistent_authenticator(rng: &mut ChaCha8Rng, envelope: &Envelope) -> Option<Envelope> {
+    let Seal::Authenticator(a) = &envelope.seal else {
+        return None;
+    };
+    let mut e = envelope.clone();
+    let mut bad = a.macs.iter().map(|_| rng.random_bool(0.5)).collect::<Vec<bool>>();
+    if !bad.iter().any(|&b| b) {
+        bad[0] = true;
+    }
+    if let Seal::Authenticator(a) = &mut e.seal {
+        for (mac, bad) in a.macs.iter_mut().zip(bad) {
+            if bad {
+                flip(&mut mac.0);
+            }
+        }
+    }
+    Some(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use upright_core::config::{ClientInfo, ClusterConfig, Knobs, ReplicaInfo};
+    use upright_core::crypto::SecretKeys;
+    use upright_core::ids::{ClientId, Process, RequestId, SeqNo, View};
+
+    fn setup() -> (ClusterConfig, Vec<Arc<KeyRing>>, Quorums) {
+        let q = Quorums::new(1, 1).unwrap();
+        let secrets: Vec<SecretKeys> = (0..5).map(|i| SecretKeys::from_seed([i as u8 + 9; 32])).collect();
+        let config = ClusterConfig {
+            cluster_name: "t".into(),
+            u: 1,
+            r: 1,
+            replicas: (0..4)
+                .map(|i| ReplicaInfo {
+                    id: ReplicaId(i),
+                    keys: secrets[i as usize].public(),
+                })
+                .collect(),
+            clients: vec![ClientInfo {
+                id: ClientId(0),
+                keys: secrets[4].public(),
+            }],
+            knobs: Knobs::default(),
+        };
+        let mut rings: Vec<Arc<KeyRing>> = (0..4)
+            .map(|i| {
+                Arc::new(KeyRing::new(
+                    &config,
+                    Process::Replica(ReplicaId(i)),
+                    &secrets[i as usize],
+                ))
+            })
+            .collect();
+        rings.push(Arc::new(KeyRing::new(
+            &config,
+            Process::Client(ClientId(0)),
+            &secrets[4],
+        )));
+        (config, rings, q)
+    }
+
+    fn order(i: u32) -> Principal {
+        Principal::Order(ReplicaId(i))
+    }
+
+    #[test]
+    fn equivocating_primary_sends_two_valid_batches_and_votes() {
+        let (_c, rings, q) = setup();
+        let mut rng = ChaCha8Rng::seed_from_u64(0);
+        let mut counts = FaultCounts::default();
+        let mut byz = Byzantine::new(Behaviour::EquivocatingPrimary, ReplicaId(0), rings[0].clone(), q);
+        let batch = Batch {
+            time_us: 10,
+            entries: vec![],
+        };
+        let pp = Message::PrePrepare {
+            view: View(0),
+            seqno: SeqNo(1),
+            batch: batch.clone(),
+        };
+        let env = Arc::new(Envelope::seal(
+            &rings[0],
+            &q,
+            order(0),
+            pp,
+            SealFor::Stage(StageKind::Order),
+        ));
+        let out = byz.outgoing(&mut rng, order(0), vec![order(1), order(2), order(3)], env, &mut counts);
+        assert_eq!(counts.get("byz_equivocation"), 1);
+        let mut digests = std::collections::BTreeSet::new();
+        for o in &out {
+            for &to in &o.to {
+                let i = to.replica().unwrap().0 as usize;
+                assert!(
+                    o.envelope.open(&rings[i], to, None).is_ok(),
+                    "re-sealed with its own keys"
+                );
+                if let Message::PrePrepare { batch, .. } = &o.envelope.message {
+                    digests.insert(batch.digest());
+                }
+            }
+        }
+        assert_eq!(digests.len(), 2, "two different batches");
+        assert!(out.iter().any(|o| matches!(o.envelope.message, Message::Commit { .. })));
+    }
+
+    #[test]
+    fn forged_and_corrupted_copies_do_not_verify_but_wrong_replies_do() {
+        let (_c, rings, q) = setup();
+        let mut rng = ChaCha8Rng::seed_from_u64(0);
+        let mut counts = FaultCounts::default();
+        let client = Principal::Client(ClientId(0));
+        let exec0 = Principal::Exec(ReplicaId(0));
+        let reply = Message::Reply {
+            request_id: RequestId(1),
+            result: ReplyBody::Full(KvReply::Done.encode()),
+            read_only: false,
+        };
+        let env = Arc::new(Envelope::seal(&rings[0], &q, exec0, reply, SealFor::One(client)));
+        let mut forge = Byzantine::new(Behaviour::ForgeSender, ReplicaId(0), rings[0].clone(), q);
+        let out = forge.outgoing(&mut rng, exec0, vec![client], env.clone(), &mut counts);
+        assert_eq!(out.len(), 3, "honest + two forged exec members");
+        assert!(out[0].envelope.open(&rings[4], client, None).is_ok());
+        for o in &out[1..] {
+            assert_ne!(o.envelope.from, exec0);
+            assert!(o.envelope.open(&rings[4], client, None).is_err());
+            assert!(o
+                .envelope
+                .open(&rings[4], client, Some(upright_core::config::Sabotage::SkipMac))
+                .is_ok());
+        }
+        let mut wrong = Byzantine::new(Behaviour::WrongReplies, ReplicaId(0), rings[0].clone(), q);
+        let out = wrong.outgoing(&mut rng, exec0, vec![client], env.clone(), &mut counts);
+        assert!(out[0].envelope.open(&rings[4], client, None).is_ok());
+        assert_ne!(out[0].envelope.message, env.message);
+        let bad = corrupt(&env);
+        assert!(bad.open(&rings[4], client, None).is_err());
+    }
+
+    #[test]
+    fn inconsistent_authenticator_is_bad_for_some_members_only_sometimes() {
+        let (_c, rings, q) = setup();
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let client = Principal::Client(ClientId(0));
+        let request = Message::ClientRequest {
+            client: ClientId(0),
+            request_id: RequestId(1),
+            operation: Bytes::from_static(b"x"),
+            read_only: false,
+        };
+        let env = Envelope::seal(&rings[4], &q, client, request, SealFor::Stage(StageKind::Auth));
+        let mut some_good = false;
+        for _ in 0..10 {
+            let bad = inconsistent_authenticator(&mut rng, &env).unwrap();
+            let ok: Vec<bool> = (0..4)
+                .map(|i| bad.open(&rings[i], Principal::Auth(ReplicaId(i as u32)), None).is_ok())
+                .collect();
+            assert!(ok.iter().any(|&o| !o));
+            some_good |= ok.iter().any(|&o| o);
+        }
+        assert!(some_good);
+    }
+}

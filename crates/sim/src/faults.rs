@@ -1,0 +1,322 @@
+//! The fault model of one run: which fault classes exist, how a seed's fault plan is drawn within
+//! the `(u, r)` budget, and the per-class injection counters.
+//!
+//! Budget: at any instant at most `u` replicas are faulty (crashed, partitioned away and Byzantine
+//! count together), and at most `r` replicas are Byzantine for the whole run. The exception is a
+//! whole-cluster power loss, which is transient: every replica restarts from its synced storage.
+//! Faults happen during the fault phase `[0, heal_at)`; afterwards every crashed replica is up,
+//! every partition healed and the network loses nothing (Byzantine replicas stay Byzantine).
+
+use std::collections::BTreeMap;
+
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use upright_core::stage::Time;
+
+/// A Byzantine replica's behaviour (one drawn per Byzantine replica per seed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Behaviour {
+    /// As order primary, sends PRE-PREPAREs with different batches to the two halves of the
+    /// backups, plus matching PREPARE/COMMITs for each variant.
+    EquivocatingPrimary,
+    /// Flips bits in the MACs, authenticators, matrix rows and signatures it sends.
+    CorruptMacs,
+    /// Also sends copies of its messages claiming another member as sender (reply copies carry
+    /// an altered result).
+    ForgeSender,
+    /// Execution replies with altered results.
+    WrongReplies,
+    /// CP-TOKENs with altered state digests.
+    WrongCheckpointTokens,
+    /// Drops everything it would send.
+    Silence,
+    /// Delays everything it sends by 50 to 300 ms.
+    Slowness,
+    /// Re-sends old envelopes (its own and others') later.
+    Replay,
+}
+
+impl Behaviour {
+    /// Every behaviour, in a fixed order.
+    pub const ALL: [Behaviour; 8] = [
+        Behaviour::EquivocatingPrimary,
+        Behaviour::CorruptMacs,
+        Behaviour::ForgeSender,
+        Behaviour::WrongReplies,
+        Behaviour::WrongCheckpointTokens,
+        Behaviour::Silence,
+        Behaviour::Slowness,
+        Behaviour::Replay,
+    ];
+
+    /// The fault-class name counted for it.
+    pub fn class(self) -> &'static str {
+        match self {
+            Behaviour::EquivocatingPrimary => "byz_equivocation",
+            Behaviour::CorruptMacs => "byz_corrupt_mac",
+            Behaviour::ForgeSender => "byz_forge_sender",
+            Behaviour::WrongReplies => "byz_wrong_reply",
+            Behaviour::WrongCheckpointTokens => "byz_wrong_cp_token",
+            Behaviour::Silence => "byz_silence",
+            Behaviour::Slowness => "byz_slowness",
+            Behaviour::Replay => "byz_replay",
+        }
+    }
+}
+
+/// Fault classes injected without Byzantine replicas (always present in every configuration).
+pub const BENIGN_CLASSES: [&str; 9] = [
+    "loss",
+    "duplication",
+    "reordering",
+    "delay",
+    "partition",
+    "crash",
+    "power_loss",
+    "clock_skew",
+    "byz_client_auth",
+];
+
+/// Every fault class that a run with this `r` must inject somewhere among its seeds.
+pub fn expected_classes(r: usize) -> Vec<&'static str> {
+    let mut classes: Vec<&'static str> = BENIGN_CLASSES.to_vec();
+    if r > 0 {
+        classes.extend(Behaviour::ALL.iter().map(|b| b.class()));
+    }
+    classes
+}
+
+/// Injection counters by fault class.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultCounts(pub BTreeMap<&'static str, u64>);
+
+impl FaultCounts {
+    /// Counts one injection.
+    pub fn bump(&mut self, class: &'static str) {
+        *self.0.entry(class).or_insert(0) += 1;
+    }
+
+    /// Adds another run's counts.
+    pub fn add(&mut self, other: &FaultCounts) {
+        for (class, n) in &other.0 {
+            *self.0.entry(class).or_insert(0) += n;
+        }
+    }
+
+    /// A class's count.
+    pub fn get(&self, class: &str) -> u64 {
+        self.0.get(class).copied().unwrap_or(0)
+    }
+}
+
+/// What a fault step does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FaultStep {
+    /// Crash these replicas (drop their unsynced writes and timers).
+    Crash(Vec<u32>),
+    /// Whole-cluster power loss: every replica crashes at the same instant.
+    PowerLoss,
+    /// Restart these replicas from their synced storage.
+    Restart(Vec<u32>),
+    /// Cut these replicas off from everyone else.
+    Partition(Vec<u32>),
+    /// Heal the current partition.
+    Heal,
+}
+
+/// Network misbehaviour probabilities during the fault phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NetworkFaults {
+    /// Probability that a copy is lost.
+    pub loss: f64,
+    /// Probability that a copy is duplicated.
+    pub duplication: f64,
+    /// Probability that a copy takes a long detour (5-40 ms), overtaking later ones.
+    pub reordering: f64,
+    /// Probability that a copy is delayed a lot (50-200 ms).
+    pub delay: f64,
+}
+
+/// Everything drawn for one seed before the run starts.
+#[derive(Clone, Debug)]
+pub struct FaultPlan {
+    /// End of the fault phase.
+    pub heal_at: Time,
+    /// Scheduled steps, by time.
+    pub steps: Vec<(Time, FaultStep)>,
+    /// Network faults during the fault phase.
+    pub network: NetworkFaults,
+    /// Clock offset of each replica (microseconds added to the simulator's clock).
+    pub skew: Vec<u64>,
+    /// Byzantine replicas and their behaviours.
+    pub byzantine: BTreeMap<u32, Behaviour>,
+    /// Whether the Byzantine client (inconsistent authenticators) runs.
+    pub byzantine_client: bool,
+}
+
+/// Largest clock offset of a replica.
+pub const SKEW_MAX_US: u64 = 50_000;
+
+/// Inputs of [`FaultPlan::draw`].
+#[derive(Clone, Copy, Debug)]
+pub struct PlanShape {
+    /// Failures tolerated.
+    pub u: usize,
+    /// Byzantine failures tolerated.
+    pub r: usize,
+    /// Replicas.
+    pub n_replicas: usize,
+    /// Execution members (replicas `0..n_exec`).
+    pub n_exec: usize,
+    /// End of the fault phase.
+    pub heal_at: Time,
+}
+
+impl FaultPlan {
+    /// A plan without any fault.
+    pub fn quiet(shape: PlanShape) -> FaultPlan {
+        FaultPlan {
+            heal_at: shape.heal_at,
+            steps: Vec::new(),
+            network: NetworkFaults::default(),
+            skew: vec![0; shape.n_replicas],
+            byzantine: BTreeMap::new(),
+            byzantine_client: false,
+        }
+    }
+
+    /// Draws a plan: each fault class is switched on with some probability, so that over many
+    /// seeds every class is injected often, alone and in combination.
+    pub fn draw(rng: &mut ChaCha8Rng, shape: PlanShape) -> FaultPlan {
+        let mut plan = FaultPlan::quiet(shape);
+        let chance = |rng: &mut ChaCha8Rng, p: f64, lo: f64, hi: f64| {
+            if rng.random_bool(p) {
+                rng.random_range(lo..hi)
+            } else {
+                0.0
+            }
+        };
+        plan.network = NetworkFaults {
+            loss: chance(rng, 0.6, 0.005, 0.05),
+            duplication: chance(rng, 0.6, 0.005, 0.05),
+            reordering: chance(rng, 0.6, 0.01, 0.1),
+            delay: chance(rng, 0.5, 0.002, 0.02),
+        };
+        if rng.random_bool(0.5) {
+            plan.skew = (0..shape.n_replicas)
+                .map(|_| rng.random_range(0..=2 * SKEW_MAX_US))
+                .collect();
+        }
+        if shape.r > 0 && rng.random_bool(0.5) {
+            plan.byzantine = draw_byzantine(rng, shape);
+        }
+        plan.byzantine_client = rng.random_bool(0.3);
+        plan.steps = draw_episodes(rng, shape, plan.byzantine.len());
+        plan
+    }
+
+    /// The plan for a fixed set of Byzantine replicas (sabotage runs), with benign network faults.
+    pub fn with_byzantine(shape: PlanShape, byzantine: BTreeMap<u32, Behaviour>) -> FaultPlan {
+        let mut plan = FaultPlan::quiet(shape);
+        plan.byzantine = byzantine;
+        plan
+    }
+}
+
+fn draw_byzantine(rng: &mut ChaCha8Rng, shape: PlanShape) -> BTreeMap<u32, Behaviour> {
+    let count = rng.random_range(1..=shape.r);
+    let mut out = BTreeMap::new();
+    for _ in 0..count {
+        let behaviour = *Behaviour::ALL.choose(rng).expect("non-empty");
+        // Place each behaviour where it can act: the view-0 primary equivocates; reply and token
+        // forgers sit on execution members.
+        let replica = match behaviour {
+            Behaviour::EquivocatingPrimary => 0,
+            Behaviour::WrongReplies | Behaviour::WrongCheckpointTokens | Behaviour::ForgeSender => {
+                rng.random_range(0..shape.n_exec as u32)
+            }
+            _ => rng.random_range(0..shape.n_replicas as u32),
+        };
+        out.entry(replica).or_insert(behaviour);
+    }
+    out
+}
+
+/// Crash, partition and power-loss episodes, one after another within the fault phase, each
+/// touching at most `u - byzantine` replicas (power loss touches all, transiently).
+fn draw_episodes(rng: &mut ChaCha8Rng, shape: PlanShape, byzantine: usize) -> Vec<(Time, FaultStep)> {
+    let budget = shape.u.saturating_sub(byzantine);
+    let mut steps = Vec::new();
+    let mut t: Time = rng.random_range(50_000..300_000);
+    let episodes = rng.random_range(0..=3);
+    for _ in 0..episodes {
+        let kind = rng.random_range(0..10);
+        let all: Vec<u32> = (0..shape.n_replicas as u32).collect();
+        let (start, end): (FaultStep, FaultStep);
+        let duration: Time;
+        if kind == 0 {
+            duration = rng.random_range(20_000..300_000);
+            start = FaultStep::PowerLoss;
+            end = FaultStep::Restart(all);
+        } else if budget == 0 {
+            continue;
+        } else {
+            let k = rng.random_range(1..=budget);
+            let mut chosen = all;
+            chosen.shuffle(rng);
+            chosen.truncate(k);
+            chosen.sort_unstable();
+            duration = rng.random_range(100_000..700_000);
+            if kind < 6 {
+                start = FaultStep::Crash(chosen.clone());
+                end = FaultStep::Restart(chosen);
+            } else {
+                start = FaultStep::Partition(chosen);
+                end = FaultStep::Heal;
+            }
+        }
+        if t + duration + 10_000 >= shape.heal_at {
+            break;
+        }
+        steps.push((t, start));
+        steps.push((t + duration, end));
+        t += duration + rng.random_range(50_000..400_000);
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn plans_respect_the_budget() {
+        for (u, r, n, n_exec) in [(1, 0, 3, 3), (1, 1, 4, 3), (2, 1, 6, 5)] {
+            let shape = PlanShape {
+                u,
+                r,
+                n_replicas: n,
+                n_exec,
+                heal_at: 2_000_000,
+            };
+            let mut seen_byz = 0;
+            for seed in 0..300 {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                let plan = FaultPlan::draw(&mut rng, shape);
+                assert!(plan.byzantine.len() <= r);
+                seen_byz += plan.byzantine.len();
+                for (t, step) in &plan.steps {
+                    assert!(*t < plan.heal_at);
+                    let touched = match step {
+                        FaultStep::Crash(v) | FaultStep::Partition(v) => v.len(),
+                        _ => 0,
+                    };
+                    assert!(touched + plan.byzantine.len() <= u, "seed {seed}: {step:?}");
+                }
+            }
+            assert_eq!(seen_byz > 0, r > 0);
+        }
+    }
+}

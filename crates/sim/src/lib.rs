@@ -1,0 +1,30 @@
+//! upright's deterministic simulator: one seed gives one exact run of the clients and every stage
+//! of a cluster with injected faults (message loss, duplication, reordering, delay, partitions,
+//! crashes and restarts losing unsynced writes, whole-cluster power loss, clock skew, Byzantine
+//! replicas and a Byzantine client), checked for linearizability, agreement, durability and
+//! progress after the faults heal.
+//!
+//! Layout: [`events`] (queue and timers), [`network`], [`storage`], [`faults`] (fault plan and
+//! budget), [`byzantine`] (Byzantine behaviours), [`workload`] and [`history`] (clients),
+//! [`checkers`], [`sim`] (the run), [`report`], [`options`], [`protocol`] (which stage code runs),
+//! [`toy`] (a toy protocol that tests the machinery).
+#![warn(missing_docs)]
+
+pub mod byzantine;
+pub mod checkers;
+pub mod events;
+pub mod faults;
+pub mod history;
+pub mod network;
+pub mod options;
+pub mod protocol;
+pub mod report;
+pub mod sim;
+pub mod storage;
+pub mod sweep;
+pub mod toy;
+pub mod workload;
+
+pub use options::{SabotageMode, SimOptions};
+pub use report::{SimReport, Summary};
+pub use sim::{run, Sim};

@@ -1,0 +1,127 @@
+//! What one simulated run is: seed, fault model, size, length, sabotage.
+
+use upright_core::config::{Knobs, Sabotage};
+
+/// A deliberately broken protocol mode (`--sabotage NAME`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SabotageMode {
+    /// Commit with one vote short of the quorum.
+    ShortQuorum,
+    /// Accept messages without checking their MACs.
+    SkipMac,
+    /// Execute before commit.
+    EarlyExecute,
+}
+
+impl SabotageMode {
+    /// Every mode.
+    pub const ALL: [SabotageMode; 3] = [
+        SabotageMode::ShortQuorum,
+        SabotageMode::SkipMac,
+        SabotageMode::EarlyExecute,
+    ];
+
+    /// Its command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SabotageMode::ShortQuorum => "short-quorum",
+            SabotageMode::SkipMac => "skip-mac",
+            SabotageMode::EarlyExecute => "early-execute",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn parse(name: &str) -> Option<SabotageMode> {
+        SabotageMode::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// The knob value.
+    pub fn knob(self) -> Sabotage {
+        match self {
+            SabotageMode::ShortQuorum => Sabotage::ShortQuorum,
+            SabotageMode::SkipMac => Sabotage::SkipMac,
+            SabotageMode::EarlyExecute => Sabotage::EarlyExecute,
+        }
+    }
+}
+
+/// Parameters of one run.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// The seed: all randomness of the run comes from it.
+    pub seed: u64,
+    /// Failures tolerated.
+    pub u: usize,
+    /// Byzantine failures tolerated.
+    pub r: usize,
+    /// Correct clients.
+    pub clients: u32,
+    /// Keys of the workload (2 to 4 make conflicts likely).
+    pub keys: u32,
+    /// Virtual microseconds during which clients issue random operations; faults happen in the
+    /// first [`SimOptions::fault_fraction`] of it, then the final reads.
+    pub workload_us: u64,
+    /// Fraction of the workload time with faults.
+    pub fault_fraction: f64,
+    /// Client think time between operations, microseconds (uniform in this range).
+    pub think_us: (u64, u64),
+    /// Whether faults are injected at all.
+    pub faults: bool,
+    /// A deliberately broken protocol.
+    pub sabotage: Option<SabotageMode>,
+}
+
+impl SimOptions {
+    /// Defaults for seed `seed` and `(u, r)`: 3 clients, 3 keys, 3 s of workload.
+    pub fn new(seed: u64, u: usize, r: usize) -> SimOptions {
+        SimOptions {
+            seed,
+            u,
+            r,
+            clients: 3,
+            keys: 3,
+            workload_us: 3_000_000,
+            fault_fraction: 0.65,
+            think_us: (1_000, 20_000),
+            faults: true,
+            sabotage: None,
+        }
+    }
+
+    /// The end of the fault phase.
+    pub fn heal_at(&self) -> u64 {
+        (self.workload_us as f64 * self.fault_fraction) as u64
+    }
+
+    /// Knobs scaled for short runs (valid per `ClusterConfig::validate`).
+    pub fn knobs(&self) -> Knobs {
+        Knobs {
+            batch_size_max: 16,
+            pipeline_window: 4,
+            checkpoint_interval: 8,
+            log_window: 16,
+            inline_request_bytes_max: 48,
+            client_retransmit_initial_us: 100_000,
+            client_retransmit_max_us: 800_000,
+            view_change_timeout_us: 200_000,
+            batch_time_skew_us_max: 1_000_000,
+            exec_retry_us: 100_000,
+            auth_retransmit_interval_us: 400_000,
+            state_chunk_bytes: 256,
+            sabotage: self.sabotage.map(SabotageMode::knob),
+            ..Knobs::default()
+        }
+    }
+
+    /// The command that replays this run.
+    pub fn replay_command(&self) -> String {
+        let mut cmd = format!(
+            "cargo run --release -p upright-sim -- --seeds 1 --first-seed {} --u {} --r {}",
+            self.seed, self.u, self.r
+        );
+        if let Some(s) = self.sabotage {
+            cmd.push_str(&format!(" --sabotage {}", s.name()));
+        }
+        cmd
+    }
+}

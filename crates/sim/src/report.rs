@@ -1,0 +1,64 @@
+//! The outcome of one run and the summary over many.
+
+use std::collections::BTreeMap;
+
+use upright_core::ids::Principal;
+
+use crate::faults::FaultCounts;
+
+/// What one seed produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimReport {
+    /// The seed.
+    pub seed: u64,
+    /// Every checker violation (empty = the run passed).
+    pub violations: Vec<String>,
+    /// Injections by fault class.
+    pub fault_counts: BTreeMap<&'static str, u64>,
+    /// Operations correct clients completed.
+    pub ops_completed: u64,
+    /// BLAKE3 over every delivered message and fired timer, in order.
+    pub trace_hash: [u8; 32],
+    /// Virtual time at the end of the run, microseconds.
+    pub end_us: u64,
+    /// Counters of every stage that was up at the end (for diagnosis).
+    pub stage_stats: Vec<(Principal, BTreeMap<&'static str, u64>)>,
+}
+
+/// Totals over many seeds.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// Seeds run.
+    pub seeds: u64,
+    /// Seeds with at least one violation.
+    pub violations: u64,
+    /// Injections by class, summed.
+    pub counts: FaultCounts,
+    /// Operations completed, summed.
+    pub ops_completed: u64,
+}
+
+impl Summary {
+    /// Adds one run.
+    pub fn add(&mut self, report: &SimReport) {
+        self.seeds += 1;
+        self.violations += (!report.violations.is_empty()) as u64;
+        self.counts.add(&FaultCounts(report.fault_counts.clone()));
+        self.ops_completed += report.ops_completed;
+    }
+
+    /// The final line: `seeds: N, violations: V, loss: X, duplication: X, ...` with every class in
+    /// `classes` (in that order) and any other class that was counted.
+    pub fn line(&self, classes: &[&'static str]) -> String {
+        let mut line = format!("seeds: {}, violations: {}", self.seeds, self.violations);
+        for class in classes {
+            line.push_str(&format!(", {class}: {}", self.counts.get(class)));
+        }
+        for (class, n) in &self.counts.0 {
+            if !classes.contains(class) {
+                line.push_str(&format!(", {class}: {n}"));
+            }
+        }
+        line
+    }
+}

@@ -1,0 +1,616 @@
+//! The deterministic simulator: one seed gives one exact run of the clients and every stage of
+//! the cluster, with the faults of the seed's [`FaultPlan`], observed by the checkers.
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use upright_core::codec;
+use upright_core::config::{ClientInfo, ClusterConfig, ReplicaInfo};
+use upright_core::crypto::{Digest, KeyRing, SecretKeys};
+use upright_core::ids::{ClientId, Principal, Process, ReplicaId};
+use upright_core::kv::KvOperation;
+use upright_core::message::Envelope;
+use upright_core::quorum::Quorums;
+use upright_core::stage::{Action, Input, Stage, Time};
+
+use crate::byzantine::{inconsistent_authenticator, Byzantine, Outgoing};
+use crate::checkers::agreement::Agreement;
+use crate::checkers::{durability, linearizability, liveness};
+use crate::events::{Event, EventQueue, Timers};
+use crate::faults::{Behaviour, FaultCounts, FaultPlan, FaultStep, PlanShape};
+use crate::network::Network;
+use crate::options::{SabotageMode, SimOptions};
+use crate::protocol::Protocol;
+use crate::report::SimReport;
+use crate::storage::ReplicaStorage;
+use crate::workload::Workload;
+
+/// Most events one run may process (a bound against message storms).
+pub const EVENTS_MAX: u64 = 20_000_000;
+
+struct ReplicaNode {
+    up: bool,
+    stages: BTreeMap<Principal, Box<dyn Stage>>,
+    storage: ReplicaStorage,
+    skew: Time,
+}
+
+/// One run in progress.
+pub struct Sim<P: Protocol> {
+    opts: SimOptions,
+    protocol: P,
+    rng: ChaCha8Rng,
+    now: Time,
+    queue: EventQueue,
+    timers: Timers,
+    config: Arc<ClusterConfig>,
+    quorums: Quorums,
+    replica_keys: Vec<Arc<KeyRing>>,
+    replicas: Vec<ReplicaNode>,
+    clients: Vec<Box<dyn Stage>>,
+    correct_clients: Vec<u32>,
+    byz_client: Option<u32>,
+    byz_client_busy: bool,
+    network: Network,
+    plan: FaultPlan,
+    counts: FaultCounts,
+    byzantine: BTreeMap<u32, Byzantine>,
+    workload: Workload,
+    agreement: Agreement,
+    trace: blake3::Hasher,
+    errors: Vec<String>,
+    events: u64,
+    ops_completed: u64,
+}
+
+fn principal_bytes(p: Principal) -> [u8; 5] {
+    let (tag, id) = match p {
+        Principal::Client(c) => (0u8, c.0),
+        Principal::Auth(r) => (1, r.0),
+        Principal::Order(r) => (2, r.0),
+        Principal::Exec(r) => (3, r.0),
+    };
+    let mut out = [tag, 0, 0, 0, 0];
+    out[1..].copy_from_slice(&id.to_le_bytes());
+    out
+}
+
+/// Runs one seed of the real protocol.
+pub fn run(opts: SimOptions) -> SimReport {
+    Sim::new(opts, crate::protocol::Upright).run()
+}
+
+impl<P: Protocol> Sim<P> {
+    /// Sets up the cluster of `opts` hosting `protocol`'s stages.
+    pub fn new(opts: SimOptions, protocol: P) -> Sim<P> {
+        let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
+        let quorums = Quorums::new(opts.u, opts.r).expect("valid (u, r)");
+        let n = quorums.n_replicas();
+        let mut secret = || {
+            let mut s = [0u8; 32];
+            rng.fill(&mut s);
+            SecretKeys::from_seed(s)
+        };
+        let replica_secrets: Vec<SecretKeys> = (0..n).map(|_| secret()).collect();
+        // Correct clients 0..C, plus client C that may behave Byzantine.
+        let client_secrets: Vec<SecretKeys> = (0..=opts.clients).map(|_| secret()).collect();
+        let config = Arc::new(ClusterConfig {
+            cluster_name: "sim".into(),
+            u: opts.u,
+            r: opts.r,
+            replicas: (0..n)
+                .map(|i| ReplicaInfo {
+                    id: ReplicaId(i as u32),
+                    keys: replica_secrets[i].public(),
+                })
+                .collect(),
+            clients: (0..=opts.clients)
+                .map(|i| ClientInfo {
+                    id: ClientId(i),
+                    keys: client_secrets[i as usize].public(),
+                })
+                .collect(),
+            knobs: opts.knobs(),
+        });
+        config.validate().expect("simulator configuration is valid");
+        let replica_keys: Vec<Arc<KeyRing>> = (0..n)
+            .map(|i| {
+                Arc::new(KeyRing::new(
+                    &config,
+                    Process::Replica(ReplicaId(i as u32)),
+                    &replica_secrets[i],
+                ))
+            })
+            .collect();
+        let shape = PlanShape {
+            u: opts.u,
+            r: opts.r,
+            n_replicas: n,
+            n_exec: quorums.n_exec,
+            heal_at: opts.heal_at(),
+        };
+        let plan = Self::plan(&opts, &mut rng, shape);
+        let mut clients: Vec<Box<dyn Stage>> = Vec::new();
+        let mut errors = Vec::new();
+        for c in 0..=opts.clients {
+            let keys = Arc::new(KeyRing::new(
+                &config,
+                Process::Client(ClientId(c)),
+                &client_secrets[c as usize],
+            ));
+            match protocol.stage(&config, Principal::Client(ClientId(c)), &keys, &Default::default()) {
+                Ok(stage) => clients.push(stage),
+                Err(e) => errors.push(format!("simulator: client {c} refused the configuration: {e}")),
+            }
+        }
+        let byzantine = plan
+            .byzantine
+            .iter()
+            .map(|(&r, &b)| {
+                (
+                    r,
+                    Byzantine::new(b, ReplicaId(r), replica_keys[r as usize].clone(), quorums),
+                )
+            })
+            .collect();
+        Sim {
+            replicas: (0..n)
+                .map(|i| ReplicaNode {
+                    up: false,
+                    stages: BTreeMap::new(),
+                    storage: ReplicaStorage::default(),
+                    skew: plan.skew[i],
+                })
+                .collect(),
+            correct_clients: (0..opts.clients).collect(),
+            byz_client: plan.byzantine_client.then_some(opts.clients),
+            byz_client_busy: false,
+            network: Network::default(),
+            workload: Workload::new(opts.keys),
+            counts: FaultCounts::default(),
+            agreement: Agreement::default(),
+            trace: blake3::Hasher::new(),
+            queue: EventQueue::default(),
+            timers: Timers::default(),
+            now: 0,
+            events: 0,
+            ops_completed: 0,
+            byzantine,
+            clients,
+            errors,
+            plan,
+            replica_keys,
+            config,
+            quorums,
+            protocol,
+            rng,
+            opts,
+        }
+    }
+
+    fn plan(opts: &SimOptions, rng: &mut ChaCha8Rng, shape: PlanShape) -> FaultPlan {
+        match opts.sabotage {
+            _ if !opts.faults => FaultPlan::quiet(shape),
+            Some(mode) if opts.r > 0 => {
+                // A fault mix that exposes the broken rule: an equivocating primary for the
+                // quorum and commit rules, a sender forger (with wrong replies) for the MAC check.
+                let behaviour = match mode {
+                    SabotageMode::ShortQuorum | SabotageMode::EarlyExecute => Behaviour::EquivocatingPrimary,
+                    SabotageMode::SkipMac => Behaviour::ForgeSender,
+                };
+                FaultPlan::with_byzantine(shape, [(0, behaviour)].into_iter().collect())
+            }
+            _ => FaultPlan::draw(rng, shape),
+        }
+    }
+
+    /// Runs to the end and checks the outcome.
+    pub fn run(mut self) -> SimReport {
+        self.start();
+        let limit = self.opts.workload_us.max(self.opts.heal_at()) + liveness::PROGRESS_BOUND_US;
+        while let Some(t) = self.queue.peek_time() {
+            if t > limit || !self.errors.is_empty() || self.all_finished() {
+                break;
+            }
+            let (t, event) = self.queue.pop().expect("peeked");
+            self.now = t;
+            self.events += 1;
+            if self.events > EVENTS_MAX {
+                self.errors.push(format!("simulator: more than {EVENTS_MAX} events"));
+                break;
+            }
+            self.dispatch(event);
+        }
+        self.finish()
+    }
+
+    fn all_finished(&self) -> bool {
+        self.correct_clients.iter().all(|&c| self.workload.finished(c))
+    }
+
+    fn start(&mut self) {
+        for r in 0..self.replicas.len() {
+            if self.replicas[r].skew != 0 {
+                self.counts.bump("clock_skew");
+            }
+            self.restart(r);
+        }
+        for c in 0..self.clients.len() as u32 {
+            self.client_input(c, Input::Start);
+        }
+        for i in 0..=self.plan.steps.len() {
+            let at = self.plan.steps.get(i).map_or(self.plan.heal_at, |(t, _)| *t);
+            self.push(at, Event::Fault(i));
+        }
+        self.network.faults = self.plan.network;
+        let waking: Vec<u32> = self
+            .correct_clients
+            .iter()
+            .chain(self.byz_client.iter())
+            .copied()
+            .collect();
+        for c in waking {
+            let at = self.rng.random_range(0..5_000);
+            self.push(at, Event::ClientWake(c));
+        }
+    }
+
+    fn push(&mut self, at: Time, event: Event) {
+        if !self.queue.push(at, event) && self.errors.is_empty() {
+            self.errors.push("simulator: event queue full".into());
+        }
+    }
+
+    fn dispatch(&mut self, event: Event) {
+        match event {
+            Event::Deliver {
+                from,
+                to,
+                envelope,
+                digest,
+            } => {
+                self.trace.update(&self.now.to_le_bytes());
+                self.trace.update(&principal_bytes(from));
+                self.trace.update(&principal_bytes(to));
+                self.trace.update(&digest.0);
+                match to {
+                    Principal::Client(c) => self.client_input(c.0, Input::Message(envelope)),
+                    _ => {
+                        let r = to.replica().expect("member").0;
+                        if !self.replicas[r as usize].up {
+                            return;
+                        }
+                        if let Some(byz) = self.byzantine.get_mut(&r) {
+                            byz.incoming(&mut self.rng, &envelope);
+                        }
+                        self.run_stage(to, Input::Message(envelope));
+                    }
+                }
+            }
+            Event::Timer {
+                principal,
+                timer,
+                generation,
+            } => {
+                if !self.timers.fire(principal, timer, generation) {
+                    return;
+                }
+                self.trace.update(&self.now.to_le_bytes());
+                self.trace.update(&principal_bytes(principal));
+                self.trace.update(&[timer as u8]);
+                match principal {
+                    Principal::Client(c) => self.client_input(c.0, Input::Timer(timer)),
+                    _ => self.run_stage(principal, Input::Timer(timer)),
+                }
+            }
+            Event::Fault(i) => self.apply_fault(i),
+            Event::ClientWake(c) => self.wake(c),
+        }
+    }
+
+    fn apply_fault(&mut self, i: usize) {
+        let Some((_, step)) = self.plan.steps.get(i).cloned() else {
+            // The heal point: everything recovers; the network stops misbehaving.
+            self.network.faults = Default::default();
+            self.network.partition = None;
+            for r in 0..self.replicas.len() {
+                if !self.replicas[r].up {
+                    self.restart(r);
+                }
+            }
+            return;
+        };
+        match step {
+            FaultStep::Crash(list) => {
+                for r in list {
+                    if self.replicas[r as usize].up {
+                        self.counts.bump("crash");
+                        self.crash(r as usize);
+                    }
+                }
+            }
+            FaultStep::PowerLoss => {
+                self.counts.bump("power_loss");
+                for r in 0..self.replicas.len() {
+                    self.crash(r);
+                }
+            }
+            FaultStep::Restart(list) => {
+                for r in list {
+                    if !self.replicas[r as usize].up {
+                        self.restart(r as usize);
+                    }
+                }
+            }
+            FaultStep::Partition(list) => {
+                self.counts.bump("partition");
+                self.network.partition = Some(list.into_iter().collect());
+            }
+            FaultStep::Heal => self.network.partition = None,
+        }
+    }
+
+    fn principals(&self, r: usize) -> Vec<Principal> {
+        let id = ReplicaId(r as u32);
+        let mut out = vec![Principal::Auth(id), Principal::Order(id)];
+        if r < self.quorums.n_exec {
+            out.push(Principal::Exec(id));
+        }
+        out
+    }
+
+    fn crash(&mut self, r: usize) {
+        let node = &mut self.replicas[r];
+        node.up = false;
+        node.stages.clear();
+        node.storage.crash();
+        self.timers.clear(|p| p.replica() == Some(ReplicaId(r as u32)));
+    }
+
+    fn restart(&mut self, r: usize) {
+        let principals = self.principals(r);
+        for &p in &principals {
+            let storage = self.replicas[r].storage.durable(p);
+            match self.protocol.stage(&self.config, p, &self.replica_keys[r], &storage) {
+                Ok(stage) => {
+                    self.replicas[r].stages.insert(p, stage);
+                }
+                Err(e) => self.errors.push(format!("simulator: {p:?} refused to start: {e}")),
+            }
+        }
+        self.replicas[r].up = true;
+        for p in principals {
+            self.run_stage(p, Input::Start);
+        }
+    }
+
+    fn run_stage(&mut self, p: Principal, input: Input) {
+        let r = p.replica().expect("member").0 as usize;
+        let local = self.now + self.replicas[r].skew;
+        let Some(stage) = self.replicas[r].stages.get_mut(&p) else {
+            return;
+        };
+        let mut out = Vec::new();
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| stage.handle(local, input, &mut out))) {
+            self.errors.push(format!("panic in {p:?}: {}", panic_text(&panic)));
+            return;
+        }
+        self.perform(p, out);
+    }
+
+    fn client_input(&mut self, c: u32, input: Input) {
+        let Some(stage) = self.clients.get_mut(c as usize) else {
+            return;
+        };
+        let mut out = Vec::new();
+        let now = self.now;
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| stage.handle(now, input, &mut out))) {
+            self.errors.push(format!("panic in client {c}: {}", panic_text(&panic)));
+            return;
+        }
+        self.perform(Principal::Client(ClientId(c)), out);
+    }
+
+    fn is_correct(&self, p: Principal) -> bool {
+        match p {
+            Principal::Client(c) => Some(c.0) != self.byz_client,
+            _ => !self.byzantine.contains_key(&p.replica().expect("member").0),
+        }
+    }
+
+    fn perform(&mut self, p: Principal, actions: Vec<Action>) {
+        let replica = p.replica().map(|r| r.0 as usize);
+        let skew = replica.map_or(0, |r| self.replicas[r].skew);
+        for action in actions {
+            match action {
+                Action::Persist { key, value } => {
+                    if let Some(r) = replica {
+                        self.replicas[r].storage.persist(p, key, value);
+                    }
+                }
+                Action::Send { to, envelope } => {
+                    if let Some(r) = replica {
+                        // Group commit: everything persisted so far is durable before this send.
+                        self.replicas[r].storage.sync();
+                    }
+                    self.send(p, to, envelope);
+                }
+                Action::SetTimer { timer, at } => {
+                    let generation = self.timers.set(p, timer);
+                    let at = at.saturating_sub(skew).max(self.now);
+                    self.push(
+                        at,
+                        Event::Timer {
+                            principal: p,
+                            timer,
+                            generation,
+                        },
+                    );
+                }
+                Action::CancelTimer { timer } => self.timers.cancel(p, timer),
+                Action::Deliver { result, .. } => {
+                    if let Principal::Client(c) = p {
+                        self.on_deliver(c.0, result);
+                    }
+                }
+                Action::Note(event) => {
+                    if self.is_correct(p) {
+                        self.agreement.observe(p, &event);
+                    }
+                }
+            }
+        }
+        // The disk flushes in the background now and then; a crash loses what is left.
+        if let Some(r) = replica {
+            if self.replicas[r].storage.dirty() && self.rng.random_bool(0.5) {
+                self.replicas[r].storage.sync();
+            }
+        }
+    }
+
+    fn send(&mut self, from: Principal, to: Vec<Principal>, envelope: Arc<Envelope>) {
+        let byz_replica = from.replica().and_then(|r| self.byzantine.get_mut(&r.0));
+        let outgoing = if let Some(byz) = byz_replica {
+            byz.outgoing(&mut self.rng, from, to, envelope, &mut self.counts)
+        } else if from == Principal::Client(ClientId(self.byz_client.unwrap_or(u32::MAX))) {
+            match inconsistent_authenticator(&mut self.rng, &envelope) {
+                Some(bad) => {
+                    self.counts.bump("byz_client_auth");
+                    vec![Outgoing {
+                        to,
+                        envelope: Arc::new(bad),
+                        extra_delay: 0,
+                    }]
+                }
+                None => vec![Outgoing {
+                    to,
+                    envelope,
+                    extra_delay: 0,
+                }],
+            }
+        } else {
+            vec![Outgoing {
+                to,
+                envelope,
+                extra_delay: 0,
+            }]
+        };
+        for o in outgoing {
+            let digest = Digest::of(&codec::encode(&o.envelope));
+            for to in o.to {
+                for delay in self.network.route(&mut self.rng, from, to, &mut self.counts) {
+                    let event = Event::Deliver {
+                        from,
+                        to,
+                        envelope: o.envelope.clone(),
+                        digest,
+                    };
+                    self.push(self.now + o.extra_delay + delay, event);
+                }
+            }
+        }
+    }
+
+    fn think(&mut self) -> Time {
+        let (lo, hi) = self.opts.think_us;
+        self.rng.random_range(lo..=hi.max(lo))
+    }
+
+    fn wake(&mut self, c: u32) {
+        if Some(c) == self.byz_client {
+            if self.byz_client_busy {
+                return;
+            }
+            self.byz_client_busy = true;
+            let op = KvOperation::Put {
+                key: "byz".into(),
+                value: format!("{}", self.rng.random::<u64>()).into(),
+            };
+            self.client_input(
+                c,
+                Input::Invoke {
+                    operation: op.encode(),
+                    read_only: false,
+                },
+            );
+            return;
+        }
+        if self.workload.busy(c) {
+            return;
+        }
+        let final_read = self.now >= self.opts.workload_us;
+        let op = if final_read {
+            match self.workload.next_final_read(c) {
+                Some(op) => op,
+                None => return,
+            }
+        } else {
+            self.workload.random_op(&mut self.rng, c)
+        };
+        let operation = self.workload.invoke(c, op, self.now, final_read);
+        self.client_input(
+            c,
+            Input::Invoke {
+                operation,
+                read_only: false,
+            },
+        );
+    }
+
+    fn on_deliver(&mut self, c: u32, result: bytes::Bytes) {
+        if Some(c) == self.byz_client {
+            self.byz_client_busy = false;
+        } else if self.workload.complete(c, self.now, result) {
+            self.ops_completed += 1;
+        } else {
+            self.errors
+                .push(format!("client {c} delivered a result with no operation outstanding"));
+        }
+        let pause = if self.now < self.opts.workload_us {
+            self.think()
+        } else {
+            1
+        };
+        self.push(self.now + pause, Event::ClientWake(c));
+    }
+
+    fn finish(self) -> SimReport {
+        let history = &self.workload.history;
+        let mut violations = self.errors.clone();
+        violations.extend(self.agreement.violations().iter().cloned());
+        violations.extend(linearizability::check(history));
+        violations.extend(durability::check(history));
+        if self.errors.is_empty() {
+            // A run stopped by a panic cannot make progress; the panic is the finding.
+            violations.extend(liveness::check(history, &self.correct_clients, self.opts.heal_at()));
+        }
+        let mut stage_stats: Vec<_> = self
+            .replicas
+            .iter()
+            .flat_map(|n| n.stages.iter().map(|(p, s)| (*p, s.stats().counters.clone())))
+            .collect();
+        stage_stats.extend(self.clients.iter().map(|s| (s.principal(), s.stats().counters.clone())));
+        SimReport {
+            stage_stats,
+            seed: self.opts.seed,
+            violations,
+            fault_counts: self.counts.0.clone(),
+            ops_completed: self.ops_completed,
+            trace_hash: *self.trace.finalize().as_bytes(),
+            end_us: self.now,
+        }
+    }
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic".into()
+    }
+}
