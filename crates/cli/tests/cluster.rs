@@ -211,7 +211,6 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 #[test]
-#[ignore = "needs order and exec stages"]
 fn workload_continues_while_a_replica_is_killed_and_restarted() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     rt().block_on(async {
@@ -236,7 +235,6 @@ fn workload_continues_while_a_replica_is_killed_and_restarted() {
 }
 
 #[test]
-#[ignore = "needs order and exec stages"]
 fn every_acknowledged_write_survives_sigkill_of_all_replicas() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     rt().block_on(async {
@@ -275,7 +273,6 @@ fn corrupt_storage(dir: &Path) -> usize {
 }
 
 #[test]
-#[ignore = "needs order and exec stages"]
 fn replica_with_corrupted_files_recovers_correct_state_from_peers() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     rt().block_on(async {
@@ -307,7 +304,6 @@ fn replica_with_corrupted_files_recovers_correct_state_from_peers() {
 }
 
 #[test]
-#[ignore = "needs order and exec stages"]
 fn stopped_replica_catches_up_after_it_continues() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     rt().block_on(async {
@@ -328,7 +324,6 @@ fn stopped_replica_catches_up_after_it_continues() {
 }
 
 #[test]
-#[ignore = "needs order and exec stages"]
 fn hostile_peer_changes_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     rt().block_on(async {
