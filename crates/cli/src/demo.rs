@@ -65,9 +65,19 @@ impl Drop for Cluster {
     }
 }
 
+/// A free loopback port below Linux's ephemeral range (32768+), so the replicas' own outgoing
+/// connections can never take it between the choice and the bind; distinct within this process.
 fn free_port() -> Result<u16, FileError> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| FileError(e.to_string()))?;
-    Ok(listener.local_addr().map_err(|e| FileError(e.to_string()))?.port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919) % 12_000;
+    for _ in 0..12_000 {
+        let port = 20_000 + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(FileError("no free loopback port between 20000 and 32000".into()))
 }
 
 /// Writes the demo's config into `dir` and starts the replicas.

@@ -26,12 +26,18 @@ struct TestCluster {
     children: Vec<Option<Child>>,
 }
 
+/// A free loopback port below Linux's ephemeral range (32768+), so the replicas' own outgoing
+/// connections can never take it between the choice and the bind; distinct within this process.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919) % 12_000;
+    loop {
+        let port = 20_000 + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 impl TestCluster {
