@@ -1,0 +1,276 @@
+//! `upright demo`: a local cluster of 4 replicas (u = r = 1) on loopback, each a child process,
+//! with generated config and keys in a temporary directory. `--smoke` runs a client workload,
+//! SIGKILLs one replica and restarts it mid-run, then reads every acknowledged write back.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use upright_core::kv::{KvOperation, KvReply};
+use upright_node::client::{start_client, ClientHandle};
+use upright_node::files::{self, ClientFile, FileError, InitPlan};
+
+/// Replicas of the demo cluster.
+const REPLICAS: usize = 4;
+/// The replica the smoke run kills and restarts.
+const VICTIM: usize = 1;
+const OP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The replica child processes; all are SIGKILLed when dropped.
+pub struct Cluster {
+    exe: PathBuf,
+    dir: PathBuf,
+    children: Vec<Option<Child>>,
+}
+
+impl Cluster {
+    fn spawn(&mut self, id: usize) -> Result<(), FileError> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("replica-{id}.log")))
+            .map_err(|e| FileError(format!("cannot create log file: {e}")))?;
+        let child = Command::new(&self.exe)
+            .arg("replica")
+            .arg("--config")
+            .arg(self.dir.join("cluster.toml"))
+            .arg("--id")
+            .arg(id.to_string())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| FileError(e.to_string()))?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| FileError(format!("cannot start replica {id}: {e}")))?;
+        self.children[id] = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL one replica.
+    fn kill(&mut self, id: usize) {
+        if let Some(mut child) = self.children[id].take() {
+            let _ = child.kill(); // SIGKILL
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for id in 0..self.children.len() {
+            self.kill(id);
+        }
+    }
+}
+
+/// A free loopback port below Linux's ephemeral range (32768+), so the replicas' own outgoing
+/// connections can never take it between the choice and the bind; distinct within this process.
+fn free_port() -> Result<u16, FileError> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919) % 12_000;
+    for _ in 0..12_000 {
+        let port = 20_000 + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(FileError("no free loopback port between 20000 and 32000".into()))
+}
+
+/// Writes the demo's config into `dir` and starts the replicas.
+pub fn start_local_cluster(dir: &Path, clients: u32) -> Result<Cluster, FileError> {
+    let mut ports = Vec::new();
+    for _ in 0..REPLICAS {
+        ports.push((free_port()?, free_port()?, free_port()?));
+    }
+    let plan = InitPlan {
+        cluster_name: "upright-demo".into(),
+        u: 1,
+        r: 1,
+        hosts: vec!["127.0.0.1".into()],
+        clients,
+        base_port: 0,
+        ports: Some(ports),
+        knobs: None,
+        fsync: Default::default(),
+    };
+    files::init_cluster(&plan, dir)?;
+    let exe = std::env::current_exe().map_err(|e| FileError(format!("cannot find own executable: {e}")))?;
+    let mut cluster = Cluster {
+        exe,
+        dir: dir.to_path_buf(),
+        children: (0..REPLICAS).map(|_| None).collect(),
+    };
+    for id in 0..REPLICAS {
+        cluster.spawn(id)?;
+    }
+    Ok(cluster)
+}
+
+fn client(dir: &Path, c: u32) -> Result<ClientHandle, FileError> {
+    let setup = ClientFile::load(&dir.join(format!("client-{c}.toml")))?;
+    start_client(setup, Some(dir.join(format!("client-{c}.last-request-id"))))
+}
+
+/// Runs the demo.
+pub async fn run(smoke: bool, seconds: u64, clients: u32) -> Result<ExitCode, FileError> {
+    let temp = tempfile::Builder::new()
+        .prefix("upright-demo-")
+        .tempdir()
+        .map_err(|e| FileError(format!("cannot create a temporary directory: {e}")))?;
+    let dir = temp.path().to_path_buf();
+    let mut cluster = start_local_cluster(&dir, clients.max(1) + 1)?;
+    let cfg = files::Cluster::load(&dir.join("cluster.toml"))?.file;
+    println!("upright demo: 4 replicas (u = 1, r = 1) on loopback, in-memory KV service");
+    for r in &cfg.replicas {
+        println!(
+            "  replica {}: replicas {}  clients {}  metrics http://{}/metrics  log {}/replica-{}.log",
+            r.id,
+            r.replica_addr,
+            r.client_addr,
+            r.metrics_addr,
+            dir.display(),
+            r.id
+        );
+    }
+    println!("  config and keys: {} (removed on exit)", dir.display());
+    // Wait until the cluster serves a request.
+    let probe = client(&dir, clients.max(1))?;
+    let started = Instant::now();
+    let ready = probe
+        .invoke_timeout(put(b"demo-ready", b"1"), false, Duration::from_secs(60))
+        .await;
+    if let Err(e) = ready {
+        return Err(FileError(format!(
+            "the cluster did not serve a first request ({e}); see the replica logs in {}",
+            dir.display()
+        )));
+    }
+    println!("  cluster is serving (first write took {:.2?})", started.elapsed());
+    if !smoke {
+        let exe = cluster.exe.display().to_string();
+        println!("try, in another terminal:");
+        println!("  {exe} kv --client {}/client-0.toml put hello world", dir.display());
+        println!("  {exe} kv --client {}/client-0.toml get hello", dir.display());
+        println!("  {exe} status --config {}/cluster.toml", dir.display());
+        println!("press Ctrl-C to stop");
+        let _ = tokio::signal::ctrl_c().await;
+        drop(cluster);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report = smoke_run(&dir, &mut cluster, seconds, clients.max(1)).await?;
+    drop(cluster);
+    Ok(report)
+}
+
+fn put(key: &[u8], value: &[u8]) -> Bytes {
+    KvOperation::Put {
+        key: Bytes::copy_from_slice(key),
+        value: Bytes::copy_from_slice(value),
+    }
+    .encode()
+}
+
+#[derive(Default)]
+struct Tally {
+    acked: Vec<(Bytes, Bytes)>,
+    failed: u64,
+}
+
+async fn workload(
+    handle: ClientHandle,
+    c: u32,
+    until: Instant,
+    tally: Arc<Mutex<Tally>>,
+    hist: Arc<Mutex<Histogram<u64>>>,
+) {
+    let mut k = 0u64;
+    while Instant::now() < until {
+        let key = Bytes::from(format!("c{c}-k{k}"));
+        let value = Bytes::from(format!("v{k}-{}", k * 7 + c as u64));
+        let start = Instant::now();
+        match handle.invoke_timeout(put(&key, &value), false, OP_TIMEOUT).await {
+            Ok(reply) if KvReply::decode(&reply) == Some(KvReply::Done) => {
+                let micros = start.elapsed().as_micros() as u64;
+                let _ = hist.lock().expect("hist").record(micros.max(1));
+                tally.lock().expect("tally").acked.push((key, value));
+            }
+            _ => tally.lock().expect("tally").failed += 1,
+        }
+        k += 1;
+    }
+}
+
+async fn smoke_run(dir: &Path, cluster: &mut Cluster, seconds: u64, clients: u32) -> Result<ExitCode, FileError> {
+    let seconds = seconds.max(3);
+    println!("smoke: {clients} clients writing for {seconds} s; replica {VICTIM} is SIGKILLed and restarted mid-run");
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let hist = Arc::new(Mutex::new(Histogram::<u64>::new(3).expect("histogram")));
+    let start = Instant::now();
+    let until = start + Duration::from_secs(seconds);
+    let mut handles = Vec::new();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let handle = client(dir, c)?;
+        handles.push(handle.clone());
+        tasks.push(tokio::spawn(workload(handle, c, until, tally.clone(), hist.clone())));
+    }
+    tokio::time::sleep(Duration::from_secs(seconds) / 3).await;
+    cluster.kill(VICTIM);
+    println!(
+        "  t={:.1}s: replica {VICTIM} killed (SIGKILL)",
+        start.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(Duration::from_secs(seconds) / 3).await;
+    cluster.spawn(VICTIM)?;
+    println!("  t={:.1}s: replica {VICTIM} restarted", start.elapsed().as_secs_f64());
+    for task in tasks {
+        let _ = task.await;
+    }
+    let elapsed = start.elapsed();
+    let (acked, failed) = {
+        let t = tally.lock().expect("tally");
+        (t.acked.clone(), t.failed)
+    };
+    // Read back every acknowledged write.
+    let mut lost = 0u64;
+    let mut unreadable = 0u64;
+    for (i, (key, value)) in acked.iter().enumerate() {
+        let handle = &handles[i % handles.len()];
+        let get = KvOperation::Get { key: key.clone() }.encode();
+        match handle.invoke_timeout(get, false, OP_TIMEOUT).await {
+            Ok(reply) => {
+                if KvReply::decode(&reply) != Some(KvReply::Value(Some(value.clone()))) {
+                    lost += 1;
+                }
+            }
+            Err(_) => unreadable += 1,
+        }
+    }
+    let hist = hist.lock().expect("hist");
+    println!(
+        "operations: {} acknowledged writes, {failed} failed or timed out",
+        acked.len()
+    );
+    println!(
+        "throughput: {:.0} ops/s over {:.1} s",
+        acked.len() as f64 / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "latency: p50 {:.2} ms, p99 {:.2} ms",
+        hist.value_at_quantile(0.5) as f64 / 1000.0,
+        hist.value_at_quantile(0.99) as f64 / 1000.0
+    );
+    println!("read back: {} writes checked, {unreadable} reads failed", acked.len());
+    println!("lost acknowledged writes: {lost}");
+    if lost == 0 && unreadable == 0 && !acked.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("smoke FAILED (replica logs in {})", dir.display());
+        Ok(ExitCode::from(1))
+    }
+}

@@ -1,0 +1,338 @@
+//! The `upright` command: initialise a cluster, run replicas, show status, run a local demo.
+
+mod demo;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use upright_core::ids::{ClientId, Process, ReplicaId};
+use upright_core::kv::{KvOperation, KvReply};
+use upright_node::files::{self, ClientFile, Cluster, FileError, InitPlan};
+use upright_node::replica::{run_replica, ReplicaSpec};
+use upright_node::storage::StorageOptions;
+
+#[derive(Parser)]
+#[command(
+    name = "upright",
+    version,
+    about = "Byzantine-fault-tolerant replication: run and manage an upright cluster"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate a key pair: prints the public keys; writes the secret key file (mode 0600) with --out.
+    Keygen {
+        /// Where to write the key file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Cluster name recorded in the key file.
+        #[arg(long, default_value = "upright")]
+        cluster: String,
+        /// Replica id the key is for (default: client 0 unless --replica is given).
+        #[arg(long)]
+        replica: Option<u32>,
+        /// Client id the key is for.
+        #[arg(long)]
+        client: Option<u32>,
+    },
+    /// Write a cluster config, one key file per replica and one config per client into a directory.
+    Init {
+        /// Number of replicas (must be 2u + r + 1).
+        #[arg(long)]
+        replicas: usize,
+        /// Failures of any kind tolerated.
+        #[arg(long)]
+        u: usize,
+        /// Byzantine failures tolerated.
+        #[arg(long)]
+        r: usize,
+        /// Comma-separated hosts, one per replica (or one for all).
+        #[arg(long, value_delimiter = ',')]
+        hosts: Vec<String>,
+        /// Number of client identities to create.
+        #[arg(long, default_value_t = 4)]
+        clients: u32,
+        /// Cluster name.
+        #[arg(long, default_value = "upright")]
+        name: String,
+        /// Replica i listens on base+i (replicas), base+100+i (clients), base+200+i (metrics).
+        #[arg(long, default_value_t = 7000)]
+        base_port: u16,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Run one replica (all its co-located stages) until interrupted.
+    Replica {
+        /// Cluster config.
+        #[arg(long)]
+        config: PathBuf,
+        /// Replica id.
+        #[arg(long)]
+        id: u32,
+        /// Key file (default: keys/replica-<id>.key next to the config).
+        #[arg(long)]
+        key: Option<PathBuf>,
+    },
+    /// Show every replica's view, last executed batch, checkpoint and health.
+    Status {
+        /// Cluster config.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Key-value operations against a running cluster.
+    Kv {
+        /// Client config (client-<c>.toml from `upright init`).
+        #[arg(long)]
+        client: PathBuf,
+        /// put KEY VALUE | get KEY | append KEY VALUE | delete KEY
+        #[arg(num_args = 2..=3)]
+        args: Vec<String>,
+    },
+    /// Start a local 4-replica cluster (u = r = 1) on loopback; runs until Ctrl-C.
+    Demo {
+        /// Run a client workload with a replica SIGKILLed and restarted, report, and exit.
+        #[arg(long)]
+        smoke: bool,
+        /// Length of the smoke workload in seconds.
+        #[arg(long, default_value_t = 6)]
+        seconds: u64,
+        /// Concurrent clients of the smoke workload.
+        #[arg(long, default_value_t = 4)]
+        clients: u32,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Keygen {
+            out,
+            cluster,
+            replica,
+            client,
+        } => keygen(out, &cluster, replica, client),
+        Command::Init {
+            replicas,
+            u,
+            r,
+            hosts,
+            clients,
+            name,
+            base_port,
+            out,
+        } => init(replicas, u, r, hosts, clients, name, base_port, &out),
+        Command::Replica { config, id, key } => replica(&config, id, key),
+        Command::Status { config } => runtime().block_on(status(&config)),
+        Command::Kv { client, args } => runtime().block_on(kv(&client, &args)),
+        Command::Demo {
+            smoke,
+            seconds,
+            clients,
+        } => {
+            init_logging("warn");
+            runtime().block_on(demo::run(smoke, seconds, clients))
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn keygen(
+    out: Option<PathBuf>,
+    cluster: &str,
+    replica: Option<u32>,
+    client: Option<u32>,
+) -> Result<ExitCode, FileError> {
+    let process = match (replica, client) {
+        (Some(r), None) => Process::Replica(ReplicaId(r)),
+        (None, c) => Process::Client(ClientId(c.unwrap_or(0))),
+        (Some(_), Some(_)) => return Err(FileError("give --replica or --client, not both".into())),
+    };
+    let keys = files::fresh_keys();
+    let public = keys.public();
+    println!(
+        "# public keys of {} (paste into cluster.toml)",
+        files::process_name(process)
+    );
+    println!("x25519 = \"{}\"", hex_of(&public.x25519));
+    println!("ed25519 = \"{}\"", hex_of(&public.ed25519));
+    if let Some(path) = out {
+        files::write_key_file(&path, cluster, process, &keys)?;
+        println!("# secret key written to {} (mode 0600)", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn init(
+    replicas: usize,
+    u: usize,
+    r: usize,
+    hosts: Vec<String>,
+    clients: u32,
+    name: String,
+    base_port: u16,
+    out: &Path,
+) -> Result<ExitCode, FileError> {
+    if replicas != 2 * u + r + 1 {
+        return Err(FileError(format!(
+            "--replicas {replicas} does not match u = {u}, r = {r}: the cluster needs 2u + r + 1 = {} replicas",
+            2 * u + r + 1
+        )));
+    }
+    if hosts.is_empty() {
+        return Err(FileError(
+            "--hosts is required (one per replica, or one for all)".into(),
+        ));
+    }
+    let plan = InitPlan {
+        cluster_name: name,
+        u,
+        r,
+        hosts,
+        clients,
+        base_port,
+        ports: None,
+        knobs: None,
+        fsync: Default::default(),
+    };
+    let cluster = files::init_cluster(&plan, out)?;
+    println!(
+        "wrote {}/cluster.toml (public: share with every machine)",
+        out.display()
+    );
+    for i in 0..replicas as u32 {
+        println!(
+            "wrote {} (secret: copy only to replica {i}'s machine)",
+            cluster.key_path(i).display()
+        );
+    }
+    for c in 0..clients {
+        println!("wrote {}/client-{c}.toml (secret: client {c} only)", out.display());
+    }
+    println!(
+        "run replica i with: upright replica --config {}/cluster.toml --id i",
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn replica(config: &Path, id: u32, key: Option<PathBuf>) -> Result<ExitCode, FileError> {
+    init_logging("info");
+    let cluster = Cluster::load(config)?;
+    cluster.file.replica(id)?;
+    let key_path = key.unwrap_or_else(|| cluster.key_path(id));
+    let keys = files::load_replica_keys(&cluster, id, &key_path)?;
+    let storage = StorageOptions {
+        fsync: cluster.file.fsync,
+        ..StorageOptions::default()
+    };
+    let spec = ReplicaSpec {
+        cluster,
+        id,
+        keys,
+        storage,
+        stages: None,
+    };
+    runtime().block_on(async move {
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        run_replica(spec, shutdown).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn status(config: &Path) -> Result<ExitCode, FileError> {
+    let cluster = Cluster::load(config)?;
+    println!(
+        "{:<8} {:<11} {:>6} {:>10} {:>10} {:>11} {:>10}",
+        "replica", "health", "view", "committed", "executed", "stable_cp", "exec_cp"
+    );
+    let mut up = 0;
+    for entry in &cluster.file.replicas {
+        let addr = files::resolve(&entry.metrics_addr)?;
+        match upright_node::metrics::http_get(addr, "/status").await {
+            Ok(body) => {
+                up += 1;
+                let kv = upright_node::metrics::parse_key_values(&body);
+                let g = |k: &str| kv.get(k).cloned().unwrap_or_else(|| "-".into());
+                println!(
+                    "{:<8} {:<11} {:>6} {:>10} {:>10} {:>11} {:>10}",
+                    entry.id,
+                    g("health"),
+                    g("view"),
+                    g("committed"),
+                    g("executed"),
+                    g("stable_checkpoint"),
+                    g("exec_checkpoint")
+                );
+            }
+            Err(e) => println!("{:<8} {:<11} ({}: {e})", entry.id, "down", entry.metrics_addr),
+        }
+    }
+    println!("{up} of {} replicas answered", cluster.file.replicas.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn kv(client: &Path, args: &[String]) -> Result<ExitCode, FileError> {
+    let setup = ClientFile::load(client)?;
+    let state = client.with_extension("last-request-id");
+    let handle = upright_node::client::start_client(setup, Some(state))?;
+    let b = |s: &String| Bytes::copy_from_slice(s.as_bytes());
+    let op = match (args[0].as_str(), args.get(1), args.get(2)) {
+        ("put", Some(k), Some(v)) => KvOperation::Put { key: b(k), value: b(v) },
+        ("append", Some(k), Some(v)) => KvOperation::Append { key: b(k), value: b(v) },
+        ("get", Some(k), None) => KvOperation::Get { key: b(k) },
+        ("delete", Some(k), None) => KvOperation::Delete { key: b(k) },
+        _ => {
+            return Err(FileError(
+                "usage: upright kv --client FILE (put K V | get K | append K V | delete K)".into(),
+            ))
+        }
+    };
+    let result = handle
+        .invoke_timeout(op.encode(), false, std::time::Duration::from_secs(30))
+        .await
+        .map_err(|e| FileError(format!("operation failed: {e}")))?;
+    match KvReply::decode(&result) {
+        Some(KvReply::Value(Some(v))) => println!("{}", String::from_utf8_lossy(&v)),
+        Some(KvReply::Value(None)) => println!("(absent)"),
+        Some(KvReply::Done) => println!("ok"),
+        _ => println!("invalid operation"),
+    }
+    Ok(ExitCode::SUCCESS)
+}

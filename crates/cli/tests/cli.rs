@@ -1,0 +1,107 @@
+//! The `upright` command's configuration handling: `init` writes a usable cluster, and every
+//! misconfiguration is a one-line error with a non-zero exit (no replica stage runs here).
+
+use std::process::Command;
+
+fn upright(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_upright")).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn one_line_error(args: &[&str], expected: &str) {
+    let (code, _, stderr) = upright(args);
+    assert_ne!(code, 0, "{args:?} must fail");
+    assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+    assert!(stderr.contains(expected), "{args:?}: {stderr}");
+}
+
+#[test]
+fn init_then_misconfigurations_are_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("c");
+    let out = out.to_str().unwrap();
+    let (code, stdout, stderr) = upright(&[
+        "init",
+        "--replicas",
+        "4",
+        "--u",
+        "1",
+        "--r",
+        "1",
+        "--hosts",
+        "127.0.0.1",
+        "--clients",
+        "2",
+        "--out",
+        out,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("cluster.toml"));
+    let config = format!("{out}/cluster.toml");
+    one_line_error(
+        &[
+            "init",
+            "--replicas",
+            "5",
+            "--u",
+            "1",
+            "--r",
+            "1",
+            "--hosts",
+            "h",
+            "--out",
+            out,
+        ],
+        "needs 2u + r + 1 = 4 replicas",
+    );
+    one_line_error(
+        &["replica", "--config", &config, "--id", "7"],
+        "replica id 7 is not in the config",
+    );
+    one_line_error(
+        &["replica", "--config", "/nonexistent/cluster.toml", "--id", "0"],
+        "cannot read",
+    );
+    let key1 = format!("{out}/keys/replica-1.key");
+    one_line_error(
+        &["replica", "--config", &config, "--id", "0", "--key", &key1],
+        "belongs to replica 1, not replica 0",
+    );
+    std::fs::remove_file(format!("{out}/keys/replica-2.key")).unwrap();
+    one_line_error(&["replica", "--config", &config, "--id", "2"], "cannot read key file");
+    // A key of another cluster.
+    let other = dir.path().join("o");
+    let other = other.to_str().unwrap();
+    let (code, _, _) = upright(&[
+        "init",
+        "--replicas",
+        "4",
+        "--u",
+        "1",
+        "--r",
+        "1",
+        "--hosts",
+        "127.0.0.1",
+        "--name",
+        "other",
+        "--out",
+        other,
+    ]);
+    assert_eq!(code, 0);
+    let key_other = format!("{other}/keys/replica-0.key");
+    one_line_error(
+        &["replica", "--config", &config, "--id", "0", "--key", &key_other],
+        "is for cluster \"other\"",
+    );
+    // keygen writes a private key file.
+    let key = dir.path().join("k.key");
+    let (code, stdout, _) = upright(&["keygen", "--replica", "0", "--out", key.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("x25519 = "));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+}

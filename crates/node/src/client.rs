@@ -1,0 +1,232 @@
+//! An async client: `invoke(operation) -> result` over the core's client protocol, with one
+//! connection to every replica's client listener.
+//!
+//! The core client has one outstanding request and queues the rest, delivering results in
+//! invocation order, so the host answers invocations first-in first-out. If a state file is given,
+//! the last request id is made durable before a request with a new id is sent (UpRight CS3: a
+//! restarted client continues with the next id, which the authentication stage requires).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use upright_core::client::Client;
+use upright_core::crypto::KeyRing;
+use upright_core::ids::{Process, ReplicaId, RequestId};
+use upright_core::stage::{Action, Input, Stage, Time, Timer};
+
+use crate::files::{resolve, ClientSetup, FileError};
+use crate::replica::Clock;
+use crate::transport::{dial, Counters, Dialer, Hello, Inbox};
+
+/// Largest frame a client accepts (a reply plus envelope overhead).
+const REPLY_FRAME_MAX: usize = upright_core::message::MESSAGE_BYTES_MAX;
+/// Most invocations waiting for the client task.
+const COMMANDS_MAX: usize = 1024;
+
+/// Why an invocation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Too many invocations are queued.
+    #[error("client queue is full")]
+    Busy,
+    /// The client task stopped (storage failure or shutdown).
+    #[error("client stopped")]
+    Stopped,
+    /// No result within the caller's deadline.
+    #[error("timed out")]
+    TimedOut,
+}
+
+struct Invoke {
+    operation: Bytes,
+    read_only: bool,
+    reply: oneshot::Sender<Bytes>,
+}
+
+/// A handle to a running client; cheap to clone (all clones share one client and its ordering).
+#[derive(Clone)]
+pub struct ClientHandle {
+    tx: mpsc::Sender<Invoke>,
+    counters: Arc<Counters>,
+}
+
+impl ClientHandle {
+    /// Invokes an operation and waits for its result (accepted on a reply quorum).
+    pub async fn invoke(&self, operation: Bytes, read_only: bool) -> Result<Bytes, ClientError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .try_send(Invoke {
+                operation,
+                read_only,
+                reply,
+            })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => ClientError::Busy,
+                mpsc::error::TrySendError::Closed(_) => ClientError::Stopped,
+            })?;
+        rx.await.map_err(|_| ClientError::Stopped)
+    }
+
+    /// Like [`ClientHandle::invoke`] with a deadline.
+    pub async fn invoke_timeout(
+        &self,
+        operation: Bytes,
+        read_only: bool,
+        limit: Duration,
+    ) -> Result<Bytes, ClientError> {
+        tokio::time::timeout(limit, self.invoke(operation, read_only))
+            .await
+            .map_err(|_| ClientError::TimedOut)?
+    }
+
+    /// Transport counters of this client.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+fn read_last_id(path: &Option<PathBuf>) -> RequestId {
+    let Some(path) = path else { return RequestId(0) };
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .map(RequestId)
+        .unwrap_or(RequestId(0))
+}
+
+fn write_last_id(path: &PathBuf, id: RequestId) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(id.0.to_string().as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        crate::storage::sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Starts a client (must be called inside a tokio runtime). `state_file` keeps the last request
+/// id across restarts of this client.
+pub fn start_client(setup: ClientSetup, state_file: Option<PathBuf>) -> Result<ClientHandle, FileError> {
+    let config = setup.cluster.config.clone();
+    let keys = Arc::new(KeyRing::new(&config, Process::Client(setup.id), &setup.keys));
+    let last = read_last_id(&state_file);
+    let client = Client::resume(config.clone(), setup.id, keys.clone(), last).map_err(|e| FileError(e.to_string()))?;
+    let counters = Arc::new(Counters::default());
+    let inbox = Arc::new(Inbox::new(counters.clone()));
+    let mut replicas = BTreeMap::new();
+    for entry in &setup.cluster.file.replicas {
+        let to = Process::Replica(ReplicaId(entry.id));
+        let hello = Hello::new(&keys, &config.cluster_name, to);
+        let addr = resolve(&entry.client_addr)?;
+        replicas.insert(
+            ReplicaId(entry.id),
+            dial(addr, hello, Some(inbox.clone()), REPLY_FRAME_MAX, counters.clone()),
+        );
+    }
+    let (tx, rx) = mpsc::channel(COMMANDS_MAX);
+    let task = ClientTask {
+        client,
+        replicas,
+        inbox,
+        state_file,
+        persisted: last,
+        waiting: VecDeque::new(),
+        timer: None,
+        clock: Clock::new(),
+    };
+    tokio::spawn(task.run(rx));
+    Ok(ClientHandle { tx, counters })
+}
+
+struct ClientTask {
+    client: Client,
+    replicas: BTreeMap<ReplicaId, Dialer>,
+    inbox: Arc<Inbox>,
+    state_file: Option<PathBuf>,
+    persisted: RequestId,
+    waiting: VecDeque<oneshot::Sender<Bytes>>,
+    timer: Option<Time>,
+    clock: Clock,
+}
+
+impl ClientTask {
+    async fn run(mut self, mut rx: mpsc::Receiver<Invoke>) {
+        let now = self.clock.now();
+        self.step(now, Input::Start);
+        loop {
+            let far = tokio::time::Instant::now() + Duration::from_secs(3600);
+            let wake = match self.timer {
+                Some(at) => self.clock.instant_of(at),
+                None => far,
+            };
+            tokio::select! {
+                command = rx.recv() => {
+                    let Some(Invoke { operation, read_only, reply }) = command else { return };
+                    if !self.client.can_invoke() {
+                        drop(reply); // the caller sees Stopped; the queue bound was reached
+                        continue;
+                    }
+                    self.waiting.push_back(reply);
+                    let now = self.clock.now();
+                    self.step(now, Input::Invoke { operation, read_only });
+                }
+                _ = self.inbox.notified() => {}
+                _ = tokio::time::sleep_until(wake) => {
+                    self.timer = None;
+                    let now = self.clock.now();
+                    self.step(now, Input::Timer(Timer::ClientRetransmit));
+                }
+            }
+            let now = self.clock.now();
+            for (_, envelope) in self.inbox.pop_round_robin(usize::MAX) {
+                self.step(now, Input::Message(envelope));
+            }
+        }
+    }
+
+    fn step(&mut self, now: Time, input: Input) {
+        let mut out = Vec::new();
+        self.client.handle(now, input, &mut out);
+        for action in out {
+            match action {
+                Action::Send { to, envelope } => {
+                    self.persist_request_id();
+                    let frame = Arc::new(upright_core::codec::encode(&envelope));
+                    for principal in to {
+                        if let Some(replica) = principal.replica().and_then(|r| self.replicas.get(&r)) {
+                            replica.send(frame.clone());
+                        }
+                    }
+                }
+                Action::SetTimer { at, .. } => self.timer = Some(at),
+                Action::CancelTimer { .. } => self.timer = None,
+                Action::Deliver { result, .. } => {
+                    if let Some(reply) = self.waiting.pop_front() {
+                        let _ = reply.send(result);
+                    }
+                }
+                Action::Persist { .. } | Action::Note(_) => {}
+            }
+        }
+    }
+
+    fn persist_request_id(&mut self) {
+        let last = self.client.last_request_id();
+        if let Some(path) = &self.state_file {
+            if last > self.persisted {
+                if let Err(e) = write_last_id(path, last) {
+                    // Without the id on disk a restart would reuse ids; stop rather than risk it.
+                    panic!("cannot persist the client's request id to {}: {e}", path.display());
+                }
+                self.persisted = last;
+            }
+        }
+    }
+}

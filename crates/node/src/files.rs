@@ -1,0 +1,520 @@
+//! Cluster configuration, key files and client configuration on disk.
+//!
+//! - `cluster.toml` ([`ClusterFile`]): public information only: the fault model, every replica's
+//!   public keys and addresses, every client's public keys, knobs, data directory, fsync policy.
+//! - `keys/replica-<i>.key` ([`KeyFile`]): one replica's secret keys, mode 0600.
+//! - `client-<c>.toml` ([`ClientFile`]): the public cluster information plus this client's own
+//!   secret key, mode 0600; it holds no other principal's secret.
+//!
+//! Every misconfiguration is a [`FileError`] whose message fits on one line.
+
+use std::fs;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use upright_core::config::{ClientInfo, ClusterConfig, Knobs, PublicKeys, ReplicaInfo};
+use upright_core::crypto::SecretKeys;
+use upright_core::ids::{ClientId, Process, ReplicaId};
+
+use crate::storage::FsyncPolicy;
+
+/// A configuration problem, one line.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct FileError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, FileError> {
+    Err(FileError(msg.into()))
+}
+
+/// A replica's entry in `cluster.toml`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaEntry {
+    /// Replica id (its position).
+    pub id: u32,
+    /// Listener for other replicas.
+    pub replica_addr: String,
+    /// Listener for clients.
+    pub client_addr: String,
+    /// Plain-HTTP metrics and status endpoint.
+    pub metrics_addr: String,
+    /// X25519 public key, hex.
+    pub x25519: String,
+    /// Ed25519 public key, hex.
+    pub ed25519: String,
+}
+
+/// A client's entry in `cluster.toml`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientEntry {
+    /// Client id.
+    pub id: u32,
+    /// X25519 public key, hex.
+    pub x25519: String,
+    /// Ed25519 public key, hex.
+    pub ed25519: String,
+}
+
+/// `cluster.toml`: everything public about a cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterFile {
+    /// Cluster name (mixed into every MAC key).
+    pub cluster_name: String,
+    /// Failures of any kind tolerated while staying live.
+    pub u: usize,
+    /// Commission failures tolerated while staying safe.
+    pub r: usize,
+    /// Where replicas keep their logs (relative paths are relative to this file); replica `i`
+    /// uses `<data_dir>/replica-<i>`.
+    pub data_dir: String,
+    /// Sync policy of the logs.
+    #[serde(default)]
+    pub fsync: FsyncPolicy,
+    /// Protocol knobs (all defaults if absent).
+    #[serde(default)]
+    pub knobs: Option<Knobs>,
+    /// Replicas, by id.
+    pub replicas: Vec<ReplicaEntry>,
+    /// Authorised clients.
+    #[serde(default)]
+    pub clients: Vec<ClientEntry>,
+}
+
+/// A loaded cluster configuration with resolved addresses.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    /// The core configuration.
+    pub config: Arc<ClusterConfig>,
+    /// The file it came from.
+    pub file: ClusterFile,
+    /// Directory of the file (relative paths resolve against it).
+    pub base: PathBuf,
+}
+
+fn parse_key(hex_str: &str, what: &str) -> Result<[u8; 32], FileError> {
+    let bytes = hex::decode(hex_str.trim()).map_err(|_| FileError(format!("{what}: not hex")))?;
+    bytes
+        .try_into()
+        .map_err(|_| FileError(format!("{what}: expected 32 bytes")))
+}
+
+fn public_keys(x: &str, e: &str, who: &str) -> Result<PublicKeys, FileError> {
+    Ok(PublicKeys {
+        x25519: parse_key(x, &format!("{who} x25519 key"))?,
+        ed25519: parse_key(e, &format!("{who} ed25519 key"))?,
+    })
+}
+
+/// Resolves `host:port` (names allowed) to one socket address.
+pub fn resolve(addr: &str) -> Result<SocketAddr, FileError> {
+    use std::net::ToSocketAddrs;
+    addr.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| FileError(format!("cannot resolve address {addr:?}")))
+}
+
+impl ClusterFile {
+    /// Builds the core configuration and validates it.
+    pub fn to_config(&self) -> Result<ClusterConfig, FileError> {
+        let mut replicas = Vec::new();
+        for r in &self.replicas {
+            replicas.push(ReplicaInfo {
+                id: ReplicaId(r.id),
+                keys: public_keys(&r.x25519, &r.ed25519, &format!("replica {}", r.id))?,
+            });
+        }
+        let mut clients = Vec::new();
+        for c in &self.clients {
+            clients.push(ClientInfo {
+                id: ClientId(c.id),
+                keys: public_keys(&c.x25519, &c.ed25519, &format!("client {}", c.id))?,
+            });
+        }
+        let config = ClusterConfig {
+            cluster_name: self.cluster_name.clone(),
+            u: self.u,
+            r: self.r,
+            replicas,
+            clients,
+            knobs: self.knobs.clone().unwrap_or_default(),
+        };
+        config
+            .validate()
+            .map_err(|e| FileError(format!("invalid cluster config: {e}")))?;
+        Ok(config)
+    }
+
+    /// The entry of replica `id`.
+    pub fn replica(&self, id: u32) -> Result<&ReplicaEntry, FileError> {
+        self.replicas.iter().find(|r| r.id == id).ok_or_else(|| {
+            FileError(format!(
+                "replica id {id} is not in the config (it lists {} replicas: 0..{})",
+                self.replicas.len(),
+                self.replicas.len()
+            ))
+        })
+    }
+}
+
+impl Cluster {
+    /// Reads and validates `cluster.toml`.
+    pub fn load(path: &Path) -> Result<Cluster, FileError> {
+        let text = fs::read_to_string(path).map_err(|e| FileError(format!("cannot read {}: {e}", path.display())))?;
+        let file: ClusterFile = toml::from_str(&text)
+            .map_err(|e| FileError(format!("{}: {}", path.display(), one_line(&e.to_string()))))?;
+        Cluster::from_file(file, path.parent().unwrap_or(Path::new(".")))
+    }
+
+    /// Validates an in-memory cluster file whose relative paths resolve against `base`.
+    pub fn from_file(file: ClusterFile, base: &Path) -> Result<Cluster, FileError> {
+        let config = file.to_config()?;
+        Ok(Cluster {
+            config: Arc::new(config),
+            file,
+            base: base.to_path_buf(),
+        })
+    }
+
+    /// Data directory of replica `id`.
+    pub fn data_dir(&self, id: u32) -> PathBuf {
+        self.base.join(&self.file.data_dir).join(format!("replica-{id}"))
+    }
+
+    /// Default key file of replica `id`.
+    pub fn key_path(&self, id: u32) -> PathBuf {
+        self.base.join("keys").join(format!("replica-{id}.key"))
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A secret key file: whose key it is, for which cluster, and the secret.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeyFile {
+    /// Cluster the key belongs to.
+    pub cluster_name: String,
+    /// `replica <i>` or `client <c>`.
+    pub principal: String,
+    /// `SecretKeys::to_bytes`, hex (128 digits).
+    pub secret: String,
+}
+
+/// Name of a process in key files and messages.
+pub fn process_name(process: Process) -> String {
+    match process {
+        Process::Replica(r) => format!("replica {}", r.0),
+        Process::Client(c) => format!("client {}", c.0),
+    }
+}
+
+/// Fresh secret keys from the operating system's randomness.
+pub fn fresh_keys() -> SecretKeys {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).expect("the operating system's random source failed");
+    SecretKeys::from_seed(seed)
+}
+
+/// Hex of a secret key.
+pub fn secret_hex(keys: &SecretKeys) -> String {
+    hex::encode(keys.to_bytes())
+}
+
+/// Parses a hex secret.
+pub fn parse_secret(text: &str, what: &str) -> Result<SecretKeys, FileError> {
+    let bytes = hex::decode(text.trim()).map_err(|_| FileError(format!("{what}: secret is not hex")))?;
+    let bytes: [u8; 64] = bytes
+        .try_into()
+        .map_err(|_| FileError(format!("{what}: secret must be 64 bytes")))?;
+    Ok(SecretKeys::from_bytes(&bytes))
+}
+
+/// Writes `text` to `path` readable by the owner only (0600), replacing it atomically.
+pub fn write_private(path: &Path, text: &str) -> Result<(), FileError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail = |e: std::io::Error| FileError(format!("cannot write {}: {e}", path.display()));
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(fail)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let _ = fs::remove_file(&tmp);
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(fail)?;
+    file.write_all(text.as_bytes()).map_err(fail)?;
+    file.sync_all().map_err(fail)?;
+    fs::rename(&tmp, path).map_err(fail)
+}
+
+/// Writes a key file (0600).
+pub fn write_key_file(path: &Path, cluster_name: &str, process: Process, keys: &SecretKeys) -> Result<(), FileError> {
+    let file = KeyFile {
+        cluster_name: cluster_name.to_string(),
+        principal: process_name(process),
+        secret: secret_hex(keys),
+    };
+    write_private(path, &toml::to_string(&file).expect("key file serializes"))
+}
+
+/// Loads replica `id`'s key file and checks it against the configuration.
+pub fn load_replica_keys(cluster: &Cluster, id: u32, path: &Path) -> Result<SecretKeys, FileError> {
+    let text =
+        fs::read_to_string(path).map_err(|e| FileError(format!("cannot read key file {}: {e}", path.display())))?;
+    let file: KeyFile = toml::from_str(&text)
+        .map_err(|e| FileError(format!("key file {}: {}", path.display(), one_line(&e.to_string()))))?;
+    let expected = process_name(Process::Replica(ReplicaId(id)));
+    if file.cluster_name != cluster.config.cluster_name {
+        return err(format!(
+            "key file {} is for cluster {:?}, the config is for cluster {:?}",
+            path.display(),
+            file.cluster_name,
+            cluster.config.cluster_name
+        ));
+    }
+    if file.principal != expected {
+        return err(format!(
+            "key file {} belongs to {}, not {expected}",
+            path.display(),
+            file.principal
+        ));
+    }
+    let keys = parse_secret(&file.secret, &path.display().to_string())?;
+    let configured = cluster.config.replicas.get(id as usize).map(|r| r.keys);
+    if configured != Some(keys.public()) {
+        return err(format!(
+            "key file {} does not match the public keys of {expected} in the config",
+            path.display()
+        ));
+    }
+    Ok(keys)
+}
+
+/// `client-<c>.toml`: the cluster's public information plus one client's own secret.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClientFile {
+    /// This client's id.
+    pub client_id: u32,
+    /// Its secret keys, hex.
+    pub secret: String,
+    /// The public cluster configuration.
+    pub cluster: ClusterFile,
+}
+
+/// A loaded client configuration.
+pub struct ClientSetup {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// This client.
+    pub id: ClientId,
+    /// Its keys.
+    pub keys: SecretKeys,
+}
+
+impl ClientFile {
+    /// Reads and checks a client file.
+    pub fn load(path: &Path) -> Result<ClientSetup, FileError> {
+        let text = fs::read_to_string(path).map_err(|e| FileError(format!("cannot read {}: {e}", path.display())))?;
+        let file: ClientFile = toml::from_str(&text)
+            .map_err(|e| FileError(format!("{}: {}", path.display(), one_line(&e.to_string()))))?;
+        file.check(path.parent().unwrap_or(Path::new(".")))
+    }
+
+    /// Validates the contents.
+    pub fn check(self, base: &Path) -> Result<ClientSetup, FileError> {
+        let cluster = Cluster::from_file(self.cluster, base)?;
+        let keys = parse_secret(&self.secret, "client file")?;
+        let id = ClientId(self.client_id);
+        match cluster.config.client_keys(id) {
+            None => err(format!("client {} is not authorised in the cluster config", id.0)),
+            Some(k) if *k != keys.public() => err(format!(
+                "the client file's secret does not match client {}'s public keys in the config",
+                id.0
+            )),
+            Some(_) => Ok(ClientSetup { cluster, id, keys }),
+        }
+    }
+}
+
+/// What `upright init` produces.
+pub struct InitPlan {
+    /// Cluster name.
+    pub cluster_name: String,
+    /// u.
+    pub u: usize,
+    /// r.
+    pub r: usize,
+    /// One host per replica (a single host is used for all).
+    pub hosts: Vec<String>,
+    /// Number of clients to create.
+    pub clients: u32,
+    /// First port: replica `i` listens on `base + i` (replicas), `base + 100 + i` (clients),
+    /// `base + 200 + i` (metrics).
+    pub base_port: u16,
+    /// Explicit ports per replica `(replica, client, metrics)`, overriding `base_port`.
+    pub ports: Option<Vec<(u16, u16, u16)>>,
+    /// Knobs.
+    pub knobs: Option<Knobs>,
+    /// Sync policy.
+    pub fsync: FsyncPolicy,
+}
+
+/// Writes `cluster.toml`, `keys/replica-<i>.key` and `client-<c>.toml` into `out`.
+pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
+    let q = upright_core::quorum::Quorums::new(plan.u, plan.r).map_err(|e| FileError(e.to_string()))?;
+    let n = q.n_replicas();
+    if plan.hosts.len() != 1 && plan.hosts.len() != n {
+        return err(format!(
+            "--hosts lists {} hosts; u = {}, r = {} needs {n} replicas (give {n} hosts or one)",
+            plan.hosts.len(),
+            plan.u,
+            plan.r
+        ));
+    }
+    let key = |k: &SecretKeys| (hex::encode(k.public().x25519), hex::encode(k.public().ed25519));
+    let mut replicas = Vec::new();
+    let mut replica_keys = Vec::new();
+    for i in 0..n {
+        let host = &plan.hosts[if plan.hosts.len() == 1 { 0 } else { i }];
+        let (rp, cp, mp) = match &plan.ports {
+            Some(p) => p[i],
+            None => {
+                let b = plan.base_port + i as u16;
+                (b, b + 100, b + 200)
+            }
+        };
+        let keys = fresh_keys();
+        let (x25519, ed25519) = key(&keys);
+        replicas.push(ReplicaEntry {
+            id: i as u32,
+            replica_addr: format!("{host}:{rp}"),
+            client_addr: format!("{host}:{cp}"),
+            metrics_addr: format!("{host}:{mp}"),
+            x25519,
+            ed25519,
+        });
+        replica_keys.push(keys);
+    }
+    let client_keys: Vec<SecretKeys> = (0..plan.clients).map(|_| fresh_keys()).collect();
+    let clients = client_keys
+        .iter()
+        .enumerate()
+        .map(|(c, k)| {
+            let (x25519, ed25519) = key(k);
+            ClientEntry {
+                id: c as u32,
+                x25519,
+                ed25519,
+            }
+        })
+        .collect();
+    let file = ClusterFile {
+        cluster_name: plan.cluster_name.clone(),
+        u: plan.u,
+        r: plan.r,
+        data_dir: "data".into(),
+        fsync: plan.fsync,
+        knobs: plan.knobs.clone(),
+        replicas,
+        clients,
+    };
+    let cluster = Cluster::from_file(file.clone(), out)?;
+    fs::create_dir_all(out).map_err(|e| FileError(format!("cannot create {}: {e}", out.display())))?;
+    let text = toml::to_string(&file).map_err(|e| FileError(e.to_string()))?;
+    fs::write(out.join("cluster.toml"), text).map_err(|e| FileError(format!("cannot write cluster.toml: {e}")))?;
+    for (i, keys) in replica_keys.iter().enumerate() {
+        let process = Process::Replica(ReplicaId(i as u32));
+        write_key_file(&cluster.key_path(i as u32), &plan.cluster_name, process, keys)?;
+    }
+    for (c, keys) in client_keys.iter().enumerate() {
+        let client = ClientFile {
+            client_id: c as u32,
+            secret: secret_hex(keys),
+            cluster: file.clone(),
+        };
+        let text = toml::to_string(&client).map_err(|e| FileError(e.to_string()))?;
+        write_private(&out.join(format!("client-{c}.toml")), &text)?;
+    }
+    Ok(cluster)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn plan() -> InitPlan {
+        InitPlan {
+            cluster_name: "test".into(),
+            u: 1,
+            r: 1,
+            hosts: vec!["127.0.0.1".into()],
+            clients: 2,
+            base_port: 7000,
+            ports: None,
+            knobs: None,
+            fsync: FsyncPolicy::Always,
+        }
+    }
+
+    #[test]
+    fn init_writes_loadable_files_with_private_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        init_cluster(&plan(), dir.path()).unwrap();
+        let cluster = Cluster::load(&dir.path().join("cluster.toml")).unwrap();
+        assert_eq!(cluster.config.replicas.len(), 4);
+        assert_eq!(cluster.file.replica(2).unwrap().client_addr, "127.0.0.1:7102");
+        for i in 0..4 {
+            let path = cluster.key_path(i);
+            assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+            load_replica_keys(&cluster, i, &path).unwrap();
+        }
+        let client = ClientFile::load(&dir.path().join("client-1.toml")).unwrap();
+        assert_eq!(client.id, ClientId(1));
+        let text = fs::read_to_string(dir.path().join("client-1.toml")).unwrap();
+        assert_eq!(text.matches("secret").count(), 1, "only the client's own secret");
+    }
+
+    #[test]
+    fn misconfigurations_are_one_line_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = init_cluster(&plan(), dir.path()).unwrap();
+        let e = |r: Result<SecretKeys, FileError>| {
+            let msg = r.err().expect("must fail").to_string();
+            assert!(!msg.contains('\n'), "{msg}");
+            msg
+        };
+        assert!(e(load_replica_keys(&cluster, 0, &dir.path().join("missing.key"))).contains("cannot read key file"));
+        assert!(e(load_replica_keys(&cluster, 1, &cluster.key_path(0))).contains("belongs to replica 0, not replica 1"));
+        let other = tempfile::tempdir().unwrap();
+        let mut p = plan();
+        p.cluster_name = "other".into();
+        init_cluster(&p, other.path()).unwrap();
+        let other_key = other.path().join("keys/replica-0.key");
+        assert!(e(load_replica_keys(&cluster, 0, &other_key)).contains("is for cluster \"other\""));
+        // Same cluster name, different keys.
+        let same = tempfile::tempdir().unwrap();
+        init_cluster(&plan(), same.path()).unwrap();
+        assert!(e(load_replica_keys(&cluster, 0, &same.path().join("keys/replica-0.key"))).contains("does not match"));
+        assert!(cluster
+            .file
+            .replica(9)
+            .unwrap_err()
+            .to_string()
+            .contains("not in the config"));
+        let mut bad = plan();
+        bad.hosts = vec!["a".into(), "b".into()];
+        assert!(init_cluster(&bad, dir.path())
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("needs 4 replicas"));
+    }
+}

@@ -1,0 +1,256 @@
+//! The synchronous heart of a replica process: its co-located stages, their logs and timers, and
+//! the durability rule.
+//!
+//! Inputs are fed one at a time; each stage's actions are carried out in order, except that sends
+//! are collected and performed by [`Host::flush`], which first syncs every log with buffered
+//! persists (group commit: one fsync per log for all persists of all inputs handled since the last
+//! flush, always before any send that follows them). Messages between co-located stages go
+//! through an in-memory queue, also only after the sync.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use upright_core::ids::{Principal, Process, ReplicaId, StageKind};
+use upright_core::message::Envelope;
+use upright_core::stage::{Action, Event, Input, Stage, Time, Timer};
+
+use crate::storage::StageLog;
+use crate::transport::stage_for;
+
+/// Most local (co-located) deliveries handled in one flush before yielding back to the network.
+pub const LOCAL_ROUNDS_MAX: usize = 10_000;
+
+/// Where the host sends envelopes for other processes.
+pub trait Router {
+    /// Sends the encoded envelope to a remote process.
+    fn send(&mut self, to: Process, frame: Arc<Vec<u8>>);
+}
+
+/// One co-located stage member with its log.
+pub struct Member {
+    /// Which stage.
+    pub kind: StageKind,
+    /// The state machine.
+    pub stage: Box<dyn Stage + Send>,
+    /// Its write-ahead log.
+    pub log: StageLog,
+}
+
+/// Progress seen through [`Action::Note`] (for metrics and status).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Current view of the order member.
+    pub view: u64,
+    /// Highest committed batch.
+    pub committed: u64,
+    /// Batches committed since start.
+    pub batches_committed: u64,
+    /// Highest stable checkpoint.
+    pub stable_checkpoint: u64,
+    /// Last executed batch.
+    pub executed: u64,
+    /// Last execution checkpoint.
+    pub exec_checkpoint: u64,
+    /// State transfers completed.
+    pub state_loads: u64,
+}
+
+/// Host-side counters and timings.
+#[derive(Clone, Debug, Default)]
+pub struct HostStats {
+    /// Inputs dropped by reason.
+    pub dropped: BTreeMap<&'static str, u64>,
+    /// Group commits (flushes that synced at least one log).
+    pub group_commits: u64,
+    /// Sum and max of sync latency.
+    pub fsync_total: Duration,
+    /// Longest sync.
+    pub fsync_max: Duration,
+    /// Envelopes sent to other processes.
+    pub sent: u64,
+    /// Envelopes delivered between co-located stages.
+    pub local: u64,
+}
+
+/// The stages of one replica, their logs and timers.
+pub struct Host {
+    me: ReplicaId,
+    members: Vec<Member>,
+    /// (time, member, timer) for firing in order; `timer_at` for moving/cancelling.
+    timers: BTreeMap<(Time, usize, Timer), ()>,
+    timer_at: BTreeMap<(usize, Timer), Time>,
+    outbox: Vec<(usize, Vec<Principal>, Arc<Envelope>)>,
+    local: VecDeque<(usize, Arc<Envelope>)>,
+    /// Progress from notes.
+    pub progress: Progress,
+    /// Counters.
+    pub stats: HostStats,
+}
+
+impl Host {
+    /// A host for replica `me` with these members (at most one per stage kind).
+    pub fn new(me: ReplicaId, members: Vec<Member>) -> Host {
+        Host {
+            me,
+            members,
+            timers: BTreeMap::new(),
+            timer_at: BTreeMap::new(),
+            outbox: Vec::new(),
+            local: VecDeque::new(),
+            progress: Progress::default(),
+            stats: HostStats::default(),
+        }
+    }
+
+    /// The members.
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    fn member_of(&self, kind: StageKind) -> Option<usize> {
+        self.members.iter().position(|m| m.kind == kind)
+    }
+
+    fn drop_input(&mut self, reason: &'static str) {
+        *self.stats.dropped.entry(reason).or_insert(0) += 1;
+    }
+
+    /// Sends `Input::Start` to every member.
+    pub fn start(&mut self, now: Time) {
+        for index in 0..self.members.len() {
+            self.handle(now, index, Input::Start);
+        }
+    }
+
+    /// An envelope from the network, dispatched by message kind.
+    pub fn deliver(&mut self, now: Time, envelope: Arc<Envelope>) {
+        let Some(kind) = stage_for(&envelope.message) else {
+            return self.drop_input("host_dropped_not_for_replica");
+        };
+        let Some(index) = self.member_of(kind) else {
+            return self.drop_input("host_dropped_stage_not_hosted");
+        };
+        self.handle(now, index, Input::Message(envelope));
+    }
+
+    /// When the next timer is due.
+    pub fn next_timer(&self) -> Option<Time> {
+        self.timers.keys().next().map(|(at, _, _)| *at)
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn fire_timers(&mut self, now: Time) {
+        while let Some(&(at, index, timer)) = self.timers.keys().next() {
+            if at > now {
+                break;
+            }
+            self.timers.remove(&(at, index, timer));
+            self.timer_at.remove(&(index, timer));
+            self.handle(now, index, Input::Timer(timer));
+        }
+    }
+
+    fn handle(&mut self, now: Time, index: usize, input: Input) {
+        let mut out = Vec::new();
+        self.members[index].stage.handle(now, input, &mut out);
+        for action in out {
+            match action {
+                Action::Persist { key, value } => self.members[index].log.append(&key, value.as_ref()),
+                Action::Send { to, envelope } => self.outbox.push((index, to, envelope)),
+                Action::SetTimer { timer, at } => {
+                    if let Some(old) = self.timer_at.insert((index, timer), at) {
+                        self.timers.remove(&(old, index, timer));
+                    }
+                    self.timers.insert((at, index, timer), ());
+                }
+                Action::CancelTimer { timer } => {
+                    if let Some(old) = self.timer_at.remove(&(index, timer)) {
+                        self.timers.remove(&(old, index, timer));
+                    }
+                }
+                Action::Note(event) => self.note(event),
+                Action::Deliver { .. } => {}
+            }
+        }
+    }
+
+    fn note(&mut self, event: Event) {
+        let p = &mut self.progress;
+        match event {
+            Event::Committed { seqno, view, .. } => {
+                p.committed = p.committed.max(seqno.0);
+                p.view = p.view.max(view.0);
+                p.batches_committed += 1;
+            }
+            Event::ViewInstalled { view } => p.view = p.view.max(view.0),
+            Event::CheckpointStable { seqno } => p.stable_checkpoint = p.stable_checkpoint.max(seqno.0),
+            Event::Executed { seqno, .. } => p.executed = seqno.0,
+            Event::Checkpointed { seqno, .. } => p.exec_checkpoint = seqno.0,
+            Event::StateLoaded { seqno, .. } => {
+                p.executed = seqno.0;
+                p.state_loads += 1;
+            }
+        }
+    }
+
+    /// Makes buffered persists durable (one sync per dirty log), then performs the collected sends;
+    /// deliveries to co-located stages are handled here too, repeating until no work is left.
+    pub fn flush(&mut self, now: Time, router: &mut dyn Router) -> std::io::Result<()> {
+        for _ in 0..LOCAL_ROUNDS_MAX {
+            self.sync_logs()?;
+            for (index, to, envelope) in std::mem::take(&mut self.outbox) {
+                self.route(index, to, envelope, router);
+            }
+            let Some((index, envelope)) = self.local.pop_front() else {
+                return Ok(());
+            };
+            self.stats.local += 1;
+            self.handle(now, index, Input::Message(envelope));
+        }
+        Ok(())
+    }
+
+    fn sync_logs(&mut self) -> std::io::Result<()> {
+        let mut synced = false;
+        for member in &mut self.members {
+            if member.log.is_dirty() {
+                if let Some(took) = member.log.sync()? {
+                    self.stats.fsync_total += took;
+                    self.stats.fsync_max = self.stats.fsync_max.max(took);
+                }
+                synced = true;
+            }
+        }
+        if synced {
+            self.stats.group_commits += 1;
+        }
+        Ok(())
+    }
+
+    fn route(&mut self, _from: usize, to: Vec<Principal>, envelope: Arc<Envelope>, router: &mut dyn Router) {
+        let mut frame: Option<Arc<Vec<u8>>> = None;
+        let mut remote_done: Vec<Process> = Vec::new();
+        for principal in to {
+            if principal.replica() == Some(self.me) {
+                let kind = principal.stage().expect("replica principals have a stage");
+                match self.member_of(kind) {
+                    Some(index) => self.local.push_back((index, envelope.clone())),
+                    None => self.drop_input("host_dropped_stage_not_hosted"),
+                }
+                continue;
+            }
+            let process = principal.process();
+            if remote_done.contains(&process) {
+                continue; // one copy per process: the receiver dispatches by message kind
+            }
+            remote_done.push(process);
+            let frame = frame.get_or_insert_with(|| Arc::new(upright_core::codec::encode(&envelope)));
+            router.send(process, frame.clone());
+            self.stats.sent += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,16 @@
+//! upright's runtime: hosts the protocol stages of `upright-core` in real processes.
+//!
+//! - [`storage`]: per-stage write-ahead logs with checksums, group commit, snapshots, recovery;
+//! - [`files`]: cluster config (TOML), key files, client config;
+//! - [`transport`]: length-prefixed frames over TCP, per-peer bounded queues, fair inbound service;
+//! - [`replica`]: one replica process (its co-located stages on one task) and its metrics;
+//! - [`client`]: an async client API over the core's client protocol.
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod files;
+pub mod host;
+pub mod metrics;
+pub mod replica;
+pub mod storage;
+pub mod transport;

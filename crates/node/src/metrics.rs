@@ -1,0 +1,201 @@
+//! What a replica reports: a status snapshot published by the event loop, rendered as Prometheus
+//! text (`GET /metrics`) or as `key=value` lines (`GET /status`, read by `upright status`), served
+//! over plain HTTP.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::host::{HostStats, Progress};
+use crate::storage::LogStats;
+
+/// Snapshot of one replica, refreshed by its event loop.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    /// Replica id.
+    pub replica: u32,
+    /// Progress from the stages' notes.
+    pub progress: Progress,
+    /// Each stage's counters (dropped messages by reason, work done), by stage name.
+    pub stage_stats: BTreeMap<String, BTreeMap<&'static str, u64>>,
+    /// Each stage's log counters.
+    pub log_stats: BTreeMap<String, LogStats>,
+    /// Host counters.
+    pub host: HostStats,
+    /// Transport counters.
+    pub net: BTreeMap<&'static str, u64>,
+    /// Envelopes waiting in the inbox.
+    pub inbox_depth: usize,
+    /// Frames waiting per peer replica.
+    pub outbound_depth: BTreeMap<u32, usize>,
+    /// Storage recovery outcome per stage at start.
+    pub recovery: BTreeMap<String, String>,
+    /// Stages that started from empty storage because their files were corrupt.
+    pub corrupt_recoveries: u64,
+    /// `ok`, or `recovering` while a stage that lost its storage has not yet loaded state.
+    pub health: String,
+}
+
+fn metric_name(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+impl Status {
+    /// Prometheus text exposition format.
+    pub fn prometheus(&self) -> String {
+        let mut o = String::new();
+        let r = self.replica;
+        let p = &self.progress;
+        let mut gauge = |name: &str, help: &str, value: u64| {
+            let _ = writeln!(o, "# HELP upright_{name} {help}\n# TYPE upright_{name} gauge");
+            let _ = writeln!(o, "upright_{name}{{replica=\"{r}\"}} {value}");
+        };
+        gauge("view", "Current view of the order member.", p.view);
+        gauge("committed_seqno", "Highest committed batch.", p.committed);
+        gauge(
+            "batches_ordered_total",
+            "Batches committed since start.",
+            p.batches_committed,
+        );
+        gauge(
+            "stable_checkpoint",
+            "Highest stable order checkpoint.",
+            p.stable_checkpoint,
+        );
+        gauge("executed_seqno", "Last executed batch.", p.executed);
+        gauge("exec_checkpoint", "Last execution checkpoint.", p.exec_checkpoint);
+        gauge("state_transfers_total", "Completed state transfers.", p.state_loads);
+        gauge(
+            "inbox_depth",
+            "Envelopes waiting to be handled.",
+            self.inbox_depth as u64,
+        );
+        gauge("group_commits_total", "Syncs before sends.", self.host.group_commits);
+        gauge(
+            "fsync_seconds_max_micros",
+            "Longest fsync in microseconds.",
+            self.host.fsync_max.as_micros() as u64,
+        );
+        gauge(
+            "fsync_micros_total",
+            "Total fsync time in microseconds.",
+            self.host.fsync_total.as_micros() as u64,
+        );
+        gauge("sent_total", "Envelopes sent to other processes.", self.host.sent);
+        gauge("local_total", "Envelopes between co-located stages.", self.host.local);
+        gauge(
+            "corrupt_storage_recoveries",
+            "Stages started empty after finding corrupt storage.",
+            self.corrupt_recoveries,
+        );
+        let _ = writeln!(
+            o,
+            "# HELP upright_outbound_depth Frames waiting per peer.\n# TYPE upright_outbound_depth gauge"
+        );
+        for (peer, depth) in &self.outbound_depth {
+            let _ = writeln!(o, "upright_outbound_depth{{replica=\"{r}\",peer=\"{peer}\"}} {depth}");
+        }
+        let _ = writeln!(o, "# HELP upright_stage_counter Stage counters (drops by reason, work done).\n# TYPE upright_stage_counter counter");
+        for (stage, counters) in &self.stage_stats {
+            for (name, value) in counters {
+                let name = metric_name(name);
+                let _ = writeln!(
+                    o,
+                    "upright_stage_counter{{replica=\"{r}\",stage=\"{stage}\",name=\"{name}\"}} {value}"
+                );
+            }
+        }
+        let _ = writeln!(o, "# HELP upright_net_counter Transport counters (drops and closes by reason).\n# TYPE upright_net_counter counter");
+        let host_drops = self.host.dropped.iter();
+        for (name, value) in self.net.iter().chain(host_drops) {
+            let _ = writeln!(
+                o,
+                "upright_net_counter{{replica=\"{r}\",name=\"{}\"}} {value}",
+                metric_name(name)
+            );
+        }
+        o
+    }
+
+    /// `key=value` lines.
+    pub fn key_values(&self) -> String {
+        let p = &self.progress;
+        let mut o = String::new();
+        let _ = writeln!(o, "replica={}", self.replica);
+        let _ = writeln!(o, "health={}", self.health);
+        let _ = writeln!(o, "view={}", p.view);
+        let _ = writeln!(o, "committed={}", p.committed);
+        let _ = writeln!(o, "executed={}", p.executed);
+        let _ = writeln!(o, "stable_checkpoint={}", p.stable_checkpoint);
+        let _ = writeln!(o, "exec_checkpoint={}", p.exec_checkpoint);
+        let _ = writeln!(o, "state_transfers={}", p.state_loads);
+        let _ = writeln!(o, "corrupt_storage_recoveries={}", self.corrupt_recoveries);
+        for (stage, outcome) in &self.recovery {
+            let _ = writeln!(o, "recovery_{stage}={outcome}");
+        }
+        o
+    }
+}
+
+/// Parses `key=value` lines.
+pub fn parse_key_values(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// Serves `GET /metrics` and `GET /status` from the published snapshot.
+pub async fn serve_http(listener: TcpListener, status: Arc<Mutex<Status>>) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let status = status.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 2048];
+            let n = match tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await {
+                Ok(Ok(n)) => n,
+                _ => return,
+            };
+            let request = String::from_utf8_lossy(&buf[..n]);
+            let path = request.split_whitespace().nth(1).unwrap_or("/");
+            let snapshot = status.lock().expect("status lock").clone();
+            let (code, body) = match path {
+                "/metrics" => ("200 OK", snapshot.prometheus()),
+                "/status" | "/" => ("200 OK", snapshot.key_values()),
+                _ => ("404 Not Found", "not found\n".to_string()),
+            };
+            let response = format!(
+                "HTTP/1.1 {code}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        });
+    }
+}
+
+/// Fetches `path` from a metrics endpoint (used by `upright status` and tests).
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+    let mut stream = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::other("connect timed out"))??;
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: upright\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut out))
+        .await
+        .map_err(|_| std::io::Error::other("read timed out"))??;
+    let text = String::from_utf8_lossy(&out).to_string();
+    Ok(text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default())
+}

@@ -1,0 +1,343 @@
+//! One replica process: opens its stages' logs, builds Auth, Order and (if `id < n_exec`) Exec with
+//! the in-memory KV service, listens for replicas, clients and metrics, dials its peers, and runs
+//! the [`Host`] on one task: network inputs round-robin per peer, timers, group commit, sends.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::net::TcpListener;
+use upright_core::auth::AuthStage;
+use upright_core::config::ConfigError;
+use upright_core::crypto::{KeyRing, SecretKeys};
+use upright_core::exec::ExecStage;
+use upright_core::ids::{Process, ReplicaId, StageKind};
+use upright_core::kv::KvService;
+use upright_core::message::MESSAGE_BYTES_MAX;
+use upright_core::order::OrderStage;
+use upright_core::stage::{Stage, Storage, Time};
+
+use crate::files::{resolve, Cluster, FileError};
+use crate::host::{Host, Member, Router};
+use crate::metrics::{serve_http, Status};
+use crate::storage::{Recovery, StageLog, StorageOptions};
+use crate::transport::{dial, serve, ClientRoutes, Counters, Dialer, Hello, Inbox};
+
+/// Most inbound envelopes handled between two flushes (bounds the group-commit batch).
+pub const INPUTS_PER_ROUND_MAX: usize = 256;
+/// How often the status snapshot is refreshed.
+const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+
+/// Everything needed to run one replica.
+pub struct ReplicaSpec {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// Which replica.
+    pub id: u32,
+    /// Its secret keys (checked against the config by the loader).
+    pub keys: SecretKeys,
+    /// Log settings (fsync policy from the config unless overridden).
+    pub storage: StorageOptions,
+    /// Builds the stages; `None` = the real Auth, Order and Exec (with the in-memory KV service).
+    /// Tests substitute stand-ins here.
+    pub stages: Option<StageFactory>,
+}
+
+/// Builds the stage of one kind from its recovered storage and the replica's key ring.
+pub type StageFactory =
+    Arc<dyn Fn(StageKind, &Storage, Arc<KeyRing>) -> Result<Box<dyn Stage + Send>, ConfigError> + Send + Sync>;
+
+/// The host clock: wall-clock microseconds (so a restarted replica agrees with its peers on batch
+/// times), never going backwards within the process.
+pub struct Clock {
+    last: Time,
+}
+
+impl Clock {
+    /// A new clock.
+    pub fn new() -> Clock {
+        Clock { last: 0 }
+    }
+
+    /// Current time.
+    pub fn now(&mut self) -> Time {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        self.last = self.last.max(wall);
+        self.last
+    }
+
+    /// The `tokio::time::Instant` at which host time `at` is reached.
+    pub fn instant_of(&mut self, at: Time) -> tokio::time::Instant {
+        let now = self.now();
+        tokio::time::Instant::now() + Duration::from_micros(at.saturating_sub(now))
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
+struct NetRouter {
+    peers: BTreeMap<ReplicaId, Dialer>,
+    routes: Arc<ClientRoutes>,
+    counters: Arc<Counters>,
+}
+
+impl Router for NetRouter {
+    fn send(&mut self, to: Process, frame: Arc<Vec<u8>>) {
+        match to {
+            Process::Replica(r) => match self.peers.get(&r) {
+                Some(peer) => peer.send(frame),
+                None => self.counters.bump("net_dropped_unknown_peer"),
+            },
+            Process::Client(c) => {
+                if !self.routes.send(c, frame) {
+                    self.counters.bump("net_dropped_client_unreachable");
+                }
+            }
+        }
+    }
+}
+
+fn stage_name(kind: StageKind) -> &'static str {
+    match kind {
+        StageKind::Auth => "auth",
+        StageKind::Order => "order",
+        StageKind::Exec => "exec",
+    }
+}
+
+/// The stages of a replica as built from storage.
+pub struct Built {
+    /// The members.
+    pub members: Vec<Member>,
+    /// Storage recovery outcome per stage name.
+    pub recovery: BTreeMap<String, String>,
+    /// Stages whose storage was corrupt.
+    pub corrupt: u64,
+}
+
+/// Opens the logs and builds the co-located stages. Corrupt storage is logged and the stage starts
+/// empty (it then recovers from its peers).
+pub fn build_members(spec: &ReplicaSpec, keys: &Arc<KeyRing>) -> Result<Built, FileError> {
+    let config = spec.cluster.config.clone();
+    let q = config.validate().map_err(|e| FileError(e.to_string()))?;
+    let id = ReplicaId(spec.id);
+    let mut kinds = vec![StageKind::Auth, StageKind::Order];
+    if (spec.id as usize) < q.n_exec {
+        kinds.push(StageKind::Exec);
+    }
+    let mut members = Vec::new();
+    let mut outcomes = BTreeMap::new();
+    let mut corrupt = 0;
+    for kind in kinds {
+        let dir = spec.cluster.data_dir(spec.id).join(stage_name(kind));
+        let (log, storage, recovery) = StageLog::open(&dir, spec.storage)
+            .map_err(|e| FileError(format!("cannot open storage {}: {e}", dir.display())))?;
+        match &recovery {
+            Recovery::Corrupted { reason, moved_to } => {
+                corrupt += 1;
+                tracing::warn!(
+                    stage = stage_name(kind),
+                    %reason,
+                    moved_to = %moved_to.display(),
+                    "storage is corrupt: starting this stage empty; it recovers its state from its peers"
+                );
+            }
+            Recovery::TornTail { truncated_bytes } => {
+                tracing::info!(stage = stage_name(kind), truncated_bytes, "truncated a torn log tail");
+            }
+            _ => {}
+        }
+        outcomes.insert(
+            stage_name(kind).to_string(),
+            format!("{recovery:?}").replace(['\n', ' '], ""),
+        );
+        let bad = |e: ConfigError| FileError(e.to_string());
+        let stage: Box<dyn Stage + Send> = match (&spec.stages, kind) {
+            (Some(factory), kind) => factory(kind, &storage, keys.clone()).map_err(bad)?,
+            (None, StageKind::Auth) => {
+                Box::new(AuthStage::new(config.clone(), id, keys.clone(), &storage).map_err(bad)?)
+            }
+            (None, StageKind::Order) => {
+                Box::new(OrderStage::new(config.clone(), id, keys.clone(), &storage).map_err(bad)?)
+            }
+            (None, StageKind::Exec) => Box::new(
+                ExecStage::new(config.clone(), id, keys.clone(), &storage, Box::new(KvService::new())).map_err(bad)?,
+            ),
+        };
+        members.push(Member { kind, stage, log });
+    }
+    Ok(Built {
+        members,
+        recovery: outcomes,
+        corrupt,
+    })
+}
+
+async fn bind(addr: &str, what: &str) -> Result<TcpListener, FileError> {
+    let resolved = resolve(addr)?;
+    TcpListener::bind(resolved)
+        .await
+        .map_err(|e| FileError(format!("cannot listen on {addr} ({what}): {e}")))
+}
+
+/// Largest frame a client may send: its largest request plus envelope overhead.
+pub fn client_frame_max(cluster: &Cluster) -> usize {
+    (cluster.config.knobs.request_bytes_max + (64 << 10)).min(MESSAGE_BYTES_MAX)
+}
+
+/// Runs replica `spec.id` until `shutdown` completes.
+pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) -> Result<(), FileError> {
+    let cluster = spec.cluster.clone();
+    let config = cluster.config.clone();
+    let me = ReplicaId(spec.id);
+    let entry = cluster.file.replica(spec.id)?.clone();
+    let keys = Arc::new(KeyRing::new(&config, Process::Replica(me), &spec.keys));
+    let Built {
+        members,
+        recovery,
+        corrupt,
+    } = build_members(&spec, &keys)?;
+    let counters = Arc::new(Counters::default());
+    let inbox = Arc::new(Inbox::new(counters.clone()));
+    let routes = Arc::new(ClientRoutes::default());
+    let replica_listener = bind(&entry.replica_addr, "replicas").await?;
+    let client_listener = bind(&entry.client_addr, "clients").await?;
+    let metrics_listener = bind(&entry.metrics_addr, "metrics").await?;
+    let name = config.cluster_name.clone();
+    tokio::spawn(serve(
+        replica_listener,
+        keys.clone(),
+        name.clone(),
+        |p| matches!(p, Process::Replica(_)),
+        inbox.clone(),
+        None,
+        MESSAGE_BYTES_MAX,
+        counters.clone(),
+    ));
+    tokio::spawn(serve(
+        client_listener,
+        keys.clone(),
+        name.clone(),
+        |p| matches!(p, Process::Client(_)),
+        inbox.clone(),
+        Some(routes.clone()),
+        client_frame_max(&cluster),
+        counters.clone(),
+    ));
+    let mut peers = BTreeMap::new();
+    for peer in &cluster.file.replicas {
+        if peer.id != spec.id {
+            let hello = Hello::new(&keys, &name, Process::Replica(ReplicaId(peer.id)));
+            let addr = resolve(&peer.replica_addr)?;
+            peers.insert(ReplicaId(peer.id), dial(addr, hello, None, 0, counters.clone()));
+        }
+    }
+    let status = Arc::new(Mutex::new(Status {
+        replica: spec.id,
+        recovery,
+        corrupt_recoveries: corrupt,
+        health: "starting".into(),
+        ..Status::default()
+    }));
+    tokio::spawn(serve_http(metrics_listener, status.clone()));
+    tracing::info!(
+        replica = spec.id,
+        replicas = %entry.replica_addr,
+        clients = %entry.client_addr,
+        metrics = %entry.metrics_addr,
+        "replica started"
+    );
+    let mut router = NetRouter {
+        peers,
+        routes,
+        counters: counters.clone(),
+    };
+    let host = Host::new(me, members);
+    event_loop(host, &mut router, inbox, status, counters, corrupt > 0, shutdown).await
+}
+
+async fn event_loop(
+    mut host: Host,
+    router: &mut NetRouter,
+    inbox: Arc<Inbox>,
+    status: Arc<Mutex<Status>>,
+    counters: Arc<Counters>,
+    lost_storage: bool,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), FileError> {
+    let mut clock = Clock::new();
+    let io = |e: std::io::Error| FileError(format!("storage failure: {e}"));
+    host.start(clock.now());
+    host.flush(clock.now(), router).map_err(io)?;
+    let mut next_publish = tokio::time::Instant::now();
+    tokio::pin!(shutdown);
+    loop {
+        // Publish on a deadline, not only when idle, so status stays fresh under sustained load.
+        if tokio::time::Instant::now() >= next_publish {
+            publish_status(&host, router, &inbox, &status, &counters, lost_storage);
+            next_publish = tokio::time::Instant::now() + PUBLISH_EVERY;
+        }
+        let wake = host.next_timer().map(|at| clock.instant_of(at));
+        let wake = wake.map_or(next_publish, |w| w.min(next_publish));
+        if inbox.is_empty() {
+            tokio::select! {
+                _ = inbox.notified() => {}
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = &mut shutdown => return Ok(()),
+            }
+        } else if futures_poll_ready(&mut shutdown).await {
+            return Ok(());
+        }
+        let now = clock.now();
+        host.fire_timers(now);
+        for (_, envelope) in inbox.pop_round_robin(INPUTS_PER_ROUND_MAX) {
+            host.deliver(now, envelope);
+        }
+        host.flush(now, router).map_err(io)?;
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Whether `shutdown` has completed, without waiting.
+async fn futures_poll_ready<F: Future<Output = ()>>(shutdown: &mut std::pin::Pin<&mut F>) -> bool {
+    tokio::select! {
+        biased;
+        _ = shutdown.as_mut() => true,
+        _ = std::future::ready(()) => false,
+    }
+}
+
+fn publish_status(
+    host: &Host,
+    router: &NetRouter,
+    inbox: &Inbox,
+    status: &Mutex<Status>,
+    counters: &Counters,
+    lost_storage: bool,
+) {
+    let mut s = status.lock().expect("status lock");
+    s.progress = host.progress.clone();
+    s.host = host.stats.clone();
+    s.net = counters.snapshot();
+    s.inbox_depth = inbox.len();
+    s.outbound_depth = router.peers.iter().map(|(r, d)| (r.0, d.queue_depth())).collect();
+    for member in host.members() {
+        let name = stage_name(member.kind).to_string();
+        s.stage_stats
+            .insert(name.clone(), member.stage.stats().counters.clone());
+        s.log_stats.insert(name, member.log.stats());
+    }
+    s.health = if lost_storage && host.progress.state_loads == 0 && host.progress.executed == 0 {
+        "recovering".into()
+    } else {
+        "ok".into()
+    };
+}

@@ -1,0 +1,327 @@
+//! Durable storage of one stage member: a write-ahead log of [`Action::Persist`] records plus a
+//! snapshot, with group commit and recovery.
+//!
+//! Files in the member's directory:
+//! - `snapshot`: every key's value at the last compaction, followed by an end marker that states
+//!   the number of entries (a snapshot without its marker is incomplete and refused);
+//! - `log`: the records written since, in order.
+//!
+//! Recovery loads the snapshot and replays the log over it. Replaying is idempotent (each record
+//! sets or deletes a whole value), so a crash after the new snapshot is renamed into place but
+//! before the log is reset loses nothing. A torn last log record is an interrupted write: it is
+//! truncated. Damage anywhere else means the files cannot be trusted: they are moved aside, the
+//! stage starts from empty storage and recovers its state from its peers (the protocol's state
+//! transfer), and [`Recovery::Corrupted`] is reported so the host logs and counts it.
+//!
+//! [`Action::Persist`]: upright_core::stage::Action::Persist
+
+mod record;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use upright_core::stage::Storage;
+
+pub use record::{encode_record, parse_records, Record, Tail, RECORD_BYTES_MAX};
+
+const SNAPSHOT: &str = "snapshot";
+const SNAPSHOT_TMP: &str = "snapshot.tmp";
+const LOG: &str = "log";
+const LOG_TMP: &str = "log.tmp";
+/// Key of the snapshot's end marker (stage keys never start with a NUL byte).
+const END_MARKER: &str = "\0end";
+
+/// When to call `fsync`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncPolicy {
+    /// Make every group of persists durable before the next send (the protocol's rule).
+    #[default]
+    Always,
+    /// Write but never sync: for benchmarks only; a machine crash may lose acknowledged state.
+    Never,
+}
+
+/// Storage settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StorageOptions {
+    /// Sync policy.
+    pub fsync: FsyncPolicy,
+    /// Compact (snapshot + fresh log) once the log is larger than this.
+    pub compact_log_bytes: u64,
+}
+
+impl Default for StorageOptions {
+    fn default() -> Self {
+        StorageOptions {
+            fsync: FsyncPolicy::Always,
+            compact_log_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What recovery found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// No files yet: first start.
+    Fresh,
+    /// Everything read back.
+    Clean,
+    /// The last log record was incomplete and was truncated (normal after a crash).
+    TornTail {
+        /// Bytes removed.
+        truncated_bytes: u64,
+    },
+    /// The snapshot or the middle of the log is damaged: the files were moved aside and the stage
+    /// starts from empty storage.
+    Corrupted {
+        /// What and where.
+        reason: String,
+        /// Where the damaged files were moved.
+        moved_to: PathBuf,
+    },
+}
+
+/// Counters of one log, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Syncs performed (group commits).
+    pub syncs: u64,
+    /// Records written.
+    pub records: u64,
+    /// Total time spent in fsync.
+    pub fsync_total: Duration,
+    /// Longest fsync.
+    pub fsync_max: Duration,
+    /// Compactions done.
+    pub compactions: u64,
+}
+
+/// The write-ahead log of one stage member.
+pub struct StageLog {
+    dir: PathBuf,
+    options: StorageOptions,
+    file: File,
+    log_bytes: u64,
+    /// The current value of every key (needed to write snapshots).
+    map: Storage,
+    /// Encoded records not yet written.
+    pending: Vec<u8>,
+    stats: LogStats,
+}
+
+impl StageLog {
+    /// Opens (creating if needed) the log in `dir` and recovers its contents.
+    pub fn open(dir: &Path, options: StorageOptions) -> io::Result<(StageLog, Storage, Recovery)> {
+        fs::create_dir_all(dir)?;
+        let _ = fs::remove_file(dir.join(SNAPSHOT_TMP));
+        let _ = fs::remove_file(dir.join(LOG_TMP));
+        let (map, recovery) = match recover(dir)? {
+            Ok(found) => found,
+            Err(reason) => {
+                let moved_to = move_aside(dir)?;
+                (
+                    Storage::new(),
+                    Recovery::Corrupted {
+                        reason: reason.to_string(),
+                        moved_to,
+                    },
+                )
+            }
+        };
+        let file = OpenOptions::new().create(true).append(true).open(dir.join(LOG))?;
+        let log_bytes = file.metadata()?.len();
+        sync_dir(dir)?;
+        let log = StageLog {
+            dir: dir.to_path_buf(),
+            options,
+            file,
+            log_bytes,
+            map: map.clone(),
+            pending: Vec::new(),
+            stats: LogStats::default(),
+        };
+        Ok((log, map, recovery))
+    }
+
+    /// Buffers one persist; it becomes durable at the next [`StageLog::sync`].
+    pub fn append(&mut self, key: &str, value: Option<&Bytes>) {
+        assert!(!key.starts_with('\0'), "stage keys must not start with NUL");
+        encode_record(key, value, &mut self.pending);
+        match value {
+            Some(v) => self.map.insert(key.to_string(), v.clone()),
+            None => self.map.remove(key),
+        };
+        self.stats.records += 1;
+    }
+
+    /// Whether there are buffered persists.
+    pub fn is_dirty(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Writes the buffered persists and (per policy) fsyncs once for all of them; compacts if the
+    /// log grew past its bound. Returns the fsync time if one was done.
+    pub fn sync(&mut self) -> io::Result<Option<Duration>> {
+        if self.pending.is_empty() {
+            return Ok(None);
+        }
+        self.file.write_all(&self.pending)?;
+        self.log_bytes += self.pending.len() as u64;
+        self.pending.clear();
+        let took = if self.options.fsync == FsyncPolicy::Always {
+            let start = Instant::now();
+            self.file.sync_data()?;
+            let took = start.elapsed();
+            self.stats.fsync_total += took;
+            self.stats.fsync_max = self.stats.fsync_max.max(took);
+            Some(took)
+        } else {
+            None
+        };
+        self.stats.syncs += 1;
+        if self.log_bytes > self.options.compact_log_bytes {
+            self.compact()?;
+        }
+        Ok(took)
+    }
+
+    /// Writes a snapshot of the current state and starts a fresh log (atomic renames, directory
+    /// synced after each). Pending records are written first.
+    pub fn compact(&mut self) -> io::Result<()> {
+        if !self.pending.is_empty() {
+            self.file.write_all(&self.pending)?;
+            self.pending.clear();
+        }
+        self.write_snapshot_tmp()?;
+        fs::rename(self.dir.join(SNAPSHOT_TMP), self.dir.join(SNAPSHOT))?;
+        sync_dir(&self.dir)?;
+        let fresh = File::create(self.dir.join(LOG_TMP))?;
+        fresh.sync_all()?;
+        fs::rename(self.dir.join(LOG_TMP), self.dir.join(LOG))?;
+        sync_dir(&self.dir)?;
+        self.file = OpenOptions::new().append(true).open(self.dir.join(LOG))?;
+        self.log_bytes = 0;
+        self.stats.compactions += 1;
+        Ok(())
+    }
+
+    /// First step of compaction: the complete snapshot under its temporary name, synced.
+    fn write_snapshot_tmp(&self) -> io::Result<()> {
+        let mut bytes = Vec::new();
+        for (key, value) in &self.map {
+            encode_record(key, Some(value), &mut bytes);
+        }
+        let count = Bytes::copy_from_slice(&(self.map.len() as u64).to_le_bytes());
+        encode_record(END_MARKER, Some(&count), &mut bytes);
+        let mut file = File::create(self.dir.join(SNAPSHOT_TMP))?;
+        file.write_all(&bytes)?;
+        file.sync_all()
+    }
+
+    /// The current contents (what a restart would recover once synced).
+    pub fn contents(&self) -> &Storage {
+        &self.map
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> LogStats {
+        self.stats
+    }
+
+    /// Size of the log file (written bytes).
+    pub fn log_bytes(&self) -> u64 {
+        self.log_bytes
+    }
+}
+
+/// Reads snapshot and log. `Ok(Err(reason))` = the files are damaged.
+fn recover(dir: &Path) -> io::Result<Result<(Storage, Recovery), String>> {
+    let snapshot = read_if_exists(&dir.join(SNAPSHOT))?;
+    let log = read_if_exists(&dir.join(LOG))?;
+    let fresh = snapshot.is_none() && log.as_ref().is_none_or(|l| l.is_empty());
+    let mut map = Storage::new();
+    if let Some(bytes) = snapshot {
+        let (records, tail) = parse_records(&bytes);
+        if tail != Tail::Clean {
+            return Ok(Err(format!("snapshot is damaged ({tail:?})")));
+        }
+        let Some((end, entries)) = records.split_last() else {
+            return Ok(Err("snapshot is empty".into()));
+        };
+        let expected = Bytes::copy_from_slice(&(entries.len() as u64).to_le_bytes());
+        if end.key != END_MARKER || end.value.as_ref() != Some(&expected) {
+            return Ok(Err("snapshot has no valid end marker".into()));
+        }
+        for record in entries {
+            if let Some(value) = &record.value {
+                map.insert(record.key.clone(), value.clone());
+            }
+        }
+    }
+    let mut recovery = if fresh { Recovery::Fresh } else { Recovery::Clean };
+    if let Some(bytes) = log {
+        let (records, tail) = parse_records(&bytes);
+        match tail {
+            Tail::Clean => {}
+            Tail::Torn { valid_bytes } => {
+                let file = OpenOptions::new().write(true).open(dir.join(LOG))?;
+                file.set_len(valid_bytes)?;
+                file.sync_all()?;
+                recovery = Recovery::TornTail {
+                    truncated_bytes: bytes.len() as u64 - valid_bytes,
+                };
+            }
+            Tail::Corrupt { offset, why } => {
+                return Ok(Err(format!("log record at byte {offset}: {why}")));
+            }
+        }
+        for record in records {
+            match record.value {
+                Some(value) => map.insert(record.key, value),
+                None => map.remove(&record.key),
+            };
+        }
+    }
+    Ok(Ok((map, recovery)))
+}
+
+fn read_if_exists(path: &Path) -> io::Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Moves damaged files into `corrupt-<n>/` inside `dir` (kept for inspection, never read again).
+fn move_aside(dir: &Path) -> io::Result<PathBuf> {
+    let mut n = 0;
+    let target = loop {
+        let candidate = dir.join(format!("corrupt-{n}"));
+        if !candidate.exists() {
+            break candidate;
+        }
+        n += 1;
+    };
+    fs::create_dir(&target)?;
+    for name in [SNAPSHOT, LOG] {
+        if dir.join(name).exists() {
+            fs::rename(dir.join(name), target.join(name))?;
+        }
+    }
+    sync_dir(dir)?;
+    Ok(target)
+}
+
+/// Makes renames and creations in `dir` durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,143 @@
+//! The inbound side's fairness: one bounded queue per sending process, served round-robin
+//! (Aardvark's isolation: a flooding peer fills only its own queue and gets only its turn).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use upright_core::ids::Process;
+use upright_core::message::Envelope;
+
+use super::Counters;
+
+/// Most envelopes waiting from one process.
+pub const INBOX_PER_PEER_MAX: usize = 4096;
+
+#[derive(Default)]
+struct State {
+    queues: BTreeMap<Process, VecDeque<Arc<Envelope>>>,
+    /// Processes with a non-empty queue, in service order.
+    ring: VecDeque<Process>,
+    total: usize,
+}
+
+/// Shared inbound queues of one process, plus the wake-up of its event loop.
+pub struct Inbox {
+    state: Mutex<State>,
+    notify: Notify,
+    per_peer_max: usize,
+    counters: Arc<Counters>,
+}
+
+impl Inbox {
+    /// An empty inbox that counts drops in `counters`.
+    pub fn new(counters: Arc<Counters>) -> Inbox {
+        Inbox::with_bound(counters, INBOX_PER_PEER_MAX)
+    }
+
+    /// An inbox with a custom per-peer bound.
+    pub fn with_bound(counters: Arc<Counters>, per_peer_max: usize) -> Inbox {
+        Inbox {
+            state: Mutex::new(State::default()),
+            notify: Notify::new(),
+            per_peer_max,
+            counters,
+        }
+    }
+
+    /// Queues an envelope from `from`; drops it (counted) if that peer's queue is full.
+    pub fn push(&self, from: Process, envelope: Arc<Envelope>) {
+        let accepted = {
+            let mut guard = self.state.lock().expect("inbox lock");
+            let state = &mut *guard;
+            let queue = state.queues.entry(from).or_default();
+            if queue.len() >= self.per_peer_max {
+                false
+            } else {
+                if queue.is_empty() {
+                    state.ring.push_back(from);
+                }
+                queue.push_back(envelope);
+                state.total += 1;
+                true
+            }
+        };
+        if accepted {
+            self.notify.notify_one();
+        } else {
+            self.counters.bump("net_dropped_inbox_full");
+        }
+    }
+
+    /// Takes up to `max` envelopes, one per peer in turn.
+    pub fn pop_round_robin(&self, max: usize) -> Vec<(Process, Arc<Envelope>)> {
+        let mut state = self.state.lock().expect("inbox lock");
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some(peer) = state.ring.pop_front() else { break };
+            let queue = state.queues.get_mut(&peer).expect("ring lists only queued peers");
+            let envelope = queue.pop_front().expect("ring lists only non-empty queues");
+            let more = !queue.is_empty();
+            if more {
+                state.ring.push_back(peer);
+            }
+            state.total -= 1;
+            out.push((peer, envelope));
+        }
+        out
+    }
+
+    /// Envelopes waiting.
+    pub fn len(&self) -> usize {
+        self.state.lock().expect("inbox lock").total
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Waits until something was pushed since the last wait.
+    pub async fn notified(&self) {
+        self.notify.notified().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use upright_core::ids::{ClientId, ReplicaId};
+    use upright_core::message::{Message, Seal};
+
+    fn env(from: Process) -> Arc<Envelope> {
+        let principal = match from {
+            Process::Replica(r) => upright_core::ids::Principal::Order(r),
+            Process::Client(c) => upright_core::ids::Principal::Client(c),
+        };
+        Arc::new(Envelope {
+            from: principal,
+            message: Message::LastExecuted {
+                seqno: Default::default(),
+            },
+            seal: Seal::None,
+        })
+    }
+
+    #[test]
+    fn a_flooding_peer_gets_only_its_turn_and_its_own_queue_overflows() {
+        let counters = Arc::new(Counters::default());
+        let inbox = Inbox::with_bound(counters.clone(), 10);
+        let flooder = Process::Client(ClientId(7));
+        let honest = Process::Replica(ReplicaId(1));
+        for _ in 0..100 {
+            inbox.push(flooder, env(flooder));
+        }
+        inbox.push(honest, env(honest));
+        inbox.push(honest, env(honest));
+        assert_eq!(counters.get("net_dropped_inbox_full"), 90);
+        let first = inbox.pop_round_robin(4);
+        let from: Vec<Process> = first.iter().map(|(p, _)| *p).collect();
+        assert_eq!(from, vec![flooder, honest, flooder, honest]);
+        assert_eq!(inbox.len(), 8);
+    }
+}
