@@ -58,6 +58,8 @@ pub struct Sim<P: Protocol> {
     plan: FaultPlan,
     counts: FaultCounts,
     byzantine: BTreeMap<u32, Byzantine>,
+    /// `UPRIGHT_SIM_TRACE` is set: print every stage event (read once, not per event).
+    trace_events: bool,
     workload: Workload,
     agreement: Agreement,
     trace: blake3::Hasher,
@@ -179,6 +181,7 @@ impl<P: Protocol> Sim<P> {
             events: 0,
             ops_completed: 0,
             byzantine,
+            trace_events: std::env::var_os("UPRIGHT_SIM_TRACE").is_some(),
             clients,
             errors,
             plan,
@@ -457,8 +460,9 @@ impl<P: Protocol> Sim<P> {
                     }
                 }
                 Action::Note(event) => {
-                    if std::env::var_os("UPRIGHT_SIM_TRACE").is_some() {
-                        eprintln!("{:>9} {:?} {:?} (byzantine: {:?})", self.now, p, event, self.byzantine.keys());
+                    if self.trace_events {
+                        let byzantine: Vec<&u32> = self.byzantine.keys().collect();
+                        eprintln!("{:>9} {p:?} {event:?} (byzantine replicas: {byzantine:?})", self.now);
                     }
                     if self.is_correct(p) {
                         self.agreement.observe(p, &event);
