@@ -303,6 +303,14 @@ fn replica_with_corrupted_files_recovers_correct_state_from_peers() {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        let transfers = c
+            .status(1)
+            .await
+            .and_then(|s| s.get("state_transfers")?.parse::<u64>().ok());
+        assert!(
+            transfers.unwrap_or(0) >= 1,
+            "state not loaded from peers: {transfers:?}"
+        );
         // With replica 2 down, replies need replica 1's execution state: it must be correct.
         c.kill(2);
         assert_all_readable(&c, &client, &acked).await;
