@@ -1,5 +1,6 @@
 //! The `upright` command: initialise a cluster, run replicas, show status, run a local demo.
 
+mod bench;
 mod demo;
 
 use std::path::{Path, PathBuf};
@@ -107,6 +108,14 @@ enum Command {
         #[arg(long, default_value_t = 4)]
         clients: u32,
     },
+    /// Benchmark a local cluster beside the NO-REP baseline: throughput, latency, CPU per operation.
+    Bench(bench::BenchArgs),
+    /// Run the unreplicated NO-REP baseline server of a u = r = 0 config (used by `bench`).
+    Norep {
+        /// Cluster config with u = r = 0.
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -138,6 +147,14 @@ fn main() -> ExitCode {
         } => {
             init_logging("warn");
             runtime().block_on(demo::run(smoke, seconds, clients))
+        }
+        Command::Bench(args) => {
+            init_logging("warn");
+            runtime().block_on(bench::run(args))
+        }
+        Command::Norep { config } => {
+            init_logging("info");
+            runtime().block_on(bench::norep(&config))
         }
     };
     match result {

@@ -4,13 +4,17 @@
 //! - [`files`]: cluster config (TOML), key files, client config;
 //! - [`transport`]: length-prefixed frames over TCP, per-peer bounded queues, fair inbound service;
 //! - [`replica`]: one replica process (its co-located stages on one task) and its metrics;
-//! - [`client`]: an async client API over the core's client protocol.
+//! - [`client`]: an async client API over the core's client protocol;
+//! - [`norep`]: the unreplicated NO-REP server, the benchmarks' baseline;
+//! - [`bench`]: `upright bench`, closed-loop benchmarks beside the NO-REP baseline.
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod client;
 pub mod files;
 pub mod host;
 pub mod metrics;
+pub mod norep;
 pub mod replica;
 pub mod storage;
 pub mod transport;

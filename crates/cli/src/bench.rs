@@ -1,0 +1,138 @@
+//! `upright bench` and `upright norep`: argument parsing; the logic is in `upright_node::bench`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use upright_node::bench::{self, BenchOptions, Workload};
+use upright_node::files::{self, Cluster, FileError};
+use upright_node::storage::FsyncPolicy;
+
+/// Options of `upright bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Workloads A/B (A KiB request, B KiB reply, 0 = 8 bytes), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0/0")]
+    workload: Vec<String>,
+    /// Concurrent closed-loop clients, comma-separated (a sweep).
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    clients: Vec<u32>,
+    /// Length of each measurement window (e.g. 10s, 500ms).
+    #[arg(long, default_value = "5s")]
+    duration: String,
+    /// Warm-up before each window.
+    #[arg(long, default_value = "1s")]
+    warmup: String,
+    /// Fault settings u/r, comma-separated (2u + r + 1 replica processes each).
+    #[arg(long, value_delimiter = ',', default_value = "1/1")]
+    ur: Vec<String>,
+    /// Batch sizes (batch_size_max), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "64")]
+    batch: Vec<usize>,
+    /// Log sync policy of the replicas: always (the protocol's rule) or never (benchmark only).
+    #[arg(long, default_value = "always")]
+    fsync: String,
+    /// Skip the NO-REP baseline.
+    #[arg(long)]
+    no_baseline: bool,
+    /// Write the results as JSON here, and one SVG plot per workload next to it.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, FileError> {
+    let t = text.trim();
+    let bad = || FileError(format!("duration {text:?}: expected e.g. 10s, 500ms or 2"));
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !(0.0..=3600.0).contains(&(v * scale)) {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+fn parse_ur(text: &str) -> Result<(usize, usize), FileError> {
+    let bad = || FileError(format!("--ur {text:?}: expected u/r, e.g. 1/1"));
+    let (u, r) = text.split_once('/').ok_or_else(bad)?;
+    let (u, r) = (
+        u.trim().parse().map_err(|_| bad())?,
+        r.trim().parse().map_err(|_| bad())?,
+    );
+    if u == 0 || r > u {
+        return Err(FileError(format!("--ur {text:?}: need u >= 1 and r <= u")));
+    }
+    Ok((u, r))
+}
+
+fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
+    let workloads = args
+        .workload
+        .iter()
+        .map(|w| Workload::parse(w).map_err(FileError))
+        .collect::<Result<Vec<_>, _>>()?;
+    if args.clients.is_empty() || args.clients.iter().any(|c| *c == 0 || *c > 1000) {
+        return Err(FileError("--clients: give counts between 1 and 1000".into()));
+    }
+    if args.batch.contains(&0) {
+        return Err(FileError("--batch: batch sizes must be at least 1".into()));
+    }
+    let fsync = match args.fsync.as_str() {
+        "always" => FsyncPolicy::Always,
+        "never" => FsyncPolicy::Never,
+        other => return Err(FileError(format!("--fsync {other:?}: expected always or never"))),
+    };
+    Ok(BenchOptions {
+        exe: std::env::current_exe().map_err(|e| FileError(format!("cannot find own executable: {e}")))?,
+        workloads,
+        clients: args.clients.clone(),
+        faults: args.ur.iter().map(|s| parse_ur(s)).collect::<Result<_, _>>()?,
+        batch_sizes: args.batch.clone(),
+        duration: parse_duration(&args.duration)?,
+        warmup: parse_duration(&args.warmup)?,
+        fsync,
+        baseline: !args.no_baseline,
+    })
+}
+
+/// Runs `upright bench`.
+pub async fn run(args: BenchArgs) -> Result<ExitCode, FileError> {
+    let options = options(&args)?;
+    let points = bench::run(&options).await?;
+    println!("\n{}", bench::table(&points));
+    if let Some(path) = &args.json {
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        let write = |p: &Path, text: String| {
+            if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            std::fs::write(p, text).map_err(|e| FileError(format!("cannot write {}: {e}", p.display())))
+        };
+        write(path, bench::to_json(&points, bench::cores(), &command))?;
+        println!("wrote {}", path.display());
+        for &w in &options.workloads {
+            let svg = bench::svg_path(path, w);
+            write(&svg, bench::to_svg(&points, w))?;
+            println!("wrote {}", svg.display());
+        }
+    }
+    let failed = points.iter().any(|p| p.upright.ops == 0);
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Runs the NO-REP server of a `u = r = 0` cluster config until interrupted.
+pub async fn norep(config: &Path) -> Result<ExitCode, FileError> {
+    let cluster = Cluster::load(config)?;
+    let keys = files::load_replica_keys(&cluster, 0, &cluster.key_path(0))?;
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    upright_node::norep::run_norep_server(cluster, keys, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}

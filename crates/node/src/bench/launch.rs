@@ -1,0 +1,174 @@
+//! Local processes for a benchmark: a cluster of replica processes and the NO-REP server, each a
+//! child process of the `upright` binary, plus CPU accounting from `/proc/<pid>/stat`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use upright_core::config::Knobs;
+
+use crate::files::{self, FileError, InitPlan};
+use crate::storage::FsyncPolicy;
+
+/// Child processes of one benchmark target; all are SIGKILLed when dropped.
+pub struct Processes {
+    children: Vec<Child>,
+    /// Directory with the config, client files and logs.
+    pub dir: PathBuf,
+}
+
+impl Processes {
+    /// Process ids of the children.
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(|c| c.id()).collect()
+    }
+
+    /// Whether every child is still running.
+    pub fn all_running(&mut self) -> bool {
+        self.children.iter_mut().all(|c| matches!(c.try_wait(), Ok(None)))
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A free loopback port below Linux's ephemeral range (32768+), so no outgoing connection can take
+/// it between the choice and the bind; distinct within this process.
+fn free_port() -> Result<u16, FileError> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919).wrapping_add(5003) % 12_000;
+    for _ in 0..12_000 {
+        let port = 20_000 + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(FileError("no free loopback port between 20000 and 32000".into()))
+}
+
+/// What to launch.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Failures of any kind tolerated (`u = r = 0` with `norep` is the NO-REP server).
+    pub u: usize,
+    /// Byzantine failures tolerated.
+    pub r: usize,
+    /// Protocol knobs (batch size).
+    pub knobs: Knobs,
+    /// Log sync policy.
+    pub fsync: FsyncPolicy,
+    /// Client identities to create.
+    pub clients: u32,
+    /// Run the NO-REP server instead of replicas.
+    pub norep: bool,
+}
+
+fn spawn(exe: &Path, dir: &Path, args: &[String], log_name: &str) -> Result<Child, FileError> {
+    let log =
+        std::fs::File::create(dir.join(log_name)).map_err(|e| FileError(format!("cannot create log file: {e}")))?;
+    Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| FileError(e.to_string()))?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| FileError(format!("cannot start {} {}: {e}", exe.display(), args.join(" "))))
+}
+
+/// Writes the config of `target` into `dir` and starts its processes from the binary `exe`.
+pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, FileError> {
+    let n = 2 * target.u + target.r + 1;
+    let mut ports = Vec::new();
+    for _ in 0..n {
+        ports.push((free_port()?, free_port()?, free_port()?));
+    }
+    let plan = InitPlan {
+        cluster_name: if target.norep { "upright-norep" } else { "upright-bench" }.into(),
+        u: target.u,
+        r: target.r,
+        hosts: vec!["127.0.0.1".into()],
+        clients: target.clients,
+        base_port: 0,
+        ports: Some(ports),
+        knobs: Some(target.knobs.clone()),
+        fsync: target.fsync,
+    };
+    files::init_cluster(&plan, dir)?;
+    let config = dir.join("cluster.toml").display().to_string();
+    let mut children = Vec::new();
+    if target.norep {
+        let args = ["norep".to_string(), "--config".into(), config];
+        children.push(spawn(exe, dir, &args, "norep.log")?);
+    } else {
+        for id in 0..n {
+            let args = [
+                "replica".to_string(),
+                "--config".into(),
+                config.clone(),
+                "--id".into(),
+                id.to_string(),
+            ];
+            children.push(spawn(exe, dir, &args, &format!("replica-{id}.log"))?);
+        }
+    }
+    Ok(Processes {
+        children,
+        dir: dir.to_path_buf(),
+    })
+}
+
+/// CPU time (user + system, all threads) a process has used so far, in microseconds, from the
+/// kernel's own accounting; `None` if the process is gone.
+pub fn cpu_us(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_cpu_ticks(&stat).map(|ticks| ticks * 1_000_000 / clock_ticks_per_second())
+}
+
+/// Sum of [`cpu_us`] over `pids` (a vanished process counts 0).
+pub fn cpu_us_sum(pids: &[u32]) -> u64 {
+    pids.iter().filter_map(|p| cpu_us(*p)).sum()
+}
+
+/// `utime + stime` (fields 14 and 15) of a `/proc/<pid>/stat` line, in clock ticks.
+pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    // The command name (field 2) is in parentheses and may contain spaces: split after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): utime is field 14, stime field 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as u64
+    } else {
+        100
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_spaces_in_the_name() {
+        let line = "1234 (a b) c) S 1 2 3 4 5 6 7 8 9 10 111 222 13 14 15";
+        assert_eq!(parse_stat_cpu_ticks(line), Some(333));
+        assert_eq!(parse_stat_cpu_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn own_cpu_time_is_readable() {
+        assert!(cpu_us(std::process::id()).is_some());
+    }
+}

@@ -1,0 +1,261 @@
+//! The closed-loop load: each client keeps one operation outstanding; latencies go into a
+//! histogram while the measurement window is open; a progress line is printed every second.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use upright_core::kv::{KvOperation, KvReply};
+
+use super::launch::cpu_us_sum;
+use crate::client::ClientHandle;
+
+/// Time one operation may take before it counts as an error.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes of a "0 KiB" request or reply (the PBFT/BFT-SMaRt convention).
+pub const EMPTY_BYTES: usize = 8;
+
+/// A microbenchmark `A/B`: requests carry `A` KiB, replies `B` KiB (`0` = 8 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// Request size in KiB.
+    pub request_kib: u32,
+    /// Reply size in KiB.
+    pub reply_kib: u32,
+}
+
+impl Workload {
+    /// Parses `A/B`.
+    pub fn parse(text: &str) -> Result<Workload, String> {
+        let bad = || format!("workload {text:?}: expected A/B with A, B in KiB (0 = 8 bytes), e.g. 0/0, 0/4, 4/0");
+        let (a, b) = text.trim().split_once('/').ok_or_else(bad)?;
+        let parse = |s: &str| s.trim().parse::<u32>().map_err(|_| bad());
+        let w = Workload {
+            request_kib: parse(a)?,
+            reply_kib: parse(b)?,
+        };
+        if w.request_kib > 512 || w.reply_kib > 512 {
+            return Err(format!("workload {text:?}: sizes above 512 KiB are not supported"));
+        }
+        Ok(w)
+    }
+
+    /// `A/B`.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.request_kib, self.reply_kib)
+    }
+
+    fn bytes(kib: u32) -> usize {
+        if kib == 0 {
+            EMPTY_BYTES
+        } else {
+            kib as usize * 1024
+        }
+    }
+
+    /// The key client `c` uses: 8 bytes, or `A` KiB for a read with a big request.
+    fn key(&self, c: usize) -> Bytes {
+        let mut key = format!("k{c:07}").into_bytes();
+        if self.reply_kib > 0 {
+            key.resize(Workload::bytes(self.request_kib), b'.');
+        }
+        Bytes::from(key)
+    }
+
+    /// The operations to run once before measuring (a value of `B` KiB to read back).
+    pub fn setup(&self, c: usize) -> Option<Bytes> {
+        (self.reply_kib > 0).then(|| {
+            let value = Bytes::from(vec![b'v'; Workload::bytes(self.reply_kib)]);
+            KvOperation::Put {
+                key: self.key(c),
+                value,
+            }
+            .encode()
+        })
+    }
+
+    /// The measured operation of client `c`: with `B = 0` a PUT of an `A`-KiB value (reply: a
+    /// short "done"); with `B > 0` a GET of a `B`-KiB value under an `A`-KiB key.
+    pub fn operation(&self, c: usize) -> Bytes {
+        if self.reply_kib > 0 {
+            KvOperation::Get { key: self.key(c) }.encode()
+        } else {
+            let value = Bytes::from(vec![b'x'; Workload::bytes(self.request_kib)]);
+            KvOperation::Put {
+                key: self.key(c),
+                value,
+            }
+            .encode()
+        }
+    }
+
+    /// Whether `reply` is the expected answer.
+    fn check(&self, reply: &[u8]) -> bool {
+        match KvReply::decode(reply) {
+            Some(KvReply::Done) => self.reply_kib == 0,
+            Some(KvReply::Value(Some(v))) => self.reply_kib > 0 && v.len() == Workload::bytes(self.reply_kib),
+            _ => false,
+        }
+    }
+}
+
+/// What one measurement found.
+#[derive(Clone, Debug, Default)]
+pub struct Measurement {
+    /// Operations completed inside the window.
+    pub ops: u64,
+    /// Failed or timed-out operations inside the window.
+    pub errors: u64,
+    /// Length of the window.
+    pub seconds: f64,
+    /// Operations per second.
+    pub throughput: f64,
+    /// Latency percentiles in microseconds: p50, p99, p99.9, and the mean.
+    pub p50_us: u64,
+    /// p99.
+    pub p99_us: u64,
+    /// p99.9.
+    pub p999_us: u64,
+    /// Mean.
+    pub mean_us: f64,
+    /// CPU time of the server processes per operation, microseconds.
+    pub cpu_us_per_op: f64,
+    /// CPU time of the benchmark's own process (the clients) per operation, microseconds.
+    pub client_cpu_us_per_op: f64,
+}
+
+#[derive(Default)]
+struct Shared {
+    stop: AtomicBool,
+    measuring: AtomicBool,
+    completed: AtomicU64,
+}
+
+async fn client_loop(
+    handle: ClientHandle,
+    c: usize,
+    workload: Workload,
+    shared: Arc<Shared>,
+) -> (Histogram<u64>, u64, u64) {
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+    let (mut ops, mut errors) = (0u64, 0u64);
+    let operation = workload.operation(c);
+    while !shared.stop.load(Ordering::Relaxed) {
+        let start = Instant::now();
+        let result = handle.invoke_timeout(operation.clone(), false, OP_TIMEOUT).await;
+        let ok = matches!(&result, Ok(reply) if workload.check(reply));
+        shared.completed.fetch_add(1, Ordering::Relaxed);
+        if !shared.measuring.load(Ordering::Relaxed) {
+            continue;
+        }
+        if ok {
+            ops += 1;
+            let _ = hist.record((start.elapsed().as_micros() as u64).max(1));
+        } else {
+            errors += 1;
+        }
+    }
+    (hist, ops, errors)
+}
+
+/// Runs `workload` with the given clients: `warmup`, then a `duration` window that is measured,
+/// with a progress line per second labelled `label`. `pids` are the server processes.
+pub async fn measure(
+    label: &str,
+    clients: &[ClientHandle],
+    workload: Workload,
+    pids: &[u32],
+    warmup: Duration,
+    duration: Duration,
+) -> Measurement {
+    let shared = Arc::new(Shared::default());
+    let tasks: Vec<_> = clients
+        .iter()
+        .enumerate()
+        .map(|(c, h)| tokio::spawn(client_loop(h.clone(), c, workload, shared.clone())))
+        .collect();
+    tokio::time::sleep(warmup).await;
+    let me = [std::process::id()];
+    let (cpu0, own0) = (cpu_us_sum(pids), cpu_us_sum(&me));
+    let t0 = Instant::now();
+    shared.measuring.store(true, Ordering::Relaxed);
+    progress(label, &shared, t0, duration).await;
+    shared.measuring.store(false, Ordering::Relaxed);
+    let seconds = t0.elapsed().as_secs_f64();
+    let (cpu1, own1) = (cpu_us_sum(pids), cpu_us_sum(&me));
+    shared.stop.store(true, Ordering::Relaxed);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+    let (mut ops, mut errors) = (0, 0);
+    for task in tasks {
+        if let Ok((h, o, e)) = task.await {
+            let _ = hist.add(h);
+            ops += o;
+            errors += e;
+        }
+    }
+    let per_op = |us: u64| if ops > 0 { us as f64 / ops as f64 } else { 0.0 };
+    Measurement {
+        ops,
+        errors,
+        seconds,
+        throughput: ops as f64 / seconds,
+        p50_us: hist.value_at_quantile(0.5),
+        p99_us: hist.value_at_quantile(0.99),
+        p999_us: hist.value_at_quantile(0.999),
+        mean_us: hist.mean(),
+        cpu_us_per_op: per_op(cpu1.saturating_sub(cpu0)),
+        client_cpu_us_per_op: per_op(own1.saturating_sub(own0)),
+    }
+}
+
+async fn progress(label: &str, shared: &Shared, t0: Instant, duration: Duration) {
+    let end = t0 + duration;
+    let mut last = shared.completed.load(Ordering::Relaxed);
+    let mut last_at = Instant::now();
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            return;
+        }
+        tokio::time::sleep((end - now).min(Duration::from_secs(1))).await;
+        let done = shared.completed.load(Ordering::Relaxed);
+        let rate = (done - last) as f64 / last_at.elapsed().as_secs_f64().max(1e-6);
+        (last, last_at) = (done, Instant::now());
+        println!("  {label}  t={:>4.1}s  {rate:>9.0} ops/s", t0.elapsed().as_secs_f64());
+    }
+}
+
+/// Runs each client's setup operation (if the workload has one).
+pub async fn prepare(clients: &[ClientHandle], workload: Workload) -> Result<(), String> {
+    for (c, handle) in clients.iter().enumerate() {
+        if let Some(op) = workload.setup(c) {
+            handle
+                .invoke_timeout(op, false, OP_TIMEOUT * 3)
+                .await
+                .map_err(|e| format!("setup of workload {} failed: {e}", workload.name()))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workloads_parse_and_size_their_operations() {
+        assert!(Workload::parse("0-0").is_err());
+        let w = Workload::parse("4/0").unwrap();
+        let KvOperation::Put { value, key } = KvOperation::decode(&w.operation(3)).unwrap() else {
+            panic!("4/0 writes")
+        };
+        assert_eq!((value.len(), key.len()), (4096, 8));
+        let r = Workload::parse("0/4").unwrap();
+        assert!(matches!(KvOperation::decode(&r.operation(1)).unwrap(), KvOperation::Get { key } if key.len() == 8));
+        assert!(r.check(&KvReply::Value(Some(Bytes::from(vec![0; 4096]))).encode()));
+        assert!(!r.check(&KvReply::Done.encode()));
+        assert!(Workload::parse("0/0").unwrap().check(&KvReply::Done.encode()));
+    }
+}

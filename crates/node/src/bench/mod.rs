@@ -1,0 +1,243 @@
+//! `upright bench`: closed-loop clients against a local cluster of replica processes, beside the
+//! NO-REP baseline (the same KV service, client and transport on one unreplicated server process,
+//! see [`crate::norep`]) measured right after each point in the same run.
+//!
+//! For every `(u, r)`, batch size, workload and client count it measures throughput, latency
+//! percentiles and CPU time per operation (all server processes, from `/proc/<pid>/stat`), prints
+//! the figures with the ratio to NO-REP, and optionally writes JSON and one SVG plot per workload.
+//!
+//! There is no read-only fast path in the core yet (the `read_only` flag of a request is carried
+//! but the authentication stage orders every request), so read workloads (`0/4`) are ordered GETs.
+
+mod launch;
+mod load;
+mod report;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use upright_core::config::Knobs;
+
+pub use launch::{cpu_us, parse_stat_cpu_ticks};
+pub use load::{Measurement, Workload};
+pub use report::{svg_path, to_json, to_svg};
+
+use crate::client::{start_client, ClientHandle};
+use crate::files::{ClientFile, FileError};
+use crate::storage::FsyncPolicy;
+use launch::{launch, Processes, Target};
+
+/// Note printed with results and written to the JSON.
+pub const READ_ONLY_NOTE: &str =
+    "no read-only fast path yet: the core orders every request, so reads (A/B with B > 0) are ordered GETs";
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// The `upright` binary (it is started as `upright replica` and `upright norep`).
+    pub exe: PathBuf,
+    /// Workloads.
+    pub workloads: Vec<Workload>,
+    /// Client counts.
+    pub clients: Vec<u32>,
+    /// `(u, r)` settings.
+    pub faults: Vec<(usize, usize)>,
+    /// Batch sizes (`batch_size_max`).
+    pub batch_sizes: Vec<usize>,
+    /// Length of each measurement window.
+    pub duration: Duration,
+    /// Warm-up before each window.
+    pub warmup: Duration,
+    /// Log sync policy of the replicas.
+    pub fsync: FsyncPolicy,
+    /// Measure the NO-REP baseline.
+    pub baseline: bool,
+}
+
+/// One measured point.
+#[derive(Clone, Debug)]
+pub struct Point {
+    /// Workload.
+    pub workload: Workload,
+    /// Concurrent clients.
+    pub clients: u32,
+    /// Fault model.
+    pub u: usize,
+    /// Byzantine faults tolerated.
+    pub r: usize,
+    /// `batch_size_max`.
+    pub batch_size: usize,
+    /// Log sync policy.
+    pub fsync: FsyncPolicy,
+    /// upright's figures.
+    pub upright: Measurement,
+    /// NO-REP's figures.
+    pub baseline: Option<Measurement>,
+}
+
+fn fsync_name(f: FsyncPolicy) -> &'static str {
+    match f {
+        FsyncPolicy::Always => "always",
+        FsyncPolicy::Never => "never",
+    }
+}
+
+struct Running {
+    processes: Processes,
+    clients: Vec<ClientHandle>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(options: &BenchOptions, target: Target) -> Result<Running, FileError> {
+    let dir = tempfile::Builder::new()
+        .prefix(if target.norep {
+            "upright-norep-"
+        } else {
+            "upright-bench-"
+        })
+        .tempdir()
+        .map_err(|e| FileError(format!("cannot create a temporary directory: {e}")))?;
+    let processes = launch(&options.exe, dir.path(), &target)?;
+    let mut clients = Vec::new();
+    for c in 0..target.clients {
+        let setup = ClientFile::load(&dir.path().join(format!("client-{c}.toml")))?;
+        clients.push(start_client(setup, None)?);
+    }
+    let probe = load::Workload::parse("0/0").expect("valid");
+    let started = Instant::now();
+    if let Err(e) = clients[0]
+        .invoke_timeout(probe.operation(usize::MAX >> 1), false, Duration::from_secs(60))
+        .await
+    {
+        return Err(FileError(format!(
+            "the {} did not serve a first request ({e}); logs in {}",
+            if target.norep { "NO-REP server" } else { "cluster" },
+            dir.path().display()
+        )));
+    }
+    println!(
+        "{} ready in {:.2?} (logs in {})",
+        if target.norep {
+            "NO-REP server".to_string()
+        } else {
+            format!(
+                "cluster u={} r={} batch={}",
+                target.u, target.r, target.knobs.batch_size_max
+            )
+        },
+        started.elapsed(),
+        dir.path().display()
+    );
+    Ok(Running {
+        processes,
+        clients,
+        _dir: dir,
+    })
+}
+
+/// Runs every configured point; prints progress and one result line per point.
+pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
+    let most = *options.clients.iter().max().unwrap_or(&1);
+    println!("upright bench: {} cores; {READ_ONLY_NOTE}", cores());
+    let mut norep = None;
+    if options.baseline {
+        let target = Target {
+            u: 0,
+            r: 0,
+            knobs: Knobs::default(),
+            fsync: FsyncPolicy::Never,
+            clients: most,
+            norep: true,
+        };
+        norep = Some(start(options, target).await?);
+    }
+    let mut points = Vec::new();
+    for &(u, r) in &options.faults {
+        for &batch_size in &options.batch_sizes {
+            let target = Target {
+                u,
+                r,
+                knobs: Knobs {
+                    batch_size_max: batch_size,
+                    ..Knobs::default()
+                },
+                fsync: options.fsync,
+                clients: most,
+                norep: false,
+            };
+            let mut cluster = start(options, target).await?;
+            for &workload in &options.workloads {
+                let point = |clients| Point {
+                    workload,
+                    clients,
+                    u,
+                    r,
+                    batch_size,
+                    fsync: options.fsync,
+                    upright: Measurement::default(),
+                    baseline: None,
+                };
+                sweep(options, &mut cluster, norep.as_mut(), point, &mut points).await?;
+            }
+        }
+    }
+    Ok(points)
+}
+
+async fn sweep(
+    options: &BenchOptions,
+    cluster: &mut Running,
+    mut norep: Option<&mut Running>,
+    point: impl Fn(u32) -> Point,
+    points: &mut Vec<Point>,
+) -> Result<(), FileError> {
+    let first = point(0);
+    let workload = first.workload;
+    load::prepare(&cluster.clients, workload).await.map_err(FileError)?;
+    if let Some(norep) = norep.as_deref_mut() {
+        load::prepare(&norep.clients, workload).await.map_err(FileError)?;
+    }
+    for &n in &options.clients {
+        let mut p = point(n);
+        let label = format!(
+            "upright u={} r={} batch={} {} {n:>3} clients",
+            p.u,
+            p.r,
+            p.batch_size,
+            workload.name()
+        );
+        let pids = cluster.processes.pids();
+        let handles = &cluster.clients[..n as usize];
+        p.upright = load::measure(&label, handles, workload, &pids, options.warmup, options.duration).await;
+        if !cluster.processes.all_running() {
+            return Err(FileError(format!(
+                "a replica process exited; logs in {}",
+                cluster.processes.dir.display()
+            )));
+        }
+        if let Some(norep) = norep.as_deref_mut() {
+            let label = format!("NO-REP {} {n:>3} clients", workload.name());
+            let pids = norep.processes.pids();
+            let handles = &norep.clients[..n as usize];
+            p.baseline = Some(load::measure(&label, handles, workload, &pids, options.warmup, options.duration).await);
+        }
+        println!("{}", report::result_line(&p));
+        points.push(p);
+    }
+    Ok(())
+}
+
+/// Online CPUs of this machine.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// The header and one row per point of the summary table.
+pub fn table(points: &[Point]) -> String {
+    report::table(points)
+}
+
+/// `fsync` policy name as written in configs and JSON.
+pub fn fsync_policy_name(f: FsyncPolicy) -> &'static str {
+    fsync_name(f)
+}
