@@ -47,6 +47,10 @@ pub struct AuthStage {
     id: ReplicaId,
     keys: Arc<KeyRing>,
     clients: ClientTable,
+    /// Per client, the newest request that arrived while an older one was pending (at most one
+    /// per configured client): handled again once the pending one is reported ordered, so a
+    /// closed-loop client that outruns the BATCH-COMPLETE messages is not stalled until it retransmits.
+    deferred: std::collections::BTreeMap<ClientId, Envelope>,
     stats: Stats,
 }
 
@@ -70,6 +74,7 @@ impl AuthStage {
             quorums,
             id,
             keys,
+            deferred: std::collections::BTreeMap::new(),
             stats: Stats::default(),
         };
         // Keys sort by (client, request id), so each client's newest body is restored last and
@@ -180,7 +185,14 @@ impl AuthStage {
                 return;
             }
             if !state.may_accept_new(now, interval) {
-                self.stats.bump("dropped_pending_request");
+                self.stats.bump("deferred_pending_request");
+                let newer = self.deferred.get(client).is_none_or(|d| match &d.message {
+                    Message::ClientRequest { request_id: old, .. } => old <= request_id,
+                    _ => true,
+                });
+                if newer {
+                    self.deferred.insert(*client, envelope.clone());
+                }
                 return;
             }
         }
@@ -208,7 +220,7 @@ impl AuthStage {
         }
     }
 
-    fn on_batch_complete(&mut self, envelope: &Envelope) {
+    fn on_batch_complete(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
         let Message::BatchComplete { requests, .. } = &envelope.message else {
             unreachable!("dispatched on message kind");
         };
@@ -227,6 +239,13 @@ impl AuthStage {
         for (client, request_id) in requests {
             if self.clients.contains(*client) {
                 self.clients.get_mut(*client).ordered_vote(exec, *request_id, quorum);
+                let interval = self.config.knobs.auth_retransmit_interval_us;
+                if self.deferred.contains_key(client) && self.clients.get(*client).may_accept_new(now, interval) {
+                    if let Some(deferred) = self.deferred.remove(client) {
+                        self.stats.bump("deferred_request_resumed");
+                        self.on_client_request(now, &deferred, out);
+                    }
+                }
             }
         }
     }
@@ -290,7 +309,7 @@ impl Stage for AuthStage {
         };
         match &envelope.message {
             Message::ClientRequest { .. } => self.on_client_request(now, &envelope, out),
-            Message::BatchComplete { .. } => self.on_batch_complete(&envelope),
+            Message::BatchComplete { .. } => self.on_batch_complete(now, &envelope, out),
             Message::Fetch { .. } => self.on_fetch(&envelope, out),
             _ => self.stats.bump("dropped_unexpected_message"),
         }
