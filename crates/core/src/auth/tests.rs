@@ -136,8 +136,15 @@ fn one_pending_request_per_client_until_r_plus_one_batch_completes() {
         run(&mut auth, 3, request(&f, 0, 2, b"b")).is_empty(),
         "one exec member is not r + 1"
     );
-    run(&mut auth, 4, complete(2));
-    assert!(sent_auth_request(&run(&mut auth, 5, request(&f, 0, 2, b"b"))).is_some());
+    // The deferred request 2 is forwarded as soon as the quorum reports request 1 ordered.
+    let resumed = run(&mut auth, 4, complete(2));
+    let (_, entry, _) = sent_auth_request(&resumed).expect("deferred request forwarded");
+    assert_eq!(entry.request_id, RequestId(2));
+    assert_eq!(auth.stats().get("deferred_request_resumed"), 1);
+    // Its retransmission is now an ordinary (paced) resend, not a new request.
+    assert!(run(&mut auth, 5, request(&f, 0, 2, b"b"))
+        .iter()
+        .all(|a| !matches!(a, Action::Persist { .. })));
 }
 
 #[test]
