@@ -1,0 +1,1 @@
+//! The Redis-protocol gateway (placeholder, filled in next).

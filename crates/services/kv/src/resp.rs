@@ -1,0 +1,1 @@
+//! RESP request parser (placeholder).
