@@ -46,3 +46,45 @@ pub fn encode_replies(replies: &[reply::Reply]) -> Bytes {
 pub fn decode_replies(bytes: &[u8]) -> Option<Vec<reply::Reply>> {
     upright_core::codec::from_bytes(bytes).ok()
 }
+
+/// Replica-side wiring: the stage factory that runs this store as the execution stage's service.
+pub mod replica {
+    use std::sync::Arc;
+
+    use upright_core::auth::AuthStage;
+    use upright_core::config::ClusterConfig;
+    use upright_core::exec::ExecStage;
+    use upright_core::ids::{ReplicaId, StageKind};
+    use upright_core::order::OrderStage;
+    use upright_node::replica::StageFactory;
+
+    use crate::store::RedisStore;
+
+    /// Environment variable (testing only): a replica whose id it names runs a corrupting store
+    /// that lies in its replies and stores wrong values, standing in for a Byzantine replica.
+    pub const CORRUPT_REPLICA_ENV: &str = "UPRIGHT_TEST_CORRUPT_REPLICA";
+
+    /// Whether replica `id` is told by [`CORRUPT_REPLICA_ENV`] to corrupt (testing only).
+    pub fn corrupt_requested(id: u32) -> bool {
+        std::env::var(CORRUPT_REPLICA_ENV).is_ok_and(|v| v.trim() == id.to_string())
+    }
+
+    /// The real Auth, Order and Exec stages with the Redis-compatible store as the service.
+    pub fn stages(config: Arc<ClusterConfig>, id: u32, corrupt: bool) -> StageFactory {
+        Arc::new(move |kind, storage, keys| {
+            let me = ReplicaId(id);
+            Ok(match kind {
+                StageKind::Auth => Box::new(AuthStage::new(config.clone(), me, keys, storage)?),
+                StageKind::Order => Box::new(OrderStage::new(config.clone(), me, keys, storage)?),
+                StageKind::Exec => {
+                    let store = if corrupt {
+                        RedisStore::corrupting()
+                    } else {
+                        RedisStore::new()
+                    };
+                    Box::new(ExecStage::new(config.clone(), me, keys, storage, Box::new(store))?)
+                }
+            })
+        })
+    }
+}
