@@ -203,7 +203,7 @@ fn incr_by(s: &mut RedisStore, key: &Bytes, by: i64) -> Reply {
 }
 
 fn mset(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Reply {
-    if a.len() % 2 != 0 {
+    if !a.len().is_multiple_of(2) {
         return wrong_arity(name);
     }
     if name == "msetnx" && a.chunks(2).any(|kv| s.get(&kv[0]).is_some()) {
