@@ -23,6 +23,7 @@ const OP_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct Cluster {
     exe: PathBuf,
     dir: PathBuf,
+    service: String,
     children: Vec<Option<Child>>,
 }
 
@@ -39,6 +40,8 @@ impl Cluster {
             .arg(self.dir.join("cluster.toml"))
             .arg("--id")
             .arg(id.to_string())
+            .arg("--service")
+            .arg(&self.service)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| FileError(e.to_string()))?)
             .stderr(log)
@@ -80,8 +83,9 @@ fn free_port() -> Result<u16, FileError> {
     Err(FileError("no free loopback port between 20000 and 32000".into()))
 }
 
-/// Writes the demo's config into `dir` and starts the replicas.
-pub fn start_local_cluster(dir: &Path, clients: u32) -> Result<Cluster, FileError> {
+/// Writes the demo's config into `dir` and starts the replicas with the replicated service
+/// `service` (`kv` or `redis`).
+pub fn start_local_cluster_with(dir: &Path, clients: u32, service: &str) -> Result<Cluster, FileError> {
     let mut ports = Vec::new();
     for _ in 0..REPLICAS {
         ports.push((free_port()?, free_port()?, free_port()?));
@@ -102,6 +106,7 @@ pub fn start_local_cluster(dir: &Path, clients: u32) -> Result<Cluster, FileErro
     let mut cluster = Cluster {
         exe,
         dir: dir.to_path_buf(),
+        service: service.to_string(),
         children: (0..REPLICAS).map(|_| None).collect(),
     };
     for id in 0..REPLICAS {
@@ -116,15 +121,32 @@ fn client(dir: &Path, c: u32) -> Result<ClientHandle, FileError> {
 }
 
 /// Runs the demo.
-pub async fn run(smoke: bool, seconds: u64, clients: u32) -> Result<ExitCode, FileError> {
+pub async fn run(smoke: bool, seconds: u64, clients: u32, service: &str, port: u16) -> Result<ExitCode, FileError> {
+    let redis = service == "redis";
+    // Bind the Redis port first so a busy port fails before anything starts.
+    let listener = if redis {
+        Some(redis_gateway::bind(port).await?)
+    } else {
+        None
+    };
+    let clients = if redis {
+        clients.max(redis_gateway::POOL)
+    } else {
+        clients
+    };
     let temp = tempfile::Builder::new()
         .prefix("upright-demo-")
         .tempdir()
         .map_err(|e| FileError(format!("cannot create a temporary directory: {e}")))?;
     let dir = temp.path().to_path_buf();
-    let mut cluster = start_local_cluster(&dir, clients.max(1) + 1)?;
+    let mut cluster = start_local_cluster_with(&dir, clients.max(1) + 1, service)?;
     let cfg = files::Cluster::load(&dir.join("cluster.toml"))?.file;
-    println!("upright demo: 4 replicas (u = 1, r = 1) on loopback, in-memory KV service");
+    let what = if redis {
+        "Redis-compatible KV service"
+    } else {
+        "in-memory KV service"
+    };
+    println!("upright demo: 4 replicas (u = 1, r = 1) on loopback, {what}");
     for r in &cfg.replicas {
         println!(
             "  replica {}: replicas {}  clients {}  metrics http://{}/metrics  log {}/replica-{}.log",
@@ -140,9 +162,12 @@ pub async fn run(smoke: bool, seconds: u64, clients: u32) -> Result<ExitCode, Fi
     // Wait until the cluster serves a request.
     let probe = client(&dir, clients.max(1))?;
     let started = Instant::now();
-    let ready = probe
-        .invoke_timeout(put(b"demo-ready", b"1"), false, Duration::from_secs(60))
-        .await;
+    let first = if redis {
+        redis_gateway::probe()
+    } else {
+        put(b"demo-ready", b"1")
+    };
+    let ready = probe.invoke_timeout(first, false, Duration::from_secs(60)).await;
     if let Err(e) = ready {
         return Err(FileError(format!(
             "the cluster did not serve a first request ({e}); see the replica logs in {}",
@@ -150,6 +175,16 @@ pub async fn run(smoke: bool, seconds: u64, clients: u32) -> Result<ExitCode, Fi
         )));
     }
     println!("  cluster is serving (first write took {:.2?})", started.elapsed());
+    if let Some(listener) = listener {
+        let pool = (0..redis_gateway::POOL)
+            .map(|c| client(&dir, c))
+            .collect::<Result<Vec<_>, _>>()?;
+        tokio::spawn(upright_kv::gateway::serve(listener, pool));
+        redis_gateway::announce(port, &cluster.exe.display().to_string(), &dir);
+        let _ = tokio::signal::ctrl_c().await;
+        drop(cluster);
+        return Ok(ExitCode::SUCCESS);
+    }
     if !smoke {
         let exe = cluster.exe.display().to_string();
         println!("try, in another terminal:");
@@ -272,5 +307,46 @@ async fn smoke_run(dir: &Path, cluster: &mut Cluster, seconds: u64, clients: u32
     } else {
         println!("smoke FAILED (replica logs in {})", dir.display());
         Ok(ExitCode::from(1))
+    }
+}
+
+/// The demo's Redis-protocol gateway.
+mod redis_gateway {
+    use std::path::Path;
+
+    use bytes::Bytes;
+    use upright_node::files::FileError;
+
+    /// Upright clients of the gateway's pool (client identities 0..POOL).
+    pub const POOL: u32 = 8;
+
+    /// Binds the gateway's loopback port.
+    pub async fn bind(port: u16) -> Result<tokio::net::TcpListener, FileError> {
+        tokio::net::TcpListener::bind(("127.0.0.1", port)).await.map_err(|e| {
+            FileError(format!(
+                "cannot listen on 127.0.0.1:{port} for Redis clients ({e}); is redis-server running? choose another with --port"
+            ))
+        })
+    }
+
+    /// The readiness probe: one SET.
+    pub fn probe() -> Bytes {
+        let argv: Vec<Bytes> = ["SET", "demo-ready", "1"]
+            .iter()
+            .map(|w| Bytes::from_static(w.as_bytes()))
+            .collect();
+        upright_kv::encode_operation(&[argv])
+    }
+
+    /// Tells the user how to connect.
+    pub fn announce(port: u16, exe: &str, dir: &Path) {
+        println!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}, served by the BFT cluster");
+        println!("  gateway: {POOL} upright clients; every command, reads included, goes through agreement");
+        println!("try, in another terminal:");
+        println!("  redis-cli -p {port} set hello world");
+        println!("  redis-cli -p {port} get hello");
+        println!("  redis-benchmark -p {port} -t set,get -n 10000 -q");
+        println!("  {exe} status --config {}/cluster.toml", dir.display());
+        println!("press Ctrl-C to stop");
     }
 }

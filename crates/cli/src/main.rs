@@ -80,6 +80,10 @@ enum Command {
         /// Key file (default: keys/replica-<id>.key next to the config).
         #[arg(long)]
         key: Option<PathBuf>,
+        /// The replicated service: `kv` (the core's in-memory KV) or `redis` (the Redis-compatible
+        /// store of upright-kv). Every replica of a cluster must run the same one.
+        #[arg(long, default_value = "kv", value_parser = ["kv", "redis"])]
+        service: String,
     },
     /// Show every replica's view, last executed batch, checkpoint and health.
     Status {
@@ -107,6 +111,13 @@ enum Command {
         /// Concurrent clients of the smoke workload.
         #[arg(long, default_value_t = 4)]
         clients: u32,
+        /// Loopback port of the Redis-protocol gateway (with `--service redis`).
+        #[arg(long, default_value_t = 6379)]
+        port: u16,
+        /// The replicated service: `redis` (Redis-compatible, served on --port) or `kv`. `--smoke`
+        /// always uses `kv`.
+        #[arg(long, default_value = "redis", value_parser = ["kv", "redis"])]
+        service: String,
     },
     /// Benchmark a local cluster beside the NO-REP baseline: throughput, latency, CPU per operation.
     Bench(bench::BenchArgs),
@@ -137,16 +148,24 @@ fn main() -> ExitCode {
             base_port,
             out,
         } => init(replicas, u, r, hosts, clients, name, base_port, &out),
-        Command::Replica { config, id, key } => replica(&config, id, key),
+        Command::Replica {
+            config,
+            id,
+            key,
+            service,
+        } => replica(&config, id, key, &service),
         Command::Status { config } => runtime().block_on(status(&config)),
         Command::Kv { client, args } => runtime().block_on(kv(&client, &args)),
         Command::Demo {
             smoke,
             seconds,
             clients,
+            port,
+            service,
         } => {
             init_logging("warn");
-            runtime().block_on(demo::run(smoke, seconds, clients))
+            let service = if smoke { "kv" } else { service.as_str() };
+            runtime().block_on(demo::run(smoke, seconds, clients, service, port))
         }
         Command::Bench(args) => {
             init_logging("warn");
@@ -267,7 +286,7 @@ fn init(
     Ok(ExitCode::SUCCESS)
 }
 
-fn replica(config: &Path, id: u32, key: Option<PathBuf>) -> Result<ExitCode, FileError> {
+fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Result<ExitCode, FileError> {
     init_logging("info");
     let cluster = Cluster::load(config)?;
     cluster.file.replica(id)?;
@@ -284,6 +303,14 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>) -> Result<ExitCode, Fil
         storage,
         stages: None,
     };
+    let mut spec = spec;
+    if service == "redis" {
+        let corrupt = upright_kv::replica::corrupt_requested(id);
+        if corrupt {
+            tracing::warn!("TESTING: this replica corrupts its stored values and replies (Byzantine stand-in)");
+        }
+        spec.stages = Some(upright_kv::replica::stages(spec.cluster.config.clone(), id, corrupt));
+    }
     runtime().block_on(async move {
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;

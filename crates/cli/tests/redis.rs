@@ -1,0 +1,207 @@
+//! Real Redis clients against `upright demo` (four replicas and the Redis gateway) in which
+//! replica 2 is Byzantine: its store corrupts every value it stores and every reply it gives
+//! (`UPRIGHT_TEST_CORRUPT_REPLICA=2`). Every read checked here must still be correct.
+//!
+//! Needs `redis-cli`, `redis-benchmark` (Debian `redis-tools`) and Python's `redis` package
+//! (`.ci/run` installs them); skipped, loudly, only if `redis-cli` is missing.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn have(cmd: &str) -> bool {
+    Command::new(cmd)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn free_port() -> u16 {
+    let start = std::process::id().wrapping_mul(7919) % 10_000;
+    (0..10_000)
+        .map(|i| 21_000 + ((start + i) % 10_000) as u16)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free loopback port")
+}
+
+struct Demo {
+    child: Child,
+    log_dir: String,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        // SIGINT: the demo stops its replicas on Ctrl-C.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_demo(port: u16) -> Demo {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_upright"))
+        .args(["demo", "--port", &port.to_string()])
+        .env("UPRIGHT_TEST_CORRUPT_REPLICA", "2")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start upright demo");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            println!("demo: {line}");
+            let _ = tx.send(line);
+        }
+    });
+    let mut log_dir = String::new();
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        let line = rx
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+            .expect("upright demo did not announce the Redis port within 120 s");
+        if let Some(i) = line.find("log ") {
+            if line.contains("replica 2:") {
+                log_dir = line[i + 4..].trim().to_string();
+            }
+        }
+        if line.contains(&format!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}")) {
+            break;
+        }
+    }
+    Demo { child, log_dir }
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    assert!(out.status.success(), "redis-cli {args:?} failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+}
+
+fn redis_cli_round_trips(port: u16) {
+    let cases: &[(&[&str], &str)] = &[
+        (&["PING"], "PONG"),
+        (&["SET", "cli:a", "hello"], "OK"),
+        (&["GET", "cli:a"], "hello"),
+        (&["APPEND", "cli:a", " world"], "11"),
+        (&["GET", "cli:a"], "hello world"),
+        (&["SET", "cli:a", "x", "NX"], ""),
+        (&["INCR", "cli:n"], "1"),
+        (&["INCRBY", "cli:n", "9"], "10"),
+        (&["DECR", "cli:n"], "9"),
+        (&["INCR", "cli:a"], "ERR value is not an integer or out of range"),
+        (&["MSET", "cli:x", "1", "cli:y", "2"], "OK"),
+        (&["MGET", "cli:x", "cli:nope", "cli:y"], "1\n\n2"),
+        (&["SET", "cli:t", "v", "EX", "100"], "OK"),
+        (&["TTL", "cli:t"], "100"),
+        (&["PERSIST", "cli:t"], "1"),
+        (&["TTL", "cli:t"], "-1"),
+        (&["EXISTS", "cli:x", "cli:y", "cli:nope"], "2"),
+        (&["DEL", "cli:x", "cli:y"], "2"),
+        (&["KEYS", "cli:*"], "cli:a\ncli:n\ncli:t"),
+        (&["GET"], "ERR wrong number of arguments for 'get' command"),
+        (
+            &["FOO", "bar"],
+            "ERR unknown command 'FOO', with args beginning with: 'bar'",
+        ), // (trailing space trimmed)
+        (
+            &["SET", "cli:a", "1", "EX", "0"],
+            "ERR invalid expire time in 'set' command",
+        ),
+        (&["SELECT", "0"], "OK"),
+        (&["ECHO", "hi"], "hi"),
+    ];
+    for (args, want) in cases {
+        assert_eq!(cli(port, args), *want, "redis-cli {args:?}");
+    }
+    // RESP3 through HELLO.
+    let hello = cli(port, &["-3", "HELLO", "3"]);
+    assert!(hello.contains("proto") && hello.contains('3'), "{hello}");
+}
+
+fn malformed_input_closes_only_that_connection(port: u16) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"*1\r\n$-7\r\n").unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert_eq!(got, b"-ERR Protocol error: invalid bulk length\r\n");
+    let mut big = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    big.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    big.write_all(b"*1\r\n$999999999\r\n").unwrap();
+    let mut got = Vec::new();
+    let _ = big.read_to_end(&mut got);
+    assert!(got.starts_with(b"-ERR Protocol error"), "{got:?}");
+    assert_eq!(cli(port, &["GET", "cli:n"]), "9");
+}
+
+fn python_client(port: u16) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/redis_clients.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(port.to_string())
+        .output()
+        .expect("run python3");
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "python redis client checks failed (pip install redis): {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn benchmark(port: u16) {
+    let out = Command::new("redis-benchmark")
+        .args(["-p", &port.to_string(), "-t", "set,get,incr,mset", "-n", "2000", "-q"])
+        .output()
+        .expect("run redis-benchmark (apt-get install redis-tools)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    println!("{text}");
+    assert!(out.status.success(), "redis-benchmark failed: {text}");
+    let done: Vec<&str> = text
+        .split(['\r', '\n'])
+        .filter(|l| l.contains("requests per second"))
+        .collect();
+    assert_eq!(done.len(), 4, "expected four finished tests: {text}");
+    assert!(!text.contains("ERR") && !text.contains("rror"), "{text}");
+    // Every INCR of the benchmark counted exactly once; its 3-byte values are intact (the
+    // corrupting replica would append to them).
+    assert_eq!(cli(port, &["GET", "counter:__rand_int__"]), "2000");
+    assert_eq!(cli(port, &["STRLEN", "key:__rand_int__"]), "3");
+}
+
+#[test]
+fn real_redis_clients_against_a_cluster_with_a_byzantine_replica() {
+    if !have("redis-cli") {
+        eprintln!(
+            "\n\n*** SKIPPED real_redis_clients: redis-cli is not installed (apt-get install redis-tools) ***\n\n"
+        );
+        return;
+    }
+    let port = free_port();
+    let demo = start_demo(port);
+    redis_cli_round_trips(port);
+    malformed_input_closes_only_that_connection(port);
+    python_client(port);
+    benchmark(port);
+    // The Byzantine stand-in really ran: replica 2 said so in its log.
+    let log = std::fs::read_to_string(&demo.log_dir).unwrap_or_default();
+    assert!(
+        log.contains("corrupts its stored values and replies"),
+        "replica 2 did not run the corrupting store; log {}: {log}",
+        demo.log_dir
+    );
+}

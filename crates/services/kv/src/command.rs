@@ -1,0 +1,237 @@
+//! The command table and argument helpers shared by the store and the gateway.
+
+use bytes::Bytes;
+
+use crate::reply::Reply;
+
+/// Where a command is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// By the replicated store, through agreement.
+    Replicated,
+    /// By the gateway itself (connection state and introspection: PING, HELLO, INFO, ...).
+    Gateway,
+}
+
+/// One command of the table.
+#[derive(Clone, Copy, Debug)]
+pub struct CommandSpec {
+    /// Lower-case name.
+    pub name: &'static str,
+    /// Redis arity: `n` exactly n arguments (with the name), `-n` at least n.
+    pub arity: i32,
+    /// Redis command flags (for COMMAND).
+    pub flags: &'static [&'static str],
+    /// First key argument, last key argument (-1: the last one), step (for COMMAND; 0 = no keys).
+    pub keys: (i64, i64, i64),
+    /// Where it is answered.
+    pub place: Place,
+}
+
+const fn spec(name: &'static str, arity: i32, flags: &'static [&'static str], keys: (i64, i64, i64)) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        keys,
+        place: Place::Replicated,
+    }
+}
+
+const fn local(name: &'static str, arity: i32, flags: &'static [&'static str]) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        keys: (0, 0, 0),
+        place: Place::Gateway,
+    }
+}
+
+const W: &[&str] = &["write", "denyoom"];
+const WF: &[&str] = &["write", "denyoom", "fast"];
+const R: &[&str] = &["readonly"];
+const RF: &[&str] = &["readonly", "fast"];
+const WK: &[&str] = &["write"];
+const WKF: &[&str] = &["write", "fast"];
+const L: &[&str] = &["fast", "loading", "stale"];
+
+/// Every supported command.
+pub const COMMANDS: &[CommandSpec] = &[
+    spec("get", 2, RF, (1, 1, 1)),
+    spec("set", -3, W, (1, 1, 1)),
+    spec("setnx", 3, WF, (1, 1, 1)),
+    spec("setex", 4, W, (1, 1, 1)),
+    spec("psetex", 4, W, (1, 1, 1)),
+    spec("getset", 3, WF, (1, 1, 1)),
+    spec("getdel", 2, WKF, (1, 1, 1)),
+    spec("del", -2, WK, (1, -1, 1)),
+    spec("unlink", -2, WKF, (1, -1, 1)),
+    spec("exists", -2, RF, (1, -1, 1)),
+    spec("type", 2, RF, (1, 1, 1)),
+    spec("incr", 2, WF, (1, 1, 1)),
+    spec("decr", 2, WF, (1, 1, 1)),
+    spec("incrby", 3, WF, (1, 1, 1)),
+    spec("decrby", 3, WF, (1, 1, 1)),
+    spec("append", 3, W, (1, 1, 1)),
+    spec("strlen", 2, RF, (1, 1, 1)),
+    spec("mget", -2, RF, (1, -1, 1)),
+    spec("mset", -3, W, (1, -1, 2)),
+    spec("msetnx", -3, W, (1, -1, 2)),
+    spec("expire", -3, WKF, (1, 1, 1)),
+    spec("pexpire", -3, WKF, (1, 1, 1)),
+    spec("ttl", 2, RF, (1, 1, 1)),
+    spec("pttl", 2, RF, (1, 1, 1)),
+    spec("persist", 2, WKF, (1, 1, 1)),
+    spec("keys", 2, R, (0, 0, 0)),
+    spec("scan", -2, R, (0, 0, 0)),
+    spec("dbsize", 1, RF, (0, 0, 0)),
+    spec("flushdb", -1, WK, (0, 0, 0)),
+    spec("flushall", -1, WK, (0, 0, 0)),
+    local("ping", -1, L),
+    local("echo", 2, &["fast"]),
+    local("select", 2, L),
+    local("client", -2, &["noscript", "loading", "stale"]),
+    local("command", -1, &["loading", "stale"]),
+    local("info", -1, &["loading", "stale"]),
+    local("hello", -1, &["noscript", "loading", "stale", "fast"]),
+    local("config", -2, &["admin", "noscript", "loading", "stale"]),
+    local("quit", -1, &["noscript", "loading", "stale", "fast"]),
+    local("reset", 1, &["noscript", "loading", "stale", "fast"]),
+];
+
+/// Looks a command up by name, case-insensitively.
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    COMMANDS.iter().find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Redis' reply for an unknown command.
+pub fn unknown_command(argv: &[Bytes]) -> Reply {
+    let mut args = String::new();
+    for arg in argv.iter().skip(1) {
+        if args.len() >= 128 {
+            break;
+        }
+        let room = 128 - args.len();
+        let text = String::from_utf8_lossy(arg);
+        let cut: String = text.chars().take(room).collect();
+        args.push_str(&format!("'{cut}' "));
+    }
+    let name: String = String::from_utf8_lossy(&argv[0]).chars().take(128).collect();
+    Reply::err(format!(
+        "ERR unknown command '{name}', with args beginning with: {args}"
+    ))
+}
+
+/// Redis' reply for a wrong number of arguments.
+pub fn wrong_arity(name: &str) -> Reply {
+    Reply::err(format!("ERR wrong number of arguments for '{name}' command"))
+}
+
+/// Checks the name and arity: the command, or the error reply Redis gives.
+pub fn check(argv: &[Bytes]) -> Result<&'static CommandSpec, Reply> {
+    let Some(first) = argv.first() else {
+        return Err(Reply::err("ERR empty command"));
+    };
+    let spec = lookup(first).ok_or_else(|| unknown_command(argv))?;
+    let n = argv.len() as i32;
+    let ok = if spec.arity >= 0 {
+        n == spec.arity
+    } else {
+        n >= -spec.arity
+    };
+    if ok {
+        Ok(spec)
+    } else {
+        Err(wrong_arity(spec.name))
+    }
+}
+
+/// "ERR value is not an integer or out of range".
+pub fn not_integer() -> Reply {
+    Reply::err("ERR value is not an integer or out of range")
+}
+
+/// "ERR syntax error".
+pub fn syntax_error() -> Reply {
+    Reply::err("ERR syntax error")
+}
+
+/// Parses a signed 64-bit integer exactly as Redis' `string2ll` does: optional `-`, no `+`, no
+/// leading zeros, no spaces, at most 20 characters.
+pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
+    if bytes.is_empty() || bytes.len() > 20 {
+        return None;
+    }
+    if bytes == b"0" {
+        return Some(0);
+    }
+    let (negative, digits) = match bytes[0] {
+        b'-' => (true, &bytes[1..]),
+        _ => (false, bytes),
+    };
+    if digits.is_empty() || digits[0] == b'0' || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut value: i128 = 0;
+    for &d in digits {
+        value = value * 10 + i128::from(d - b'0');
+        if value > i128::from(i64::MAX) + 1 {
+            return None;
+        }
+    }
+    let value = if negative { -value } else { value };
+    i64::try_from(value).ok()
+}
+
+/// Parses an integer argument or gives Redis' error.
+pub fn int_arg(bytes: &[u8]) -> Result<i64, Reply> {
+    parse_i64(bytes).ok_or_else(not_integer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(words: &[&str]) -> Vec<Bytes> {
+        words.iter().map(|w| Bytes::copy_from_slice(w.as_bytes())).collect()
+    }
+
+    #[test]
+    fn integers_parse_like_string2ll() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-12"), Some(-12));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [
+            &b"9223372036854775808"[..],
+            b"01",
+            b"-0",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"",
+            b"-",
+            b"1.5",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn errors_match_redis() {
+        assert_eq!(
+            check(&argv(&["FOO", "a", "b"])).unwrap_err(),
+            Reply::err("ERR unknown command 'FOO', with args beginning with: 'a' 'b' ")
+        );
+        assert_eq!(
+            check(&argv(&["foo"])).unwrap_err(),
+            Reply::err("ERR unknown command 'foo', with args beginning with: ")
+        );
+        assert_eq!(
+            check(&argv(&["GET"])).unwrap_err(),
+            Reply::err("ERR wrong number of arguments for 'get' command")
+        );
+        assert_eq!(check(&argv(&["Set", "k", "v"])).unwrap().name, "set");
+    }
+}

@@ -1,0 +1,285 @@
+//! Commands the gateway answers itself: connection state and introspection.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::Shared;
+use crate::command::{self, parse_i64, wrong_arity, CommandSpec, Place, COMMANDS};
+use crate::reply::Reply;
+
+/// The Redis version the gateway reports (the command set and replies follow Redis 7.0).
+pub const REDIS_VERSION: &str = "7.0.0";
+/// Longest client name.
+const CLIENT_NAME_MAX: usize = 256;
+
+/// Per-connection state.
+pub struct Session {
+    /// Connection id.
+    pub id: u64,
+    /// Protocol version (2 or 3).
+    pub proto: u8,
+    /// CLIENT SETNAME.
+    pub name: Option<Bytes>,
+}
+
+impl Session {
+    /// A fresh RESP2 session.
+    pub fn new(id: u64) -> Session {
+        Session {
+            id,
+            proto: 2,
+            name: None,
+        }
+    }
+}
+
+fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+fn unknown_subcommand(sub: &[u8], cmd: &str) -> Reply {
+    Reply::err(format!(
+        "ERR unknown subcommand '{}'. Try {} HELP.",
+        String::from_utf8_lossy(sub),
+        cmd.to_uppercase()
+    ))
+}
+
+/// Answers a gateway command; the flag asks to close the connection after the reply.
+pub fn answer(session: &mut Session, name: &str, argv: &[Bytes], shared: &Shared) -> (Reply, bool) {
+    let a = &argv[1..];
+    let reply = match name {
+        "ping" => match a {
+            [] => Reply::Status("PONG".into()),
+            [msg] => Reply::Bulk(msg.clone()),
+            _ => wrong_arity("ping"),
+        },
+        "echo" => Reply::Bulk(a[0].clone()),
+        "select" => match parse_i64(&a[0]) {
+            None => command::not_integer(),
+            Some(0) => Reply::ok(),
+            Some(_) => Reply::err("ERR DB index is out of range"),
+        },
+        "quit" => return (Reply::ok(), true),
+        "reset" => {
+            *session = Session::new(session.id);
+            Reply::Status("RESET".into())
+        }
+        "hello" => hello(session, a, shared),
+        "client" => client(session, a),
+        "command" => command_cmd(a),
+        "info" => Reply::Bulk(Bytes::from(info(shared, session))),
+        "config" => config(a),
+        other => unreachable!("{other} is not a gateway command"),
+    };
+    (reply, false)
+}
+
+fn set_name(session: &mut Session, name: &Bytes) -> Result<(), Reply> {
+    if name.len() > CLIENT_NAME_MAX || name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+        return Err(Reply::err(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ));
+    }
+    session.name = (!name.is_empty()).then(|| name.clone());
+    Ok(())
+}
+
+fn hello(session: &mut Session, a: &[Bytes], shared: &Shared) -> Reply {
+    let mut proto = session.proto;
+    if let Some(v) = a.first() {
+        match parse_i64(v) {
+            Some(v @ 2..=3) => proto = v as u8,
+            Some(_) => return Reply::err("NOPROTO unsupported protocol version"),
+            None => return Reply::err("ERR Protocol version is not an integer or out of range"),
+        }
+    }
+    let mut i = 1;
+    while i < a.len() {
+        if is(&a[i], "setname") && i + 1 < a.len() {
+            if let Err(e) = set_name(session, &a[i + 1]) {
+                return e;
+            }
+            i += 2;
+        } else if is(&a[i], "auth") && i + 2 < a.len() {
+            return Reply::err("ERR AUTH is not supported by the upright gateway (no passwords are configured)");
+        } else {
+            return Reply::err(format!(
+                "ERR Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(&a[i])
+            ));
+        }
+    }
+    session.proto = proto;
+    let _ = shared;
+    Reply::Map(vec![
+        (Reply::text("server"), Reply::text("redis")),
+        (Reply::text("version"), Reply::text(REDIS_VERSION)),
+        (Reply::text("proto"), Reply::Int(i64::from(proto))),
+        (Reply::text("id"), Reply::Int(session.id as i64)),
+        (Reply::text("mode"), Reply::text("standalone")),
+        (Reply::text("role"), Reply::text("master")),
+        (Reply::text("modules"), Reply::Array(vec![])),
+    ])
+}
+
+fn client(session: &mut Session, a: &[Bytes]) -> Reply {
+    let sub = &a[0];
+    if is(sub, "setname") {
+        if a.len() != 2 {
+            return wrong_arity("client|setname");
+        }
+        return set_name(session, &a[1]).map_or_else(|e| e, |_| Reply::ok());
+    }
+    if is(sub, "getname") {
+        return session.name.clone().map_or(Reply::Nil, Reply::Bulk);
+    }
+    if is(sub, "id") {
+        return Reply::Int(session.id as i64);
+    }
+    if is(sub, "setinfo") || is(sub, "no-evict") || is(sub, "no-touch") {
+        return Reply::ok();
+    }
+    if is(sub, "info") || is(sub, "list") {
+        let name = session
+            .name
+            .as_ref()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .unwrap_or_default();
+        return Reply::text(format!("id={} name={name} db=0 resp={}\n", session.id, session.proto));
+    }
+    unknown_subcommand(sub, "client")
+}
+
+fn set_of(words: &[&str]) -> Reply {
+    Reply::Set(words.iter().map(|w| Reply::Status((*w).into())).collect())
+}
+
+fn command_info(c: &CommandSpec) -> Reply {
+    let category = if c.place == Place::Gateway {
+        "@connection"
+    } else {
+        "@string"
+    };
+    Reply::Array(vec![
+        Reply::text(c.name),
+        Reply::Int(i64::from(c.arity)),
+        set_of(c.flags),
+        Reply::Int(c.keys.0),
+        Reply::Int(c.keys.1),
+        Reply::Int(c.keys.2),
+        set_of(&[category]),
+        set_of(&[]),
+        Reply::Array(vec![]),
+        Reply::Array(vec![]),
+    ])
+}
+
+fn command_docs(c: &CommandSpec) -> Reply {
+    let group = if c.place == Place::Gateway {
+        "connection"
+    } else {
+        "string"
+    };
+    Reply::Map(vec![
+        (
+            Reply::text("summary"),
+            Reply::text(format!("Redis {} (upright)", c.name.to_uppercase())),
+        ),
+        (Reply::text("since"), Reply::text("1.0.0")),
+        (Reply::text("group"), Reply::text(group)),
+    ])
+}
+
+fn command_cmd(a: &[Bytes]) -> Reply {
+    let Some(sub) = a.first() else {
+        return Reply::Array(COMMANDS.iter().map(command_info).collect());
+    };
+    let named = |f: fn(&CommandSpec) -> Reply| -> Vec<(Reply, Reply)> {
+        let specs: Vec<&CommandSpec> = if a.len() > 1 {
+            a[1..].iter().filter_map(|n| command::lookup(n)).collect()
+        } else {
+            COMMANDS.iter().collect()
+        };
+        specs.into_iter().map(|c| (Reply::text(c.name), f(c))).collect()
+    };
+    if is(sub, "count") {
+        Reply::Int(COMMANDS.len() as i64)
+    } else if is(sub, "docs") {
+        Reply::Map(named(command_docs))
+    } else if is(sub, "info") {
+        if a.len() == 1 {
+            return Reply::Array(COMMANDS.iter().map(command_info).collect());
+        }
+        Reply::Array(
+            a[1..]
+                .iter()
+                .map(|n| command::lookup(n).map_or(Reply::Nil, command_info))
+                .collect(),
+        )
+    } else if is(sub, "list") {
+        Reply::Array(COMMANDS.iter().map(|c| Reply::text(c.name)).collect())
+    } else {
+        unknown_subcommand(sub, "command")
+    }
+}
+
+fn config(a: &[Bytes]) -> Reply {
+    let sub = &a[0];
+    if is(sub, "get") {
+        if a.len() < 2 {
+            return wrong_arity("config|get");
+        }
+        let known = [
+            ("save", ""),
+            ("appendonly", "no"),
+            ("databases", "1"),
+            ("maxmemory-policy", "noeviction"),
+        ];
+        let pairs = known
+            .iter()
+            .filter(|(k, _)| {
+                a[1..]
+                    .iter()
+                    .any(|p| crate::glob::matches(&p.to_ascii_lowercase(), k.as_bytes()))
+            })
+            .map(|(k, v)| (Reply::text(k), Reply::text(v)))
+            .collect();
+        return Reply::Map(pairs);
+    }
+    if is(sub, "resetstat") {
+        return Reply::ok();
+    }
+    if is(sub, "set") || is(sub, "rewrite") {
+        return Reply::err("ERR CONFIG SET/REWRITE is not supported by the upright gateway");
+    }
+    unknown_subcommand(sub, "config")
+}
+
+fn info(shared: &Shared, session: &Session) -> String {
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let uptime = shared.started.elapsed().as_secs();
+    format!(
+        "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\nupright_version:{}\r\n\
+         process_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\n\r\n\
+         # Clients\r\nconnected_clients:{}\r\n\r\n\
+         # Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
+         protocol_errors:{}\r\n\r\n\
+         # Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n\
+         # Upright\r\nupright_service:redis-kv\r\nupright_client_pool:{}\r\nupright_operations:{}\r\n\
+         upright_read_path:ordered\r\nconnection_resp:{}\r\n",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        shared.port,
+        uptime / 86_400,
+        n(&shared.connected),
+        n(&shared.total_connections),
+        n(&shared.commands),
+        n(&shared.rejected),
+        n(&shared.protocol_errors),
+        shared.pool_size,
+        n(&shared.operations),
+        session.proto,
+    )
+}

@@ -1,0 +1,113 @@
+//! Replies and their RESP2 / RESP3 encodings.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// A Redis reply, independent of the protocol version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// A simple string (`+OK`).
+    Status(String),
+    /// An error; the text includes its code (`ERR ...`).
+    Error(String),
+    /// An integer.
+    Int(i64),
+    /// A bulk string.
+    Bulk(Bytes),
+    /// The null bulk string (RESP2 `$-1`, RESP3 `_`).
+    Nil,
+    /// An array.
+    Array(Vec<Reply>),
+    /// A map (RESP3 `%`; a flat array of pairs in RESP2).
+    Map(Vec<(Reply, Reply)>),
+    /// A set (RESP3 `~`; an array in RESP2).
+    Set(Vec<Reply>),
+}
+
+impl Reply {
+    /// `+OK`.
+    pub fn ok() -> Reply {
+        Reply::Status("OK".into())
+    }
+
+    /// An error reply.
+    pub fn err(text: impl Into<String>) -> Reply {
+        Reply::Error(text.into())
+    }
+
+    /// A bulk string from text.
+    pub fn text(s: impl AsRef<str>) -> Reply {
+        Reply::Bulk(Bytes::copy_from_slice(s.as_ref().as_bytes()))
+    }
+
+    /// Appends the encoding for protocol version `proto` (2 or 3) to `out`.
+    pub fn write(&self, proto: u8, out: &mut Vec<u8>) {
+        match self {
+            Reply::Status(s) => line(out, b'+', s.as_bytes()),
+            Reply::Error(s) => line(out, b'-', s.as_bytes()),
+            Reply::Int(i) => line(out, b':', i.to_string().as_bytes()),
+            Reply::Bulk(b) => {
+                line(out, b'$', b.len().to_string().as_bytes());
+                out.extend_from_slice(b);
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Nil if proto >= 3 => out.extend_from_slice(b"_\r\n"),
+            Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
+            Reply::Array(items) => {
+                line(out, b'*', items.len().to_string().as_bytes());
+                items.iter().for_each(|i| i.write(proto, out));
+            }
+            Reply::Set(items) => {
+                line(
+                    out,
+                    if proto >= 3 { b'~' } else { b'*' },
+                    items.len().to_string().as_bytes(),
+                );
+                items.iter().for_each(|i| i.write(proto, out));
+            }
+            Reply::Map(pairs) => {
+                if proto >= 3 {
+                    line(out, b'%', pairs.len().to_string().as_bytes());
+                } else {
+                    line(out, b'*', (pairs.len() * 2).to_string().as_bytes());
+                }
+                for (k, v) in pairs {
+                    k.write(proto, out);
+                    v.write(proto, out);
+                }
+            }
+        }
+    }
+
+    /// The encoding as a fresh buffer.
+    pub fn to_resp(&self, proto: u8) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write(proto, &mut out);
+        out
+    }
+}
+
+fn line(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
+    out.push(tag);
+    // Simple strings and errors never carry CR or LF (Redis replaces them with spaces).
+    out.extend(body.iter().map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodings_match_redis() {
+        assert_eq!(Reply::ok().to_resp(2), b"+OK\r\n");
+        assert_eq!(Reply::Nil.to_resp(2), b"$-1\r\n");
+        assert_eq!(Reply::Nil.to_resp(3), b"_\r\n");
+        assert_eq!(Reply::Int(-3).to_resp(2), b":-3\r\n");
+        assert_eq!(Reply::text("hi").to_resp(2), b"$2\r\nhi\r\n");
+        let map = Reply::Map(vec![(Reply::text("a"), Reply::Int(1))]);
+        assert_eq!(map.to_resp(2), b"*2\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(map.to_resp(3), b"%1\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(Reply::err("ERR a\r\nb").to_resp(2), b"-ERR a  b\r\n");
+    }
+}

@@ -1,0 +1,182 @@
+//! A bounded RESP request parser: multibulk arrays of bulk strings (what every client sends) and
+//! inline commands (what a person types into telnet). Oversized or malformed input is an error
+//! that closes the connection (Redis' "Protocol error" replies).
+
+use bytes::{Buf, Bytes, BytesMut};
+
+/// Largest single argument.
+pub const ARG_BYTES_MAX: usize = 512 * 1024;
+/// Most arguments of one command.
+pub const ARGS_MAX: usize = 64 * 1024;
+/// Largest whole command (sum of its arguments): it must fit one upright operation.
+pub const COMMAND_BYTES_MAX: usize = 512 * 1024;
+/// Longest inline command or length line.
+pub const INLINE_BYTES_MAX: usize = 64 * 1024;
+
+/// A protocol violation; the text is the `-ERR` reply sent before closing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProtocolError(pub String);
+
+fn protocol(what: &str) -> ProtocolError {
+    ProtocolError(format!("ERR Protocol error: {what}"))
+}
+
+/// Finds the end of the line starting at `at`: the index of its `\r\n`.
+fn line_end(buf: &[u8], at: usize) -> Result<Option<usize>, ProtocolError> {
+    match buf[at..].windows(2).position(|w| w == b"\r\n") {
+        Some(i) if i > INLINE_BYTES_MAX => Err(protocol("too big inline request")),
+        Some(i) => Ok(Some(at + i)),
+        None if buf.len() - at > INLINE_BYTES_MAX => Err(protocol("too big inline request")),
+        None => Ok(None),
+    }
+}
+
+fn number(bytes: &[u8]) -> Option<i64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+/// Takes one command from the front of `buf`: `Ok(None)` if more bytes are needed; empty commands
+/// (blank inline lines, `*0`) are skipped.
+pub fn parse(buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    loop {
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        let parsed = if buf[0] == b'*' { multibulk(buf)? } else { inline(buf)? };
+        match parsed {
+            None => return Ok(None),
+            Some((used, argv)) => {
+                let frozen = buf.split_to(used).freeze();
+                if argv.is_empty() {
+                    continue;
+                }
+                return Ok(Some(argv.into_iter().map(|(s, e)| frozen.slice(s..e)).collect()));
+            }
+        }
+    }
+}
+
+type Spans = Vec<(usize, usize)>;
+
+fn multibulk(buf: &[u8]) -> Result<Option<(usize, Spans)>, ProtocolError> {
+    let Some(end) = line_end(buf, 0)? else { return Ok(None) };
+    let count = number(&buf[1..end]).ok_or_else(|| protocol("invalid multibulk length"))?;
+    if count > ARGS_MAX as i64 {
+        return Err(protocol("invalid multibulk length"));
+    }
+    let mut at = end + 2;
+    let mut spans = Vec::with_capacity(count.clamp(0, 64) as usize);
+    let mut total = 0usize;
+    for _ in 0..count.max(0) {
+        if at >= buf.len() {
+            return Ok(None);
+        }
+        if buf[at] != b'$' {
+            return Err(protocol(&format!("expected '$', got '{}'", buf[at] as char)));
+        }
+        let Some(end) = line_end(buf, at)? else { return Ok(None) };
+        let len = number(&buf[at + 1..end]).ok_or_else(|| protocol("invalid bulk length"))?;
+        if len < 0 || len as usize > ARG_BYTES_MAX {
+            return Err(protocol("invalid bulk length"));
+        }
+        total += len as usize;
+        if total > COMMAND_BYTES_MAX {
+            return Err(protocol("command too big for one upright operation"));
+        }
+        let start = end + 2;
+        let stop = start + len as usize;
+        if buf.len() < stop + 2 {
+            return Ok(None);
+        }
+        if &buf[stop..stop + 2] != b"\r\n" {
+            return Err(protocol("invalid bulk terminator"));
+        }
+        spans.push((start, stop));
+        at = stop + 2;
+    }
+    Ok(Some((at, spans)))
+}
+
+fn inline(buf: &[u8]) -> Result<Option<(usize, Spans)>, ProtocolError> {
+    let end = match buf.iter().position(|&b| b == b'\n') {
+        Some(i) if i > INLINE_BYTES_MAX => return Err(protocol("too big inline request")),
+        Some(i) => i,
+        None if buf.len() > INLINE_BYTES_MAX => return Err(protocol("too big inline request")),
+        None => return Ok(None),
+    };
+    let line_stop = if end > 0 && buf[end - 1] == b'\r' { end - 1 } else { end };
+    let mut spans = Vec::new();
+    let mut i = 0;
+    while i < line_stop {
+        while i < line_stop && buf[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let start = i;
+        while i < line_stop && !buf[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i > start {
+            spans.push((start, i));
+        }
+    }
+    Ok(Some((end + 1, spans)))
+}
+
+/// Drops everything parsed so far (used after a protocol error).
+pub fn discard(buf: &mut BytesMut) {
+    let n = buf.len();
+    buf.advance(n);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(input: &[u8]) -> Result<Vec<Vec<Bytes>>, ProtocolError> {
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        while let Some(c) = parse(&mut buf)? {
+            out.push(c);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn multibulk_inline_and_pipelines() {
+        let got = all(b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n*0\r\nPING\r\n  set  k v\r\n\r\n*1\r\n$4\r\nPI").unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0], vec![Bytes::from("GET"), Bytes::from("a")]);
+        assert_eq!(got[1], vec![Bytes::from("PING")]);
+        assert_eq!(got[2], vec![Bytes::from("set"), Bytes::from("k"), Bytes::from("v")]);
+    }
+
+    #[test]
+    fn split_at_every_byte() {
+        let input = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nva\r\nl\r\n";
+        for cut in 0..input.len() {
+            let mut buf = BytesMut::from(&input[..cut]);
+            assert_eq!(parse(&mut buf).unwrap(), None, "cut {cut}");
+            buf.extend_from_slice(&input[cut..]);
+            let c = parse(&mut buf).unwrap().unwrap();
+            assert_eq!(c[2], Bytes::from("va\r\nl"));
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn malformed_and_oversized_are_errors() {
+        assert!(all(b"*x\r\n").is_err());
+        assert!(all(b"*1\r\n:3\r\n").is_err());
+        assert!(all(b"*1\r\n$-5\r\n").is_err());
+        assert!(all(b"*1\r\n$3\r\nabcde\r\n").is_err());
+        assert!(all(format!("*1\r\n${}\r\n", ARG_BYTES_MAX + 1).as_bytes()).is_err());
+        assert!(all(format!("*{}\r\n", ARGS_MAX + 1).as_bytes()).is_err());
+        assert!(all(&vec![b'a'; INLINE_BYTES_MAX + 2]).is_err());
+        let big = format!(
+            "*3\r\n${n}\r\n{a}\r\n${n}\r\n{a}\r\n$1\r\n",
+            n = ARG_BYTES_MAX,
+            a = "a".repeat(ARG_BYTES_MAX)
+        );
+        assert!(all(big.as_bytes()).is_err());
+    }
+}

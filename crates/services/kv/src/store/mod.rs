@@ -1,0 +1,271 @@
+//! The replicated state machine: Redis strings with expiry by agreed time.
+//!
+//! Time is the agreed batch time `BatchContext::time_us` (in milliseconds, as Redis counts); a key
+//! whose expiry time is before the batch's time is gone: every batch starts by removing all such
+//! keys, so no command, reply or checkpoint depends on when a replica happens to run. All tables
+//! are `BTreeMap`/`BTreeSet`, so iteration order (KEYS, SCAN, checkpoints) is the same everywhere.
+
+mod commands;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use upright_core::service::{BatchContext, RestoreError, Service, ServiceRequest};
+
+use crate::command;
+use crate::reply::Reply;
+
+/// Most bytes of keys and values (plus a per-key overhead) the store holds; writes that could
+/// grow it beyond get Redis' OOM error (Redis' `maxmemory` with the `noeviction` policy).
+pub const STORE_BYTES_MAX: usize = 1 << 30;
+/// Accounting overhead of one key.
+const ENTRY_OVERHEAD: usize = 64;
+/// Largest encoded reply list of one operation (below the cluster's `reply_bytes_max` default of
+/// 1 MiB); a reply that would cross it is replaced by an error.
+pub const REPLY_BYTES_MAX: usize = (1 << 20) - 4096;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    value: Bytes,
+    /// Absolute expiry time in agreed milliseconds.
+    expires_ms: Option<u64>,
+}
+
+/// The key-value store (strings only).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RedisStore {
+    map: BTreeMap<Bytes, Entry>,
+    /// (expiry time, key) of every key with a time to live.
+    expiries: BTreeSet<(u64, Bytes)>,
+    /// (scan slot, key) of every key: SCAN walks this order, so its cursors survive writes.
+    slots: BTreeSet<(u64, Bytes)>,
+    used: usize,
+    /// Agreed time of the batch being executed, in milliseconds.
+    now_ms: u64,
+    /// Testing only: behave as a Byzantine replica that corrupts stored values and replies.
+    corrupt: bool,
+}
+
+/// The SCAN slot of a key: a fixed 63-bit hash, never 0 (0 is the cursor that ends a scan).
+pub fn slot(key: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h >> 1).max(1)
+}
+
+impl RedisStore {
+    /// An empty store.
+    pub fn new() -> RedisStore {
+        RedisStore::default()
+    }
+
+    /// Testing only: a store that corrupts every value it stores and every reply it gives, to
+    /// stand for a Byzantine replica's service in tests.
+    pub fn corrupting() -> RedisStore {
+        RedisStore {
+            corrupt: true,
+            ..RedisStore::default()
+        }
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Starts a batch at agreed time `time_us`: removes every key that expired before it.
+    pub fn advance(&mut self, time_us: u64) {
+        self.now_ms = self.now_ms.max(time_us / 1000);
+        while let Some((at, key)) = self.expiries.first().cloned() {
+            if at >= self.now_ms {
+                break;
+            }
+            self.remove(&key);
+        }
+    }
+
+    /// Executes one command (an argument vector) at the current agreed time.
+    pub fn apply(&mut self, argv: &[Bytes]) -> Reply {
+        let spec = match command::check(argv) {
+            Ok(spec) => spec,
+            Err(reply) => return reply,
+        };
+        if spec.place != command::Place::Replicated {
+            // Connection commands are the gateway's; a client sending one here gets an error.
+            return Reply::err(format!("ERR '{}' is answered by the gateway", spec.name));
+        }
+        if spec.flags.contains(&"denyoom") && self.used > STORE_BYTES_MAX {
+            return Reply::err("OOM command not allowed when used memory > 'maxmemory'.");
+        }
+        let reply = commands::dispatch(self, spec.name, argv);
+        if self.corrupt {
+            corrupt_reply(reply)
+        } else {
+            reply
+        }
+    }
+
+    fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.map.get(key)
+    }
+
+    fn cost(key: &[u8], value: &[u8]) -> usize {
+        key.len() + value.len() + ENTRY_OVERHEAD
+    }
+
+    /// Stores `value` under `key` with expiry `expires_ms` (`None`: no expiry).
+    fn put(&mut self, key: &Bytes, value: Bytes, expires_ms: Option<u64>) {
+        let value = if self.corrupt {
+            let mut v = value.to_vec();
+            v.extend_from_slice(b"<corrupted>");
+            Bytes::from(v)
+        } else {
+            value
+        };
+        self.used += Self::cost(key, &value);
+        let old = self.map.insert(key.clone(), Entry { value, expires_ms });
+        match old {
+            Some(old) => {
+                self.used -= Self::cost(key, &old.value);
+                if let Some(at) = old.expires_ms {
+                    self.expiries.remove(&(at, key.clone()));
+                }
+            }
+            None => {
+                self.slots.insert((slot(key), key.clone()));
+            }
+        }
+        if let Some(at) = expires_ms {
+            self.expiries.insert((at, key.clone()));
+        }
+    }
+
+    /// Replaces the value, keeping the time to live.
+    fn put_keep_ttl(&mut self, key: &Bytes, value: Bytes) {
+        let ttl = self.get(key).and_then(|e| e.expires_ms);
+        self.put(key, value, ttl);
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let (key, old) = self.map.remove_entry(key)?;
+        self.used -= Self::cost(&key, &old.value);
+        self.slots.remove(&(slot(&key), key.clone()));
+        if let Some(at) = old.expires_ms {
+            self.expiries.remove(&(at, key));
+        }
+        Some(old)
+    }
+
+    fn set_expiry(&mut self, key: &Bytes, expires_ms: Option<u64>) {
+        if let Some(entry) = self.map.get_mut(key) {
+            if let Some(at) = entry.expires_ms.take() {
+                self.expiries.remove(&(at, key.clone()));
+            }
+            entry.expires_ms = expires_ms;
+            if let Some(at) = expires_ms {
+                self.expiries.insert((at, key.clone()));
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.expiries.clear();
+        self.slots.clear();
+        self.used = 0;
+    }
+}
+
+fn corrupt_reply(reply: Reply) -> Reply {
+    match reply {
+        Reply::Bulk(b) => {
+            let mut v = b"evil:".to_vec();
+            v.extend_from_slice(&b);
+            Reply::Bulk(Bytes::from(v))
+        }
+        Reply::Nil => Reply::text("evil"),
+        Reply::Int(i) => Reply::Int(i.wrapping_add(1000)),
+        Reply::Status(_) => Reply::Status("EVIL".into()),
+        Reply::Array(items) => Reply::Array(items.into_iter().map(corrupt_reply).collect()),
+        other => other,
+    }
+}
+
+/// Upper bound of a reply's encoded size.
+fn reply_size(reply: &Reply) -> usize {
+    match reply {
+        Reply::Status(s) | Reply::Error(s) => s.len() + 10,
+        Reply::Bulk(b) => b.len() + 10,
+        Reply::Int(_) | Reply::Nil => 11,
+        Reply::Array(items) | Reply::Set(items) => 10 + items.iter().map(reply_size).sum::<usize>(),
+        Reply::Map(pairs) => 10 + pairs.iter().map(|(k, v)| reply_size(k) + reply_size(v)).sum::<usize>(),
+    }
+}
+
+/// A checkpoint: every key with its value and expiry, in key order.
+type CheckpointRows = Vec<(Bytes, Bytes, Option<u64>)>;
+
+impl Service for RedisStore {
+    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest]) -> Vec<Bytes> {
+        self.advance(context.time_us);
+        requests
+            .iter()
+            .map(|request| {
+                let Some(commands) = crate::decode_operation(&request.operation) else {
+                    return crate::encode_replies(&[Reply::err("ERR malformed upright operation")]);
+                };
+                let mut size = 16;
+                let replies: Vec<Reply> = commands
+                    .iter()
+                    .map(|argv| {
+                        let reply = self.apply(argv);
+                        size += reply_size(&reply);
+                        if size > REPLY_BYTES_MAX {
+                            Reply::err("ERR reply too large for one upright operation (use SCAN)")
+                        } else {
+                            reply
+                        }
+                    })
+                    .collect();
+                crate::encode_replies(&replies)
+            })
+            .collect()
+    }
+
+    /// No read-only path yet: every command, reads included, is ordered.
+    fn execute_read_only(&self, _operation: &[u8]) -> Option<Bytes> {
+        None
+    }
+
+    fn checkpoint(&self) -> Bytes {
+        let rows: Vec<(&Bytes, &Bytes, Option<u64>)> =
+            self.map.iter().map(|(k, e)| (k, &e.value, e.expires_ms)).collect();
+        Bytes::from(upright_core::codec::to_bytes(&(self.now_ms, rows)))
+    }
+
+    fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
+        let (now_ms, rows): (u64, CheckpointRows) = upright_core::codec::from_bytes(checkpoint)
+            .map_err(|e| RestoreError(format!("redis store checkpoint: {e}")))?;
+        let corrupt = self.corrupt;
+        *self = RedisStore {
+            now_ms,
+            corrupt: false,
+            ..RedisStore::default()
+        };
+        for (key, value, expires_ms) in rows {
+            self.put(&key, value, expires_ms);
+        }
+        self.corrupt = corrupt;
+        Ok(())
+    }
+}

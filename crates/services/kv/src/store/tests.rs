@@ -1,0 +1,234 @@
+use bytes::Bytes;
+use upright_core::ids::{ClientId, RequestId, SeqNo};
+use upright_core::service::{BatchContext, Service, ServiceRequest};
+
+use super::RedisStore;
+use crate::reply::Reply;
+
+fn cmd(s: &mut RedisStore, line: &str) -> Reply {
+    let argv: Vec<Bytes> = line.split(' ').map(|w| Bytes::copy_from_slice(w.as_bytes())).collect();
+    s.apply(&argv)
+}
+
+fn int(i: i64) -> Reply {
+    Reply::Int(i)
+}
+
+fn bulk(s: &str) -> Reply {
+    Reply::text(s)
+}
+
+fn err(s: &str) -> Reply {
+    Reply::err(s)
+}
+
+#[test]
+fn strings() {
+    let s = &mut RedisStore::new();
+    assert_eq!(cmd(s, "GET a"), Reply::Nil);
+    assert_eq!(cmd(s, "SET a 1"), Reply::ok());
+    assert_eq!(cmd(s, "get a"), bulk("1"));
+    assert_eq!(cmd(s, "SET a 2 NX"), Reply::Nil);
+    assert_eq!(cmd(s, "SET b 2 XX"), Reply::Nil);
+    assert_eq!(cmd(s, "SET a 3 XX GET"), bulk("1"));
+    assert_eq!(cmd(s, "SET a 3 NX XX"), err("ERR syntax error"));
+    assert_eq!(cmd(s, "SET a 3 EX"), err("ERR syntax error"));
+    assert_eq!(
+        cmd(s, "SET a 3 EX x"),
+        err("ERR value is not an integer or out of range")
+    );
+    assert_eq!(cmd(s, "SET a 3 EX 0"), err("ERR invalid expire time in 'set' command"));
+    assert_eq!(cmd(s, "SET a 3 FOO"), err("ERR syntax error"));
+    assert_eq!(cmd(s, "GETSET a 4"), bulk("3"));
+    assert_eq!(cmd(s, "APPEND a xy"), int(3));
+    assert_eq!(cmd(s, "STRLEN a"), int(3));
+    assert_eq!(cmd(s, "STRLEN zz"), int(0));
+    assert_eq!(cmd(s, "MSET x 1 y 2"), Reply::ok());
+    assert_eq!(
+        cmd(s, "MSET x 1 y"),
+        err("ERR wrong number of arguments for 'mset' command")
+    );
+    assert_eq!(
+        cmd(s, "MGET x nope y"),
+        Reply::Array(vec![bulk("1"), Reply::Nil, bulk("2")])
+    );
+    assert_eq!(cmd(s, "EXISTS x x nope"), int(2));
+    assert_eq!(cmd(s, "DEL x y nope"), int(2));
+    assert_eq!(cmd(s, "SETNX x 5"), int(1));
+    assert_eq!(cmd(s, "SETNX x 6"), int(0));
+    assert_eq!(cmd(s, "GETDEL x"), bulk("5"));
+    assert_eq!(cmd(s, "TYPE x"), Reply::Status("none".into()));
+    assert_eq!(cmd(s, "DBSIZE"), int(1));
+    assert_eq!(cmd(s, "FLUSHDB"), Reply::ok());
+    assert_eq!(cmd(s, "DBSIZE"), int(0));
+}
+
+#[test]
+fn counters() {
+    let s = &mut RedisStore::new();
+    assert_eq!(cmd(s, "INCR n"), int(1));
+    assert_eq!(cmd(s, "INCRBY n 10"), int(11));
+    assert_eq!(cmd(s, "DECR n"), int(10));
+    assert_eq!(cmd(s, "DECRBY n 20"), int(-10));
+    assert_eq!(cmd(s, "INCRBY n x"), err("ERR value is not an integer or out of range"));
+    cmd(s, "SET t abc");
+    assert_eq!(cmd(s, "INCR t"), err("ERR value is not an integer or out of range"));
+    cmd(s, "SET m 9223372036854775807");
+    assert_eq!(cmd(s, "INCR m"), err("ERR increment or decrement would overflow"));
+    assert_eq!(
+        cmd(s, "DECRBY m -9223372036854775808"),
+        err("ERR decrement would overflow")
+    );
+    assert_eq!(cmd(s, "GET n"), bulk("-10"));
+}
+
+#[test]
+fn arity_and_unknown() {
+    let s = &mut RedisStore::new();
+    assert_eq!(cmd(s, "GET"), err("ERR wrong number of arguments for 'get' command"));
+    assert_eq!(
+        cmd(s, "GET a b"),
+        err("ERR wrong number of arguments for 'get' command")
+    );
+    assert_eq!(
+        cmd(s, "NOPE a b"),
+        err("ERR unknown command 'NOPE', with args beginning with: 'a' 'b' ")
+    );
+}
+
+#[test]
+fn expiry_follows_agreed_time_only() {
+    let s = &mut RedisStore::new();
+    s.advance(1_000_000_000); // t = 1,000,000 ms
+    assert_eq!(cmd(s, "SET k v EX 10"), Reply::ok());
+    assert_eq!(cmd(s, "TTL k"), int(10));
+    assert_eq!(cmd(s, "PTTL k"), int(10_000));
+    assert_eq!(cmd(s, "TTL nope"), int(-2));
+    cmd(s, "SET p v");
+    assert_eq!(cmd(s, "TTL p"), int(-1));
+    assert_eq!(cmd(s, "EXPIRE p 5"), int(1));
+    assert_eq!(cmd(s, "EXPIRE p 50 NX"), int(0));
+    assert_eq!(cmd(s, "EXPIRE p 50 GT"), int(1));
+    assert_eq!(
+        cmd(s, "EXPIRE p 5 NX XX"),
+        err("ERR NX and XX, GT or LT options at the same time are not compatible")
+    );
+    assert_eq!(cmd(s, "PERSIST p"), int(1));
+    assert_eq!(cmd(s, "PERSIST p"), int(0));
+    assert_eq!(cmd(s, "PEXPIRE p 1500"), int(1));
+    assert_eq!(cmd(s, "INCR c"), int(1));
+    assert_eq!(cmd(s, "EXPIRE c 3"), int(1));
+    assert_eq!(cmd(s, "INCR c"), int(2)); // INCR keeps the time to live
+    assert_eq!(cmd(s, "TTL c"), int(3));
+    s.advance(1_001_400_000);
+    assert_eq!(cmd(s, "PTTL p"), int(100));
+    s.advance(1_001_500_000); // exactly at p's expiry: still there (Redis: expired when now > at)
+    assert_eq!(cmd(s, "EXISTS p"), int(1));
+    s.advance(1_001_501_000);
+    assert_eq!(cmd(s, "EXISTS p"), int(0));
+    assert_eq!(cmd(s, "DBSIZE"), int(2));
+    s.advance(1_010_001_000);
+    assert_eq!(cmd(s, "GET k"), Reply::Nil);
+    assert_eq!(cmd(s, "DBSIZE"), int(0));
+    cmd(s, "SET z v");
+    assert_eq!(cmd(s, "EXPIRE z -1"), int(1)); // a past time deletes
+    assert_eq!(cmd(s, "EXISTS z"), int(0));
+}
+
+#[test]
+fn keys_and_scan() {
+    let s = &mut RedisStore::new();
+    for i in 0..50 {
+        cmd(s, &format!("SET key:{i} v"));
+    }
+    cmd(s, "SET other v");
+    let Reply::Array(keys) = cmd(s, "KEYS key:1*") else {
+        panic!()
+    };
+    assert_eq!(keys.len(), 11);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let Reply::Array(parts) = cmd(s, &format!("SCAN {cursor} MATCH key:* COUNT 7")) else {
+            panic!()
+        };
+        let (Reply::Bulk(next), Reply::Array(batch)) = (&parts[0], &parts[1]) else {
+            panic!()
+        };
+        for k in batch {
+            let Reply::Bulk(k) = k else { panic!() };
+            seen.insert(k.clone());
+        }
+        // Writes between calls do not make SCAN miss keys present throughout.
+        cmd(s, &format!("SET extra:{cursor} v"));
+        cursor = String::from_utf8(next.to_vec()).unwrap();
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 50);
+    assert_eq!(cmd(s, "SCAN x"), err("ERR invalid cursor"));
+    assert_eq!(cmd(s, "SCAN 0 COUNT 0"), err("ERR syntax error"));
+}
+
+fn batch(s: &mut RedisStore, time_us: u64, seq: u64, commands: &[&[&str]]) -> Vec<Reply> {
+    let argvs: Vec<Vec<Bytes>> = commands
+        .iter()
+        .map(|c| c.iter().map(|w| Bytes::copy_from_slice(w.as_bytes())).collect())
+        .collect();
+    let ctx = BatchContext {
+        seqno: SeqNo(seq),
+        time_us,
+        seed: [0; 32],
+    };
+    let req = ServiceRequest {
+        client: ClientId(0),
+        request_id: RequestId(seq),
+        operation: crate::encode_operation(&argvs),
+    };
+    let out = s.execute(&ctx, &[req]);
+    crate::decode_replies(&out[0]).unwrap()
+}
+
+#[test]
+fn checkpoints_are_deterministic_and_restore_exactly() {
+    let mut a = RedisStore::new();
+    let mut b = RedisStore::new();
+    let cmds: &[&[&str]] = &[
+        &["SET", "x", "1", "PX", "5000"],
+        &["MSET", "b", "2", "a", "1"],
+        &["INCR", "n"],
+    ];
+    assert_eq!(batch(&mut a, 1_000_000, 1, cmds), batch(&mut b, 1_000_000, 1, cmds));
+    assert_eq!(a.checkpoint(), b.checkpoint());
+    let mut c = RedisStore::new();
+    c.restore(&a.checkpoint()).unwrap();
+    assert_eq!(c, a);
+    assert_eq!(c.checkpoint(), a.checkpoint());
+    // Expiry after restore is still by agreed time.
+    assert_eq!(
+        batch(&mut c, 7_000_000, 2, &[&["GET", "x"], &["GET", "a"]]),
+        vec![Reply::Nil, bulk("1")]
+    );
+    assert!(c.restore(b"\xff\xff\xff").is_err());
+    // A malformed operation gets an error, not a panic.
+    let ctx = BatchContext {
+        seqno: SeqNo(3),
+        time_us: 8_000_000,
+        seed: [0; 32],
+    };
+    let req = ServiceRequest {
+        client: ClientId(0),
+        request_id: RequestId(3),
+        operation: Bytes::from_static(b"\xff\xff"),
+    };
+    let out = c.execute(&ctx, &[req]);
+    assert!(matches!(&crate::decode_replies(&out[0]).unwrap()[0], Reply::Error(_)));
+}
+
+#[test]
+fn corrupting_store_lies() {
+    let s = &mut RedisStore::corrupting();
+    cmd(s, "SET a 1");
+    assert_ne!(cmd(s, "GET a"), bulk("1"));
+}
