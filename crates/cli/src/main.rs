@@ -193,6 +193,13 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
+fn replica_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
@@ -311,7 +318,9 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Resul
         }
         spec.stages = Some(upright_kv::replica::stages(spec.cluster.config.clone(), id, corrupt));
     }
-    runtime().block_on(async move {
+    // One thread: the stages are one state machine per replica anyway, and on a small machine
+    // hosting several processes cross-thread wake-ups cost more than they buy.
+    replica_runtime().block_on(async move {
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
