@@ -3,7 +3,8 @@
 //! replica off (every packet to and from it is lost) and heal the cut.
 //!
 //! Needs root and iproute2's `ip`; [`Netns::create`] returns `None` (after saying why, loudly)
-//! where namespaces cannot be made, and the caller skips. Everything made is removed on drop, also
+//! where namespaces cannot be made, and the caller skips, unless `UPRIGHT_REQUIRE_NETNS` is set
+//! (`.ci/run` sets it), which turns the skip into a failure. Everything made is removed on drop, also
 //! when the test fails.
 
 use std::process::Command;
@@ -38,7 +39,13 @@ fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// With this environment variable set (CI sets it), a skip is a failure instead.
+pub const REQUIRE_ENV: &str = "UPRIGHT_REQUIRE_NETNS";
+
 fn skip(reason: &str) -> Option<Netns> {
+    if std::env::var_os(REQUIRE_ENV).is_some() {
+        panic!("{REQUIRE_ENV} is set but the network-namespace partition test cannot run: {reason}");
+    }
     eprintln!("\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!");
     eprintln!("!!! SKIPPED: network-namespace partition test cannot run here: {reason}");
     eprintln!("!!! (it needs root and iproute2's `ip`; CI runs as root and installs iproute2)");
