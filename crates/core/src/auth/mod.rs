@@ -158,11 +158,7 @@ impl AuthStage {
             self.stats.bump("dropped_bad_request");
             return;
         }
-        if envelope
-            .open(&self.keys, Principal::Auth(self.id), self.config.knobs.sabotage)
-            .is_err()
-        {
-            self.stats.bump("dropped_bad_seal");
+        if !self.seal_ok(envelope) {
             return;
         }
         let interval = self.config.knobs.auth_retransmit_interval_us;
@@ -213,6 +209,17 @@ impl AuthStage {
         self.send_to_order(envelope, out);
     }
 
+    /// Checks the seal as received by this member; a bad one is counted.
+    fn seal_ok(&mut self, envelope: &Envelope) -> bool {
+        let ok = envelope
+            .open(&self.keys, Principal::Auth(self.id), self.config.knobs.sabotage)
+            .is_ok();
+        if !ok {
+            self.stats.bump("dropped_bad_seal");
+        }
+        ok
+    }
+
     fn exec_sender(&self, envelope: &Envelope) -> Option<ReplicaId> {
         match envelope.from {
             Principal::Exec(r) if (r.0 as usize) < self.quorums.n_exec => Some(r),
@@ -228,11 +235,7 @@ impl AuthStage {
             self.stats.bump("dropped_wrong_sender");
             return;
         };
-        if envelope
-            .open(&self.keys, Principal::Auth(self.id), self.config.knobs.sabotage)
-            .is_err()
-        {
-            self.stats.bump("dropped_bad_seal");
+        if !self.seal_ok(envelope) {
             return;
         }
         let quorum = self.quorums.batch_complete();
@@ -263,11 +266,7 @@ impl AuthStage {
             self.stats.bump("dropped_wrong_sender");
             return;
         }
-        if envelope
-            .open(&self.keys, Principal::Auth(self.id), self.config.knobs.sabotage)
-            .is_err()
-        {
-            self.stats.bump("dropped_bad_seal");
+        if !self.seal_ok(envelope) {
             return;
         }
         if !self.clients.contains(*client) {
