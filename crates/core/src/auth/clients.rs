@@ -64,18 +64,29 @@ impl ClientState {
     /// Makes `forwarded` the last sent request and caches its body; returns the request id of a
     /// body evicted to stay within the bound (its stored copy must be deleted).
     pub fn accept(&mut self, forwarded: Forwarded) -> Option<RequestId> {
+        let evicted = self.push_body(
+            forwarded.request_id,
+            forwarded.operation_digest,
+            forwarded.operation.clone(),
+        );
+        self.votes.retain(|id, _| *id >= forwarded.request_id);
+        self.last_sent = Some(forwarded);
+        evicted
+    }
+
+    /// After a restart: puts an older stored body back into the cache (not `last_sent`).
+    pub fn cache_body(&mut self, request_id: RequestId, operation: Bytes) {
+        // Restored oldest first and at most `bodies_max` are stored: nothing is evicted here.
+        let _ = self.push_body(request_id, Digest::of(&operation), operation);
+    }
+
+    fn push_body(&mut self, request_id: RequestId, digest: Digest, operation: Bytes) -> Option<RequestId> {
         let evicted = if self.bodies.len() >= self.bodies_max {
             self.bodies.pop_front().map(|body| body.0)
         } else {
             None
         };
-        self.bodies.push_back((
-            forwarded.request_id,
-            forwarded.operation_digest,
-            forwarded.operation.clone(),
-        ));
-        self.votes.retain(|id, _| *id >= forwarded.request_id);
-        self.last_sent = Some(forwarded);
+        self.bodies.push_back((request_id, digest, operation));
         evicted
     }
 

@@ -77,21 +77,32 @@ impl AuthStage {
             deferred: std::collections::BTreeMap::new(),
             stats: Stats::default(),
         };
-        // Keys sort by (client, request id), so each client's newest body is restored last and
-        // becomes `last_sent` again (pending: we cannot know whether it was ordered).
+        // Keys sort by (client, request id), so each client's bodies come oldest first. Only the
+        // newest becomes `last_sent` again (pending: we cannot know whether it was ordered) and
+        // needs its AUTH-REQ rebuilt; older ones only go back into the body cache for FETCH.
+        let mut records = Vec::new();
         for value in storage
             .range("auth/body/".to_string().."auth/body0".to_string())
             .map(|(_, v)| v)
         {
             match crate::codec::from_bytes::<(ClientId, RequestId, Bytes)>(value) {
-                Ok((client, request_id, operation)) if stage.clients.contains(client) => {
-                    let forwarded = stage.build(client, request_id, operation, 0);
-                    stage.clients.restore(forwarded);
-                }
+                Ok(record) if stage.clients.contains(record.0) => records.push(record),
                 _ => {
                     // Our own storage is corrupt: skip the record; the client retransmits.
                     stage.stats.bump("recovery_bad_record");
                 }
+            }
+        }
+        for (i, (client, request_id, operation)) in records.iter().enumerate() {
+            let newest = records.get(i + 1).is_none_or(|next| next.0 != *client);
+            if newest {
+                let forwarded = stage.build(*client, *request_id, operation.clone(), 0);
+                stage.clients.restore(forwarded);
+            } else {
+                stage
+                    .clients
+                    .get_mut(*client)
+                    .cache_body(*request_id, operation.clone());
             }
         }
         Ok(stage)
