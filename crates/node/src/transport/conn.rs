@@ -14,10 +14,14 @@ use tokio::sync::{mpsc, Semaphore};
 use upright_core::crypto::KeyRing;
 use upright_core::ids::{ClientId, Process};
 
-use super::{read_frame, write_frame, Counters, FrameError, Hello, Inbox, HELLO_BYTES_MAX};
+use super::{read_frame, write_frame, Counters, FrameError, FrameReader, Hello, Inbox, HELLO_BYTES_MAX};
 
 /// Most frames waiting to be written to one peer.
 pub const OUTBOUND_QUEUE_MAX: usize = 4096;
+/// Most queued frames written before one flush.
+const WRITE_BATCH_FRAMES_MAX: usize = 1024;
+/// Write buffer per connection: the frames queued since the last write go out in one system call.
+const WRITE_BUFFER_BYTES: usize = 64 << 10;
 /// Most simultaneous inbound connections per listener.
 pub const CONNECTIONS_MAX: usize = 1024;
 /// Time a new connection has to present its hello.
@@ -85,7 +89,7 @@ async fn run_dial(
         };
         let _ = stream.set_nodelay(true);
         let (reader, writer) = stream.into_split();
-        let mut writer = BufWriter::new(writer);
+        let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
         if write_frame(&mut writer, &hello_bytes).await.is_err() || writer.flush().await.is_err() {
             tokio::time::sleep(backoff).await;
             continue;
@@ -122,7 +126,7 @@ async fn write_batch(
     rx: &mut mpsc::Receiver<Frame>,
 ) -> std::io::Result<()> {
     write_frame(writer, first).await?;
-    for _ in 0..64 {
+    for _ in 0..WRITE_BATCH_FRAMES_MAX {
         match rx.try_recv() {
             Ok(frame) => write_frame(writer, &frame).await?,
             Err(_) => break,
@@ -142,36 +146,39 @@ async fn drain_until_closed(mut reader: OwnedReadHalf) {
     }
 }
 
-/// Reads frames from `peer` until the connection fails or misbehaves.
-async fn read_loop(
-    mut reader: OwnedReadHalf,
-    peer: Process,
-    inbox: Arc<Inbox>,
-    max_frame: usize,
-    counters: Arc<Counters>,
-) {
+/// Reads frames from `peer` until the connection fails or misbehaves. Every frame that one read
+/// brought in is decoded and queued with one inbox operation.
+async fn read_loop(reader: OwnedReadHalf, peer: Process, inbox: Arc<Inbox>, max_frame: usize, counters: Arc<Counters>) {
+    let mut frames = FrameReader::new(reader, max_frame);
+    let mut batch = Vec::new();
     loop {
-        match read_frame(&mut reader, max_frame).await {
-            Ok(body) => match upright_core::codec::decode(&body) {
-                Ok(envelope) if envelope.from.process() == peer => {
-                    counters.bump("net_frames_in");
-                    inbox.push(peer, Arc::new(envelope));
-                }
-                Ok(_) => counters.bump("net_dropped_wrong_sender"),
-                Err(_) => {
-                    counters.bump("net_closed_garbage");
-                    return;
-                }
-            },
-            Err(FrameError::TooLong(_)) => {
-                counters.bump("net_closed_oversized");
-                return;
+        if frames.fill().await.is_err() {
+            return;
+        }
+        let mut wrong_sender = 0;
+        let closing = loop {
+            match frames.next_frame() {
+                Ok(Some(body)) => match upright_core::codec::decode(&body) {
+                    Ok(envelope) if envelope.from.process() == peer => batch.push(Arc::new(envelope)),
+                    Ok(_) => wrong_sender += 1,
+                    Err(_) => break Some("net_closed_garbage"),
+                },
+                Ok(None) => break None,
+                Err(FrameError::TooLong(_)) => break Some("net_closed_oversized"),
+                Err(FrameError::Empty) => break Some("net_closed_garbage"),
+                Err(FrameError::Io(_)) => break Some("net_closed_io"),
             }
-            Err(FrameError::Empty) => {
-                counters.bump("net_closed_garbage");
-                return;
-            }
-            Err(FrameError::Io(_)) => return,
+        };
+        if wrong_sender > 0 {
+            counters.add("net_dropped_wrong_sender", wrong_sender);
+        }
+        if !batch.is_empty() {
+            counters.add("net_frames_in", batch.len() as u64);
+            inbox.push_many(peer, batch.drain(..));
+        }
+        if let Some(reason) = closing {
+            counters.bump(reason);
+            return;
         }
     }
 }
@@ -295,7 +302,7 @@ async fn accept_one(
 }
 
 async fn write_loop(writer: OwnedWriteHalf, mut rx: mpsc::Receiver<Frame>) {
-    let mut writer = BufWriter::new(writer);
+    let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
     while let Some(frame) = rx.recv().await {
         if write_batch(&mut writer, &frame, &mut rx).await.is_err() {
             return;

@@ -47,25 +47,36 @@ impl Inbox {
 
     /// Queues an envelope from `from`; drops it (counted) if that peer's queue is full.
     pub fn push(&self, from: Process, envelope: Arc<Envelope>) {
-        let accepted = {
+        self.push_many(from, std::iter::once(envelope));
+    }
+
+    /// Queues several envelopes from `from` under one lock and with one wake-up; those that do not
+    /// fit in that peer's queue are dropped (counted).
+    pub fn push_many(&self, from: Process, envelopes: impl IntoIterator<Item = Arc<Envelope>>) {
+        let (mut accepted, mut dropped) = (0u64, 0u64);
+        {
             let mut guard = self.state.lock().expect("inbox lock");
             let state = &mut *guard;
             let queue = state.queues.entry(from).or_default();
-            if queue.len() >= self.per_peer_max {
-                false
-            } else {
-                if queue.is_empty() {
-                    state.ring.push_back(from);
+            let was_empty = queue.is_empty();
+            for envelope in envelopes {
+                if queue.len() >= self.per_peer_max {
+                    dropped += 1;
+                } else {
+                    queue.push_back(envelope);
+                    accepted += 1;
                 }
-                queue.push_back(envelope);
-                state.total += 1;
-                true
             }
-        };
-        if accepted {
+            if was_empty && accepted > 0 {
+                state.ring.push_back(from);
+            }
+            state.total += accepted as usize;
+        }
+        if accepted > 0 {
             self.notify.notify_one();
-        } else {
-            self.counters.bump("net_dropped_inbox_full");
+        }
+        if dropped > 0 {
+            self.counters.add("net_dropped_inbox_full", dropped);
         }
     }
 

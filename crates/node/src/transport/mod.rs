@@ -23,7 +23,7 @@ use upright_core::ids::{Principal, Process, StageKind};
 use upright_core::message::Message;
 
 pub use conn::{dial, serve, ClientRoutes, Dialer, OUTBOUND_QUEUE_MAX};
-pub use frame::{read_frame, write_frame, FrameError};
+pub use frame::{read_frame, write_frame, FrameError, FrameReader, READ_CHUNK_BYTES};
 pub use inbox::{Inbox, INBOX_PER_PEER_MAX};
 
 /// Largest hello frame.
