@@ -335,8 +335,11 @@ async fn status(config: &Path) -> Result<ExitCode, FileError> {
         "{:<8} {:<11} {:>6} {:>10} {:>10} {:>11} {:>10}",
         "replica", "health", "view", "committed", "executed", "stable_cp", "exec_cp"
     );
+    let n_exec = cluster.config.validate().map_err(|e| FileError(e.to_string()))?.n_exec;
     let mut up = 0;
     for entry in &cluster.file.replicas {
+        // Replicas past the first n_exec host no execution member: nothing to show there.
+        let hosts_exec = (entry.id as usize) < n_exec;
         let addr = files::resolve(&entry.metrics_addr)?;
         match upright_node::metrics::http_get(addr, "/status").await {
             Ok(body) => {
@@ -349,9 +352,9 @@ async fn status(config: &Path) -> Result<ExitCode, FileError> {
                     g("health"),
                     g("view"),
                     g("committed"),
-                    g("executed"),
+                    if hosts_exec { g("executed") } else { "-".into() },
                     g("stable_checkpoint"),
-                    g("exec_checkpoint")
+                    if hosts_exec { g("exec_checkpoint") } else { "-".into() }
                 );
             }
             Err(e) => println!("{:<8} {:<11} ({}: {e})", entry.id, "down", entry.metrics_addr),

@@ -249,6 +249,7 @@ fn workload_continues_while_a_replica_is_killed_and_restarted() {
         c.kill(2);
         let during = write_many(&client, "during", 30).await;
         assert_eq!(during.len(), 30, "writes continue with one replica down\n{}", c.logs());
+        assert_status_shows_replica_2_down(&c);
         acked.extend(during);
         c.spawn(2);
         acked.extend(write_many(&client, "after", 30).await);
@@ -260,6 +261,34 @@ fn workload_continues_while_a_replica_is_killed_and_restarted() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
+}
+
+/// `upright status` as a user runs it: replica 2 is down, replica 3 hosts no execution member.
+fn assert_status_shows_replica_2_down(c: &TestCluster) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_upright"))
+        .arg("status")
+        .arg("--config")
+        .arg(c.path().join("cluster.toml"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let row = |id: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(id))
+            .unwrap_or_else(|| panic!("no row for replica {id}:\n{text}"))
+            .split_whitespace()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row("2")[1], "down", "{text}");
+    assert_eq!(row("0")[1], "ok", "{text}");
+    assert!(
+        row("0")[4].parse::<u64>().unwrap() > 0,
+        "replica 0 executed batches:\n{text}"
+    );
+    assert_eq!((row("3")[4].as_str(), row("3")[6].as_str()), ("-", "-"), "{text}");
+    assert!(text.contains("3 of 4 replicas answered"), "{text}");
 }
 
 #[test]
