@@ -168,3 +168,156 @@ impl Client {
         self.start_ordered(now, attempt.operation, out);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Knobs;
+    use crate::ids::ClientId;
+    use crate::stage::{Input, Stage};
+    use crate::testing::{fixture, Fixture};
+
+    fn reply(f: &Fixture, exec: u32, nonce: u64, result: ReplyBody, read_only: bool) -> Input {
+        Input::Message(Arc::new(Envelope::seal(
+            &f.replicas[exec as usize],
+            &f.quorums,
+            Principal::Exec(ReplicaId(exec)),
+            Message::Reply {
+                request_id: RequestId(nonce),
+                result,
+                read_only,
+            },
+            SealFor::One(Principal::Client(ClientId(0))),
+        )))
+    }
+
+    fn step(c: &mut Client, now: Time, input: Input) -> Vec<Action> {
+        let mut out = Vec::new();
+        c.handle(now, input, &mut out);
+        out
+    }
+
+    fn invoke_ro(c: &mut Client, now: Time) -> Vec<Action> {
+        step(
+            c,
+            now,
+            Input::Invoke {
+                operation: Bytes::from_static(b"get"),
+                read_only: true,
+            },
+        )
+    }
+
+    fn delivered(actions: &[Action]) -> Vec<Bytes> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Deliver { result, .. } => Some(result.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn ordered_request(actions: &[Action]) -> Option<(RequestId, Vec<Principal>)> {
+        actions.iter().find_map(|a| match a {
+            Action::Send { to, envelope } => match &envelope.message {
+                Message::ClientRequest { request_id, .. } => Some((*request_id, to.clone())),
+                _ => None,
+            },
+            _ => None,
+        })
+    }
+
+    fn client(f: &Fixture) -> Client {
+        Client::new(f.config.clone(), ClientId(0), f.clients[0].clone()).unwrap()
+    }
+
+    fn full(s: &'static [u8]) -> ReplyBody {
+        ReplyBody::Full(Bytes::from_static(s))
+    }
+
+    #[test]
+    fn read_only_goes_to_every_exec_member_and_needs_all_of_them_to_match() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = client(&f);
+        let actions = invoke_ro(&mut c, 0);
+        let Action::Send { to, envelope } = &actions[0] else {
+            panic!("no send")
+        };
+        assert_eq!(to.len(), 3, "all n_exec members");
+        assert!(matches!(envelope.message, Message::ReadOnlyRequest { request_id: RequestId(1), .. }));
+        for e in 0..3u32 {
+            assert!(envelope.open(&f.replicas[e as usize], Principal::Exec(ReplicaId(e)), None).is_ok());
+        }
+        assert!(matches!(actions[1], Action::SetTimer { at: 5_000, .. }));
+        // r + 1 = 2 matching full replies are not enough; a digest does not count; an ordered
+        // reply with the same number is not a read-only reply.
+        assert!(delivered(&step(&mut c, 1, reply(&f, 0, 1, full(b"v"), true))).is_empty());
+        assert!(delivered(&step(&mut c, 2, reply(&f, 1, 1, full(b"v"), true))).is_empty());
+        assert!(delivered(&step(&mut c, 2, reply(&f, 1, 1, full(b"v"), true))).is_empty());
+        assert!(delivered(&step(&mut c, 3, reply(&f, 2, 1, full(b"v"), false))).is_empty());
+        let actions = step(&mut c, 4, reply(&f, 2, 1, full(b"v"), true));
+        assert_eq!(delivered(&actions), vec![Bytes::from_static(b"v")]);
+        assert!(!c.is_busy());
+        assert_eq!(c.last_request_id(), RequestId(0), "no ordered id consumed");
+        // A late duplicate changes nothing; the next read uses a new nonce.
+        assert!(step(&mut c, 5, reply(&f, 0, 1, full(b"v"), true)).is_empty());
+        let actions = invoke_ro(&mut c, 6);
+        assert!(matches!(&actions[0], Action::Send { envelope, .. }
+            if matches!(envelope.message, Message::ReadOnlyRequest { request_id: RequestId(2), .. })));
+    }
+
+    #[test]
+    fn mismatch_or_digest_falls_back_at_once_and_delivers_exactly_once() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = client(&f);
+        invoke_ro(&mut c, 0);
+        step(&mut c, 1, reply(&f, 0, 1, full(b"v"), true));
+        let actions = step(&mut c, 2, reply(&f, 1, 1, full(b"lie"), true));
+        let (id, to) = ordered_request(&actions).expect("fell back to the ordered path");
+        assert_eq!(id, RequestId(1));
+        assert_eq!(to.len(), f.quorums.client_preferred());
+        assert_eq!(c.stats().get("read_only_mismatch"), 1);
+        // The remaining read-only reply is stale now; the ordered replies deliver once.
+        assert!(step(&mut c, 3, reply(&f, 2, 1, full(b"v"), true)).is_empty());
+        assert!(delivered(&step(&mut c, 4, reply(&f, 0, 1, full(b"v"), false))).is_empty());
+        assert_eq!(delivered(&step(&mut c, 5, reply(&f, 1, 1, full(b"v"), false))).len(), 1);
+        assert!(delivered(&step(&mut c, 6, reply(&f, 2, 1, full(b"v"), false))).is_empty());
+        // A digest-only read-only reply is unusable: with q_r = n_exec that is a fallback too.
+        invoke_ro(&mut c, 10);
+        let nonce = (1 << 16) + 1;
+        let actions = step(&mut c, 11, reply(&f, 0, nonce, ReplyBody::Digest(Digest::of(b"v")), true));
+        assert_eq!(ordered_request(&actions).map(|(id, _)| id), Some(RequestId(2)));
+    }
+
+    #[test]
+    fn timeout_falls_back_and_the_sabotaged_quorum_accepts_r_plus_one() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = client(&f);
+        invoke_ro(&mut c, 0);
+        step(&mut c, 1, reply(&f, 0, 1, full(b"v"), true));
+        step(&mut c, 2, reply(&f, 1, 1, full(b"v"), true));
+        let actions = step(&mut c, 5_000, Input::Timer(Timer::ClientRetransmit));
+        assert_eq!(ordered_request(&actions).map(|(id, _)| id), Some(RequestId(1)));
+        assert_eq!(c.stats().get("read_only_timeout"), 1);
+        assert_eq!(c.stats().get("read_only_fallback"), 1);
+        // Later timer expiries are ordinary retransmissions.
+        let actions = step(&mut c, 600_000, Input::Timer(Timer::ClientRetransmit));
+        assert_eq!(ordered_request(&actions).map(|(_, to)| to.len()), Some(4));
+
+        let weak = fixture(
+            1,
+            1,
+            1,
+            Knobs {
+                sabotage: Some(Sabotage::WeakReadQuorum),
+                ..Knobs::default()
+            },
+        );
+        let mut c = client(&weak);
+        invoke_ro(&mut c, 0);
+        step(&mut c, 1, reply(&weak, 0, 1, full(b"stale"), true));
+        let actions = step(&mut c, 2, reply(&weak, 1, 1, full(b"stale"), true));
+        assert_eq!(delivered(&actions), vec![Bytes::from_static(b"stale")]);
+    }
+}
