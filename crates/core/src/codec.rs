@@ -134,9 +134,7 @@ pub fn validate(envelope: &Envelope) -> Result<(), DecodeError> {
     match &envelope.message {
         Message::ClientRequest { operation, .. }
         | Message::Command { operation, .. }
-        | Message::ReadOnlyRequest { operation, .. } => {
-            limit(operation.len() <= OPERATION_BYTES_MAX, "operation")
-        }
+        | Message::ReadOnlyRequest { operation, .. } => limit(operation.len() <= OPERATION_BYTES_MAX, "operation"),
         Message::AuthRequest { entry, row } => {
             validate_entry(entry)?;
             limit(

@@ -44,10 +44,7 @@ impl ReadOnlyAttempt {
         for (digest, body) in self.replies.values().flatten() {
             counts.entry(*digest).or_insert((0, body)).0 += 1;
         }
-        counts
-            .into_values()
-            .max_by_key(|(n, _)| *n)
-            .map(|(n, body)| (body, n))
+        counts.into_values().max_by_key(|(n, _)| *n).map(|(n, body)| (body, n))
     }
 }
 
@@ -245,9 +242,17 @@ mod tests {
             panic!("no send")
         };
         assert_eq!(to.len(), 3, "all n_exec members");
-        assert!(matches!(envelope.message, Message::ReadOnlyRequest { request_id: RequestId(1), .. }));
+        assert!(matches!(
+            envelope.message,
+            Message::ReadOnlyRequest {
+                request_id: RequestId(1),
+                ..
+            }
+        ));
         for e in 0..3u32 {
-            assert!(envelope.open(&f.replicas[e as usize], Principal::Exec(ReplicaId(e)), None).is_ok());
+            assert!(envelope
+                .open(&f.replicas[e as usize], Principal::Exec(ReplicaId(e)), None)
+                .is_ok());
         }
         assert!(matches!(actions[1], Action::SetTimer { at: 5_000, .. }));
         // r + 1 = 2 matching full replies are not enough; a digest does not count; an ordered
@@ -286,7 +291,11 @@ mod tests {
         // A digest-only read-only reply is unusable: with q_r = n_exec that is a fallback too.
         invoke_ro(&mut c, 10);
         let nonce = (1 << 16) + 1;
-        let actions = step(&mut c, 11, reply(&f, 0, nonce, ReplyBody::Digest(Digest::of(b"v")), true));
+        let actions = step(
+            &mut c,
+            11,
+            reply(&f, 0, nonce, ReplyBody::Digest(Digest::of(b"v")), true),
+        );
         assert_eq!(ordered_request(&actions).map(|(id, _)| id), Some(RequestId(2)));
     }
 

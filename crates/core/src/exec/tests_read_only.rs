@@ -59,7 +59,10 @@ fn read_only_get_is_answered_in_full_from_the_current_state_without_changing_any
         &sent[0].1,
         Message::Reply { request_id: RequestId(7), read_only: true, result } if *result == value(Some("1"))
     ));
-    assert!(!out.iter().any(|a| matches!(a, Action::Persist { .. })), "no storage writes");
+    assert!(
+        !out.iter().any(|a| matches!(a, Action::Persist { .. })),
+        "no storage writes"
+    );
     assert_eq!(stage.service.checkpoint(), checkpoint_before);
     assert_eq!(stage.last_executed(), executed_before);
     // The reply cache still holds the ordered reply: a RETRANSMIT is answered with it.
@@ -79,15 +82,24 @@ fn write_operations_stale_nonces_forgeries_and_unknown_clients_get_no_reply() {
     // A write flagged read-only: no reply, no effect.
     assert!(sent(&step(&mut stage, read_only(&net, 0, 3, write))).is_empty());
     assert_eq!(stage.stats.get("read_only_refused_write"), 1);
-    assert_eq!(stage.service.execute_read_only(&get("a")), Some(KvReply::Value(None).encode()));
+    assert_eq!(
+        stage.service.execute_read_only(&get("a")),
+        Some(KvReply::Value(None).encode())
+    );
     // Nonce 3 is spent even though it was refused; 2 is older; 4 is answered once.
     assert!(sent(&step(&mut stage, read_only(&net, 0, 3, get("a")))).is_empty());
     assert!(sent(&step(&mut stage, read_only(&net, 0, 2, get("a")))).is_empty());
-    assert_eq!(replies(&step(&mut stage, read_only(&net, 0, 4, get("a"))), CLIENT).len(), 1);
+    assert_eq!(
+        replies(&step(&mut stage, read_only(&net, 0, 4, get("a"))), CLIENT).len(),
+        1
+    );
     assert!(sent(&step(&mut stage, read_only(&net, 0, 4, get("a")))).is_empty());
     assert_eq!(stage.stats.get("read_only_stale_nonce"), 3);
     // Another client's nonces are its own.
-    assert_eq!(replies(&step(&mut stage, read_only(&net, 1, 1, get("a"))), ClientId(8)).len(), 1);
+    assert_eq!(
+        replies(&step(&mut stage, read_only(&net, 1, 1, get("a"))), ClientId(8)).len(),
+        1
+    );
     // A bad seal: client 8's request claiming to be CLIENT.
     let mut forged = read_only(&net, 1, 9, get("a"));
     forged.from = Principal::Client(CLIENT);
