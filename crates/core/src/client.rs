@@ -1,9 +1,12 @@
 //! The client's protocol (UpRight thesis 5.1): request ids, preferred quorum then all,
-//! retransmission with a doubling timeout, and `r + 1` matching replies.
+//! retransmission with a doubling timeout, and `r + 1` matching replies; plus the read-only path
+//! ([`read_only`]: all execution members at once, fall back to the ordered path).
 //!
 //! The client is closed-loop: one outstanding request. Operations invoked while one is
 //! outstanding wait in a bounded queue ([`CLIENT_QUEUE_MAX`]); further ones are refused with
 //! [`Action::Deliver`] never coming (the host checks [`Client::can_invoke`] first).
+
+mod read_only;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -16,6 +19,10 @@ use crate::ids::{ClientId, Principal, ReplicaId, RequestId};
 use crate::message::{Envelope, Message, ReplyBody, SealFor};
 use crate::quorum::Quorums;
 use crate::stage::{Action, Input, Stage, Stats, Time, Timer};
+
+use read_only::ReadOnlyAttempt;
+
+pub use read_only::READ_ONLY_NONCES_PER_REQUEST_ID;
 
 /// Most operations waiting behind the outstanding one.
 pub const CLIENT_QUEUE_MAX: usize = 1024;
@@ -37,6 +44,10 @@ pub struct Client {
     keys: Arc<KeyRing>,
     last_request_id: RequestId,
     outstanding: Option<Outstanding>,
+    /// The read-only attempt in progress (never at the same time as `outstanding`).
+    read_only: Option<ReadOnlyAttempt>,
+    /// Read-only nonces used since `last_request_id` changed (see [`read_only`]).
+    read_only_count: u64,
     queue: VecDeque<(Bytes, bool)>,
     base_timeout_us: u64,
     stats: Stats,
@@ -65,6 +76,8 @@ impl Client {
             keys,
             last_request_id,
             outstanding: None,
+            read_only: None,
+            read_only_count: 0,
             queue: VecDeque::new(),
             base_timeout_us,
             stats: Stats::default(),
@@ -76,9 +89,9 @@ impl Client {
         self.queue.len() < CLIENT_QUEUE_MAX
     }
 
-    /// Whether a request is outstanding.
+    /// Whether a request is outstanding (ordered or read-only).
     pub fn is_busy(&self) -> bool {
-        self.outstanding.is_some()
+        self.outstanding.is_some() || self.read_only.is_some()
     }
 
     /// The last request id used.
@@ -87,19 +100,28 @@ impl Client {
     }
 
     fn start_next(&mut self, now: Time, out: &mut Vec<Action>) {
-        if self.outstanding.is_some() {
+        if self.is_busy() {
             return;
         }
         let Some((operation, read_only)) = self.queue.pop_front() else {
             return;
         };
+        if read_only && self.start_read_only(now, operation.clone(), out) {
+            return;
+        }
+        self.start_ordered(now, operation, out);
+    }
+
+    /// Sends `operation` down the ordered path under the next request id.
+    fn start_ordered(&mut self, now: Time, operation: Bytes, out: &mut Vec<Action>) {
         let request_id = self.last_request_id.next();
         self.last_request_id = request_id;
+        self.read_only_count = 0;
         let message = Message::ClientRequest {
             client: self.id,
             request_id,
             operation,
-            read_only,
+            read_only: false,
         };
         let envelope = Arc::new(Envelope::seal(
             &self.keys,
@@ -151,7 +173,12 @@ impl Client {
     }
 
     fn on_reply(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
-        let Message::Reply { request_id, result, .. } = &envelope.message else {
+        let Message::Reply {
+            request_id,
+            result,
+            read_only,
+        } = &envelope.message
+        else {
             self.stats.bump("dropped_unexpected_message");
             return;
         };
@@ -169,11 +196,26 @@ impl Client {
             self.stats.bump("dropped_bad_seal");
             return;
         }
+        if *read_only {
+            self.on_read_only_reply(now, exec, *request_id, result, out);
+        } else {
+            self.on_ordered_reply(now, exec, *request_id, result, out);
+        }
+    }
+
+    fn on_ordered_reply(
+        &mut self,
+        now: Time,
+        exec: ReplicaId,
+        request_id: RequestId,
+        result: &ReplyBody,
+        out: &mut Vec<Action>,
+    ) {
         let Some(outstanding) = self.outstanding.as_mut() else {
             self.stats.bump("dropped_stale_reply");
             return;
         };
-        if *request_id != outstanding.request_id {
+        if request_id != outstanding.request_id {
             self.stats.bump("dropped_stale_reply");
             return;
         }
@@ -238,6 +280,8 @@ impl Stage for Client {
                 self.queue.push_back((operation, read_only));
                 self.start_next(now, out);
             }
+            // On the read-only path the same timer is the read-only timeout.
+            Input::Timer(Timer::ClientRetransmit) if self.read_only.is_some() => self.read_only_timeout(now, out),
             Input::Timer(Timer::ClientRetransmit) => self.retransmit(now, out),
             Input::Timer(_) => {}
             Input::Message(envelope) => self.on_reply(now, &envelope, out),

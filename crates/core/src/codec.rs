@@ -132,9 +132,9 @@ pub fn validate(envelope: &Envelope) -> Result<(), DecodeError> {
         limit(a.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "authenticator")?;
     }
     match &envelope.message {
-        Message::ClientRequest { operation, .. } | Message::Command { operation, .. } => {
-            limit(operation.len() <= OPERATION_BYTES_MAX, "operation")
-        }
+        Message::ClientRequest { operation, .. }
+        | Message::Command { operation, .. }
+        | Message::ReadOnlyRequest { operation, .. } => limit(operation.len() <= OPERATION_BYTES_MAX, "operation"),
         Message::AuthRequest { entry, row } => {
             validate_entry(entry)?;
             limit(

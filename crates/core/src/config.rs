@@ -44,6 +44,9 @@ pub enum Sabotage {
     SkipMac,
     /// Order members release a batch to execution as soon as they accept its PRE-PREPARE.
     EarlyExecute,
+    /// Clients accept a read-only result on `r + 1` matching replies instead of
+    /// [`Quorums::read_only`] (`n_exec`): a lagging execution member can then serve a stale read.
+    WeakReadQuorum,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.
@@ -84,8 +87,20 @@ pub struct Knobs {
     pub auth_retransmit_interval_us: u64,
     /// Size of one state-transfer chunk.
     pub state_chunk_bytes: usize,
+    /// Read-only path: how long a client waits for [`Quorums::read_only`] matching read-only
+    /// replies before it falls back to the ordered path for the same operation.
+    #[serde(default = "default_read_only_timeout_us")]
+    pub read_only_timeout_us: u64,
     /// Testing only: a deliberately broken protocol (see [`Sabotage`]).
     pub sabotage: Option<Sabotage>,
+}
+
+/// Default of [`Knobs::read_only_timeout_us`]: 5 ms (a read-only round trip on a LAN is well under
+/// 1 ms; a slower one is cheaper to retry on the ordered path than to wait for).
+pub const READ_ONLY_TIMEOUT_US_DEFAULT: u64 = 5_000;
+
+fn default_read_only_timeout_us() -> u64 {
+    READ_ONLY_TIMEOUT_US_DEFAULT
 }
 
 impl Default for Knobs {
@@ -106,6 +121,7 @@ impl Default for Knobs {
             exec_retry_us: 200_000,
             auth_retransmit_interval_us: 4_000_000,
             state_chunk_bytes: 64 * 1024,
+            read_only_timeout_us: READ_ONLY_TIMEOUT_US_DEFAULT,
             sabotage: None,
         }
     }
@@ -259,6 +275,13 @@ impl ClusterConfig {
                 "must be >= client_retransmit_initial_us > 0",
             );
         }
+        if k.read_only_timeout_us == 0 || k.read_only_timeout_us > k.client_retransmit_max_us {
+            return bad(
+                "read_only_timeout_us",
+                k.read_only_timeout_us,
+                "must be 1 to client_retransmit_max_us",
+            );
+        }
         if k.view_change_timeout_us == 0 {
             return bad("view_change_timeout_us", 0, "must be positive");
         }
@@ -365,6 +388,11 @@ mod tests {
         let mut c = base();
         c.knobs.batch_size_max = 0;
         assert!(error(&c).contains("batch_size_max"));
+        let mut c = base();
+        c.knobs.read_only_timeout_us = 0;
+        assert!(error(&c).contains("read_only_timeout_us"));
+        c.knobs.read_only_timeout_us = c.knobs.client_retransmit_max_us + 1;
+        assert!(error(&c).contains("read_only_timeout_us"));
         let mut c = base();
         c.cluster_name.clear();
         assert!(error(&c).contains("cluster_name"));

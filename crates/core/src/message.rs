@@ -434,6 +434,20 @@ pub enum Message {
         /// The bytes.
         data: Bytes,
     },
+    // ---- client -> execution (read-only path) ----
+    /// READ-ONLY request (PROTOCOL.md "Read-only path"): executed at once by every execution member
+    /// on its current state, never ordered; answered with a [`Message::Reply`] flagged `read_only`.
+    /// Sealed with an authenticator for the execution stage. A kind of its own (not a
+    /// `ClientRequest`), so the authentication and order stages never take it for an ordered request.
+    ReadOnlyRequest {
+        /// Client.
+        client: ClientId,
+        /// Read-only nonce, strictly increasing per client; unrelated to the ordered request ids
+        /// (the reply echoes it as its `request_id`).
+        request_id: RequestId,
+        /// The operation.
+        operation: Bytes,
+    },
 }
 
 /// A reply's result, full or as a digest.

@@ -71,6 +71,21 @@ impl Quorums {
         self.r + 1
     }
 
+    /// Read-only reply quorum `q_r`: matching read-only replies, each with a full body, from this
+    /// many distinct execution members before a client accepts a read-only result.
+    ///
+    /// Writes are acknowledged on `q_w = reply() = r + 1` replies, so a read is linearizable when
+    /// every read quorum meets every write quorum in `r + 1` members (one of them correct):
+    /// `q_w + q_r >= n_exec + r + 1`, hence `q_r = n_exec`: every execution member. Then every correct
+    /// member answered with the same result, in particular the most advanced one, whose state
+    /// includes every write acknowledged before the read began (some correct member of that write's
+    /// quorum executed it) and every read result delivered before (its state only grows); the
+    /// result is the value at that state, committed before the reply. Not reachable with a member
+    /// down: the client then falls back to the ordered path (liveness comes from there).
+    pub fn read_only(&self) -> usize {
+        self.n_exec + self.r + 1 - self.reply()
+    }
+
     /// Matching NEXT-BATCH messages an execution member needs for a committed batch: `r + 1`
     /// (one correct order member saw the commit quorum).
     pub fn next_batch(&self) -> usize {
@@ -185,6 +200,11 @@ mod tests {
             assert!(q.client_preferred() >= q.matrix_collect());
             // Small quorums contain a correct member.
             assert!(q.small() > r);
+            // Read-only quorum: every write quorum and every read quorum share r + 1 members,
+            // so at least one correct one; with writes at r + 1 that is all execution members.
+            assert!(q.reply() + q.read_only() >= q.n_exec + r + 1, "u={u} r={r}");
+            assert!(q.reply() + q.read_only() - q.n_exec > r);
+            assert_eq!(q.read_only(), q.n_exec, "u={u} r={r}");
         }
     }
 

@@ -71,6 +71,14 @@ impl ClientHandle {
         rx.await.map_err(|_| ClientError::Stopped)
     }
 
+    /// Invokes a read-only operation on the read-only path: answered by every execution member
+    /// from its current state and accepted only if all of them match (`Quorums::read_only`);
+    /// otherwise (mismatch, a member slow or down, a write operation) the same operation is ordered
+    /// like any other. Either way exactly one result, linearizable, comes back.
+    pub async fn invoke_read_only(&self, operation: Bytes) -> Result<Bytes, ClientError> {
+        self.invoke(operation, true).await
+    }
+
     /// Like [`ClientHandle::invoke`] with a deadline.
     pub async fn invoke_timeout(
         &self,

@@ -95,13 +95,40 @@ struct NoRep {
     clock: Clock,
 }
 
+/// A read-only answer: client, nonce, result, `true`.
+type ReadOnlyAnswer = (ClientId, RequestId, Bytes, bool);
+
 impl NoRep {
+    /// A READ-ONLY request answered from the current state (as each execution member does), or
+    /// `None` if `envelope` is not a valid one.
+    fn read_only(&self, envelope: &Envelope) -> Option<ReadOnlyAnswer> {
+        let Message::ReadOnlyRequest {
+            client,
+            request_id,
+            operation,
+        } = &envelope.message
+        else {
+            return None;
+        };
+        let me = Principal::Exec(ReplicaId(0));
+        if envelope.from != Principal::Client(*client) || envelope.open(&self.keys, me, None).is_err() {
+            return None;
+        }
+        let result = self.service.execute_read_only(operation)?;
+        Some((*client, *request_id, result, true))
+    }
+
     /// Executes the new requests among `envelopes` as one batch; returns the reply frames.
     fn execute_round<'a>(&mut self, envelopes: impl Iterator<Item = &'a Envelope>) -> Vec<(ClientId, Vec<u8>)> {
         let me = Principal::Auth(ReplicaId(0));
         let mut batch = Vec::new();
         let mut answers = Vec::new();
+        let mut read_only = Vec::new();
         for envelope in envelopes {
+            if let Some(answer) = self.read_only(envelope) {
+                read_only.push(answer);
+                continue;
+            }
             let Message::ClientRequest {
                 client,
                 request_id,
@@ -140,11 +167,13 @@ impl NoRep {
         }
         answers
             .into_iter()
-            .map(|(client, request_id, result)| {
+            .map(|(client, request_id, result)| (client, request_id, result, false))
+            .chain(read_only)
+            .map(|(client, request_id, result, read_only)| {
                 let message = Message::Reply {
                     request_id,
                     result: ReplyBody::Full(result),
-                    read_only: false,
+                    read_only,
                 };
                 let to = Principal::Client(client);
                 let envelope = Envelope::seal(

@@ -167,9 +167,16 @@ impl Byzantine {
                     read_only,
                 } => {
                     counts.bump(class);
+                    // A read-only reply is either a wrong result or the right digest without
+                    // its body (which must never be accepted on its own).
+                    let result = if *read_only && rng.random_bool(0.5) {
+                        ReplyBody::Digest(result.result_digest())
+                    } else {
+                        wrong(result)
+                    };
                     let message = Message::Reply {
                         request_id: *request_id,
-                        result: wrong(result),
+                        result,
                         read_only: *read_only,
                     };
                     out.extend(self.reseal(from, &message, &envelope.seal, &remote));

@@ -20,7 +20,7 @@ struct Args {
     /// Byzantine failures tolerated.
     #[arg(long, default_value_t = 1)]
     r: usize,
-    /// Run a deliberately broken protocol: short-quorum, skip-mac or early-execute.
+    /// Run a deliberately broken protocol: short-quorum, skip-mac, early-execute or weak-read-quorum.
     #[arg(long)]
     sabotage: Option<String>,
     /// Virtual seconds of client workload per seed.
@@ -43,7 +43,7 @@ fn main() {
         None => None,
         Some((_, Some(mode))) => Some(mode),
         Some((name, None)) => {
-            eprintln!("unknown --sabotage {name}; expected short-quorum, skip-mac or early-execute");
+            eprintln!("unknown --sabotage {name}; expected short-quorum, skip-mac, early-execute or weak-read-quorum");
             std::process::exit(2);
         }
     };

@@ -19,6 +19,8 @@ pub const LOCAL_DELAY_US: std::ops::Range<Time> = 10..100;
 pub const REORDER_DELAY_US: std::ops::Range<Time> = 5_000..40_000;
 /// Extra delay of a badly delayed copy.
 pub const LONG_DELAY_US: std::ops::Range<Time> = 50_000..200_000;
+/// Extra delay of every message from another replica to a lagging replica.
+pub const LAG_DELAY_US: std::ops::Range<Time> = 20_000..150_000;
 
 /// Network state.
 #[derive(Clone, Debug, Default)]
@@ -27,6 +29,10 @@ pub struct Network {
     pub faults: NetworkFaults,
     /// Replicas currently cut off from everyone else (clients stay with the majority side).
     pub partition: Option<BTreeSet<u32>>,
+    /// A replica whose inbound link from the other replicas is slow (clients reach it at the usual
+    /// speed): its execution member lags behind the others while still answering read-only
+    /// requests promptly, from a stale state.
+    pub lagging: Option<u32>,
 }
 
 impl Network {
@@ -54,6 +60,13 @@ impl Network {
         if f.duplication > 0.0 && rng.random_bool(f.duplication) {
             counts.bump("duplication");
             copies.push(self.delay(rng, counts));
+        }
+        let lagging = |p: Principal| p.replica().is_some_and(|r| Some(r.0) == self.lagging);
+        if lagging(to) && from.replica().is_some() {
+            counts.bump("lagging_replica");
+            for copy in &mut copies {
+                *copy += rng.random_range(LAG_DELAY_US);
+            }
         }
         copies
     }
@@ -88,6 +101,7 @@ mod tests {
                 ..Default::default()
             },
             partition: Some([1].into_iter().collect()),
+            lagging: None,
         };
         let a1 = Principal::Auth(ReplicaId(1));
         let o1 = Principal::Order(ReplicaId(1));
@@ -115,6 +129,7 @@ mod tests {
                 ..Default::default()
             },
             partition: None,
+            lagging: None,
         };
         let copies = net.route(
             &mut rng,

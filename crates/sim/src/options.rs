@@ -11,14 +11,17 @@ pub enum SabotageMode {
     SkipMac,
     /// Execute before commit.
     EarlyExecute,
+    /// Accept read-only results on `r + 1` matching replies instead of all execution members.
+    WeakReadQuorum,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 3] = [
+    pub const ALL: [SabotageMode; 4] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
+        SabotageMode::WeakReadQuorum,
     ];
 
     /// Its command-line name.
@@ -27,6 +30,7 @@ impl SabotageMode {
             SabotageMode::ShortQuorum => "short-quorum",
             SabotageMode::SkipMac => "skip-mac",
             SabotageMode::EarlyExecute => "early-execute",
+            SabotageMode::WeakReadQuorum => "weak-read-quorum",
         }
     }
 
@@ -41,6 +45,7 @@ impl SabotageMode {
             SabotageMode::ShortQuorum => Sabotage::ShortQuorum,
             SabotageMode::SkipMac => Sabotage::SkipMac,
             SabotageMode::EarlyExecute => Sabotage::EarlyExecute,
+            SabotageMode::WeakReadQuorum => Sabotage::WeakReadQuorum,
         }
     }
 }
@@ -108,6 +113,8 @@ impl SimOptions {
             exec_retry_us: 100_000,
             auth_retransmit_interval_us: 400_000,
             state_chunk_bytes: 256,
+            // Simulated one-way delays are up to 5 ms (plus injected ones).
+            read_only_timeout_us: 20_000,
             sabotage: self.sabotage.map(SabotageMode::knob),
             ..Knobs::default()
         }

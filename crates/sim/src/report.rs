@@ -23,6 +23,10 @@ pub struct SimReport {
     pub end_us: u64,
     /// Counters of every stage that was up at the end (for diagnosis).
     pub stage_stats: Vec<(Principal, BTreeMap<&'static str, u64>)>,
+    /// Results correct clients accepted on the read-only path.
+    pub read_only_delivered: u64,
+    /// Read-only attempts of correct clients that fell back to the ordered path.
+    pub read_only_fallbacks: u64,
 }
 
 /// Totals over many seeds.
@@ -36,6 +40,10 @@ pub struct Summary {
     pub counts: FaultCounts,
     /// Operations completed, summed.
     pub ops_completed: u64,
+    /// Read-only results accepted, summed.
+    pub read_only_delivered: u64,
+    /// Read-only fallbacks to the ordered path, summed.
+    pub read_only_fallbacks: u64,
 }
 
 impl Summary {
@@ -45,6 +53,8 @@ impl Summary {
         self.violations += (!report.violations.is_empty()) as u64;
         self.counts.add(&FaultCounts(report.fault_counts.clone()));
         self.ops_completed += report.ops_completed;
+        self.read_only_delivered += report.read_only_delivered;
+        self.read_only_fallbacks += report.read_only_fallbacks;
     }
 
     /// The final line: `seeds: N, violations: V, loss: X, duplication: X, ...` with every class in
@@ -59,6 +69,10 @@ impl Summary {
                 line.push_str(&format!(", {class}: {n}"));
             }
         }
+        line.push_str(&format!(
+            ", read_only_delivered: {}, read_only_fallbacks: {}",
+            self.read_only_delivered, self.read_only_fallbacks
+        ));
         line
     }
 }

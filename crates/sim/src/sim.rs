@@ -30,6 +30,10 @@ use crate::workload::Workload;
 
 /// Most events one run may process (a bound against message storms).
 pub const EVENTS_MAX: u64 = 20_000_000;
+/// Share of seeds with a lagging execution member during the fault phase.
+pub const LAGGING_PROBABILITY: f64 = 0.3;
+/// Share of the workload's reads that take the read-only path (the others are ordered).
+pub const READ_ONLY_SHARE: f64 = 0.7;
 
 struct ReplicaNode {
     up: bool,
@@ -197,12 +201,13 @@ impl<P: Protocol> Sim<P> {
     fn plan(opts: &SimOptions, rng: &mut ChaCha8Rng, shape: PlanShape) -> FaultPlan {
         match opts.sabotage {
             _ if !opts.faults => FaultPlan::quiet(shape),
-            Some(mode) if opts.r > 0 => {
+            Some(mode) if opts.r > 0 && mode != SabotageMode::WeakReadQuorum => {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
                 // quorum and commit rules, a sender forger (with wrong replies) for the MAC check.
                 let behaviour = match mode {
                     SabotageMode::ShortQuorum | SabotageMode::EarlyExecute => Behaviour::EquivocatingPrimary,
                     SabotageMode::SkipMac => Behaviour::ForgeSender,
+                    SabotageMode::WeakReadQuorum => unreachable!("guarded above"),
                 };
                 FaultPlan::with_byzantine(shape, [(0, behaviour)].into_iter().collect())
             }
@@ -249,6 +254,12 @@ impl<P: Protocol> Sim<P> {
             self.push(at, Event::Fault(i));
         }
         self.network.faults = self.plan.network;
+        // A lagging execution member during the fault phase (always under weak-read-quorum, so
+        // the sabotage has stale state to read from).
+        let weak_reads = self.opts.sabotage == Some(SabotageMode::WeakReadQuorum);
+        if self.opts.faults && (weak_reads || self.rng.random_bool(LAGGING_PROBABILITY)) {
+            self.network.lagging = Some(self.rng.random_range(0..self.quorums.n_exec as u32));
+        }
         let waking: Vec<u32> = self
             .correct_clients
             .iter()
@@ -319,6 +330,7 @@ impl<P: Protocol> Sim<P> {
             // The heal point: everything recovers; the network stops misbehaving.
             self.network.faults = Default::default();
             self.network.partition = None;
+            self.network.lagging = None;
             for r in 0..self.replicas.len() {
                 if !self.replicas[r].up {
                     self.restart(r);
@@ -557,14 +569,9 @@ impl<P: Protocol> Sim<P> {
         } else {
             self.workload.random_op(&mut self.rng, c)
         };
+        let read_only = op.is_read_only() && self.rng.random_bool(READ_ONLY_SHARE);
         let operation = self.workload.invoke(c, op, self.now, final_read);
-        self.client_input(
-            c,
-            Input::Invoke {
-                operation,
-                read_only: false,
-            },
-        );
+        self.client_input(c, Input::Invoke { operation, read_only });
     }
 
     fn on_deliver(&mut self, c: u32, result: bytes::Bytes) {
@@ -600,6 +607,13 @@ impl<P: Protocol> Sim<P> {
             .flat_map(|n| n.stages.iter().map(|(p, s)| (*p, s.stats().counters.clone())))
             .collect();
         stage_stats.extend(self.clients.iter().map(|s| (s.principal(), s.stats().counters.clone())));
+        let correct_client_total = |name: &str| -> u64 {
+            self.correct_clients
+                .iter()
+                .filter_map(|&c| self.clients.get(c as usize))
+                .map(|s| s.stats().get(name))
+                .sum()
+        };
         SimReport {
             stage_stats,
             seed: self.opts.seed,
@@ -608,6 +622,8 @@ impl<P: Protocol> Sim<P> {
             ops_completed: self.ops_completed,
             trace_hash: *self.trace.finalize().as_bytes(),
             end_us: self.now,
+            read_only_delivered: correct_client_total("read_only_delivered"),
+            read_only_fallbacks: correct_client_total("read_only_fallback"),
         }
     }
 }

@@ -7,8 +7,12 @@ use upright_sim::{SabotageMode, SimOptions};
 const SEEDS: u64 = 20;
 
 fn caught(mode: SabotageMode) {
+    caught_with(mode, 1, 1);
+}
+
+fn caught_with(mode: SabotageMode, u: usize, r: usize) {
     let result = sweep(0, SEEDS, |seed| {
-        let mut opts = SimOptions::new(seed, 1, 1);
+        let mut opts = SimOptions::new(seed, u, r);
         opts.sabotage = Some(mode);
         opts.workload_us = 1_500_000;
         opts
@@ -40,4 +44,12 @@ fn skip_mac_is_caught() {
 #[test]
 fn early_execute_is_caught() {
     caught(SabotageMode::EarlyExecute);
+}
+
+/// Read-only results on `r + 1` replies: with `u = 1, r = 0` that is the first reply, and a
+/// lagging execution member (slow inbound link from the other replicas) serves stale reads, which
+/// the linearizability checker must see.
+#[test]
+fn weak_read_quorum_is_caught() {
+    caught_with(SabotageMode::WeakReadQuorum, 1, 0);
 }

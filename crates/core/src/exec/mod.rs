@@ -7,16 +7,20 @@
 //! - `execute`: in-order execution of whole batches, replies, BATCH-COMPLETE, RETRANSMIT;
 //! - [`reply_cache`]: last reply per client and the full/digest reply rule;
 //! - [`checkpoint`]: the execution checkpoint, its chunking, digest and storage;
-//! - `state_transfer`: LOAD-CP quorum, fetching a checkpoint from peers, serving ours.
+//! - `state_transfer`: LOAD-CP quorum, fetching a checkpoint from peers, serving ours;
+//! - `read_only`: READ-ONLY requests answered at once from the current state, outside the order.
 
 mod batches;
 pub mod checkpoint;
 mod execute;
 pub mod fetch;
+mod read_only;
 pub mod reply_cache;
 mod state_transfer;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_read_only;
 #[cfg(test)]
 mod tests_recovery;
 
@@ -34,6 +38,7 @@ use crate::stage::{Action, Input, Stage, Stats, Storage, Time, Timer};
 use batches::BatchCollector;
 use checkpoint::CheckpointStore;
 use fetch::Fetcher;
+use read_only::ReadOnlyNonces;
 use reply_cache::ReplyCache;
 use state_transfer::{LoadVotes, Transfer};
 
@@ -63,6 +68,8 @@ pub struct ExecStage {
     transfer: Option<Transfer>,
     /// `last_executed` at the previous retry tick (no change = no progress).
     progress_mark: SeqNo,
+    /// Read-only path: newest read-only nonce answered per client.
+    read_only_nonces: ReadOnlyNonces,
 }
 
 impl ExecStage {
@@ -96,6 +103,7 @@ impl ExecStage {
             load_votes: LoadVotes::default(),
             transfer: None,
             progress_mark: SeqNo(0),
+            read_only_nonces: ReadOnlyNonces::default(),
             config,
         };
         stage.recover(storage);
@@ -161,6 +169,11 @@ impl ExecStage {
     }
 
     fn on_message(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
+        if matches!(envelope.message, Message::ReadOnlyRequest { .. }) {
+            // From a client, not a member: its own checks (sender, seal, nonce) come first.
+            self.on_read_only_request(envelope, out);
+            return;
+        }
         if envelope
             .open(&self.keys, self.me(), self.config.knobs.sabotage)
             .is_err()

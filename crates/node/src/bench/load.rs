@@ -18,23 +18,42 @@ pub const OP_TIMEOUT: Duration = Duration::from_secs(10);
 pub const EMPTY_BYTES: usize = 8;
 
 /// A microbenchmark `A/B`: requests carry `A` KiB, replies `B` KiB (`0` = 8 bytes).
+///
+/// Suffixes: `A/Bro` reads a `B`-KiB value with a GET on the read-only path; `A/Bget` does the same
+/// GET on the ordered path (so `0/0get` vs `0/0ro` compares the two paths for one 8-byte read;
+/// plain `0/0` is an 8-byte PUT).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Workload {
     /// Request size in KiB.
     pub request_kib: u32,
     /// Reply size in KiB.
     pub reply_kib: u32,
+    /// The operation is a GET even with `B = 0` (suffix `get` or `ro`).
+    pub get: bool,
+    /// The GET takes the read-only path (suffix `ro`).
+    pub read_only: bool,
 }
 
 impl Workload {
     /// Parses `A/B`.
     pub fn parse(text: &str) -> Result<Workload, String> {
-        let bad = || format!("workload {text:?}: expected A/B with A, B in KiB (0 = 8 bytes), e.g. 0/0, 0/4, 4/0");
+        let bad = || {
+            format!("workload {text:?}: expected A/B with A, B in KiB (0 = 8 bytes), e.g. 0/0, 0/4, 4/0, 0/0ro, 0/0get")
+        };
         let (a, b) = text.trim().split_once('/').ok_or_else(bad)?;
+        let (b, get, read_only) = if let Some(b) = b.strip_suffix("ro") {
+            (b, true, true)
+        } else if let Some(b) = b.strip_suffix("get") {
+            (b, true, false)
+        } else {
+            (b, false, false)
+        };
         let parse = |s: &str| s.trim().parse::<u32>().map_err(|_| bad());
         let w = Workload {
             request_kib: parse(a)?,
             reply_kib: parse(b)?,
+            get,
+            read_only,
         };
         if w.request_kib > 512 || w.reply_kib > 512 {
             return Err(format!("workload {text:?}: sizes above 512 KiB are not supported"));
@@ -42,9 +61,19 @@ impl Workload {
         Ok(w)
     }
 
-    /// `A/B`.
+    /// `A/B`, with its suffix.
     pub fn name(&self) -> String {
-        format!("{}/{}", self.request_kib, self.reply_kib)
+        let suffix = match (self.get, self.read_only) {
+            (_, true) => "ro",
+            (true, false) => "get",
+            (false, false) => "",
+        };
+        format!("{}/{}{suffix}", self.request_kib, self.reply_kib)
+    }
+
+    /// Whether the measured operation is a GET.
+    fn reads(&self) -> bool {
+        self.reply_kib > 0 || self.get
     }
 
     fn bytes(kib: u32) -> usize {
@@ -58,7 +87,7 @@ impl Workload {
     /// The key client `c` uses: 8 bytes, or `A` KiB for a read with a big request.
     fn key(&self, c: usize) -> Bytes {
         let mut key = format!("k{c:07}").into_bytes();
-        if self.reply_kib > 0 {
+        if self.reads() {
             key.resize(Workload::bytes(self.request_kib), b'.');
         }
         Bytes::from(key)
@@ -66,7 +95,7 @@ impl Workload {
 
     /// The operations to run once before measuring (a value of `B` KiB to read back).
     pub fn setup(&self, c: usize) -> Option<Bytes> {
-        (self.reply_kib > 0).then(|| {
+        self.reads().then(|| {
             let value = Bytes::from(vec![b'v'; Workload::bytes(self.reply_kib)]);
             KvOperation::Put {
                 key: self.key(c),
@@ -79,7 +108,7 @@ impl Workload {
     /// The measured operation of client `c`: with `B = 0` a PUT of an `A`-KiB value (reply: a
     /// short "done"); with `B > 0` a GET of a `B`-KiB value under an `A`-KiB key.
     pub fn operation(&self, c: usize) -> Bytes {
-        if self.reply_kib > 0 {
+        if self.reads() {
             KvOperation::Get { key: self.key(c) }.encode()
         } else {
             let value = Bytes::from(vec![b'x'; Workload::bytes(self.request_kib)]);
@@ -94,8 +123,8 @@ impl Workload {
     /// Whether `reply` is the expected answer.
     fn check(&self, reply: &[u8]) -> bool {
         match KvReply::decode(reply) {
-            Some(KvReply::Done) => self.reply_kib == 0,
-            Some(KvReply::Value(Some(v))) => self.reply_kib > 0 && v.len() == Workload::bytes(self.reply_kib),
+            Some(KvReply::Done) => !self.reads(),
+            Some(KvReply::Value(Some(v))) => self.reads() && v.len() == Workload::bytes(self.reply_kib),
             _ => false,
         }
     }
@@ -144,7 +173,9 @@ async fn client_loop(
     let operation = workload.operation(c);
     while !shared.stop.load(Ordering::Relaxed) {
         let start = Instant::now();
-        let result = handle.invoke_timeout(operation.clone(), false, OP_TIMEOUT).await;
+        let result = handle
+            .invoke_timeout(operation.clone(), workload.read_only, OP_TIMEOUT)
+            .await;
         let ok = matches!(&result, Ok(reply) if workload.check(reply));
         shared.completed.fetch_add(1, Ordering::Relaxed);
         if !shared.measuring.load(Ordering::Relaxed) {
@@ -257,5 +288,13 @@ mod tests {
         assert!(r.check(&KvReply::Value(Some(Bytes::from(vec![0; 4096]))).encode()));
         assert!(!r.check(&KvReply::Done.encode()));
         assert!(Workload::parse("0/0").unwrap().check(&KvReply::Done.encode()));
+        let ro = Workload::parse("0/0ro").unwrap();
+        assert!(ro.read_only && ro.get && ro.name() == "0/0ro");
+        assert!(matches!(KvOperation::decode(&ro.operation(1)).unwrap(), KvOperation::Get { key } if key.len() == 8));
+        assert!(ro.check(&KvReply::Value(Some(Bytes::from(vec![0; 8]))).encode()));
+        assert!(ro.setup(1).is_some());
+        let get = Workload::parse("0/0get").unwrap();
+        assert!(get.get && !get.read_only && get.name() == "0/0get");
+        assert!(Workload::parse("0/0xx").is_err());
     }
 }

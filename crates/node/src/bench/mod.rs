@@ -6,8 +6,10 @@
 //! percentiles and CPU time per operation (all server processes, from `/proc/<pid>/stat`), prints
 //! the figures with the ratio to NO-REP, and optionally writes JSON and one SVG plot per workload.
 //!
-//! There is no read-only fast path in the core yet (the `read_only` flag of a request is carried
-//! but the authentication stage orders every request), so read workloads (`0/4`) are ordered GETs.
+//! Read workloads (`0/4`, `0/0get`) are ordered GETs; the `ro` suffix (`0/0ro`, `0/4ro`) sends the
+//! same GET on the read-only path (all execution members answer at once; fallback to the ordered
+//! path if they do not all match within `read_only_timeout_us`). NO-REP answers the read-only GET
+//! from its state directly.
 
 mod launch;
 mod load;
@@ -29,7 +31,7 @@ use launch::{launch, Processes, Target};
 
 /// Note printed with results and written to the JSON.
 pub const READ_ONLY_NOTE: &str =
-    "no read-only fast path yet: the core orders every request, so reads (A/B with B > 0) are ordered GETs";
+    "reads A/B (B > 0) and A/Bget are ordered GETs; A/Bro is the same GET on the read-only path (q_r = n_exec, ordered fallback)";
 
 /// What to run.
 #[derive(Clone, Debug)]

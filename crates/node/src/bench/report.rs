@@ -184,7 +184,7 @@ pub fn svg_path(json: &Path, workload: Workload) -> PathBuf {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "bench".into());
-    json.with_file_name(format!("{stem}-{}-{}.svg", workload.request_kib, workload.reply_kib))
+    json.with_file_name(format!("{stem}-{}.svg", workload.name().replace('/', "-")))
 }
 
 /// A named series of (throughput, p50 ms, clients) points.

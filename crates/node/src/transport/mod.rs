@@ -136,7 +136,8 @@ pub fn stage_for(message: &Message) -> Option<StageKind> {
         | Retransmit { .. }
         | FetchState { .. }
         | StateManifest { .. }
-        | StateChunk { .. } => Some(StageKind::Exec),
+        | StateChunk { .. }
+        | ReadOnlyRequest { .. } => Some(StageKind::Exec),
         Reply { .. } => None,
     }
 }

@@ -1,0 +1,332 @@
+//! The client's read-only path (PROTOCOL.md "Read-only path"): a read-only operation is sent
+//! straight to every execution member as a READ-ONLY request; the result is accepted on
+//! [`Quorums::read_only`](crate::quorum::Quorums::read_only) matching replies, each carrying the
+//! full result, from distinct execution members. If the replies cannot match any more, or the
+//! quorum is not complete within `knobs.read_only_timeout_us`, the same operation goes down the
+//! ordered path as a normal request; the application gets exactly one result either way.
+//!
+//! Nonces: a READ-ONLY request carries a nonce, not an ordered request id (ordered ids must stay
+//! gapless for the order stage). The nonce is `last_request_id * 2^16 + k` for the `k`-th read
+//! since the last ordered request, so nonces only grow over the client's life (execution members
+//! answer each nonce once and never an older one) and a late reply to an earlier read can never be
+//! counted for a later one. After [`READ_ONLY_NONCES_PER_REQUEST_ID`] reads without an ordered
+//! request, the next read takes the ordered path (which moves `last_request_id` on).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::config::Sabotage;
+use crate::crypto::Digest;
+use crate::ids::{Principal, ReplicaId, RequestId, StageKind};
+use crate::message::{Envelope, Message, ReplyBody, SealFor};
+use crate::stage::{Action, Time, Timer};
+
+use super::Client;
+
+/// Read-only nonces available per ordered request id (`k` in `1..=` this).
+pub const READ_ONLY_NONCES_PER_REQUEST_ID: u64 = (1 << 16) - 1;
+
+/// A read-only attempt in progress.
+pub(super) struct ReadOnlyAttempt {
+    nonce: RequestId,
+    operation: Bytes,
+    /// First reply of each execution member: its full result and digest, or `None` if the
+    /// member sent only a digest (unusable: a digest is never accepted without its body).
+    replies: BTreeMap<ReplicaId, Option<(Digest, Bytes)>>,
+}
+
+impl ReadOnlyAttempt {
+    /// The result with the most matching full replies and their number.
+    fn best(&self) -> Option<(&Bytes, usize)> {
+        let mut counts: BTreeMap<Digest, (usize, &Bytes)> = BTreeMap::new();
+        for (digest, body) in self.replies.values().flatten() {
+            counts.entry(*digest).or_insert((0, body)).0 += 1;
+        }
+        counts.into_values().max_by_key(|(n, _)| *n).map(|(n, body)| (body, n))
+    }
+}
+
+impl Client {
+    /// `q_r`: [`Quorums::read_only`](crate::quorum::Quorums::read_only), or `r + 1` under
+    /// [`Sabotage::WeakReadQuorum`].
+    fn read_quorum(&self) -> usize {
+        if self.config.knobs.sabotage == Some(Sabotage::WeakReadQuorum) {
+            self.quorums.r + 1
+        } else {
+            self.quorums.read_only()
+        }
+    }
+
+    /// Starts a read-only attempt for `operation`; false if no nonce is left (then the caller
+    /// uses the ordered path).
+    pub(super) fn start_read_only(&mut self, now: Time, operation: Bytes, out: &mut Vec<Action>) -> bool {
+        if self.read_only_count >= READ_ONLY_NONCES_PER_REQUEST_ID {
+            self.stats.bump("read_only_nonces_exhausted");
+            return false;
+        }
+        let Some(nonce) = self
+            .last_request_id
+            .0
+            .checked_mul(READ_ONLY_NONCES_PER_REQUEST_ID + 1)
+            .and_then(|base| base.checked_add(self.read_only_count + 1))
+        else {
+            self.stats.bump("read_only_nonces_exhausted");
+            return false;
+        };
+        self.read_only_count += 1;
+        let message = Message::ReadOnlyRequest {
+            client: self.id,
+            request_id: RequestId(nonce),
+            operation: operation.clone(),
+        };
+        let envelope = Envelope::seal(
+            &self.keys,
+            &self.quorums,
+            Principal::Client(self.id),
+            message,
+            SealFor::Stage(StageKind::Exec),
+        );
+        out.push(Action::Send {
+            to: crate::config::ClusterConfig::exec_members(&self.quorums).collect(),
+            envelope: Arc::new(envelope),
+        });
+        out.push(Action::SetTimer {
+            timer: Timer::ClientRetransmit,
+            at: now + self.config.knobs.read_only_timeout_us,
+        });
+        self.read_only = Some(ReadOnlyAttempt {
+            nonce: RequestId(nonce),
+            operation,
+            replies: BTreeMap::new(),
+        });
+        self.stats.bump("read_only_sent");
+        true
+    }
+
+    /// A read-only reply (seal and sender already checked).
+    pub(super) fn on_read_only_reply(
+        &mut self,
+        now: Time,
+        exec: ReplicaId,
+        nonce: RequestId,
+        result: &ReplyBody,
+        out: &mut Vec<Action>,
+    ) {
+        let q_r = self.read_quorum();
+        let n_exec = self.quorums.n_exec;
+        let Some(attempt) = self.read_only.as_mut().filter(|a| a.nonce == nonce) else {
+            self.stats.bump("dropped_stale_read_only_reply");
+            return;
+        };
+        if attempt.replies.contains_key(&exec) {
+            self.stats.bump("dropped_duplicate_read_only_reply");
+            return;
+        }
+        let vote = match result {
+            ReplyBody::Full(body) => Some((Digest::of(body), body.clone())),
+            ReplyBody::Digest(_) => None,
+        };
+        attempt.replies.insert(exec, vote);
+        let (best, matching) = attempt.best().map_or((None, 0), |(b, n)| (Some(b.clone()), n));
+        if matching >= q_r {
+            let result = best.expect("a quorum has a body");
+            self.read_only = None;
+            out.push(Action::CancelTimer {
+                timer: Timer::ClientRetransmit,
+            });
+            out.push(Action::Deliver {
+                request_id: nonce,
+                result,
+            });
+            self.stats.bump("read_only_delivered");
+            self.stats.bump("delivered");
+            self.start_next(now, out);
+            return;
+        }
+        let unanswered = n_exec - attempt.replies.len();
+        if matching + unanswered < q_r {
+            self.stats.bump("read_only_mismatch");
+            self.fall_back(now, out);
+        }
+    }
+
+    /// The read-only timer expired before a quorum matched.
+    pub(super) fn read_only_timeout(&mut self, now: Time, out: &mut Vec<Action>) {
+        self.stats.bump("read_only_timeout");
+        self.fall_back(now, out);
+    }
+
+    /// Abandons the read-only attempt and sends its operation down the ordered path.
+    fn fall_back(&mut self, now: Time, out: &mut Vec<Action>) {
+        let attempt = self.read_only.take().expect("a read-only attempt is in progress");
+        self.stats.bump("read_only_fallback");
+        self.start_ordered(now, attempt.operation, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Knobs;
+    use crate::ids::ClientId;
+    use crate::stage::{Input, Stage};
+    use crate::testing::{fixture, Fixture};
+
+    fn reply(f: &Fixture, exec: u32, nonce: u64, result: ReplyBody, read_only: bool) -> Input {
+        Input::Message(Arc::new(Envelope::seal(
+            &f.replicas[exec as usize],
+            &f.quorums,
+            Principal::Exec(ReplicaId(exec)),
+            Message::Reply {
+                request_id: RequestId(nonce),
+                result,
+                read_only,
+            },
+            SealFor::One(Principal::Client(ClientId(0))),
+        )))
+    }
+
+    fn step(c: &mut Client, now: Time, input: Input) -> Vec<Action> {
+        let mut out = Vec::new();
+        c.handle(now, input, &mut out);
+        out
+    }
+
+    fn invoke_ro(c: &mut Client, now: Time) -> Vec<Action> {
+        step(
+            c,
+            now,
+            Input::Invoke {
+                operation: Bytes::from_static(b"get"),
+                read_only: true,
+            },
+        )
+    }
+
+    fn delivered(actions: &[Action]) -> Vec<Bytes> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Deliver { result, .. } => Some(result.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn ordered_request(actions: &[Action]) -> Option<(RequestId, Vec<Principal>)> {
+        actions.iter().find_map(|a| match a {
+            Action::Send { to, envelope } => match &envelope.message {
+                Message::ClientRequest { request_id, .. } => Some((*request_id, to.clone())),
+                _ => None,
+            },
+            _ => None,
+        })
+    }
+
+    fn client(f: &Fixture) -> Client {
+        Client::new(f.config.clone(), ClientId(0), f.clients[0].clone()).unwrap()
+    }
+
+    fn full(s: &'static [u8]) -> ReplyBody {
+        ReplyBody::Full(Bytes::from_static(s))
+    }
+
+    #[test]
+    fn read_only_goes_to_every_exec_member_and_needs_all_of_them_to_match() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = client(&f);
+        let actions = invoke_ro(&mut c, 0);
+        let Action::Send { to, envelope } = &actions[0] else {
+            panic!("no send")
+        };
+        assert_eq!(to.len(), 3, "all n_exec members");
+        assert!(matches!(
+            envelope.message,
+            Message::ReadOnlyRequest {
+                request_id: RequestId(1),
+                ..
+            }
+        ));
+        for e in 0..3u32 {
+            assert!(envelope
+                .open(&f.replicas[e as usize], Principal::Exec(ReplicaId(e)), None)
+                .is_ok());
+        }
+        assert!(matches!(actions[1], Action::SetTimer { at: 5_000, .. }));
+        // r + 1 = 2 matching full replies are not enough; a digest does not count; an ordered
+        // reply with the same number is not a read-only reply.
+        assert!(delivered(&step(&mut c, 1, reply(&f, 0, 1, full(b"v"), true))).is_empty());
+        assert!(delivered(&step(&mut c, 2, reply(&f, 1, 1, full(b"v"), true))).is_empty());
+        assert!(delivered(&step(&mut c, 2, reply(&f, 1, 1, full(b"v"), true))).is_empty());
+        assert!(delivered(&step(&mut c, 3, reply(&f, 2, 1, full(b"v"), false))).is_empty());
+        let actions = step(&mut c, 4, reply(&f, 2, 1, full(b"v"), true));
+        assert_eq!(delivered(&actions), vec![Bytes::from_static(b"v")]);
+        assert!(!c.is_busy());
+        assert_eq!(c.last_request_id(), RequestId(0), "no ordered id consumed");
+        // A late duplicate changes nothing; the next read uses a new nonce.
+        assert!(step(&mut c, 5, reply(&f, 0, 1, full(b"v"), true)).is_empty());
+        let actions = invoke_ro(&mut c, 6);
+        assert!(matches!(&actions[0], Action::Send { envelope, .. }
+            if matches!(envelope.message, Message::ReadOnlyRequest { request_id: RequestId(2), .. })));
+    }
+
+    #[test]
+    fn mismatch_or_digest_falls_back_at_once_and_delivers_exactly_once() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = client(&f);
+        invoke_ro(&mut c, 0);
+        step(&mut c, 1, reply(&f, 0, 1, full(b"v"), true));
+        let actions = step(&mut c, 2, reply(&f, 1, 1, full(b"lie"), true));
+        let (id, to) = ordered_request(&actions).expect("fell back to the ordered path");
+        assert_eq!(id, RequestId(1));
+        assert_eq!(to.len(), f.quorums.client_preferred());
+        assert_eq!(c.stats().get("read_only_mismatch"), 1);
+        // The remaining read-only reply is stale now; the ordered replies deliver once.
+        assert!(step(&mut c, 3, reply(&f, 2, 1, full(b"v"), true)).is_empty());
+        assert!(delivered(&step(&mut c, 4, reply(&f, 0, 1, full(b"v"), false))).is_empty());
+        assert_eq!(delivered(&step(&mut c, 5, reply(&f, 1, 1, full(b"v"), false))).len(), 1);
+        assert!(delivered(&step(&mut c, 6, reply(&f, 2, 1, full(b"v"), false))).is_empty());
+        // A digest-only read-only reply is unusable: with q_r = n_exec that is a fallback too.
+        invoke_ro(&mut c, 10);
+        let nonce = (1 << 16) + 1;
+        let actions = step(
+            &mut c,
+            11,
+            reply(&f, 0, nonce, ReplyBody::Digest(Digest::of(b"v")), true),
+        );
+        assert_eq!(ordered_request(&actions).map(|(id, _)| id), Some(RequestId(2)));
+    }
+
+    #[test]
+    fn timeout_falls_back_and_the_sabotaged_quorum_accepts_r_plus_one() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = client(&f);
+        invoke_ro(&mut c, 0);
+        step(&mut c, 1, reply(&f, 0, 1, full(b"v"), true));
+        step(&mut c, 2, reply(&f, 1, 1, full(b"v"), true));
+        let actions = step(&mut c, 5_000, Input::Timer(Timer::ClientRetransmit));
+        assert_eq!(ordered_request(&actions).map(|(id, _)| id), Some(RequestId(1)));
+        assert_eq!(c.stats().get("read_only_timeout"), 1);
+        assert_eq!(c.stats().get("read_only_fallback"), 1);
+        // Later timer expiries are ordinary retransmissions.
+        let actions = step(&mut c, 600_000, Input::Timer(Timer::ClientRetransmit));
+        assert_eq!(ordered_request(&actions).map(|(_, to)| to.len()), Some(4));
+
+        let weak = fixture(
+            1,
+            1,
+            1,
+            Knobs {
+                sabotage: Some(Sabotage::WeakReadQuorum),
+                ..Knobs::default()
+            },
+        );
+        let mut c = client(&weak);
+        invoke_ro(&mut c, 0);
+        step(&mut c, 1, reply(&weak, 0, 1, full(b"stale"), true));
+        let actions = step(&mut c, 2, reply(&weak, 1, 1, full(b"stale"), true));
+        assert_eq!(delivered(&actions), vec![Bytes::from_static(b"stale")]);
+    }
+}
