@@ -28,6 +28,15 @@ pub struct CommandSpec {
     pub place: Place,
 }
 
+/// Whether a command (an argument vector) only reads the replicated store, so a client may send
+/// it on the read-only path. Unknown commands and connection commands are not.
+pub fn is_read_only(argv: &[Bytes]) -> bool {
+    match check(argv) {
+        Ok(spec) => spec.place == Place::Replicated && spec.flags.contains(&"readonly"),
+        Err(_) => false,
+    }
+}
+
 const fn spec(name: &'static str, arity: i32, flags: &'static [&'static str], keys: (i64, i64, i64)) -> CommandSpec {
     CommandSpec {
         name,

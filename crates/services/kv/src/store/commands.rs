@@ -12,9 +12,11 @@ const SCAN_COUNT_MAX: usize = 10_000;
 
 /// Runs command `name` (already checked for arity).
 pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply {
+    if let Some(reply) = dispatch_read(s, name, argv) {
+        return reply;
+    }
     let a = &argv[1..];
     match name {
-        "get" => bulk_or_nil(s.get(&a[0]).map(|e| e.value.clone())),
         "set" => set(s, a),
         "setnx" => {
             if s.get(&a[0]).is_some() {
@@ -31,8 +33,6 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
         }
         "getdel" => bulk_or_nil(s.remove(&a[0]).map(|e| e.value)),
         "del" | "unlink" => Reply::Int(a.iter().filter(|k| s.remove(k).is_some()).count() as i64),
-        "exists" => Reply::Int(a.iter().filter(|k| s.get(k).is_some()).count() as i64),
-        "type" => Reply::Status(if s.get(&a[0]).is_some() { "string" } else { "none" }.into()),
         "incr" => incr_by(s, &a[0], 1),
         "decr" => incr_by(s, &a[0], -1),
         "incrby" => int_arg(&a[1]).map_or_else(|e| e, |by| incr_by(s, &a[0], by)),
@@ -48,15 +48,8 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
             s.put_keep_ttl(&a[0], Bytes::from(value));
             Reply::Int(len)
         }
-        "strlen" => Reply::Int(s.get(&a[0]).map_or(0, |e| e.value.len() as i64)),
-        "mget" => Reply::Array(
-            a.iter()
-                .map(|k| bulk_or_nil(s.get(k).map(|e| e.value.clone())))
-                .collect(),
-        ),
         "mset" | "msetnx" => mset(s, name, a),
         "expire" | "pexpire" => expire(s, name, a),
-        "ttl" | "pttl" => ttl(s, name == "pttl", &a[0]),
         "persist" => match s.get(&a[0]).and_then(|e| e.expires_ms) {
             Some(_) => {
                 s.set_expiry(&a[0], None);
@@ -64,15 +57,6 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
             }
             None => Reply::Int(0),
         },
-        "keys" => Reply::Array(
-            s.map
-                .keys()
-                .filter(|k| glob::matches(&a[0], k))
-                .map(|k| Reply::Bulk(k.clone()))
-                .collect(),
-        ),
-        "scan" => scan(s, a),
-        "dbsize" => Reply::Int(s.map.len() as i64),
         "flushdb" | "flushall" => {
             if a.len() > 1 || a.first().is_some_and(|m| !is(m, "async") && !is(m, "sync")) {
                 return syntax_error();
@@ -82,6 +66,35 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
         }
         other => unreachable!("command {other} is in the table but not implemented"),
     }
+}
+
+/// Runs command `name` if it only reads (the commands flagged `readonly` in the table); `None` for
+/// every other command. The ordered path and the read-only path both answer reads here, so the
+/// two give byte-identical replies.
+pub(super) fn dispatch_read(s: &RedisStore, name: &str, argv: &[Bytes]) -> Option<Reply> {
+    let a = &argv[1..];
+    Some(match name {
+        "get" => bulk_or_nil(s.get(&a[0]).map(|e| e.value.clone())),
+        "exists" => Reply::Int(a.iter().filter(|k| s.get(k).is_some()).count() as i64),
+        "type" => Reply::Status(if s.get(&a[0]).is_some() { "string" } else { "none" }.into()),
+        "strlen" => Reply::Int(s.get(&a[0]).map_or(0, |e| e.value.len() as i64)),
+        "mget" => Reply::Array(
+            a.iter()
+                .map(|k| bulk_or_nil(s.get(k).map(|e| e.value.clone())))
+                .collect(),
+        ),
+        "ttl" | "pttl" => ttl(s, name == "pttl", &a[0]),
+        "keys" => Reply::Array(
+            s.map
+                .keys()
+                .filter(|k| glob::matches(&a[0], k))
+                .map(|k| Reply::Bulk(k.clone()))
+                .collect(),
+        ),
+        "scan" => scan(s, a),
+        "dbsize" => Reply::Int(s.map.len() as i64),
+        _ => return None,
+    })
 }
 
 fn is(arg: &[u8], word: &str) -> bool {

@@ -115,6 +115,20 @@ impl RedisStore {
         }
     }
 
+    /// Answers one command without changing anything, if it only reads (`None` otherwise). Argument
+    /// errors are state-independent and answered too.
+    pub fn apply_read(&self, argv: &[Bytes]) -> Option<Reply> {
+        let spec = match command::check(argv) {
+            Ok(spec) => spec,
+            Err(reply) => return Some(reply),
+        };
+        if spec.place != command::Place::Replicated || !spec.flags.contains(&"readonly") {
+            return None;
+        }
+        let reply = commands::dispatch_read(self, spec.name, argv)?;
+        Some(if self.corrupt { corrupt_reply(reply) } else { reply })
+    }
+
     fn get(&self, key: &[u8]) -> Option<&Entry> {
         self.map.get(key)
     }
@@ -212,6 +226,23 @@ fn reply_size(reply: &Reply) -> usize {
     }
 }
 
+/// Encodes the replies of one operation; a reply that would take the total past
+/// `REPLY_BYTES_MAX` is replaced by an error.
+fn encode_bounded(replies: impl Iterator<Item = Reply>) -> Bytes {
+    let mut size = 16;
+    let replies: Vec<Reply> = replies
+        .map(|reply| {
+            size += reply_size(&reply);
+            if size > REPLY_BYTES_MAX {
+                Reply::err("ERR reply too large for one upright operation (use SCAN)")
+            } else {
+                reply
+            }
+        })
+        .collect();
+    crate::encode_replies(&replies)
+}
+
 /// A checkpoint: every key with its value and expiry, in key order.
 type CheckpointRows = Vec<(Bytes, Bytes, Option<u64>)>;
 
@@ -220,31 +251,22 @@ impl Service for RedisStore {
         self.advance(context.time_us);
         requests
             .iter()
-            .map(|request| {
-                let Some(commands) = crate::decode_operation(&request.operation) else {
-                    return crate::encode_replies(&[Reply::err("ERR malformed upright operation")]);
-                };
-                let mut size = 16;
-                let replies: Vec<Reply> = commands
-                    .iter()
-                    .map(|argv| {
-                        let reply = self.apply(argv);
-                        size += reply_size(&reply);
-                        if size > REPLY_BYTES_MAX {
-                            Reply::err("ERR reply too large for one upright operation (use SCAN)")
-                        } else {
-                            reply
-                        }
-                    })
-                    .collect();
-                crate::encode_replies(&replies)
+            .map(|request| match crate::decode_operation(&request.operation) {
+                Some(commands) => encode_bounded(commands.iter().map(|argv| self.apply(argv))),
+                None => crate::encode_replies(&[Reply::err("ERR malformed upright operation")]),
             })
             .collect()
     }
 
-    /// No read-only path yet: every command, reads included, is ordered.
-    fn execute_read_only(&self, _operation: &[u8]) -> Option<Bytes> {
-        None
+    /// Answers an operation whose every command only reads (GET, MGET, EXISTS, TTL, SCAN, ...) from
+    /// the current state; `None` if any command writes (the client then orders it).
+    fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
+        let commands = crate::decode_operation(operation)?;
+        let replies = commands
+            .iter()
+            .map(|argv| self.apply_read(argv))
+            .collect::<Option<Vec<Reply>>>()?;
+        Some(encode_bounded(replies.into_iter()))
     }
 
     fn checkpoint(&self) -> Bytes {

@@ -232,3 +232,69 @@ fn corrupting_store_lies() {
     cmd(s, "SET a 1");
     assert_ne!(cmd(s, "GET a"), bulk("1"));
 }
+
+fn argvs(lines: &[&str]) -> Vec<Vec<Bytes>> {
+    lines
+        .iter()
+        .map(|l| l.split(' ').map(|w| Bytes::copy_from_slice(w.as_bytes())).collect())
+        .collect()
+}
+
+#[test]
+fn read_only_path_answers_reads_like_the_ordered_path_and_refuses_writes() {
+    let s = &mut RedisStore::new();
+    for line in ["SET a 1", "SET b hello", "PEXPIRE b 5000", "SET c 3"] {
+        cmd(s, line);
+    }
+    let reads = [
+        "GET a",
+        "GET nope",
+        "MGET a b nope",
+        "EXISTS a b nope",
+        "TYPE a",
+        "STRLEN b",
+        "PTTL b",
+        "TTL a",
+        "KEYS *",
+        "SCAN 0",
+        "DBSIZE",
+        "GET",
+    ];
+    let checkpoint = s.checkpoint();
+    let op = crate::encode_operation(&argvs(&reads));
+    let read_only = s.execute_read_only(&op).expect("every command reads");
+    assert_eq!(s.checkpoint(), checkpoint, "the read-only path changes nothing");
+    let ordered = s.execute(
+        &BatchContext {
+            seqno: SeqNo(1),
+            time_us: 0,
+            seed: [0; 32],
+        },
+        &[ServiceRequest {
+            client: ClientId(0),
+            request_id: RequestId(1),
+            operation: op,
+        }],
+    );
+    assert_eq!(read_only, ordered[0], "byte-identical replies on both paths");
+    let replies = crate::decode_replies(&read_only).unwrap();
+    assert_eq!(replies[0], bulk("1"));
+    assert_eq!(replies[11], err("ERR wrong number of arguments for 'get' command"));
+    for writes in [&["GET a", "SET a 2"][..], &["INCR a"], &["PING"], &["FLUSHDB"]] {
+        let op = crate::encode_operation(&argvs(writes));
+        assert_eq!(s.execute_read_only(&op), None, "{writes:?} is not read-only");
+    }
+    assert_eq!(s.execute_read_only(b"garbage"), None);
+    assert!(crate::command::is_read_only(&argvs(&["mget a b"])[0]));
+    assert!(!crate::command::is_read_only(&argvs(&["set a b"])[0]));
+    assert!(!crate::command::is_read_only(&argvs(&["ping"])[0]));
+}
+
+#[test]
+fn a_corrupting_store_corrupts_read_only_replies_too() {
+    let s = &mut RedisStore::corrupting();
+    cmd(s, "SET a 1");
+    let op = crate::encode_operation(&argvs(&["GET a"]));
+    let replies = crate::decode_replies(&s.execute_read_only(&op).unwrap()).unwrap();
+    assert_ne!(replies[0], bulk("1"));
+}
