@@ -157,24 +157,28 @@ impl OrderStage {
     /// The primary orders ready requests while the pipeline and the window allow. Without
     /// `close`, a batch that is not full waits up to `batch_delay_us` (the BatchClose timer).
     pub(super) fn propose(&mut self, now: Time, mut close: bool, out: &mut Vec<Action>) {
-        let knobs = self.config.knobs.clone();
+        let knobs = &self.config.knobs;
+        let (size_max, delay_us, window) = (knobs.batch_size_max, knobs.batch_delay_us, knobs.pipeline_window);
         while self.is_primary() {
+            if self.pool.clients().next().is_none() {
+                return;
+            }
             let n = self.next_accept();
             let in_flight = n.0 - 1 - self.last_committed.0;
-            if !self.in_window(n) || in_flight >= knobs.pipeline_window {
+            if !self.in_window(n) || in_flight >= window {
                 return;
             }
             let p = self.projection(n);
-            let entries = self.ready_entries(&p, knobs.batch_size_max);
+            let entries = self.ready_entries(&p, size_max);
             if entries.is_empty() {
                 return;
             }
-            if entries.len() < knobs.batch_size_max && knobs.batch_delay_us > 0 && !close {
+            if entries.len() < size_max && delay_us > 0 && !close {
                 if !self.batch_timer_armed {
                     self.batch_timer_armed = true;
                     out.push(Action::SetTimer {
                         timer: Timer::BatchClose,
-                        at: now + knobs.batch_delay_us,
+                        at: now + delay_us,
                     });
                 }
                 return;
