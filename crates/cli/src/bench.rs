@@ -30,6 +30,13 @@ pub struct BenchArgs {
     /// Batch sizes (batch_size_max), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "64")]
     batch: Vec<usize>,
+    /// Batches in flight at the primary (the pipeline_window knob; default: the knob's default).
+    #[arg(long)]
+    pipeline: Option<u64>,
+    /// How long the primary waits to fill a batch, in microseconds (the batch_delay_us knob;
+    /// default: the knob's default).
+    #[arg(long)]
+    batch_delay_us: Option<u64>,
     /// Log sync policy of the replicas: always (the protocol's rule) or never (benchmark only).
     #[arg(long, default_value = "always")]
     fsync: String,
@@ -83,6 +90,9 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
     if args.batch.contains(&0) {
         return Err(FileError("--batch: batch sizes must be at least 1".into()));
     }
+    if args.pipeline == Some(0) {
+        return Err(FileError("--pipeline: the pipeline window must be at least 1".into()));
+    }
     let fsync = match args.fsync.as_str() {
         "always" => FsyncPolicy::Always,
         "never" => FsyncPolicy::Never,
@@ -94,6 +104,8 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
         clients: args.clients.clone(),
         faults: args.ur.iter().map(|s| parse_ur(s)).collect::<Result<_, _>>()?,
         batch_sizes: args.batch.clone(),
+        pipeline_window: args.pipeline,
+        batch_delay_us: args.batch_delay_us,
         duration: parse_duration(&args.duration)?,
         warmup: parse_duration(&args.warmup)?,
         fsync,

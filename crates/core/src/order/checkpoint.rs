@@ -227,8 +227,11 @@ impl OrderStage {
         let dropped = std::mem::take(&mut self.log);
         let (old, kept): (BTreeMap<_, _>, BTreeMap<_, _>) = dropped.into_iter().partition(|(n, _)| *n < keep_from);
         self.log = kept;
-        for n in old.keys() {
+        for (n, slot) in &old {
             persist::delete(out, persist::slot_key(*n));
+            if slot.record.prepared.is_some() || slot.record.committed.is_some() {
+                persist::delete(out, persist::mark_key(*n));
+            }
         }
         self.buffered = self.buffered.split_off(&keep_from);
         self.tokens = self.tokens.split_off(&keep_from);

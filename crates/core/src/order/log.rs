@@ -3,6 +3,10 @@
 //! A slot holds what must survive a crash ([`SlotRecord`]: the accepted PRE-PREPARE, the latest
 //! prepared certificate `P`, the pre-prepared claims `Q`, the commit decision) and the votes of the
 //! current view, which are volatile (peers retransmit them).
+//!
+//! The record is written whole only when a batch is accepted; the later changes of the normal case
+//! (prepared, committed) are written as a small [`SlotMark`] that recovery merges into the record
+//! ([`SlotRecord::merge`]), so a batch with its matrix signatures is serialised once per slot.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +15,10 @@ use serde::{Deserialize, Serialize};
 use crate::crypto::Digest;
 use crate::ids::{ReplicaId, SeqNo, View};
 use crate::message::{Batch, PrePreparedClaim, PreparedClaim};
+
+/// A mark that does not fit the record it is merged into (recovery treats it as corrupt storage).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MarkMismatch;
 
 /// Most pre-prepared claims (`Q` entries, one per distinct digest) kept per sequence number; the
 /// claims with the lowest views are dropped first (PBFT's bound `M`, thesis 3.2.5). Safe: after a
@@ -29,18 +37,103 @@ pub(crate) struct Accepted {
     pub batch: Batch,
 }
 
+/// The latest prepared certificate of a slot (the `P` entry of a VIEW-CHANGE).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Prepared {
+    /// View in which the batch prepared.
+    pub view: View,
+    /// Its digest.
+    pub digest: Digest,
+    /// The batch, only while it is not the accepted one (a later view accepted another batch at
+    /// this seqno); `None` means the accepted batch, which then has `digest`.
+    pub batch: Option<Batch>,
+}
+
 /// The durable part of a slot, persisted before any message that depends on it is sent.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SlotRecord {
     /// The latest accepted PRE-PREPARE.
     pub accepted: Option<Accepted>,
     /// The latest prepared certificate (the `P` entry of a VIEW-CHANGE).
-    pub prepared: Option<PreparedClaim>,
+    pub prepared: Option<Prepared>,
     /// Pre-prepared claims, latest view per digest (the `Q` entries), at most
     /// [`Q_CLAIMS_PER_SLOT_MAX`].
     pub pre_prepared: Vec<PrePreparedClaim>,
     /// The view in which the accepted batch committed here.
     pub committed: Option<View>,
+}
+
+/// The normal case's changes to a slot after its batch was accepted, persisted under their own key
+/// so the batch is not written again: the prepared certificate and the commit decision, each with
+/// the digest of the accepted batch it is about.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SlotMark {
+    /// `(view, digest)` of the latest prepared certificate.
+    pub prepared: Option<(View, Digest)>,
+    /// `(view, digest)` of the commit decision.
+    pub committed: Option<(View, Digest)>,
+}
+
+impl SlotRecord {
+    /// The mark describing this record's prepared certificate and commit decision.
+    pub fn mark(&self) -> SlotMark {
+        let accepted = self.accepted.as_ref().map(|a| a.digest);
+        SlotMark {
+            prepared: self.prepared.as_ref().map(|p| (p.view, p.digest)),
+            committed: self.committed.zip(accepted),
+        }
+    }
+
+    /// Merges a mark read back from storage. A mark is written after the record it refers to, and
+    /// the record is rewritten whole (with everything the mark says) whenever another batch is
+    /// accepted; so a mark newer than the record refers to the record's accepted batch, and an
+    /// older one says nothing the record does not. Anything else is a corrupted store.
+    pub fn merge(&mut self, mark: SlotMark) -> Result<(), MarkMismatch> {
+        let accepted = self.accepted.as_ref().map(|a| a.digest);
+        if let Some((view, digest)) = mark.prepared {
+            if self.prepared.as_ref().is_none_or(|p| p.view < view) {
+                if accepted != Some(digest) {
+                    return Err(MarkMismatch);
+                }
+                self.prepared = Some(Prepared {
+                    view,
+                    digest,
+                    batch: None,
+                });
+            }
+        }
+        if let Some((view, digest)) = mark.committed {
+            if self.committed.is_none() {
+                if accepted != Some(digest) {
+                    return Err(MarkMismatch);
+                }
+                self.committed = Some(view);
+            }
+        }
+        Ok(())
+    }
+
+    /// The prepared certificate as a VIEW-CHANGE's `P` entry.
+    pub fn prepared_claim(&self, seqno: SeqNo) -> Option<PreparedClaim> {
+        let p = self.prepared.as_ref()?;
+        let batch = match &p.batch {
+            Some(batch) => batch.clone(),
+            None => {
+                let accepted = self
+                    .accepted
+                    .as_ref()
+                    .expect("a prepared slot without its own batch accepted one");
+                assert_eq!(accepted.digest, p.digest, "prepared batch is the accepted one");
+                accepted.batch.clone()
+            }
+        };
+        Some(PreparedClaim {
+            seqno,
+            view: p.view,
+            digest: p.digest,
+            batch,
+        })
+    }
 }
 
 /// One sequence number's state.
@@ -73,7 +166,24 @@ impl Slot {
     /// Records the acceptance of `batch` in `view` (PRE-PREPARE or NEW-VIEW) and its `Q` claim.
     pub fn accept(&mut self, seqno: SeqNo, view: View, batch: Batch) -> Digest {
         let digest = batch.digest();
-        self.record.accepted = Some(Accepted { view, digest, batch });
+        self.accept_digested(seqno, view, batch, digest);
+        digest
+    }
+
+    /// [`Slot::accept`] with `digest == batch.digest()` already computed by the caller.
+    pub fn accept_digested(&mut self, seqno: SeqNo, view: View, batch: Batch, digest: Digest) {
+        debug_assert_eq!(batch.digest(), digest);
+        let replaced = self.record.accepted.replace(Accepted { view, digest, batch });
+        if let Some(p) = &mut self.record.prepared {
+            if p.digest == digest {
+                p.batch = None;
+            } else if p.batch.is_none() {
+                // The prepared certificate keeps the batch it is about.
+                let old = replaced.expect("a prepared slot without its own batch accepted one");
+                assert_eq!(old.digest, p.digest, "prepared batch is the accepted one");
+                p.batch = Some(old.batch);
+            }
+        }
         let claims = &mut self.record.pre_prepared;
         match claims.iter_mut().find(|c| c.digest == digest) {
             Some(claim) => claim.view = claim.view.max(view),
@@ -81,7 +191,6 @@ impl Slot {
         }
         claims.sort_by(|a, b| b.view.cmp(&a.view).then(a.digest.cmp(&b.digest)));
         claims.truncate(Q_CLAIMS_PER_SLOT_MAX);
-        digest
     }
 
     /// Whether this member holds a prepared certificate for the accepted batch in `view`.
@@ -137,6 +246,64 @@ mod tests {
         assert_eq!(claims[0].view, View(3));
         assert_eq!((claims[1].view, claims[1].digest), (View(2), d1));
         assert!(slot.accepted_in(View(3)).is_some() && slot.accepted_in(View(2)).is_none());
+    }
+
+    fn prepare(slot: &mut Slot, view: View) {
+        let digest = slot.record.accepted.as_ref().unwrap().digest;
+        slot.record.prepared = Some(Prepared {
+            view,
+            digest,
+            batch: None,
+        });
+    }
+
+    #[test]
+    fn prepared_certificate_keeps_its_batch_when_another_is_accepted() {
+        let mut slot = Slot::default();
+        let d1 = slot.accept(SeqNo(4), View(1), batch(1));
+        prepare(&mut slot, View(1));
+        assert_eq!(slot.record.prepared_claim(SeqNo(4)).unwrap().batch, batch(1));
+        // A later view accepts another batch: the certificate keeps batch 1.
+        slot.accept(SeqNo(4), View(2), batch(2));
+        let claim = slot.record.prepared_claim(SeqNo(4)).unwrap();
+        assert_eq!((claim.view, claim.digest, claim.batch), (View(1), d1, batch(1)));
+        // Batch 1 accepted again: the certificate refers to the accepted batch once more.
+        slot.accept(SeqNo(4), View(3), batch(1));
+        assert_eq!(slot.record.prepared.as_ref().unwrap().batch, None);
+        assert_eq!(slot.record.prepared_claim(SeqNo(4)).unwrap().batch, batch(1));
+    }
+
+    #[test]
+    fn marks_merge_into_the_record_they_follow() {
+        let mut slot = Slot::default();
+        slot.accept(SeqNo(1), View(0), batch(1));
+        let written = slot.record.clone();
+        // Crash after the record, before any mark: nothing prepared or committed.
+        assert_eq!(written.mark(), SlotMark::default());
+        prepare(&mut slot, View(0));
+        let prepared_mark = slot.record.mark();
+        slot.record.committed = Some(View(0));
+        let committed_mark = slot.record.mark();
+        for (mark, prepared, committed) in [(prepared_mark, true, false), (committed_mark, true, true)] {
+            let mut recovered = written.clone();
+            recovered.merge(mark).unwrap();
+            assert_eq!(recovered.prepared.is_some(), prepared);
+            assert_eq!(recovered.committed, committed.then_some(View(0)));
+        }
+        let mut recovered = written.clone();
+        recovered.merge(committed_mark).unwrap();
+        assert_eq!(recovered, slot.record);
+        // A stale mark (older than a rewritten record) changes nothing.
+        slot.accept(SeqNo(1), View(1), batch(2));
+        let rewritten = slot.record.clone();
+        let mut recovered = rewritten.clone();
+        recovered.merge(prepared_mark).unwrap();
+        assert_eq!(recovered, rewritten);
+        // A mark about a batch the record never accepted is corruption.
+        let mut other = Slot::default();
+        other.accept(SeqNo(1), View(0), batch(3));
+        assert_eq!(other.record.clone().merge(prepared_mark), Err(MarkMismatch));
+        assert_eq!(SlotRecord::default().merge(committed_mark), Err(MarkMismatch));
     }
 
     #[test]

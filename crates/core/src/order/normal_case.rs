@@ -3,15 +3,16 @@
 //! PREPARE / COMMIT quorums, NEXT-BATCH to the execution stage once a batch and all before it
 //! committed; execution catch-up (LAST-EXEC, RETRANSMIT) and retransmission after losses.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::log::Slot;
+use super::log::{Prepared, Slot};
 use super::persist;
 use super::{OrderStage, Snapshot, LAST_EXEC_RESEND_MAX};
 use crate::config::{ClusterConfig, Sabotage};
 use crate::crypto::{Digest, MatrixRow, MatrixSignature};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, StageKind, View};
-use crate::message::{history_digest, Batch, Message, PreparedClaim, RequestEntry, SealFor, SignedEntry};
+use crate::message::{batch_digest, history_digest, Batch, Message, RequestEntry, SealFor, SignedEntry};
 use crate::stage::{Action, Event, Time, Timer};
 
 /// The state after the committed prefix and the accepted batches of the current view before a
@@ -156,24 +157,28 @@ impl OrderStage {
     /// The primary orders ready requests while the pipeline and the window allow. Without
     /// `close`, a batch that is not full waits up to `batch_delay_us` (the BatchClose timer).
     pub(super) fn propose(&mut self, now: Time, mut close: bool, out: &mut Vec<Action>) {
-        let knobs = self.config.knobs.clone();
+        let knobs = &self.config.knobs;
+        let (size_max, delay_us, window) = (knobs.batch_size_max, knobs.batch_delay_us, knobs.pipeline_window);
         while self.is_primary() {
+            if self.pool.clients().next().is_none() {
+                return;
+            }
             let n = self.next_accept();
             let in_flight = n.0 - 1 - self.last_committed.0;
-            if !self.in_window(n) || in_flight >= knobs.pipeline_window {
+            if !self.in_window(n) || in_flight >= window {
                 return;
             }
             let p = self.projection(n);
-            let entries = self.ready_entries(&p, knobs.batch_size_max);
+            let entries = self.ready_entries(&p, size_max);
             if entries.is_empty() {
                 return;
             }
-            if entries.len() < knobs.batch_size_max && knobs.batch_delay_us > 0 && !close {
+            if entries.len() < size_max && delay_us > 0 && !close {
                 if !self.batch_timer_armed {
                     self.batch_timer_armed = true;
                     out.push(Action::SetTimer {
                         timer: Timer::BatchClose,
-                        at: now + knobs.batch_delay_us,
+                        at: now + delay_us,
                     });
                 }
                 return;
@@ -232,7 +237,7 @@ impl OrderStage {
             }
             return;
         }
-        if self.try_accept(now, seqno, batch.clone(), out) {
+        if self.try_accept(now, seqno, Cow::Borrowed(batch), out) {
             self.drain_buffer(now, out);
         }
     }
@@ -245,14 +250,15 @@ impl OrderStage {
             let Some(batch) = self.buffered.remove(&next) else {
                 return;
             };
-            if !self.try_accept(now, next, batch, out) {
+            if !self.try_accept(now, next, Cow::Owned(batch), out) {
                 return;
             }
         }
     }
 
-    /// Checks a batch proposed at `seqno` (the next in sequence) against PROTOCOL.md's rules.
-    fn validate_batch(&self, now: Time, seqno: SeqNo, batch: &Batch) -> Result<(), &'static str> {
+    /// Checks a batch proposed at `seqno` (the next in sequence) against PROTOCOL.md's rules;
+    /// returns its digest (each entry digest is computed once, for its matrix and the batch).
+    fn validate_batch(&self, now: Time, seqno: SeqNo, batch: &Batch) -> Result<Digest, &'static str> {
         let knobs = &self.config.knobs;
         if batch.entries.is_empty() {
             return Err("drop_empty_batch");
@@ -268,6 +274,7 @@ impl OrderStage {
             return Err("drop_batch_time_in_future");
         }
         let mut clients = BTreeSet::new();
+        let mut digests = Vec::with_capacity(batch.entries.len());
         for signed in &batch.entries {
             let entry = &signed.entry;
             if self.config.client_keys(entry.client).is_none() {
@@ -279,28 +286,33 @@ impl OrderStage {
             if entry.request_id != self.projected_last(&p, entry.client).next() {
                 return Err("drop_batch_request_out_of_sequence");
             }
-            if self.count_rows(&entry.digest(), &signed.matrix) < self.q.matrix_accept() {
+            let digest = entry.digest();
+            if self.count_rows(&digest, &signed.matrix) < self.q.matrix_accept() {
                 return Err("drop_batch_invalid_matrix");
             }
+            digests.push(digest);
         }
-        Ok(())
+        Ok(batch_digest(batch.time_us, digests.into_iter()))
     }
 
     /// Validates and accepts the next PRE-PREPARE, persists it and sends PREPARE.
-    fn try_accept(&mut self, now: Time, seqno: SeqNo, batch: Batch, out: &mut Vec<Action>) -> bool {
-        if let Err(reason) = self.validate_batch(now, seqno, &batch) {
-            self.stats.bump(reason);
-            return false;
-        }
+    fn try_accept(&mut self, now: Time, seqno: SeqNo, batch: Cow<'_, Batch>, out: &mut Vec<Action>) -> bool {
+        let digest = match self.validate_batch(now, seqno, &batch) {
+            Ok(digest) => digest,
+            Err(reason) => {
+                self.stats.bump(reason);
+                return false;
+            }
+        };
         let (view, me) = (self.view, self.id);
         let slot = self.log.entry(seqno).or_default();
         if let (Some(_), Some(a)) = (slot.record.committed, &slot.record.accepted) {
-            if a.digest != batch.digest() {
+            if a.digest != digest {
                 self.stats.bump("drop_conflicts_committed");
                 return false;
             }
         }
-        let digest = slot.accept(seqno, view, batch);
+        slot.accept_digested(seqno, view, batch.into_owned(), digest);
         slot.prepares.insert(me, (view, digest));
         persist::write(out, persist::slot_key(seqno), &slot.record);
         self.stats.bump("pre_prepare_accepted");
@@ -370,7 +382,8 @@ impl OrderStage {
     }
 
     /// Prepared: the accepted PRE-PREPARE plus PREPAREs, the primary's PRE-PREPARE counting as its
-    /// vote, from `order_medium` distinct members. Persists the certificate, then sends COMMIT.
+    /// vote, from `order_medium` distinct members. Persists the certificate (as the slot's mark:
+    /// the batch is already in its record), then sends COMMIT.
     pub(super) fn check_prepared(&mut self, now: Time, seqno: SeqNo, out: &mut Vec<Action>) {
         let (view, me, quorum, primary) = (self.view, self.id, self.agreement_quorum(), self.primary_of(self.view));
         let Some(slot) = self.log.get_mut(&seqno) else { return };
@@ -379,14 +392,13 @@ impl OrderStage {
             return;
         }
         let digest = accepted.digest;
-        slot.record.prepared = Some(PreparedClaim {
-            seqno,
+        slot.record.prepared = Some(Prepared {
             view,
             digest,
-            batch: accepted.batch.clone(),
+            batch: None,
         });
         slot.commits.insert(me, (view, digest));
-        persist::write(out, persist::slot_key(seqno), &slot.record);
+        persist::write(out, persist::mark_key(seqno), &slot.record.mark());
         self.send_to_order(out, Message::Commit { view, seqno, digest });
         self.check_committed(now, seqno, out);
     }
@@ -400,7 +412,7 @@ impl OrderStage {
             return;
         }
         slot.record.committed = Some(view);
-        persist::write(out, persist::slot_key(seqno), &slot.record);
+        persist::write(out, persist::mark_key(seqno), &slot.record.mark());
         self.advance_commits(now, out);
     }
 
@@ -446,6 +458,14 @@ impl OrderStage {
         while let Some(n) = self.apply_next_committed() {
             progressed = true;
             let slot = &self.log[&n];
+            // Only the clients of this batch have a new last ordered request: their entries at or
+            // below it leave the pool (nothing else in it can be at or below its client's).
+            if let Some(accepted) = &slot.record.accepted {
+                for e in &accepted.batch.entries {
+                    let last = self.last_ordered.get(&e.entry.client).copied().unwrap_or_default();
+                    self.pool.gc(e.entry.client, last);
+                }
+            }
             let (view, history) = (slot.record.committed.unwrap_or_default(), self.history);
             out.push(Action::Note(Event::Committed {
                 seqno: n,
@@ -459,10 +479,6 @@ impl OrderStage {
         }
         if !progressed {
             return;
-        }
-        let clients: Vec<ClientId> = self.pool.clients().collect();
-        for client in clients {
-            self.pool.gc(client, self.last_ordered_of(client));
         }
         self.consecutive_view_changes = 0;
         if self.view_change_deadline.is_some() && !self.changing {

@@ -3,7 +3,11 @@
 //! Keys (all under `order/`):
 //! - `order/view`: the current view and whether a view change to it is in progress;
 //! - `order/stable`: the latest stable checkpoint with its certificate;
-//! - `order/slot/<seqno>`: a [`SlotRecord`] per sequence number above the stable checkpoint;
+//! - `order/slot/<seqno>`: a [`SlotRecord`] per sequence number above the stable checkpoint,
+//!   written whole when a batch is accepted there (PRE-PREPARE sent or accepted, NEW-VIEW);
+//! - `order/mark/<seqno>`: a [`SlotMark`] (prepared certificate and commit decision by digest),
+//!   written instead of the whole record when the slot prepares or commits; recovery merges it
+//!   into the record ([`SlotRecord::merge`]);
 //! - `order/cp/<seqno>`: this member's own checkpoint and signed vote, per checkpoint above it.
 //!
 //! Sequence numbers are zero-padded so keys sort numerically.
@@ -13,7 +17,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::log::SlotRecord;
+use super::log::{SlotMark, SlotRecord};
 use crate::codec;
 use crate::ids::{SeqNo, View};
 use crate::message::{CheckpointVote, OrderCheckpoint, Signed, StableCheckpoint};
@@ -24,6 +28,7 @@ pub(crate) const VIEW_KEY: &str = "order/view";
 /// Key of the stable checkpoint.
 pub(crate) const STABLE_KEY: &str = "order/stable";
 const SLOT_PREFIX: &str = "order/slot/";
+const MARK_PREFIX: &str = "order/mark/";
 const CHECKPOINT_PREFIX: &str = "order/cp/";
 
 /// The persisted view state.
@@ -50,6 +55,11 @@ pub(crate) struct Recovered {
 /// Key of a slot record.
 pub(crate) fn slot_key(seqno: SeqNo) -> String {
     format!("{SLOT_PREFIX}{:020}", seqno.0)
+}
+
+/// Key of a slot mark.
+pub(crate) fn mark_key(seqno: SeqNo) -> String {
+    format!("{MARK_PREFIX}{:020}", seqno.0)
 }
 
 /// Key of an own checkpoint.
@@ -106,6 +116,18 @@ pub(crate) fn recover(storage: &Storage) -> Result<Recovered, CorruptStorage> {
             recovered.slots.insert(seqno, decode(key, value)?);
         }
     }
+    for (key, value) in storage.range(MARK_PREFIX.to_string()..) {
+        if !key.starts_with(MARK_PREFIX) {
+            break;
+        }
+        let seqno = seqno_of(key, MARK_PREFIX)?;
+        if seqno > h {
+            let mark: SlotMark = decode(key, value)?;
+            let corrupt = || CorruptStorage(key.to_string());
+            let record = recovered.slots.get_mut(&seqno).ok_or_else(corrupt)?;
+            record.merge(mark).map_err(|_| corrupt())?;
+        }
+    }
     for (key, value) in storage.range(CHECKPOINT_PREFIX.to_string()..) {
         if !key.starts_with(CHECKPOINT_PREFIX) {
             break;
@@ -152,5 +174,55 @@ mod tests {
         assert_eq!(r.slots.keys().copied().collect::<Vec<_>>(), vec![SeqNo(2)]);
         storage.insert(VIEW_KEY.to_string(), Bytes::from_static(b"\xff\xff"));
         assert!(recover(&storage).is_err());
+    }
+
+    fn stored(out: Vec<Action>) -> Storage {
+        let mut storage = Storage::new();
+        for action in out {
+            if let Action::Persist { key, value: Some(v) } = action {
+                storage.insert(key, v);
+            }
+        }
+        storage
+    }
+
+    #[test]
+    fn marks_are_merged_on_recovery_and_need_their_record() {
+        use crate::message::Batch;
+        let mut slot = super::super::log::Slot::default();
+        let digest = slot.accept(
+            SeqNo(7),
+            View(0),
+            Batch {
+                time_us: 1,
+                entries: vec![],
+            },
+        );
+        slot.record.committed = Some(View(0));
+        let mark = SlotMark {
+            prepared: Some((View(0), digest)),
+            committed: Some((View(0), digest)),
+        };
+        let mut out = Vec::new();
+        write(
+            &mut out,
+            slot_key(SeqNo(7)),
+            &SlotRecord {
+                committed: None,
+                ..slot.record.clone()
+            },
+        );
+        write(&mut out, mark_key(SeqNo(7)), &mark);
+        let r = recover(&stored(out)).unwrap();
+        let record = &r.slots[&SeqNo(7)];
+        assert_eq!(record.committed, Some(View(0)));
+        assert_eq!(
+            record.prepared.as_ref().map(|p| (p.view, p.digest)),
+            Some((View(0), digest))
+        );
+        // A mark whose record is missing is a corrupted store.
+        let mut out = Vec::new();
+        write(&mut out, mark_key(SeqNo(7)), &mark);
+        assert!(recover(&stored(out)).is_err());
     }
 }

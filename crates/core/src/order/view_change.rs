@@ -125,7 +125,7 @@ impl OrderStage {
     /// This member's VIEW-CHANGE for `target`: its stable checkpoint, P and Q above it.
     fn build_view_change(&self, target: View) -> Signed<ViewChange> {
         let slots = self.log.range(self.h.next()..);
-        let prepared = slots.clone().filter_map(|(_, s)| s.record.prepared.clone()).collect();
+        let prepared = slots.clone().filter_map(|(n, s)| s.record.prepared_claim(*n)).collect();
         let pre_prepared = slots.flat_map(|(_, s)| s.record.pre_prepared.iter().cloned()).collect();
         let body = ViewChange {
             new_view: target,

@@ -46,6 +46,10 @@ pub struct BenchOptions {
     pub faults: Vec<(usize, usize)>,
     /// Batch sizes (`batch_size_max`).
     pub batch_sizes: Vec<usize>,
+    /// `pipeline_window` of the replicas (`None`: the default knob).
+    pub pipeline_window: Option<u64>,
+    /// `batch_delay_us` of the replicas (`None`: the default knob).
+    pub batch_delay_us: Option<u64>,
     /// Length of each measurement window.
     pub duration: Duration,
     /// Warm-up before each window.
@@ -81,6 +85,17 @@ fn fsync_name(f: FsyncPolicy) -> &'static str {
     match f {
         FsyncPolicy::Always => "always",
         FsyncPolicy::Never => "never",
+    }
+}
+
+/// The replicas' knobs for one batch size of a sweep.
+fn bench_knobs(options: &BenchOptions, batch_size: usize) -> Knobs {
+    let defaults = Knobs::default();
+    Knobs {
+        batch_size_max: batch_size,
+        pipeline_window: options.pipeline_window.unwrap_or(defaults.pipeline_window),
+        batch_delay_us: options.batch_delay_us.unwrap_or(defaults.batch_delay_us),
+        ..defaults
     }
 }
 
@@ -159,10 +174,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
             let target = Target {
                 u,
                 r,
-                knobs: Knobs {
-                    batch_size_max: batch_size,
-                    ..Knobs::default()
-                },
+                knobs: bench_knobs(options, batch_size),
                 fsync: options.fsync,
                 clients: most,
                 norep: false,

@@ -134,6 +134,7 @@ fn checkpoints_become_stable_and_garbage_collect() {
         assert!(m.log.keys().all(|n| *n > SeqNo(8)));
         assert!(m.votes.keys().all(|n| *n > SeqNo(8)) && m.tokens.keys().all(|n| *n > SeqNo(8)));
         assert!(c.storage[i].keys().filter(|k| k.starts_with("order/slot/")).count() <= 1);
+        assert!(c.storage[i].keys().filter(|k| k.starts_with("order/mark/")).count() <= 1);
         assert!(c.storage[i].contains_key("order/stable"));
         let stable = m.stable.as_ref().unwrap();
         assert!(super::checkpoint::verify_stable(&c.config, &c.q, &c.rings[i], stable));
