@@ -36,7 +36,7 @@ pub const FLUSH_DEFER_PROBABILITY: f64 = 0.3;
 /// Most deliveries to one stage whose flush is deferred; the next one flushes.
 pub const FLUSH_DEFER_DELIVERIES_MAX: u32 = 8;
 /// Longest a deferred flush waits (virtual microseconds) when no further delivery flushes it.
-pub const FLUSH_DEFER_US_MAX: Time = 2_000;
+pub const FLUSH_DEFER_US_MAX: Time = 5_000;
 
 struct ReplicaNode {
     up: bool,

@@ -159,6 +159,10 @@ impl AuthStage {
         }
         let items = std::mem::take(&mut self.outgoing);
         assert!(items.len() <= AUTH_ITEMS_MAX, "the buffer is flushed when full");
+        self.stats.bump("auth_request_messages");
+        if items.len() > 1 {
+            self.stats.bump("auth_request_messages_multi");
+        }
         let envelope = Envelope::seal(
             &self.keys,
             &self.quorums,
@@ -166,7 +170,6 @@ impl AuthStage {
             Message::AuthRequest { items },
             SealFor::Nothing,
         );
-        self.stats.bump("auth_request_messages");
         out.push(Action::Send {
             to: ClusterConfig::order_members(&self.quorums).collect(),
             envelope: Arc::new(envelope),
