@@ -11,7 +11,8 @@ use serde::Serialize;
 use crate::message::*;
 
 /// Version of the wire format; the first byte of every frame.
-pub const WIRE_VERSION: u8 = 1;
+/// Version 2: AUTH-REQ carries a list of items.
+pub const WIRE_VERSION: u8 = 2;
 
 /// Why bytes could not be decoded into a message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -135,12 +136,16 @@ pub fn validate(envelope: &Envelope) -> Result<(), DecodeError> {
         Message::ClientRequest { operation, .. }
         | Message::Command { operation, .. }
         | Message::ReadOnlyRequest { operation, .. } => limit(operation.len() <= OPERATION_BYTES_MAX, "operation"),
-        Message::AuthRequest { entry, row } => {
-            validate_entry(entry)?;
-            limit(
-                row.authenticator.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1,
-                "authenticator",
-            )
+        Message::AuthRequest { items } => {
+            limit(items.len() <= AUTH_ITEMS_MAX, "auth items")?;
+            for item in items {
+                validate_entry(&item.entry)?;
+                limit(
+                    item.row.authenticator.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1,
+                    "authenticator",
+                )?;
+            }
+            Ok(())
         }
         Message::PrePrepare { batch, .. } => validate_batch(batch),
         Message::ViewChange(vc) => validate_view_change(&vc.value),

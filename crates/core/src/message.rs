@@ -23,6 +23,9 @@ pub const STATE_CHUNKS_MAX: usize = 65_536;
 /// Most entries in any list carried by a control message (view-change sets, certificates,
 /// client tables).
 pub const LIST_ENTRIES_MAX: usize = 65_536;
+/// Most (entry, row) items in one AUTH-REQ: an authentication member sends a larger round as
+/// several messages (never drops an item).
+pub const AUTH_ITEMS_MAX: usize = 512;
 /// Largest encoded message. Frames above this are rejected before decoding.
 pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
 
@@ -70,6 +73,15 @@ impl RequestEntry {
             ],
         )
     }
+}
+
+/// One request in an AUTH-REQ: the entry and the sending authentication member's matrix row for it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AuthItem {
+    /// The entry (inline body if small, else digest).
+    pub entry: RequestEntry,
+    /// The sender's row over `entry.digest()`.
+    pub row: MatrixRow,
 }
 
 /// A request entry with the matrix signature that makes it one-step transferable.
@@ -271,13 +283,12 @@ pub enum Message {
         read_only: bool,
     },
     // ---- authentication -> order ----
-    /// AUTH-REQ (tag 19): one row of the matrix signature for an entry. Its own row authenticates
-    /// it, so its envelope is sealed with [`Seal::None`].
+    /// AUTH-REQ (tag 19), batched: for each request the sender accepted since its last flush,
+    /// the entry and the sender's row of its matrix signature (at most [`AUTH_ITEMS_MAX`]). Each
+    /// row authenticates its own item, so the envelope is sealed with [`Seal::None`].
     AuthRequest {
-        /// The entry (inline body if small, else digest).
-        entry: RequestEntry,
-        /// This authentication member's row over `entry.digest()`.
-        row: MatrixRow,
+        /// The requests, each with this authentication member's row.
+        items: Vec<AuthItem>,
     },
     // ---- authentication -> execution ----
     /// COMMAND (tag 22): a request body, answering FETCH. MAC.

@@ -167,6 +167,15 @@ pub trait Stage {
     fn principal(&self) -> Principal;
     /// Handles one input at host time `now`, appending the resulting actions to `out`.
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>);
+    /// Flush hook: the host has handed this stage every input that was ready; a stage that
+    /// buffers outgoing messages (the authentication stage's AUTH-REQ items) emits them now.
+    /// Stages that do not buffer ignore it (the default: no actions). Hosts call it after each
+    /// round of inputs, before they make persists durable and perform the sends, so the usual
+    /// durability rule covers the emitted sends. Calling it with nothing buffered is cheap and
+    /// has no effect.
+    fn flush(&mut self, now: Time, out: &mut Vec<Action>) {
+        let _ = (now, out);
+    }
     /// The stage's counters.
     fn stats(&self) -> &Stats;
 }

@@ -6,7 +6,9 @@ use proptest::prelude::*;
 use upright_core::codec::{decode, encode, DecodeError, WIRE_VERSION};
 use upright_core::crypto::{Authenticator, Digest, Mac, MatrixRow, MatrixSignature};
 use upright_core::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
-use upright_core::message::{Batch, Envelope, Message, RequestBody, RequestEntry, Seal, SignedEntry};
+use upright_core::message::{
+    AuthItem, Batch, Envelope, Message, RequestBody, RequestEntry, Seal, SignedEntry, AUTH_ITEMS_MAX,
+};
 
 fn principal() -> impl Strategy<Value = Principal> {
     prop_oneof![
@@ -58,12 +60,17 @@ fn message() -> impl Strategy<Value = Message> {
                 operation: Bytes::from(op),
                 read_only: ro
             }),
-        (entry(), 0u32..8, authenticator()).prop_map(|(entry, s, authenticator)| Message::AuthRequest {
-            entry,
-            row: MatrixRow {
-                signer: ReplicaId(s),
-                authenticator
-            }
+        prop::collection::vec((entry(), 0u32..8, authenticator()), 0..6).prop_map(|items| Message::AuthRequest {
+            items: items
+                .into_iter()
+                .map(|(entry, s, authenticator)| AuthItem {
+                    entry,
+                    row: MatrixRow {
+                        signer: ReplicaId(s),
+                        authenticator
+                    }
+                })
+                .collect()
         }),
         (
             any::<u64>(),
@@ -185,4 +192,34 @@ fn version_length_and_trailing_bytes_are_checked() {
     let mut huge = vec![WIRE_VERSION, 0, 1, 0]; // from = Client(1), message = ClientRequest
     huge.extend_from_slice(&[1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f]);
     assert!(decode(&huge).is_err());
+}
+
+#[test]
+fn auth_requests_above_the_item_limit_are_refused() {
+    let item = AuthItem {
+        entry: RequestEntry {
+            client: ClientId(1),
+            request_id: RequestId(1),
+            body: RequestBody::Inline(Bytes::from_static(b"op")),
+        },
+        row: MatrixRow {
+            signer: ReplicaId(0),
+            authenticator: Authenticator {
+                macs: vec![Mac([7; 16]); 4],
+            },
+        },
+    };
+    let envelope = |n: usize| Envelope {
+        from: Principal::Auth(ReplicaId(0)),
+        message: Message::AuthRequest {
+            items: vec![item.clone(); n],
+        },
+        seal: Seal::None,
+    };
+    let full = envelope(AUTH_ITEMS_MAX);
+    assert_eq!(decode(&encode(&full)).unwrap(), full);
+    assert_eq!(
+        decode(&encode(&envelope(AUTH_ITEMS_MAX + 1))),
+        Err(DecodeError::Limit("auth items"))
+    );
 }

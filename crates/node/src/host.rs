@@ -154,6 +154,22 @@ impl Host {
     fn handle(&mut self, now: Time, index: usize, input: Input) {
         let mut out = Vec::new();
         self.members[index].stage.handle(now, input, &mut out);
+        self.perform(index, out);
+    }
+
+    /// Calls every member's flush hook ([`Stage::flush`]): the round's inputs were all handled.
+    /// Nothing is allocated unless a member emits something.
+    fn flush_members(&mut self, now: Time) {
+        let mut out = Vec::new();
+        for index in 0..self.members.len() {
+            self.members[index].stage.flush(now, &mut out);
+            if !out.is_empty() {
+                self.perform(index, std::mem::take(&mut out));
+            }
+        }
+    }
+
+    fn perform(&mut self, index: usize, out: Vec<Action>) {
         for action in out {
             match action {
                 Action::Persist { key, value } => self.members[index].log.append(&key, value.as_ref()),
@@ -194,10 +210,12 @@ impl Host {
         }
     }
 
-    /// Makes buffered persists durable (one sync per dirty log), then performs the collected sends;
-    /// deliveries to co-located stages are handled here too, repeating until no work is left.
+    /// Ends a round: calls every member's flush hook, makes buffered persists durable (one sync
+    /// per dirty log), then performs the collected sends; deliveries to co-located stages are
+    /// handled here too (each followed by another flush hook), repeating until no work is left.
     pub fn flush(&mut self, now: Time, router: &mut dyn Router) -> std::io::Result<()> {
         for _ in 0..LOCAL_ROUNDS_MAX {
+            self.flush_members(now);
             self.sync_logs()?;
             for (index, to, envelope) in std::mem::take(&mut self.outbox) {
                 self.route(index, to, envelope, router);

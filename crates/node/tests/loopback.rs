@@ -40,9 +40,11 @@ impl Stage for Recorder {
     }
     fn handle(&mut self, _now: Time, input: Input, _out: &mut Vec<Action>) {
         if let Input::Message(envelope) = input {
-            if let (Message::AuthRequest { entry, .. }, Principal::Auth(from)) = (&envelope.message, envelope.from) {
-                let key = (self.me.0, entry.client.0, entry.request_id.0, from.0);
-                self.seen.lock().unwrap().insert(key);
+            if let (Message::AuthRequest { items }, Principal::Auth(from)) = (&envelope.message, envelope.from) {
+                for item in items {
+                    let key = (self.me.0, item.entry.client.0, item.entry.request_id.0, from.0);
+                    self.seen.lock().unwrap().insert(key);
+                }
             }
         }
     }

@@ -146,7 +146,13 @@ impl Byzantine {
                 });
             }
             Behaviour::CorruptMacs => {
-                if rng.random_bool(0.5) {
+                if let Some(bad) = corrupt_auth_items(rng, &envelope) {
+                    counts.bump("byz_corrupt_auth_item");
+                    out.push(Outgoing {
+                        envelope: Arc::new(bad),
+                        ..honest
+                    });
+                } else if rng.random_bool(0.5) {
                     counts.bump(class);
                     out.push(Outgoing {
                         envelope: Arc::new(corrupt(&envelope)),
@@ -382,7 +388,9 @@ fn corrupt(envelope: &Envelope) -> Envelope {
         Seal::None => {}
     }
     match &mut e.message {
-        Message::AuthRequest { row, .. } => row.authenticator.macs.iter_mut().for_each(|m| flip(&mut m.0)),
+        Message::AuthRequest { items } => items
+            .iter_mut()
+            .for_each(|i| i.row.authenticator.macs.iter_mut().for_each(|m| flip(&mut m.0))),
         Message::Checkpoint(s) => flip(&mut s.signature.0),
         Message::ViewChange(s) => flip(&mut s.signature.0),
         Message::NewView(s) => flip(&mut s.signature.0),
@@ -390,6 +398,32 @@ fn corrupt(envelope: &Envelope) -> Envelope {
         _ => {}
     }
     e
+}
+
+/// Half of the multi-item AUTH-REQs: one item's row corrupted (the others intact) and, half of
+/// those times, an item duplicated. `None` for other messages.
+fn corrupt_auth_items(rng: &mut ChaCha8Rng, envelope: &Envelope) -> Option<Envelope> {
+    match &envelope.message {
+        Message::AuthRequest { items } if items.len() > 1 && rng.random_bool(0.5) => {
+            let mut items = items.clone();
+            let victim = rng.random_range(0..items.len());
+            items[victim]
+                .row
+                .authenticator
+                .macs
+                .iter_mut()
+                .for_each(|m| flip(&mut m.0));
+            if items.len() < upright_core::message::AUTH_ITEMS_MAX && rng.random_bool(0.5) {
+                let copy = items[rng.random_range(0..items.len())].clone();
+                items.push(copy);
+            }
+            Some(Envelope {
+                message: Message::AuthRequest { items },
+                ..envelope.clone()
+            })
+        }
+        _ => None,
+    }
 }
 
 /// The Byzantine client's authenticator: garbage for a random subset of authentication members.
@@ -532,6 +566,68 @@ mod tests {
         assert_ne!(out[0].envelope.message, env.message);
         let bad = corrupt(&env);
         assert!(bad.open(&rings[4], client, None).is_err());
+    }
+
+    #[test]
+    fn corrupted_auth_request_batches_spoil_one_item_and_sometimes_duplicate_one() {
+        use upright_core::config::ClusterConfig;
+        use upright_core::crypto::{MatrixRow, MatrixSignature};
+        use upright_core::message::{AuthItem, RequestBody, RequestEntry};
+        let (_c, rings, q) = setup();
+        let auth0 = Principal::Auth(ReplicaId(0));
+        let items: Vec<AuthItem> = (1..=4u64)
+            .map(|rid| {
+                let entry = RequestEntry {
+                    client: ClientId(0),
+                    request_id: RequestId(rid),
+                    body: RequestBody::Inline(Bytes::from(vec![rid as u8])),
+                };
+                let row = MatrixRow {
+                    signer: ReplicaId(0),
+                    authenticator: rings[0].authenticator(ClusterConfig::order_members(&q), &entry.digest()),
+                };
+                AuthItem { entry, row }
+            })
+            .collect();
+        let env = Arc::new(Envelope::seal(
+            &rings[0],
+            &q,
+            auth0,
+            Message::AuthRequest { items },
+            SealFor::Nothing,
+        ));
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut counts = FaultCounts::default();
+        let mut byz = Byzantine::new(Behaviour::CorruptMacs, ReplicaId(0), rings[0].clone(), q);
+        let (mut duplicated, mut one_spoiled) = (false, false);
+        for _ in 0..40 {
+            let out = byz.outgoing(&mut rng, auth0, vec![order(1)], env.clone(), &mut counts);
+            let Message::AuthRequest { items } = &out[0].envelope.message else {
+                panic!("still an AUTH-REQ")
+            };
+            let valid = items
+                .iter()
+                .filter(|i| {
+                    let matrix = MatrixSignature {
+                        rows: vec![i.row.clone()],
+                    };
+                    rings[1].count_valid_matrix_rows(1, q.n_auth, &i.entry.digest(), &matrix) == 1
+                })
+                .count();
+            if out[0].envelope.message == env.message {
+                assert_eq!(valid, 4, "honest copy");
+            } else if items.len() == 5 {
+                duplicated = true;
+                assert!(valid == 3 || valid == 4, "one spoiled, maybe the copy of a good one");
+            } else {
+                assert!(
+                    valid == 3 || valid == 0,
+                    "one item spoiled, or every row (whole message)"
+                );
+                one_spoiled |= valid == 3;
+            }
+        }
+        assert!(counts.get("byz_corrupt_auth_item") > 0 && duplicated && one_spoiled);
     }
 
     #[test]

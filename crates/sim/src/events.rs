@@ -34,6 +34,8 @@ pub enum Event {
         /// Generation at the time it was set.
         generation: u64,
     },
+    /// A stage whose flush hook was deferred gets it now (see `Sim::after_delivery`).
+    Flush(Principal),
     /// Index into the fault plan's list of scheduled fault steps.
     Fault(usize),
     /// A correct client's think time is over: invoke its next operation.

@@ -34,6 +34,13 @@ pub const EVENTS_MAX: u64 = 20_000_000;
 pub const LAGGING_PROBABILITY: f64 = 0.3;
 /// Share of the workload's reads that take the read-only path (the others are ordered).
 pub const READ_ONLY_SHARE: f64 = 0.7;
+/// Probability that a stage's flush hook is deferred after a delivery (so several deliveries
+/// share one flush, as in a host round); otherwise it runs right after the delivery.
+pub const FLUSH_DEFER_PROBABILITY: f64 = 0.3;
+/// Most deliveries to one stage whose flush is deferred; the next one flushes.
+pub const FLUSH_DEFER_DELIVERIES_MAX: u32 = 8;
+/// Longest a deferred flush waits (virtual microseconds) when no further delivery flushes it.
+pub const FLUSH_DEFER_US_MAX: Time = 5_000;
 
 struct ReplicaNode {
     up: bool,
@@ -62,6 +69,8 @@ pub struct Sim<P: Protocol> {
     plan: FaultPlan,
     counts: FaultCounts,
     byzantine: BTreeMap<u32, Byzantine>,
+    /// Stages whose flush hook is deferred: deliveries handled since their last flush.
+    unflushed: BTreeMap<Principal, u32>,
     /// `UPRIGHT_SIM_TRACE` is set: print every stage event (read once, not per event).
     trace_events: bool,
     workload: Workload,
@@ -185,6 +194,7 @@ impl<P: Protocol> Sim<P> {
             events: 0,
             ops_completed: 0,
             byzantine,
+            unflushed: BTreeMap::new(),
             trace_events: std::env::var_os("UPRIGHT_SIM_TRACE").is_some(),
             clients,
             errors,
@@ -301,6 +311,7 @@ impl<P: Protocol> Sim<P> {
                             byz.incoming(&mut self.rng, &envelope);
                         }
                         self.run_stage(to, Input::Message(envelope));
+                        self.after_delivery(to);
                     }
                 }
             }
@@ -317,7 +328,15 @@ impl<P: Protocol> Sim<P> {
                 self.trace.update(&[timer as u8]);
                 match principal {
                     Principal::Client(c) => self.client_input(c.0, Input::Timer(timer)),
-                    _ => self.run_stage(principal, Input::Timer(timer)),
+                    _ => {
+                        self.run_stage(principal, Input::Timer(timer));
+                        self.flush_stage(principal);
+                    }
+                }
+            }
+            Event::Flush(principal) => {
+                if self.unflushed.contains_key(&principal) {
+                    self.flush_stage(principal);
                 }
             }
             Event::Fault(i) => self.apply_fault(i),
@@ -382,6 +401,7 @@ impl<P: Protocol> Sim<P> {
         node.up = false;
         node.stages.clear();
         node.storage.crash();
+        self.unflushed.retain(|p, _| p.replica() != Some(ReplicaId(r as u32)));
         self.timers.clear(|p| p.replica() == Some(ReplicaId(r as u32)));
     }
 
@@ -399,6 +419,41 @@ impl<P: Protocol> Sim<P> {
         self.replicas[r].up = true;
         for p in principals {
             self.run_stage(p, Input::Start);
+            self.flush_stage(p);
+        }
+    }
+
+    /// The flush hook after a delivery to `p`: at once, or (seeded, sometimes) only after more
+    /// deliveries to `p` or a short while, so AUTH-REQs carry one or several items.
+    fn after_delivery(&mut self, p: Principal) {
+        let pending = self.unflushed.get(&p).copied().unwrap_or(0);
+        if pending < FLUSH_DEFER_DELIVERIES_MAX && self.rng.random_bool(FLUSH_DEFER_PROBABILITY) {
+            if pending == 0 {
+                let at = self.now + self.rng.random_range(0..=FLUSH_DEFER_US_MAX);
+                self.push(at, Event::Flush(p));
+            }
+            self.unflushed.insert(p, pending + 1);
+        } else {
+            self.flush_stage(p);
+        }
+    }
+
+    /// Calls `p`'s flush hook and performs what it emits.
+    fn flush_stage(&mut self, p: Principal) {
+        self.unflushed.remove(&p);
+        let r = p.replica().expect("member").0 as usize;
+        let local = self.now + self.replicas[r].skew;
+        let Some(stage) = self.replicas[r].stages.get_mut(&p) else {
+            return;
+        };
+        let mut out = Vec::new();
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| stage.flush(local, &mut out))) {
+            self.errors
+                .push(format!("panic in {p:?} flush: {}", panic_text(&panic)));
+            return;
+        }
+        if !out.is_empty() {
+            self.perform(p, out);
         }
     }
 

@@ -1,14 +1,12 @@
 //! Per-client state of an authentication member: `lastSent`, pending-ness, the body cache.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Arc;
-
 use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::config::ClusterConfig;
 use crate::crypto::Digest;
 use crate::ids::{ClientId, ReplicaId, RequestId};
-use crate::message::Envelope;
+use crate::message::AuthItem;
 use crate::stage::Time;
 
 use super::VOTES_TRACKED_MAX;
@@ -18,7 +16,8 @@ pub(super) struct Forwarded {
     pub request_id: RequestId,
     pub operation: Bytes,
     pub operation_digest: Digest,
-    pub envelope: Arc<Envelope>,
+    /// What this member sends the order stage for it (entry and row).
+    pub item: AuthItem,
     pub forwarded_at: Time,
     pub forwards: u32,
 }
@@ -49,13 +48,13 @@ impl ClientState {
         }
     }
 
-    /// The pending request's envelope, if a resend is due.
-    pub fn retransmission_due(&mut self, now: Time, interval_us: u64) -> Option<Arc<Envelope>> {
+    /// The pending request's AUTH-REQ item, if a resend is due.
+    pub fn retransmission_due(&mut self, now: Time, interval_us: u64) -> Option<AuthItem> {
         let last = self.last_sent.as_mut()?;
         if last.forwards == 1 || now.saturating_sub(last.forwarded_at) >= interval_us {
             last.forwards += 1;
             last.forwarded_at = now;
-            Some(last.envelope.clone())
+            Some(last.item.clone())
         } else {
             None
         }
@@ -151,10 +150,7 @@ impl ClientTable {
 
     /// After a restart: the persisted request is pending again (we do not know if it was ordered).
     pub fn restore(&mut self, forwarded: Forwarded) {
-        let client = match &forwarded.envelope.message {
-            crate::message::Message::AuthRequest { entry, .. } => entry.client,
-            _ => unreachable!("built by AuthStage::build"),
-        };
+        let client = forwarded.item.entry.client;
         // Restored in key order, oldest first: nothing is evicted that was not already deleted.
         let _ = self.get_mut(client).accept(forwarded);
     }

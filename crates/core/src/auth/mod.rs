@@ -1,9 +1,11 @@
 //! The authentication stage (UpRight thesis 5.2; the papers' "filter" / "RQ").
 //!
-//! Each member checks a client's MAC authenticator, persists the request, and forwards an
-//! AUTH-REQ to every order member: the entry (body inline if small, else its digest) and this
-//! member's row of the matrix signature. It keeps request bodies to answer the execution stage's
-//! FETCH. Members never talk to each other; their states may differ.
+//! Each member checks a client's MAC authenticator, persists the request, and forwards it to every
+//! order member: the entry (body inline if small, else its digest) and this member's row of the
+//! matrix signature. Forwarding is batched per host round: accepted requests are buffered and
+//! [`Stage::flush`] sends one AUTH-REQ carrying all of them to each order member (a buffer that
+//! reaches [`AUTH_ITEMS_MAX`] is sent at once). It keeps request bodies to answer the execution
+//! stage's FETCH. Members never talk to each other; their states may differ.
 //!
 //! Rate limit (AS3/AS4): a client has at most one forwarded-but-not-known-ordered request here.
 //! A newer request is accepted once `q.batch_complete()` execution members reported the pending one
@@ -20,7 +22,7 @@ use bytes::Bytes;
 use crate::config::{ClusterConfig, ConfigError};
 use crate::crypto::{Digest, KeyRing, MatrixRow};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, StageKind};
-use crate::message::{Envelope, Message, RequestBody, RequestEntry, SealFor};
+use crate::message::{AuthItem, Envelope, Message, RequestBody, RequestEntry, SealFor, AUTH_ITEMS_MAX};
 use crate::quorum::Quorums;
 use crate::stage::{Action, Input, Stage, Stats, Storage, Time};
 
@@ -51,6 +53,8 @@ pub struct AuthStage {
     /// per configured client): handled again once the pending one is reported ordered, so a
     /// closed-loop client that outruns the BATCH-COMPLETE messages is not stalled until it retransmits.
     deferred: std::collections::BTreeMap<ClientId, Envelope>,
+    /// AUTH-REQ items not yet sent (at most [`AUTH_ITEMS_MAX`]): sent by [`Stage::flush`].
+    outgoing: Vec<AuthItem>,
     stats: Stats,
 }
 
@@ -75,6 +79,7 @@ impl AuthStage {
             id,
             keys,
             deferred: std::collections::BTreeMap::new(),
+            outgoing: Vec::new(),
             stats: Stats::default(),
         };
         // Keys sort by (client, request id), so each client's bodies come oldest first. Only the
@@ -108,7 +113,7 @@ impl AuthStage {
         Ok(stage)
     }
 
-    /// Builds the AUTH-REQ for a request: entry, matrix row, sealed envelope.
+    /// Builds the AUTH-REQ item for a request: entry and matrix row.
     fn build(&self, client: ClientId, request_id: RequestId, operation: Bytes, now: Time) -> Forwarded {
         let operation_digest = Digest::of(&operation);
         let body = if operation.len() <= self.config.knobs.inline_request_bytes_max {
@@ -127,27 +132,47 @@ impl AuthStage {
                 .keys
                 .authenticator(ClusterConfig::order_members(&self.quorums), &entry.digest()),
         };
-        let envelope = Arc::new(Envelope::seal(
-            &self.keys,
-            &self.quorums,
-            Principal::Auth(self.id),
-            Message::AuthRequest { entry, row },
-            SealFor::Nothing,
-        ));
         Forwarded {
             request_id,
             operation,
             operation_digest,
-            envelope,
+            item: AuthItem { entry, row },
             forwarded_at: now,
             forwards: 1,
         }
     }
 
-    fn send_to_order(&self, envelope: Arc<Envelope>, out: &mut Vec<Action>) {
+    /// Buffers an item for the next flush; a full buffer is sent at once (its persists are
+    /// earlier in `out`, so the host still makes them durable first).
+    fn queue_for_order(&mut self, item: AuthItem, out: &mut Vec<Action>) {
+        self.outgoing.push(item);
+        if self.outgoing.len() >= AUTH_ITEMS_MAX {
+            self.stats.bump("auth_request_flushed_full");
+            self.send_outgoing(out);
+        }
+    }
+
+    /// Sends the buffered items as one AUTH-REQ to every order member.
+    fn send_outgoing(&mut self, out: &mut Vec<Action>) {
+        if self.outgoing.is_empty() {
+            return;
+        }
+        let items = std::mem::take(&mut self.outgoing);
+        assert!(items.len() <= AUTH_ITEMS_MAX, "the buffer is flushed when full");
+        self.stats.bump("auth_request_messages");
+        if items.len() > 1 {
+            self.stats.bump("auth_request_messages_multi");
+        }
+        let envelope = Envelope::seal(
+            &self.keys,
+            &self.quorums,
+            Principal::Auth(self.id),
+            Message::AuthRequest { items },
+            SealFor::Nothing,
+        );
         out.push(Action::Send {
             to: ClusterConfig::order_members(&self.quorums).collect(),
-            envelope,
+            envelope: Arc::new(envelope),
         });
     }
 
@@ -183,9 +208,13 @@ impl AuthStage {
                 }
                 // Retransmission: resend our AUTH-REQ (the first one at once, then at most once
                 // per interval), so the order stage learns it again or asks for a reply resend.
-                if let Some(envelope) = self.clients.get_mut(*client).retransmission_due(now, interval) {
+                let unsent = self.outgoing.iter().any(|i| i.entry.client == *client);
+                if unsent {
+                    // Still in the buffer: the next flush sends it anyway.
+                    self.stats.bump("dropped_retransmission_unsent");
+                } else if let Some(item) = self.clients.get_mut(*client).retransmission_due(now, interval) {
                     self.stats.bump("forwarded_retransmission");
-                    self.send_to_order(envelope, out);
+                    self.queue_for_order(item, out);
                 } else {
                     self.stats.bump("dropped_retransmission_paced");
                 }
@@ -209,7 +238,7 @@ impl AuthStage {
             key: storage_key(*client, *request_id),
             value: Some(Bytes::from(record)),
         });
-        let envelope = forwarded.envelope.clone();
+        let item = forwarded.item.clone();
         if let Some(evicted) = self.clients.get_mut(*client).accept(forwarded) {
             out.push(Action::Persist {
                 key: storage_key(*client, evicted),
@@ -217,7 +246,7 @@ impl AuthStage {
             });
         }
         self.stats.bump("forwarded");
-        self.send_to_order(envelope, out);
+        self.queue_for_order(item, out);
     }
 
     /// Checks the seal as received by this member; a bad one is counted.
@@ -323,6 +352,10 @@ impl Stage for AuthStage {
             Message::Fetch { .. } => self.on_fetch(&envelope, out),
             _ => self.stats.bump("dropped_unexpected_message"),
         }
+    }
+
+    fn flush(&mut self, _now: Time, out: &mut Vec<Action>) {
+        self.send_outgoing(out);
     }
 
     fn stats(&self) -> &Stats {

@@ -43,20 +43,42 @@ fn stage(f: &Fixture, id: u32, storage: &Storage) -> AuthStage {
     .unwrap()
 }
 
+/// One host round: the input, then the flush hook.
 fn run(stage: &mut AuthStage, now: Time, envelope: Arc<Envelope>) -> Vec<Action> {
+    let mut out = handle(stage, now, envelope);
+    stage.flush(now, &mut out);
+    out
+}
+
+/// The input alone (no flush).
+fn handle(stage: &mut AuthStage, now: Time, envelope: Arc<Envelope>) -> Vec<Action> {
     let mut out = Vec::new();
     stage.handle(now, Input::Message(envelope), &mut out);
     out
 }
 
-fn sent_auth_request(actions: &[Action]) -> Option<(Vec<Principal>, RequestEntry, MatrixRow)> {
-    actions.iter().find_map(|a| match a {
-        Action::Send { to, envelope } => match &envelope.message {
-            Message::AuthRequest { entry, row } => Some((to.clone(), entry.clone(), row.clone())),
+/// Every AUTH-REQ sent: recipients and items.
+fn auth_requests(actions: &[Action]) -> Vec<(Vec<Principal>, Vec<AuthItem>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send { to, envelope } => match &envelope.message {
+                Message::AuthRequest { items } => Some((to.clone(), items.clone())),
+                _ => None,
+            },
             _ => None,
-        },
-        _ => None,
-    })
+        })
+        .collect()
+}
+
+/// The single request of the single AUTH-REQ sent, if any.
+fn sent_auth_request(actions: &[Action]) -> Option<(Vec<Principal>, RequestEntry, MatrixRow)> {
+    let mut sent = auth_requests(actions);
+    assert!(sent.len() <= 1, "one AUTH-REQ per round");
+    let (to, mut items) = sent.pop()?;
+    assert_eq!(items.len(), 1, "one request per round here");
+    let item = items.pop().unwrap();
+    Some((to, item.entry, item.row))
 }
 
 #[test]
@@ -277,4 +299,95 @@ fn bodies_of_three_checkpoint_intervals_survive_a_restart_and_older_ones_are_del
     assert!(run(&mut restarted, 0, fetch(3)).is_empty(), "body 3 was evicted");
     // The newest request is pending again after the restart.
     assert!(run(&mut restarted, 1, request(&f, 0, 11, b"x")).is_empty());
+}
+
+#[test]
+fn requests_of_one_round_go_to_each_order_member_in_one_auth_request_after_the_flush() {
+    let f = fixture(1, 1, 5, Knobs::default());
+    let mut auth = stage(&f, 1, &Storage::new());
+    let mut actions = Vec::new();
+    for c in 0..5 {
+        let out = handle(
+            &mut auth,
+            10 + c as u64,
+            request(&f, c, 1, format!("put {c}").as_bytes()),
+        );
+        assert!(auth_requests(&out).is_empty(), "buffered until the flush");
+        assert!(
+            out.iter().any(|a| matches!(a, Action::Persist { .. })),
+            "persisted at once"
+        );
+        actions.extend(out);
+    }
+    let persists = actions.len();
+    auth.flush(20, &mut actions);
+    let sent = auth_requests(&actions[persists..]);
+    assert_eq!(sent.len(), 1, "one message for the round");
+    let (to, items) = &sent[0];
+    assert_eq!(to, &ClusterConfig::order_members(&f.quorums).collect::<Vec<_>>());
+    let clients: Vec<u32> = items.iter().map(|i| i.entry.client.0).collect();
+    assert_eq!(clients, vec![0, 1, 2, 3, 4], "every accepted request, in order");
+    for item in items {
+        assert_eq!(item.row.signer, ReplicaId(1));
+        let matrix = crate::crypto::MatrixSignature {
+            rows: vec![item.row.clone()],
+        };
+        for o in 0..f.quorums.n_order {
+            assert_eq!(
+                f.replicas[o].count_valid_matrix_rows(o, f.quorums.n_auth, &item.entry.digest(), &matrix),
+                1
+            );
+        }
+    }
+    // Nothing buffered: the flush does nothing.
+    let mut again = Vec::new();
+    auth.flush(21, &mut again);
+    assert!(again.is_empty());
+    assert_eq!(auth.stats().get("auth_request_messages"), 1);
+}
+
+#[test]
+fn a_full_buffer_is_sent_at_once_and_the_rest_on_the_flush() {
+    let f = fixture(1, 1, 1, Knobs::default());
+    let mut auth = stage(&f, 0, &Storage::new());
+    let item = auth.build(ClientId(0), RequestId(1), Bytes::from_static(b"op"), 0).item;
+    let mut out = Vec::new();
+    for i in 0..AUTH_ITEMS_MAX + 3 {
+        auth.queue_for_order(item.clone(), &mut out);
+        let expected = if i + 1 < AUTH_ITEMS_MAX { 0 } else { 1 };
+        assert_eq!(auth_requests(&out).len(), expected, "after {} items", i + 1);
+    }
+    assert_eq!(auth_requests(&out)[0].1.len(), AUTH_ITEMS_MAX);
+    auth.flush(1, &mut out);
+    let sent = auth_requests(&out);
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[1].1.len(), 3, "split, nothing dropped");
+    for (_, items) in sent {
+        let envelope = Envelope::seal(
+            &f.replicas[0],
+            &f.quorums,
+            Principal::Auth(ReplicaId(0)),
+            Message::AuthRequest { items },
+            SealFor::Nothing,
+        );
+        assert!(
+            crate::codec::decode(&crate::codec::encode(&envelope)).is_ok(),
+            "within the codec limit"
+        );
+    }
+}
+
+#[test]
+fn a_retransmission_of_an_unsent_request_is_not_duplicated() {
+    let f = fixture(1, 1, 1, Knobs::default());
+    let mut auth = stage(&f, 0, &Storage::new());
+    let mut out = handle(&mut auth, 0, request(&f, 0, 1, b"a"));
+    out.extend(handle(&mut auth, 1, request(&f, 0, 1, b"a")));
+    auth.flush(2, &mut out);
+    let sent = auth_requests(&out);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].1.len(), 1);
+    assert_eq!(auth.stats().get("dropped_retransmission_unsent"), 1);
+    // After the flush, a retransmission is resent at once (the first one is not paced).
+    assert!(sent_auth_request(&run(&mut auth, 3, request(&f, 0, 1, b"a"))).is_some());
 }

@@ -284,9 +284,7 @@ impl OrderStage {
             return;
         }
         match (&envelope.message, envelope.from) {
-            (Message::AuthRequest { entry, row }, Principal::Auth(from)) => {
-                self.on_auth_request(now, from, entry, row, out)
-            }
+            (Message::AuthRequest { items }, Principal::Auth(from)) => self.on_auth_requests(now, from, items, out),
             (Message::PrePrepare { view, seqno, batch }, Principal::Order(from)) => {
                 self.on_pre_prepare(now, from, *view, *seqno, batch, out)
             }

@@ -38,9 +38,16 @@ pub(crate) enum Inserted {
 }
 
 impl RequestPool {
-    /// Adds `row` (already checked to be valid for this member) for `entry`, whose client's last
-    /// ordered request is `last_ordered`.
-    pub fn insert(&mut self, entry: RequestEntry, row: MatrixRow, last_ordered: RequestId) -> Inserted {
+    /// Adds `row` (already checked to be valid for this member) for `entry` with digest `digest`
+    /// (`entry.digest()`), whose client's last ordered request is `last_ordered`. Clones the entry
+    /// and row only when they are stored.
+    pub fn insert(
+        &mut self,
+        entry: &RequestEntry,
+        digest: Digest,
+        row: &MatrixRow,
+        last_ordered: RequestId,
+    ) -> Inserted {
         if entry.request_id.0 > last_ordered.0 + POOL_AHEAD_MAX {
             return Inserted::TooFarAhead;
         }
@@ -51,13 +58,11 @@ impl RequestPool {
         if signed_before {
             return Inserted::Duplicate;
         }
-        let candidate = table
-            .entry((entry.request_id, entry.digest()))
-            .or_insert_with(|| Candidate {
-                entry,
-                rows: BTreeMap::new(),
-            });
-        candidate.rows.insert(row.signer, row);
+        let candidate = table.entry((entry.request_id, digest)).or_insert_with(|| Candidate {
+            entry: entry.clone(),
+            rows: BTreeMap::new(),
+        });
+        candidate.rows.insert(row.signer, row.clone());
         Inserted::New
     }
 
@@ -121,15 +126,20 @@ mod tests {
         }
     }
 
+    fn insert(pool: &mut RequestPool, entry: RequestEntry, row: MatrixRow) -> Inserted {
+        let digest = entry.digest();
+        pool.insert(&entry, digest, &row, RequestId(0))
+    }
+
     #[test]
     fn rows_collect_per_entry_and_signers_count_once_per_request() {
         let mut pool = RequestPool::default();
-        assert_eq!(pool.insert(entry(1, b"a"), row(0), RequestId(0)), Inserted::New);
-        assert_eq!(pool.insert(entry(1, b"a"), row(1), RequestId(0)), Inserted::New);
+        assert_eq!(insert(&mut pool, entry(1, b"a"), row(0)), Inserted::New);
+        assert_eq!(insert(&mut pool, entry(1, b"a"), row(1)), Inserted::New);
         // Signer 1 cannot also vouch for another body of the same request.
-        assert_eq!(pool.insert(entry(1, b"b"), row(1), RequestId(0)), Inserted::Duplicate);
-        assert_eq!(pool.insert(entry(1, b"b"), row(2), RequestId(0)), Inserted::New);
-        assert_eq!(pool.insert(entry(9, b"a"), row(0), RequestId(0)), Inserted::TooFarAhead);
+        assert_eq!(insert(&mut pool, entry(1, b"b"), row(1)), Inserted::Duplicate);
+        assert_eq!(insert(&mut pool, entry(1, b"b"), row(2)), Inserted::New);
+        assert_eq!(insert(&mut pool, entry(9, b"a"), row(0)), Inserted::TooFarAhead);
         let ready = pool.ready(ClientId(1), RequestId(1), 2).unwrap();
         assert_eq!(ready.entry, entry(1, b"a"));
         assert_eq!(ready.matrix.rows.len(), 2);

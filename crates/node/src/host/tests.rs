@@ -137,3 +137,100 @@ fn persists_are_durable_before_sends_and_local_messages_go_through_memory() {
     assert_eq!(host.stats.local, 2);
     assert!(host.stats.group_commits >= 2);
 }
+
+/// An auth-like member that persists each message at once but only answers, once for all of
+/// them, from its flush hook.
+struct Buffering {
+    stats: Stats,
+    buffered: u64,
+    flushes: u64,
+}
+
+impl Stage for Buffering {
+    fn principal(&self) -> Principal {
+        Principal::Auth(ReplicaId(0))
+    }
+    fn handle(&mut self, _now: Time, input: Input, out: &mut Vec<Action>) {
+        if let Input::Message(_) = input {
+            self.buffered += 1;
+            out.push(Action::Persist {
+                key: format!("auth/{}", self.buffered),
+                value: Some(Bytes::from_static(b"1")),
+            });
+        }
+    }
+    fn flush(&mut self, now: Time, out: &mut Vec<Action>) {
+        self.flushes += 1;
+        if std::mem::take(&mut self.buffered) > 0 {
+            out.push(Action::Send {
+                to: vec![Principal::Client(ClientId(0))],
+                envelope: env(self.principal(), now),
+            });
+        }
+    }
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
+
+#[test]
+fn the_flush_hook_sends_once_per_round_after_the_round_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auth");
+    let (log, _, _) = StageLog::open(&path, StorageOptions::default()).unwrap();
+    let (order_log, _, _) = StageLog::open(&dir.path().join("order"), StorageOptions::default()).unwrap();
+    let members = vec![
+        Member {
+            kind: StageKind::Auth,
+            stage: Box::new(Buffering {
+                stats: Stats::default(),
+                buffered: 0,
+                flushes: 0,
+            }),
+            log,
+        },
+        Member {
+            kind: StageKind::Order,
+            stage: Box::new(Fake {
+                me: Principal::Order(ReplicaId(0)),
+                stats: Stats::default(),
+            }),
+            log: order_log,
+        },
+    ];
+    let mut host = Host::new(ReplicaId(0), members);
+    let mut router = Checker {
+        dirs: vec![path],
+        sends: Vec::new(),
+    };
+    host.start(0);
+    for seqno in 0..3 {
+        // A kind the host routes to the auth member.
+        host.deliver(
+            1,
+            Arc::new(Envelope {
+                from: Principal::Exec(ReplicaId(1)),
+                message: Message::BatchComplete {
+                    seqno: SeqNo(seqno),
+                    requests: Vec::new(),
+                },
+                seal: Seal::None,
+            }),
+        );
+    }
+    host.flush(1, &mut router).unwrap();
+    assert_eq!(router.sends.len(), 1, "one send for the round's three inputs");
+    assert_eq!(router.sends[0].1, vec![3], "after all three persists were on disk");
+    host.flush(2, &mut router).unwrap();
+    assert_eq!(router.sends.len(), 1, "nothing buffered, nothing sent");
+    // The order member's timer sends to the co-located auth member: that local delivery is
+    // flushed within the same host flush.
+    host.fire_timers(10);
+    host.flush(10, &mut router).unwrap();
+    let to_client = router
+        .sends
+        .iter()
+        .filter(|(p, _)| *p == Process::Client(ClientId(0)))
+        .count();
+    assert_eq!(to_client, 2);
+}

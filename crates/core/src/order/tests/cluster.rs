@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::config::{ClientInfo, ClusterConfig, Knobs, ReplicaInfo};
 use crate::crypto::{Digest, KeyRing, MatrixRow, MatrixSignature, SecretKeys};
 use crate::ids::{ClientId, Principal, Process, ReplicaId, RequestId, SeqNo, StageKind};
-use crate::message::{Envelope, Message, RequestBody, RequestEntry, Seal, SealFor, SignedEntry};
+use crate::message::{AuthItem, Envelope, Message, RequestBody, RequestEntry, Seal, SealFor, SignedEntry};
 use crate::order::OrderStage;
 use crate::quorum::Quorums;
 use crate::stage::{Action, Event, Input, Stage, Storage, Time, Timer};
@@ -250,8 +250,10 @@ impl Cluster {
             let env = Arc::new(Envelope {
                 from: Principal::Auth(ReplicaId(a as u32)),
                 message: Message::AuthRequest {
-                    entry: entry.clone(),
-                    row,
+                    items: vec![AuthItem {
+                        entry: entry.clone(),
+                        row,
+                    }],
                 },
                 seal: Seal::None,
             });

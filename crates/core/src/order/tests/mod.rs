@@ -1,5 +1,6 @@
 //! Tests of the order stage on an in-test cluster ([`cluster`]).
 
+mod auth_requests;
 mod cluster;
 
 use std::sync::Arc;
@@ -8,7 +9,9 @@ use self::cluster::{small_knobs, Cluster, CLIENTS};
 use crate::config::Knobs;
 use crate::crypto::{Digest, MatrixSignature};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
-use crate::message::{history_digest, Batch, Envelope, Message, RequestBody, RequestEntry, Seal, SealFor, SignedEntry};
+use crate::message::{
+    history_digest, AuthItem, Batch, Envelope, Message, RequestBody, RequestEntry, Seal, SealFor, SignedEntry,
+};
 use crate::stage::{Action, Event, Input, Stage};
 
 #[test]
@@ -581,7 +584,9 @@ fn already_ordered_request_triggers_rate_limited_retransmit() {
     let row = c.row(0, &entry);
     let env = Arc::new(Envelope {
         from: Principal::Auth(ReplicaId(0)),
-        message: Message::AuthRequest { entry, row },
+        message: Message::AuthRequest {
+            items: vec![AuthItem { entry, row }],
+        },
         seal: Seal::None,
     });
     let mut retransmits = 0;
