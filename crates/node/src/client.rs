@@ -4,7 +4,9 @@
 //! The core client has one outstanding request and queues the rest, delivering results in
 //! invocation order, so the host answers invocations first-in first-out. If a state file is given,
 //! the last request id is made durable before a request with a new id is sent (UpRight CS3: a
-//! restarted client continues with the next id, which the authentication stage requires).
+//! restarted client continues with the next id; ids are gapless, CS1, so the exact id is kept).
+//! If the file cannot be written the client stops (callers get [`ClientError::Stopped`]) rather
+//! than send a request whose id a restart could reuse.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -167,7 +169,9 @@ struct ClientTask {
 impl ClientTask {
     async fn run(mut self, mut rx: mpsc::Receiver<Invoke>) {
         let now = self.clock.now();
-        self.step(now, Input::Start);
+        if self.step(now, Input::Start).is_err() {
+            return;
+        }
         loop {
             let far = tokio::time::Instant::now() + Duration::from_secs(3600);
             let wake = match self.timer {
@@ -183,29 +187,37 @@ impl ClientTask {
                     }
                     self.waiting.push_back(reply);
                     let now = self.clock.now();
-                    self.step(now, Input::Invoke { operation, read_only });
+                    if self.step(now, Input::Invoke { operation, read_only }).is_err() {
+                        return;
+                    }
                 }
                 _ = self.inbox.notified() => {}
                 _ = tokio::time::sleep_until(wake) => {
                     self.timer = None;
                     let now = self.clock.now();
-                    self.step(now, Input::Timer(Timer::ClientRetransmit));
+                    if self.step(now, Input::Timer(Timer::ClientRetransmit)).is_err() {
+                        return;
+                    }
                 }
             }
             let now = self.clock.now();
             for (_, envelope) in self.inbox.pop_round_robin(usize::MAX) {
-                self.step(now, Input::Message(envelope));
+                if self.step(now, Input::Message(envelope)).is_err() {
+                    return;
+                }
             }
         }
     }
 
-    fn step(&mut self, now: Time, input: Input) {
+    /// Runs one input. An error means the request id could not be made durable: nothing of
+    /// this input was sent, and the task stops (every waiting caller gets `ClientError::Stopped`).
+    fn step(&mut self, now: Time, input: Input) -> Result<(), ()> {
         let mut out = Vec::new();
         self.client.handle(now, input, &mut out);
         for action in out {
             match action {
                 Action::Send { to, envelope } => {
-                    self.persist_request_id();
+                    self.persist_request_id()?;
                     let frame = Arc::new(upright_core::codec::encode(&envelope));
                     for principal in to {
                         if let Some(replica) = principal.replica().and_then(|r| self.replicas.get(&r)) {
@@ -223,17 +235,25 @@ impl ClientTask {
                 Action::Persist { .. } | Action::Note(_) => {}
             }
         }
+        Ok(())
     }
 
-    fn persist_request_id(&mut self) {
+    /// Makes the newest request id durable in the state file (if there is one).
+    fn persist_request_id(&mut self) -> Result<(), ()> {
         let last = self.client.last_request_id();
-        if let Some(path) = &self.state_file {
-            if last > self.persisted {
-                if let Err(e) = write_last_id(path, last) {
-                    // Without the id on disk a restart would reuse ids; stop rather than risk it.
-                    panic!("cannot persist the client's request id to {}: {e}", path.display());
-                }
+        let Some(path) = &self.state_file else { return Ok(()) };
+        if last <= self.persisted {
+            return Ok(());
+        }
+        match write_last_id(path, last) {
+            Ok(()) => {
                 self.persisted = last;
+                Ok(())
+            }
+            Err(e) => {
+                // Without the id on disk a restart could reuse ids: stop rather than risk it.
+                tracing::error!(path = %path.display(), error = %e, "cannot persist the client's request ids; client stopped");
+                Err(())
             }
         }
     }

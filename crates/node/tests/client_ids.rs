@@ -1,0 +1,105 @@
+//! The client's request-id file as a restarted client uses it: a restarted client continues with
+//! the next id, and an unwritable file stops the client (callers get an error, nothing panics)
+//! instead of sending requests whose ids a restart could reuse.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use upright_core::kv::{KvOperation, KvReply};
+use upright_node::client::{start_client, ClientError, ClientHandle};
+use upright_node::files::{self, ClientFile, Cluster, InitPlan};
+use upright_node::replica::{run_replica, ReplicaSpec};
+use upright_node::storage::StorageOptions;
+
+const OP_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn make_cluster(dir: &Path) -> Cluster {
+    let plan = InitPlan {
+        cluster_name: "client-ids".into(),
+        u: 1,
+        r: 1,
+        hosts: vec!["127.0.0.1".into()],
+        clients: 2,
+        base_port: 0,
+        ports: Some((0..4).map(|_| (free_port(), free_port(), free_port())).collect()),
+        knobs: None,
+        fsync: Default::default(),
+    };
+    files::init_cluster(&plan, dir).unwrap()
+}
+
+fn start_replicas(cluster: &Cluster) {
+    for id in 0..4 {
+        let spec = ReplicaSpec {
+            cluster: cluster.clone(),
+            id,
+            keys: files::load_replica_keys(cluster, id, &cluster.key_path(id)).unwrap(),
+            storage: StorageOptions::default(),
+            stages: None,
+        };
+        tokio::spawn(async move { run_replica(spec, std::future::pending()).await.unwrap() });
+    }
+}
+
+async fn put(client: &ClientHandle, key: &str, value: &str) -> Result<Bytes, ClientError> {
+    let op = KvOperation::Put {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        value: Bytes::copy_from_slice(value.as_bytes()),
+    };
+    client.invoke_timeout(op.encode(), false, OP_TIMEOUT).await
+}
+
+async fn get(client: &ClientHandle, key: &str) -> Option<Bytes> {
+    let op = KvOperation::Get {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+    };
+    match KvReply::decode(&client.invoke_timeout(op.encode(), false, OP_TIMEOUT).await.ok()?)? {
+        KvReply::Value(v) => v,
+        _ => None,
+    }
+}
+
+fn stored_bound(path: &Path) -> u64 {
+    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_client_continues_with_the_next_id_and_an_unwritable_file_stops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = make_cluster(dir.path());
+    start_replicas(&cluster);
+    let setup = || ClientFile::load(&dir.path().join("client-0.toml")).unwrap();
+    let state = dir.path().join("client-0.ids");
+
+    let client = start_client(setup(), Some(state.clone())).unwrap();
+    for i in 0..3 {
+        let reply = put(&client, "k", &format!("v{i}")).await.unwrap();
+        assert_eq!(KvReply::decode(&reply), Some(KvReply::Done));
+    }
+    assert_eq!(stored_bound(&state), 3);
+    drop(client);
+
+    // The restarted client continues with id 4: its write is executed, not answered from the
+    // reply cache of an old request with the same id.
+    let client = start_client(setup(), Some(state.clone())).unwrap();
+    let reply = put(&client, "k", "after restart").await.unwrap();
+    assert_eq!(KvReply::decode(&reply), Some(KvReply::Done));
+    assert_eq!(get(&client, "k").await.as_deref(), Some(&b"after restart"[..]));
+    assert_eq!(stored_bound(&state), 5);
+    drop(client);
+
+    // A state file that cannot be written: the caller gets an error, nothing panics.
+    let broken = start_client(setup(), Some(dir.path().join("missing-dir").join("ids"))).unwrap();
+    assert!(matches!(put(&broken, "k", "lost").await, Err(ClientError::Stopped)));
+    let client = start_client(setup(), Some(state.clone())).unwrap();
+    assert_eq!(get(&client, "k").await.as_deref(), Some(&b"after restart"[..]));
+}
