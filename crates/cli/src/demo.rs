@@ -120,6 +120,16 @@ fn client(dir: &Path, c: u32) -> Result<ClientHandle, FileError> {
     start_client(setup, Some(dir.join(format!("client-{c}.last-request-id"))))
 }
 
+/// A client of the gateway's pool. It keeps no request-id file: the demo's cluster (its config,
+/// keys and client identities, all in a temporary directory) lives exactly as long as this
+/// process, so a pool client never restarts against the same cluster, and the file would cost a
+/// create + fsync + rename + directory fsync on the async runtime's threads for every operation
+/// (that blocking I/O made the gateway about 5x slower than the bench client, which keeps none).
+fn gateway_client(dir: &Path, c: u32) -> Result<ClientHandle, FileError> {
+    let setup = ClientFile::load(&dir.join(format!("client-{c}.toml")))?;
+    start_client(setup, None)
+}
+
 /// Runs the demo.
 pub async fn run(smoke: bool, seconds: u64, clients: u32, service: &str, port: u16) -> Result<ExitCode, FileError> {
     let redis = service == "redis";
@@ -130,7 +140,7 @@ pub async fn run(smoke: bool, seconds: u64, clients: u32, service: &str, port: u
         None
     };
     let clients = if redis {
-        clients.max(redis_gateway::POOL)
+        clients.max(redis_gateway::pool_size())
     } else {
         clients
     };
@@ -176,8 +186,8 @@ pub async fn run(smoke: bool, seconds: u64, clients: u32, service: &str, port: u
     }
     println!("  cluster is serving (first write took {:.2?})", started.elapsed());
     if let Some(listener) = listener {
-        let pool = (0..redis_gateway::POOL)
-            .map(|c| client(&dir, c))
+        let pool = (0..redis_gateway::pool_size())
+            .map(|c| gateway_client(&dir, c))
             .collect::<Result<Vec<_>, _>>()?;
         tokio::spawn(upright_kv::gateway::serve(listener, pool));
         redis_gateway::announce(port, &cluster.exe.display().to_string(), &dir);
@@ -319,6 +329,14 @@ mod redis_gateway {
 
     /// Upright clients of the gateway's pool (client identities 0..POOL).
     pub const POOL: u32 = 8;
+
+    /// TEMPORARY (experiment): pool size override.
+    pub fn pool_size() -> u32 {
+        std::env::var("UPRIGHT_GW_POOL")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(POOL)
+    }
 
     /// Binds the gateway's loopback port.
     pub async fn bind(port: u16) -> Result<tokio::net::TcpListener, FileError> {
