@@ -140,7 +140,7 @@ pub async fn run(smoke: bool, seconds: u64, clients: u32, service: &str, port: u
         None
     };
     let clients = if redis {
-        clients.max(redis_gateway::pool_size())
+        clients.max(redis_gateway::POOL)
     } else {
         clients
     };
@@ -186,7 +186,7 @@ pub async fn run(smoke: bool, seconds: u64, clients: u32, service: &str, port: u
     }
     println!("  cluster is serving (first write took {:.2?})", started.elapsed());
     if let Some(listener) = listener {
-        let pool = (0..redis_gateway::pool_size())
+        let pool = (0..redis_gateway::POOL)
             .map(|c| gateway_client(&dir, c))
             .collect::<Result<Vec<_>, _>>()?;
         tokio::spawn(upright_kv::gateway::serve(listener, pool));
@@ -327,16 +327,13 @@ mod redis_gateway {
     use bytes::Bytes;
     use upright_node::files::FileError;
 
-    /// Upright clients of the gateway's pool (client identities 0..POOL).
-    pub const POOL: u32 = 8;
-
-    /// TEMPORARY (experiment): pool size override.
-    pub fn pool_size() -> u32 {
-        std::env::var("UPRIGHT_GW_POOL")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(POOL)
-    }
+    /// Upright clients of the gateway's pool (client identities 0..POOL). One: the cluster's cost
+    /// is per operation (messages, MACs and fsyncs per request and per batch), so the fewer the
+    /// operations the more commands each carries and the more commands per second the cluster
+    /// serves; measured with redis-benchmark on the demo cluster, 1 member served 1.6-2x the
+    /// commands per second of 2, 4, 8 or 16 members at `-c 16` and `-c 50`, at a lower p50 (see
+    /// docs/PERFORMANCE.md).
+    pub const POOL: u32 = 1;
 
     /// Binds the gateway's loopback port.
     pub async fn bind(port: u16) -> Result<tokio::net::TcpListener, FileError> {
@@ -359,7 +356,7 @@ mod redis_gateway {
     /// Tells the user how to connect.
     pub fn announce(port: u16, exe: &str, dir: &Path) {
         println!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}, served by the BFT cluster");
-        println!("  gateway: {POOL} upright clients; every command, reads included, goes through agreement");
+        println!("  gateway: {POOL} upright client(s); every command, reads included, goes through agreement");
         println!("try, in another terminal:");
         println!("  redis-cli -p {port} set hello world");
         println!("  redis-cli -p {port} get hello");
