@@ -120,8 +120,36 @@ fn client(dir: &Path, c: u32) -> Result<ClientHandle, FileError> {
     start_client(setup, Some(dir.join(format!("client-{c}.last-request-id"))))
 }
 
+/// A client of the gateway's pool. It keeps no request-id file: the demo's cluster (its config,
+/// keys and client identities, all in a temporary directory) lives exactly as long as this
+/// process, so a pool client never restarts against the same cluster, and the file would cost a
+/// create + fsync + rename + directory fsync on the async runtime's threads for every operation
+/// (that blocking I/O made the gateway about 5x slower than the bench client, which keeps none).
+fn gateway_client(dir: &Path, c: u32) -> Result<ClientHandle, FileError> {
+    let setup = ClientFile::load(&dir.join(format!("client-{c}.toml")))?;
+    start_client(setup, None)
+}
+
+/// The default pool size of the Redis gateway.
+pub const GATEWAY_POOL: u32 = redis_gateway::POOL;
+
+/// Settings of the demo's Redis gateway.
+pub struct Gateway {
+    /// Loopback port.
+    pub port: u16,
+    /// Upright clients in its pool.
+    pub pool: u32,
+}
+
 /// Runs the demo.
-pub async fn run(smoke: bool, seconds: u64, clients: u32, service: &str, port: u16) -> Result<ExitCode, FileError> {
+pub async fn run(
+    smoke: bool,
+    seconds: u64,
+    clients: u32,
+    service: &str,
+    gateway: Gateway,
+) -> Result<ExitCode, FileError> {
+    let Gateway { port, pool: pool_size } = gateway;
     let redis = service == "redis";
     // Bind the Redis port first so a busy port fails before anything starts.
     let listener = if redis {
@@ -129,11 +157,7 @@ pub async fn run(smoke: bool, seconds: u64, clients: u32, service: &str, port: u
     } else {
         None
     };
-    let clients = if redis {
-        clients.max(redis_gateway::POOL)
-    } else {
-        clients
-    };
+    let clients = if redis { clients.max(pool_size) } else { clients };
     let temp = tempfile::Builder::new()
         .prefix("upright-demo-")
         .tempdir()
@@ -176,11 +200,11 @@ pub async fn run(smoke: bool, seconds: u64, clients: u32, service: &str, port: u
     }
     println!("  cluster is serving (first write took {:.2?})", started.elapsed());
     if let Some(listener) = listener {
-        let pool = (0..redis_gateway::POOL)
-            .map(|c| client(&dir, c))
+        let pool = (0..pool_size)
+            .map(|c| gateway_client(&dir, c))
             .collect::<Result<Vec<_>, _>>()?;
         tokio::spawn(upright_kv::gateway::serve(listener, pool));
-        redis_gateway::announce(port, &cluster.exe.display().to_string(), &dir);
+        redis_gateway::announce(port, pool_size, &cluster.exe.display().to_string(), &dir);
         let _ = tokio::signal::ctrl_c().await;
         drop(cluster);
         return Ok(ExitCode::SUCCESS);
@@ -317,8 +341,15 @@ mod redis_gateway {
     use bytes::Bytes;
     use upright_node::files::FileError;
 
-    /// Upright clients of the gateway's pool (client identities 0..POOL).
-    pub const POOL: u32 = 8;
+    /// Upright clients of the gateway's pool (client identities 0..POOL), the default of
+    /// `--gateway-pool`. The cluster's cost is per operation, so fewer members put more commands
+    /// in each operation: fault-free, 1 member served 1.6-2x the commands per second of 2-16 (see
+    /// docs/PERFORMANCE.md). But an operation whose result exceeds 32 bytes gets its full reply
+    /// from one designated exec member; when that member is faulty the client waits for its 500 ms
+    /// retransmission, and a single member stalls every connection meanwhile (with
+    /// `UPRIGHT_TEST_CORRUPT_REPLICA`, 1 member fell to ~100 commands/s, 4 kept ~700). Four
+    /// members trade some fault-free throughput for throughput under a Byzantine replica.
+    pub const POOL: u32 = 4;
 
     /// Binds the gateway's loopback port.
     pub async fn bind(port: u16) -> Result<tokio::net::TcpListener, FileError> {
@@ -339,9 +370,9 @@ mod redis_gateway {
     }
 
     /// Tells the user how to connect.
-    pub fn announce(port: u16, exe: &str, dir: &Path) {
+    pub fn announce(port: u16, pool: u32, exe: &str, dir: &Path) {
         println!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}, served by the BFT cluster");
-        println!("  gateway: {POOL} upright clients; every command, reads included, goes through agreement");
+        println!("  gateway: {pool} upright client(s); every command, reads included, goes through agreement");
         println!("try, in another terminal:");
         println!("  redis-cli -p {port} set hello world");
         println!("  redis-cli -p {port} get hello");

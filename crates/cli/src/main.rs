@@ -118,6 +118,9 @@ enum Command {
         /// always uses `kv`.
         #[arg(long, default_value = "redis", value_parser = ["kv", "redis"])]
         service: String,
+        /// Upright clients in the Redis gateway's pool (operations in flight at once).
+        #[arg(long, default_value_t = demo::GATEWAY_POOL, value_parser = clap::value_parser!(u32).range(1..=64))]
+        gateway_pool: u32,
     },
     /// Benchmark a local cluster beside the NO-REP baseline: throughput, latency, CPU per operation.
     Bench(bench::BenchArgs),
@@ -162,10 +165,15 @@ fn main() -> ExitCode {
             clients,
             port,
             service,
+            gateway_pool,
         } => {
             init_logging("warn");
             let service = if smoke { "kv" } else { service.as_str() };
-            runtime().block_on(demo::run(smoke, seconds, clients, service, port))
+            let gateway = demo::Gateway {
+                port,
+                pool: gateway_pool,
+            };
+            runtime().block_on(demo::run(smoke, seconds, clients, service, gateway))
         }
         Command::Bench(args) => {
             init_logging("warn");

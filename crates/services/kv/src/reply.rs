@@ -45,31 +45,27 @@ impl Reply {
         match self {
             Reply::Status(s) => line(out, b'+', s.as_bytes()),
             Reply::Error(s) => line(out, b'-', s.as_bytes()),
-            Reply::Int(i) => line(out, b':', i.to_string().as_bytes()),
+            Reply::Int(i) => number(out, b':', *i),
             Reply::Bulk(b) => {
-                line(out, b'$', b.len().to_string().as_bytes());
+                number(out, b'$', b.len() as i64);
                 out.extend_from_slice(b);
                 out.extend_from_slice(b"\r\n");
             }
             Reply::Nil if proto >= 3 => out.extend_from_slice(b"_\r\n"),
             Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
             Reply::Array(items) => {
-                line(out, b'*', items.len().to_string().as_bytes());
+                number(out, b'*', items.len() as i64);
                 items.iter().for_each(|i| i.write(proto, out));
             }
             Reply::Set(items) => {
-                line(
-                    out,
-                    if proto >= 3 { b'~' } else { b'*' },
-                    items.len().to_string().as_bytes(),
-                );
+                number(out, if proto >= 3 { b'~' } else { b'*' }, items.len() as i64);
                 items.iter().for_each(|i| i.write(proto, out));
             }
             Reply::Map(pairs) => {
                 if proto >= 3 {
-                    line(out, b'%', pairs.len().to_string().as_bytes());
+                    number(out, b'%', pairs.len() as i64);
                 } else {
-                    line(out, b'*', (pairs.len() * 2).to_string().as_bytes());
+                    number(out, b'*', (pairs.len() * 2) as i64);
                 }
                 for (k, v) in pairs {
                     k.write(proto, out);
@@ -85,6 +81,13 @@ impl Reply {
         self.write(proto, &mut out);
         out
     }
+}
+
+/// A tagged decimal line (`:42`, `$5`, `*3`), formatted without a temporary string.
+fn number(out: &mut Vec<u8>, tag: u8, n: i64) {
+    use std::io::Write;
+    out.push(tag);
+    let _ = write!(out, "{n}\r\n"); // writing to a Vec cannot fail
 }
 
 fn line(out: &mut Vec<u8>, tag: u8, body: &[u8]) {

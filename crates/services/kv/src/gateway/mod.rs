@@ -1,15 +1,19 @@
 //! The Redis-protocol gateway: accepts RESP2/RESP3 connections and is an upright client (the
 //! UpRight client shim, run beside the applications that trust it).
 //!
-//! Concurrency: a small pool of upright clients ([`pool`]), one per client identity given. Each
-//! connection is pinned to one pool member, which sends everything queued by its connections as
-//! one upright operation (a batch of commands) and waits for the quorum-certified result, so a
-//! connection's commands, pipelined or not, execute and are answered in the order sent, and one
-//! agreement round serves many commands. Upright clients are closed-loop (one outstanding request
-//! each), so the pool size bounds the operations in flight, not the connections.
+//! Concurrency: a small pool of upright clients ([`pool`]), one per client identity given, serving
+//! one list of connections with commands waiting. An idle pool member sends everything the waiting
+//! connections queued as one upright operation (a batch of commands) and waits for the
+//! quorum-certified result; a connection is in at most one operation at a time, so its commands,
+//! pipelined or not, execute and are answered in the order sent, and one agreement round serves
+//! many commands of many connections. Upright clients are closed-loop (one outstanding request
+//! each), so the pool size bounds the operations in flight, not the connections. No step waits on
+//! a timer while work is ready.
 //!
 //! Reads: the core has no read-only path yet, so every command, reads included, goes through the
-//! ordered path (agreement); there is no fake read-only shortcut.
+//! ordered path (agreement); there is no fake read-only shortcut. Commands are classified as reads
+//! or writes in one place ([`pool::is_read`]) and operations are sent in one place, so reads can
+//! take a read-only path there once the client offers one.
 
 mod conn;
 mod local;
@@ -22,7 +26,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use upright_node::client::ClientHandle;
 
-pub use pool::Pool;
+pub use pool::{is_read, Pool, Queue};
 
 /// Most simultaneous connections; further ones are closed at once.
 pub const CONNECTIONS_MAX: u64 = 4096;
@@ -65,7 +69,7 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
         rejected: AtomicU64::new(0),
         protocol_errors: AtomicU64::new(0),
     });
-    let pool = Pool::start(clients, shared.clone());
+    let pool = Arc::new(Pool::start(clients, shared.clone()));
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -81,11 +85,11 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
             continue;
         }
         let id = Shared::bump(&shared.total_connections);
-        let worker = pool.worker_for(id);
+        let pool = pool.clone();
         let shared = shared.clone();
         tokio::spawn(async move {
             Shared::bump(&shared.connected);
-            conn::run(stream, id, worker, shared.clone()).await;
+            conn::run(stream, id, pool, shared.clone()).await;
             shared.connected.fetch_sub(1, Ordering::Relaxed);
         });
     }

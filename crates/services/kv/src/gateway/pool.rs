@@ -1,100 +1,394 @@
-//! The pool of upright clients: each member batches its connections' queued commands into one
-//! operation at a time.
+//! The pool of upright clients and the queues of the connections it serves.
+//!
+//! Every connection has a [`Queue`] of commands waiting for the cluster. A connection with queued
+//! commands and nothing at the cluster is *ready*; an idle pool member takes every ready
+//! connection's queued commands (up to the operation limits) and sends them as one upright
+//! operation. A connection is in at most one operation at a time, so its commands execute in the
+//! order it sent them; different connections' commands share operations, so one agreement round
+//! serves many commands. Nothing waits on a timer: a member that finishes an operation at once
+//! takes what queued meanwhile, and an idle member is woken by the first command queued.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::mem;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
-use upright_node::client::ClientHandle;
+use tokio::sync::Notify;
+use upright_node::client::{ClientError, ClientHandle};
 
 use super::{Shared, OPERATION_TIMEOUT};
+use crate::command::CommandSpec;
 use crate::reply::Reply;
 use crate::COMMANDS_PER_OPERATION_MAX;
 
-/// Most commands waiting for one pool member (connections wait when it is full).
-pub const JOBS_QUEUED_MAX: usize = 4096;
 /// Most argument bytes of one operation (below the cluster's `request_bytes_max` default of
 /// 1 MiB, with room for the encoding's overhead; one command is at most
 /// [`crate::resp::COMMAND_BYTES_MAX`]).
 pub const OPERATION_ARG_BYTES_MAX: usize = 768 * 1024;
 
-/// One command for the cluster and where its reply goes.
-pub struct Job {
-    /// The command.
-    pub argv: Vec<Bytes>,
-    /// Its reply.
-    pub reply: oneshot::Sender<Reply>,
+/// Whether a command only reads the store. The one place the gateway classifies commands as
+/// reads or writes.
+pub fn is_read(spec: &CommandSpec) -> bool {
+    spec.flags.contains(&"readonly")
 }
 
-impl Job {
-    fn bytes(&self) -> usize {
-        self.argv.iter().map(|a| a.len() + 8).sum()
+/// The operation's bytes a command adds (its arguments plus an allowance for the encoding).
+fn command_bytes(argv: &[Bytes]) -> usize {
+    argv.iter().map(|a| a.len() + 8).sum()
+}
+
+/// Locks a mutex; the gateway never panics while holding one, so poisoning is not expected, and
+/// the data stays consistent if it happens.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Default)]
+struct QueueState {
+    /// Commands not yet sent, in order.
+    commands: Vec<Vec<Bytes>>,
+    /// Argument bytes of `commands` (as [`command_bytes`] counts them).
+    bytes: usize,
+    /// Whether every queued command is a read.
+    reads_only: bool,
+    /// Ready (in the pool's list) or in an operation: the connection must not be listed again.
+    busy: bool,
+    /// Replies received from the cluster, not yet taken by the connection's writer, in order.
+    replies: VecDeque<Reply>,
+}
+
+/// One connection's commands for the cluster and their replies. The connection bounds both by
+/// the answers it may owe ([`super::conn::PENDING_MAX`]).
+#[derive(Default)]
+pub struct Queue {
+    state: Mutex<QueueState>,
+    answered: Notify,
+}
+
+impl Queue {
+    /// The next reply, in command order; waits until the cluster answered.
+    pub async fn next_reply(&self) -> Reply {
+        loop {
+            if let Some(reply) = self.try_reply() {
+                return reply;
+            }
+            self.answered.notified().await;
+        }
+    }
+
+    /// The next reply if it is already here.
+    pub fn try_reply(&self) -> Option<Reply> {
+        lock(&self.state).replies.pop_front()
+    }
+
+    fn answer(&self, replies: impl Iterator<Item = Reply>, pool: &PoolShared, me: &Arc<Queue>) {
+        let mut state = lock(&self.state);
+        state.replies.extend(replies);
+        let more = !state.commands.is_empty();
+        state.busy = more;
+        drop(state); // never lock the ready list while holding a queue (gather locks in that order)
+        if more {
+            pool.make_ready(me.clone());
+        }
+        self.answered.notify_one();
     }
 }
 
-/// The pool.
+struct PoolShared {
+    /// Connections with queued commands and none at the cluster, oldest first.
+    ready: Mutex<VecDeque<Arc<Queue>>>,
+    /// Wakes an idle member.
+    work: Notify,
+}
+
+impl PoolShared {
+    fn make_ready(&self, queue: Arc<Queue>) {
+        lock(&self.ready).push_back(queue);
+        self.work.notify_one();
+    }
+}
+
+/// The pool: one task per upright client, all serving one list of ready connections.
 pub struct Pool {
-    workers: Vec<mpsc::Sender<Job>>,
+    shared: Arc<PoolShared>,
 }
 
 impl Pool {
-    /// Starts one worker task per client handle.
-    pub fn start(clients: Vec<ClientHandle>, shared: Arc<Shared>) -> Pool {
-        let workers = clients
-            .into_iter()
-            .map(|client| {
-                let (tx, rx) = mpsc::channel(JOBS_QUEUED_MAX);
-                tokio::spawn(worker(client, rx, shared.clone()));
-                tx
-            })
-            .collect();
-        Pool { workers }
+    /// Starts one member task per client handle (each a distinct client identity).
+    pub fn start(clients: Vec<ClientHandle>, stats: Arc<Shared>) -> Pool {
+        let shared = Arc::new(PoolShared {
+            ready: Mutex::new(VecDeque::new()),
+            work: Notify::new(),
+        });
+        for client in clients {
+            tokio::spawn(member(client, shared.clone(), stats.clone()));
+        }
+        Pool { shared }
     }
 
-    /// The worker that serves connection `id`.
-    pub fn worker_for(&self, id: u64) -> mpsc::Sender<Job> {
-        self.workers[(id as usize) % self.workers.len()].clone()
+    /// Queues commands of connection `queue` (in order; `reads_only` if all of them are reads,
+    /// see [`is_read`]).
+    pub fn submit(&self, queue: &Arc<Queue>, commands: &mut Vec<Vec<Bytes>>, reads_only: bool) {
+        if commands.is_empty() {
+            return;
+        }
+        let mut state = lock(&queue.state);
+        state.reads_only = reads_only && (state.commands.is_empty() || state.reads_only);
+        state.bytes += commands.iter().map(|c| command_bytes(c)).sum::<usize>();
+        state.commands.append(commands);
+        let list = !state.busy;
+        state.busy = true;
+        drop(state); // never lock the ready list while holding a queue (gather locks in that order)
+        if list {
+            self.shared.make_ready(queue.clone());
+        }
     }
 }
 
-async fn worker(client: ClientHandle, mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
-    let mut carry: Option<Job> = None;
-    loop {
-        let first = match carry.take() {
-            Some(job) => job,
-            None => match rx.recv().await {
-                Some(job) => job,
-                None => return,
-            },
-        };
-        let mut bytes = first.bytes();
-        let mut jobs = vec![first];
-        while jobs.len() < COMMANDS_PER_OPERATION_MAX {
-            let Ok(job) = rx.try_recv() else { break };
-            if bytes + job.bytes() > OPERATION_ARG_BYTES_MAX {
-                carry = Some(job);
+/// One operation being put together: the commands and whose they are.
+#[derive(Default)]
+struct Operation {
+    commands: Vec<Vec<Bytes>>,
+    bytes: usize,
+    reads_only: bool,
+    /// Each connection in the operation and how many of its commands, in operation order.
+    owners: Vec<(Arc<Queue>, usize)>,
+}
+
+impl Operation {
+    fn full(&self) -> bool {
+        self.commands.len() >= COMMANDS_PER_OPERATION_MAX || self.bytes >= OPERATION_ARG_BYTES_MAX
+    }
+
+    /// Moves as many of the connection's queued commands as fit (at least its first if the
+    /// operation is empty): how many it moved and whether any are left. Leftovers stay queued
+    /// and go after this operation is answered.
+    fn take_from(&mut self, queue: &Arc<Queue>) -> (usize, bool) {
+        let mut state = lock(&queue.state);
+        let (mut n, mut bytes) = (0, 0);
+        if self.fits(state.commands.len(), state.bytes) {
+            (n, bytes) = (state.commands.len(), state.bytes);
+        } else {
+            for c in &state.commands {
+                let b = command_bytes(c);
+                let first = self.commands.is_empty() && n == 0; // an operation carries at least one
+                if !first && !self.fits(n + 1, bytes + b) {
+                    break;
+                }
+                n += 1;
+                bytes += b;
+            }
+        }
+        if n == 0 {
+            return (0, true);
+        }
+        self.reads_only = state.reads_only && (self.commands.is_empty() || self.reads_only);
+        self.bytes += bytes;
+        state.bytes -= bytes;
+        if n == state.commands.len() && self.commands.is_empty() {
+            self.commands = mem::take(&mut state.commands);
+        } else {
+            self.commands.extend(state.commands.drain(..n));
+        }
+        self.owners.push((queue.clone(), n));
+        (n, !state.commands.is_empty())
+    }
+
+    fn fits(&self, n: usize, bytes: usize) -> bool {
+        self.commands.len() + n <= COMMANDS_PER_OPERATION_MAX && self.bytes + bytes <= OPERATION_ARG_BYTES_MAX
+    }
+}
+
+/// Takes ready connections into one operation until it is full; `None` if none is ready.
+fn gather(shared: &PoolShared) -> Option<Operation> {
+    let mut op = Operation::default();
+    let mut ready = lock(&shared.ready);
+    while !op.full() {
+        let Some(queue) = ready.pop_front() else { break };
+        match op.take_from(&queue) {
+            (0, _) => {
+                // Nothing of it fits: it stays first in line for the next operation.
+                ready.push_front(queue);
                 break;
             }
-            bytes += job.bytes();
-            jobs.push(job);
+            // Some of it is left: it stays busy (in this operation) and its rest is listed
+            // again when this operation is answered.
+            (_, true) => break,
+            (_, false) => {}
         }
-        run_operation(&client, jobs, &shared).await;
+    }
+    (!op.commands.is_empty()).then_some(op)
+}
+
+async fn member(client: ClientHandle, shared: Arc<PoolShared>, stats: Arc<Shared>) {
+    loop {
+        let Some(op) = gather(&shared) else {
+            shared.work.notified().await;
+            continue;
+        };
+        let n = op.commands.len();
+        let result = invoke(&client, crate::encode_operation(&op.commands), op.reads_only).await;
+        Shared::bump(&stats.operations);
+        let replies = match result {
+            Ok(bytes) => match crate::decode_replies(&bytes) {
+                Some(replies) if replies.len() == n => replies,
+                _ => vec![Reply::err("ERR upright: the cluster returned a malformed result"); n],
+            },
+            Err(e) => vec![Reply::err(format!("ERR upright: no result from the cluster ({e})")); n],
+        };
+        let mut replies = replies.into_iter();
+        for (queue, count) in &op.owners {
+            queue.answer(replies.by_ref().take(*count), &shared, queue);
+        }
     }
 }
 
-async fn run_operation(client: &ClientHandle, jobs: Vec<Job>, shared: &Shared) {
-    let argvs: Vec<Vec<Bytes>> = jobs.iter().map(|j| j.argv.clone()).collect();
-    let operation = crate::encode_operation(&argvs);
-    Shared::bump(&shared.operations);
-    let result = client.invoke_timeout(operation, false, OPERATION_TIMEOUT).await;
-    let replies = match result {
-        Ok(bytes) => match crate::decode_replies(&bytes) {
-            Some(replies) if replies.len() == jobs.len() => replies,
-            _ => vec![Reply::err("ERR upright: the cluster returned a malformed result"); jobs.len()],
-        },
-        Err(e) => vec![Reply::err(format!("ERR upright: no result from the cluster ({e})")); jobs.len()],
-    };
-    for (job, reply) in jobs.into_iter().zip(replies) {
-        let _ = job.reply.send(reply); // the connection may have gone
+/// Sends one operation. The single place where reads could take another path (a read-only
+/// invocation) once the node client offers one; until then every operation is ordered, reads
+/// included, so `reads_only` is not used.
+async fn invoke(client: &ClientHandle, operation: Bytes, reads_only: bool) -> Result<Bytes, ClientError> {
+    let _ = reads_only;
+    client.invoke_timeout(operation, false, OPERATION_TIMEOUT).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool() -> Pool {
+        Pool {
+            shared: Arc::new(PoolShared {
+                ready: Mutex::new(VecDeque::new()),
+                work: Notify::new(),
+            }),
+        }
+    }
+
+    fn cmd(words: &[&str]) -> Vec<Bytes> {
+        words.iter().map(|w| Bytes::copy_from_slice(w.as_bytes())).collect()
+    }
+
+    fn submit(pool: &Pool, queue: &Arc<Queue>, commands: &[&[&str]], reads_only: bool) {
+        let mut batch: Vec<Vec<Bytes>> = commands.iter().map(|c| cmd(c)).collect();
+        pool.submit(queue, &mut batch, reads_only);
+        assert!(batch.is_empty());
+    }
+
+    fn answer(pool: &Pool, op: &Operation, texts: &[&str]) {
+        let mut replies = texts.iter().map(|t| Reply::text(t));
+        for (queue, count) in &op.owners {
+            queue.answer(replies.by_ref().take(*count), &pool.shared, queue);
+        }
+    }
+
+    #[test]
+    fn classification() {
+        assert!(is_read(crate::command::lookup(b"GET").unwrap()));
+        assert!(is_read(crate::command::lookup(b"mget").unwrap()));
+        assert!(!is_read(crate::command::lookup(b"set").unwrap()));
+        assert!(!is_read(crate::command::lookup(b"getdel").unwrap()));
+    }
+
+    #[test]
+    fn connections_share_one_operation_in_order() {
+        let pool = pool();
+        let (a, b) = (Arc::new(Queue::default()), Arc::new(Queue::default()));
+        submit(&pool, &a, &[&["get", "x"], &["get", "y"]], true);
+        submit(&pool, &b, &[&["set", "x", "1"]], false);
+        let op = gather(&pool.shared).unwrap();
+        assert_eq!(
+            op.commands,
+            vec![cmd(&["get", "x"]), cmd(&["get", "y"]), cmd(&["set", "x", "1"])]
+        );
+        assert!(!op.reads_only);
+        assert_eq!(op.owners.iter().map(|(_, n)| *n).collect::<Vec<_>>(), vec![2, 1]);
+        assert!(gather(&pool.shared).is_none());
+        answer(&pool, &op, &["1", "2", "3"]);
+        assert_eq!(a.try_reply(), Some(Reply::text("1")));
+        assert_eq!(a.try_reply(), Some(Reply::text("2")));
+        assert_eq!(a.try_reply(), None);
+        assert_eq!(b.try_reply(), Some(Reply::text("3")));
+        assert!(gather(&pool.shared).is_none());
+    }
+
+    #[test]
+    fn reads_only_when_every_command_reads() {
+        let pool = pool();
+        let (a, b) = (Arc::new(Queue::default()), Arc::new(Queue::default()));
+        submit(&pool, &a, &[&["get", "x"]], true);
+        submit(&pool, &b, &[&["mget", "x", "y"]], true);
+        assert!(gather(&pool.shared).unwrap().reads_only);
+        let c = Arc::new(Queue::default());
+        submit(&pool, &c, &[&["get", "x"]], true);
+        submit(&pool, &c, &[&["incr", "x"]], false);
+        assert!(!gather(&pool.shared).unwrap().reads_only);
+    }
+
+    #[test]
+    fn a_connection_is_in_one_operation_at_a_time() {
+        let pool = pool();
+        let a = Arc::new(Queue::default());
+        submit(&pool, &a, &[&["set", "k", "1"]], false);
+        let first = gather(&pool.shared).unwrap();
+        submit(&pool, &a, &[&["set", "k", "2"]], false);
+        // Its second command waits for the first operation, even with members idle.
+        assert!(gather(&pool.shared).is_none());
+        answer(&pool, &first, &["OK"]);
+        let second = gather(&pool.shared).unwrap();
+        assert_eq!(second.commands, vec![cmd(&["set", "k", "2"])]);
+        answer(&pool, &second, &["OK2"]);
+        assert_eq!(a.try_reply(), Some(Reply::text("OK")));
+        assert_eq!(a.try_reply(), Some(Reply::text("OK2")));
+        assert!(gather(&pool.shared).is_none());
+    }
+
+    #[test]
+    fn operations_respect_the_command_limit() {
+        let pool = pool();
+        let (a, b) = (Arc::new(Queue::default()), Arc::new(Queue::default()));
+        let many: Vec<Vec<Bytes>> = (0..COMMANDS_PER_OPERATION_MAX + 5)
+            .map(|i| cmd(&["get", &i.to_string()]))
+            .collect();
+        pool.submit(&a, &mut many.clone(), true);
+        submit(&pool, &b, &[&["get", "b"]], true);
+        let first = gather(&pool.shared).unwrap();
+        assert_eq!(first.commands, many[..COMMANDS_PER_OPERATION_MAX]);
+        // `b` was not reached; `a`'s rest waits for the answer.
+        let second = gather(&pool.shared).unwrap();
+        assert_eq!(second.commands, vec![cmd(&["get", "b"])]);
+        assert!(gather(&pool.shared).is_none());
+        let texts: Vec<String> = (0..COMMANDS_PER_OPERATION_MAX).map(|i| i.to_string()).collect();
+        answer(&pool, &first, &texts.iter().map(String::as_str).collect::<Vec<_>>());
+        let third = gather(&pool.shared).unwrap();
+        assert_eq!(third.commands, many[COMMANDS_PER_OPERATION_MAX..]);
+    }
+
+    #[test]
+    fn operations_respect_the_byte_limit() {
+        let pool = pool();
+        let (a, b) = (Arc::new(Queue::default()), Arc::new(Queue::default()));
+        let big = "v".repeat(500 * 1024);
+        submit(&pool, &a, &[&["set", "a", &big]], false);
+        submit(&pool, &b, &[&["set", "b", &big]], false);
+        let first = gather(&pool.shared).unwrap();
+        assert_eq!(first.commands.len(), 1);
+        let second = gather(&pool.shared).unwrap();
+        assert_eq!(second.commands, vec![cmd(&["set", "b", &big])]);
+        assert!(first.bytes <= OPERATION_ARG_BYTES_MAX && second.bytes <= OPERATION_ARG_BYTES_MAX);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_writer_is_woken_by_the_answer() {
+        let pool = pool();
+        let a = Arc::new(Queue::default());
+        submit(&pool, &a, &[&["get", "x"]], true);
+        let op = gather(&pool.shared).unwrap();
+        let waiter = tokio::spawn({
+            let a = a.clone();
+            async move { a.next_reply().await }
+        });
+        tokio::task::yield_now().await;
+        answer(&pool, &op, &["v"]);
+        assert_eq!(waiter.await.unwrap(), Reply::text("v"));
     }
 }
