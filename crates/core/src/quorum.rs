@@ -202,7 +202,7 @@ mod tests {
             assert!(q.small() > r);
             // Read-only quorum: every write quorum and every read quorum share r + 1 members,
             // so at least one correct one; with writes at r + 1 that is all execution members.
-            assert!(q.reply() + q.read_only() >= q.n_exec + r + 1, "u={u} r={r}");
+            assert!(q.reply() + q.read_only() > q.n_exec + r, "u={u} r={r}"); // q_w + q_r >= n_exec + r + 1
             assert!(q.reply() + q.read_only() - q.n_exec > r);
             assert_eq!(q.read_only(), q.n_exec, "u={u} r={r}");
         }

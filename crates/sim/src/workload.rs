@@ -43,7 +43,7 @@ impl Workload {
             0..=2 => KvOperation::Get { key },
             3..=5 => {
                 if rng.random_bool(0.25) {
-                    value.push_str(&"-".repeat(60));
+                    value.push_str(&"-".repeat(600)); // past the inline request and small reply sizes
                 }
                 KvOperation::Put {
                     key,

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
+use super::reply_cache::SMALL_REPLY_BYTES;
 use super::ExecStage;
 use crate::config::{ClientInfo, ClusterConfig, Knobs, ReplicaInfo};
 use crate::crypto::{Digest, KeyRing, SecretKeys};
@@ -252,6 +253,9 @@ impl Service for SpyService {
 
 pub(super) type Calls = Arc<Mutex<Vec<(SeqNo, Vec<(ClientId, RequestId)>)>>>;
 
+/// A value whose result is longer than `SMALL_REPLY_BYTES` (sent in full only by the designated member).
+const LONG_RESULT: &str = "012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789";
+
 fn spy_stage(net: &Net, id: u32) -> (ExecStage, Calls) {
     let calls: Calls = Arc::default();
     let spy = SpyService {
@@ -483,7 +487,7 @@ fn digest_bodies_are_fetched_and_verified() {
 #[test]
 fn reply_is_full_from_the_designated_member_and_for_small_results() {
     let net = Net::small();
-    let long = "0123456789012345678901234567890123456789";
+    let long = LONG_RESULT;
     // (7 + 1) mod 3 = 2: member 2 is the designated replier of request 1; (7 + 2) mod 3 = 0 of request 2.
     let batches = chain(vec![
         vec![append(CLIENT, 1, "k", long)],
@@ -497,7 +501,7 @@ fn reply_is_full_from_the_designated_member_and_for_small_results() {
         .collect();
     let result1 = KvReply::Value(Some(long.into())).encode();
     let result2 = KvReply::Value(Some(format!("{long}!").into())).encode();
-    assert!(result1.len() > 32);
+    assert!(result1.len() > SMALL_REPLY_BYTES);
     let full1 = ReplyBody::Full(result1.clone());
     let digest1 = ReplyBody::Digest(Digest::of(&result1));
     let full2 = ReplyBody::Full(result2.clone());
@@ -537,7 +541,7 @@ fn retransmit(net: &Net, from: Principal, request_id: u64) -> Input {
 #[test]
 fn retransmit_resends_the_cached_reply_in_full() {
     let net = Net::small();
-    let long = "0123456789012345678901234567890123456789";
+    let long = LONG_RESULT;
     let mut stage = net.kv_stage(1);
     // (7 + 1) mod 3 = 2 is the designated replier: member 1 sends a digest of the long result.
     let batch = &chain(vec![vec![append(CLIENT, 1, "k", long)]])[0];

@@ -268,7 +268,7 @@ fn info(shared: &Shared, session: &Session) -> String {
          protocol_errors:{}\r\n\r\n\
          # Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n\
          # Upright\r\nupright_service:redis-kv\r\nupright_client_pool:{}\r\nupright_operations:{}\r\n\
-         upright_read_path:ordered\r\nconnection_resp:{}\r\n",
+         upright_read_path:read-only-with-fallback\r\nconnection_resp:{}\r\n",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
         shared.port,

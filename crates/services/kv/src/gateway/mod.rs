@@ -10,10 +10,11 @@
 //! each), so the pool size bounds the operations in flight, not the connections. No step waits on
 //! a timer while work is ready.
 //!
-//! Reads: the core has no read-only path yet, so every command, reads included, goes through the
-//! ordered path (agreement); there is no fake read-only shortcut. Commands are classified as reads
-//! or writes in one place ([`pool::is_read`]) and operations are sent in one place, so reads can
-//! take a read-only path there once the client offers one.
+//! Reads: an operation made only of reads (GET, MGET, EXISTS, TTL, SCAN, ...; classified in one
+//! place, [`pool::is_read`]) takes the read-only path: every execution member answers it from its
+//! current state and the client accepts the answer only if all of them match; otherwise (a
+//! member slow, down or lying) the same operation is ordered. An operation with any write is
+//! ordered.
 
 mod conn;
 mod local;

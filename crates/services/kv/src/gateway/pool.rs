@@ -243,12 +243,12 @@ async fn member(client: ClientHandle, shared: Arc<PoolShared>, stats: Arc<Shared
     }
 }
 
-/// Sends one operation. The single place where reads could take another path (a read-only
-/// invocation) once the node client offers one; until then every operation is ordered, reads
-/// included, so `reads_only` is not used.
+/// Sends one operation: an operation of reads only takes the read-only path (every execution
+/// member answers from its state; the client accepts only matching answers from all of them and
+/// otherwise orders the operation, so the result is linearizable either way); anything with a
+/// write is ordered.
 async fn invoke(client: &ClientHandle, operation: Bytes, reads_only: bool) -> Result<Bytes, ClientError> {
-    let _ = reads_only;
-    client.invoke_timeout(operation, false, OPERATION_TIMEOUT).await
+    client.invoke_timeout(operation, reads_only, OPERATION_TIMEOUT).await
 }
 
 #[cfg(test)]
@@ -275,7 +275,7 @@ mod tests {
     }
 
     fn answer(pool: &Pool, op: &Operation, texts: &[&str]) {
-        let mut replies = texts.iter().map(|t| Reply::text(t));
+        let mut replies = texts.iter().map(Reply::text);
         for (queue, count) in &op.owners {
             queue.answer(replies.by_ref().take(*count), &pool.shared, queue);
         }
