@@ -99,13 +99,20 @@ impl ClientHandle {
     }
 }
 
-fn read_last_id(path: &Option<PathBuf>) -> RequestId {
-    let Some(path) = path else { return RequestId(0) };
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .map(RequestId)
-        .unwrap_or(RequestId(0))
+/// Reads the state file (the last request id). No file: a fresh client. An unreadable file is an
+/// error: guessing would reuse ids or leave a gap.
+fn read_last_id(path: &Option<PathBuf>) -> Result<RequestId, FileError> {
+    let Some(path) = path else { return Ok(RequestId(0)) };
+    match std::fs::read_to_string(path) {
+        Ok(text) => text.trim().parse().map(RequestId).map_err(|_| {
+            FileError(format!(
+                "client state {} does not hold a request id; refusing to guess the next one",
+                path.display()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(RequestId(0)),
+        Err(e) => Err(FileError(format!("cannot read client state {}: {e}", path.display()))),
+    }
 }
 
 fn write_last_id(path: &PathBuf, id: RequestId) -> std::io::Result<()> {
@@ -126,7 +133,7 @@ fn write_last_id(path: &PathBuf, id: RequestId) -> std::io::Result<()> {
 pub fn start_client(setup: ClientSetup, state_file: Option<PathBuf>) -> Result<ClientHandle, FileError> {
     let config = setup.cluster.config.clone();
     let keys = Arc::new(KeyRing::new(&config, Process::Client(setup.id), &setup.keys));
-    let last = read_last_id(&state_file);
+    let last = read_last_id(&state_file)?;
     let client = Client::resume(config.clone(), setup.id, keys.clone(), last).map_err(|e| FileError(e.to_string()))?;
     let counters = Arc::new(Counters::default());
     let inbox = Arc::new(Inbox::new(counters.clone()));

@@ -1,6 +1,6 @@
 //! The client's request-id file as a restarted client uses it: a restarted client continues with
-//! the next id, and an unwritable file stops the client (callers get an error, nothing panics)
-//! instead of sending requests whose ids a restart could reuse.
+//! the next id, an unwritable file stops the client (callers get an error, nothing panics) instead
+//! of sending requests whose ids a restart could reuse, and an unreadable one is an error at start.
 
 use std::path::Path;
 use std::time::Duration;
@@ -102,4 +102,10 @@ async fn a_restarted_client_continues_with_the_next_id_and_an_unwritable_file_st
     assert!(matches!(put(&broken, "k", "lost").await, Err(ClientError::Stopped)));
     let client = start_client(setup(), Some(state.clone())).unwrap();
     assert_eq!(get(&client, "k").await.as_deref(), Some(&b"after restart"[..]));
+    drop(client);
+
+    // An unreadable state file is an error at start, not a silent restart from id 0.
+    std::fs::write(&state, "not a number").unwrap();
+    let err = start_client(setup(), Some(state.clone())).err().expect("refused");
+    assert!(err.to_string().contains("refusing to guess"), "{err}");
 }
