@@ -2,11 +2,19 @@
 //! connection to every replica's client listener.
 //!
 //! The core client has one outstanding request and queues the rest, delivering results in
-//! invocation order, so the host answers invocations first-in first-out. If a state file is given,
-//! the last request id is made durable before a request with a new id is sent (UpRight CS3: a
-//! restarted client continues with the next id; ids are gapless, CS1, so the exact id is kept).
-//! If the file cannot be written the client stops (callers get [`ClientError::Stopped`]) rather
-//! than send a request whose id a restart could reuse.
+//! invocation order, so the host answers invocations first-in first-out.
+//!
+//! If a state file is given, the client's newest ordered request (its id and operation) is made
+//! durable before that request is first sent (UpRight CS3). Request ids are gapless (CS1), so a
+//! request that was persisted but never answered (a crash, or the cluster down when the process
+//! stopped) must still be ordered, or every later request of this client would wait forever: a
+//! restarted client sends it again first, under the same id, and only then continues with the next
+//! id (its result goes to nobody; if it had been ordered, the replicas answer from their reply
+//! cache). When the answer to a request arrives, its id is written to `<state>.done`, without a
+//! sync: a hint only, so the usual restart (last request answered) skips the replay, which the
+//! replicas' retransmission pacing would make slow; if the hint is lost the replay is merely slow.
+//! If the state file cannot be written the client stops (callers get [`ClientError::Stopped`]); an
+//! unreadable state file is an error at start, never "start from id 0".
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -18,6 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 use upright_core::client::Client;
 use upright_core::crypto::KeyRing;
 use upright_core::ids::{Process, ReplicaId, RequestId};
+use upright_core::message::Message;
 use upright_core::stage::{Action, Input, Stage, Time, Timer};
 
 use crate::files::{resolve, ClientSetup, FileError};
@@ -99,27 +108,60 @@ impl ClientHandle {
     }
 }
 
-/// Reads the state file (the last request id). No file: a fresh client. An unreadable file is an
-/// error: guessing would reuse ids or leave a gap.
-fn read_last_id(path: &Option<PathBuf>) -> Result<RequestId, FileError> {
-    let Some(path) = path else { return Ok(RequestId(0)) };
-    match std::fs::read_to_string(path) {
-        Ok(text) => text.trim().parse().map(RequestId).map_err(|_| {
-            FileError(format!(
-                "client state {} does not hold a request id; refusing to guess the next one",
-                path.display()
-            ))
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(RequestId(0)),
-        Err(e) => Err(FileError(format!("cannot read client state {}: {e}", path.display()))),
+/// What the state file holds: the newest ordered request's id and, if known, its operation (files
+/// written before the operation was kept hold only the id).
+type Saved = (RequestId, Option<Bytes>);
+
+/// Reads the state file: `<id>` or `<id>\n<operation as hex>`. No file: a fresh client.
+fn read_saved(path: &PathBuf) -> Result<Saved, FileError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((RequestId(0), None)),
+        Err(e) => return Err(FileError(format!("cannot read client state {}: {e}", path.display()))),
+    };
+    let bad = || {
+        FileError(format!(
+            "client state {} does not hold a request id (and operation); refusing to guess the next one",
+            path.display()
+        ))
+    };
+    let mut lines = text.lines();
+    let id = lines.next().and_then(|l| l.trim().parse().ok()).ok_or_else(bad)?;
+    let operation = match lines.next().map(str::trim).filter(|l| !l.is_empty()) {
+        Some(h) => Some(Bytes::from(hex::decode(h).map_err(|_| bad())?)),
+        None => None,
+    };
+    Ok((RequestId(id), operation))
+}
+
+fn done_path(path: &std::path::Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".done");
+    PathBuf::from(name)
+}
+
+/// Where a restarted client starts: the id to resume after, and the persisted request to send again
+/// first (if it may not have been answered).
+fn restart_point(path: &Option<PathBuf>) -> Result<(RequestId, Option<Bytes>), FileError> {
+    let Some(path) = path else {
+        return Ok((RequestId(0), None));
+    };
+    let (last, operation) = read_saved(path)?;
+    let answered = std::fs::read_to_string(done_path(path))
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        == Some(last.0);
+    match operation {
+        Some(operation) if last.0 > 0 && !answered => Ok((RequestId(last.0 - 1), Some(operation))),
+        _ => Ok((last, None)),
     }
 }
 
-fn write_last_id(path: &PathBuf, id: RequestId) -> std::io::Result<()> {
+fn write_saved(path: &PathBuf, id: RequestId, operation: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(id.0.to_string().as_bytes())?;
+    f.write_all(format!("{}\n{}\n", id.0, hex::encode(operation)).as_bytes())?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {
@@ -133,7 +175,7 @@ fn write_last_id(path: &PathBuf, id: RequestId) -> std::io::Result<()> {
 pub fn start_client(setup: ClientSetup, state_file: Option<PathBuf>) -> Result<ClientHandle, FileError> {
     let config = setup.cluster.config.clone();
     let keys = Arc::new(KeyRing::new(&config, Process::Client(setup.id), &setup.keys));
-    let last = read_last_id(&state_file)?;
+    let (last, replay) = restart_point(&state_file)?;
     let client = Client::resume(config.clone(), setup.id, keys.clone(), last).map_err(|e| FileError(e.to_string()))?;
     let counters = Arc::new(Counters::default());
     let inbox = Arc::new(Inbox::new(counters.clone()));
@@ -158,7 +200,7 @@ pub fn start_client(setup: ClientSetup, state_file: Option<PathBuf>) -> Result<C
         timer: None,
         clock: Clock::new(),
     };
-    tokio::spawn(task.run(rx));
+    tokio::spawn(task.run(rx, replay));
     Ok(ClientHandle { tx, counters })
 }
 
@@ -174,10 +216,27 @@ struct ClientTask {
 }
 
 impl ClientTask {
-    async fn run(mut self, mut rx: mpsc::Receiver<Invoke>) {
+    async fn run(mut self, mut rx: mpsc::Receiver<Invoke>, replay: Option<Bytes>) {
         let now = self.clock.now();
         if self.step(now, Input::Start).is_err() {
             return;
+        }
+        if let Some(operation) = replay {
+            // The persisted, maybe unanswered request goes first under its own id; no caller.
+            let (nobody, _) = oneshot::channel();
+            self.waiting.push_back(nobody);
+            if self
+                .step(
+                    now,
+                    Input::Invoke {
+                        operation,
+                        read_only: false,
+                    },
+                )
+                .is_err()
+            {
+                return;
+            }
         }
         loop {
             let far = tokio::time::Instant::now() + Duration::from_secs(3600);
@@ -216,7 +275,7 @@ impl ClientTask {
         }
     }
 
-    /// Runs one input. An error means the request id could not be made durable: nothing of
+    /// Runs one input. An error means a new request could not be made durable: nothing of
     /// this input was sent, and the task stops (every waiting caller gets `ClientError::Stopped`).
     fn step(&mut self, now: Time, input: Input) -> Result<(), ()> {
         let mut out = Vec::new();
@@ -224,7 +283,12 @@ impl ClientTask {
         for action in out {
             match action {
                 Action::Send { to, envelope } => {
-                    self.persist_request_id()?;
+                    if let Message::ClientRequest {
+                        request_id, operation, ..
+                    } = &envelope.message
+                    {
+                        self.persist_request(*request_id, operation)?;
+                    }
                     let frame = Arc::new(upright_core::codec::encode(&envelope));
                     for principal in to {
                         if let Some(replica) = principal.replica().and_then(|r| self.replicas.get(&r)) {
@@ -234,7 +298,8 @@ impl ClientTask {
                 }
                 Action::SetTimer { at, .. } => self.timer = Some(at),
                 Action::CancelTimer { .. } => self.timer = None,
-                Action::Deliver { result, .. } => {
+                Action::Deliver { request_id, result } => {
+                    self.note_answered(request_id);
                     if let Some(reply) = self.waiting.pop_front() {
                         let _ = reply.send(result);
                     }
@@ -245,22 +310,32 @@ impl ClientTask {
         Ok(())
     }
 
-    /// Makes the newest request id durable in the state file (if there is one).
-    fn persist_request_id(&mut self) -> Result<(), ()> {
-        let last = self.client.last_request_id();
+    /// Makes a new ordered request (id and operation) durable in the state file (if there is one)
+    /// before it is first sent; retransmissions of it find it persisted already.
+    fn persist_request(&mut self, request_id: RequestId, operation: &[u8]) -> Result<(), ()> {
         let Some(path) = &self.state_file else { return Ok(()) };
-        if last <= self.persisted {
+        if request_id <= self.persisted {
             return Ok(());
         }
-        match write_last_id(path, last) {
+        match write_saved(path, request_id, operation) {
             Ok(()) => {
-                self.persisted = last;
+                self.persisted = request_id;
                 Ok(())
             }
             Err(e) => {
-                // Without the id on disk a restart could reuse ids: stop rather than risk it.
-                tracing::error!(path = %path.display(), error = %e, "cannot persist the client's request ids; client stopped");
+                // Without the request on disk a restart could reuse its id: stop rather than risk it.
+                tracing::error!(path = %path.display(), error = %e, "cannot persist the client's request; client stopped");
                 Err(())
+            }
+        }
+    }
+
+    /// The persisted request was answered: leave the hint that a restart need not send it again
+    /// (not synced; losing it only makes the next start replay the request).
+    fn note_answered(&self, request_id: RequestId) {
+        if let Some(path) = &self.state_file {
+            if request_id == self.persisted {
+                let _ = std::fs::write(done_path(path), request_id.0.to_string());
             }
         }
     }
