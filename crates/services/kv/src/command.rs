@@ -28,12 +28,11 @@ pub struct CommandSpec {
     pub place: Place,
 }
 
-/// Whether a command (an argument vector) only reads the replicated store, so a client may send
-/// it on the read-only path. Unknown commands and connection commands are not.
-pub fn is_read_only(argv: &[Bytes]) -> bool {
-    match check(argv) {
-        Ok(spec) => spec.place == Place::Replicated && spec.flags.contains(&"readonly"),
-        Err(_) => false,
+impl CommandSpec {
+    /// Whether the command only reads the replicated store (flagged `readonly`), so it may take
+    /// the read-only path. Connection commands answered by the gateway are not.
+    pub fn is_read(&self) -> bool {
+        self.place == Place::Replicated && self.flags.contains(&"readonly")
     }
 }
 

@@ -29,7 +29,7 @@ pub const OPERATION_ARG_BYTES_MAX: usize = 768 * 1024;
 /// Whether a command only reads the store. The one place the gateway classifies commands as
 /// reads or writes.
 pub fn is_read(spec: &CommandSpec) -> bool {
-    spec.flags.contains(&"readonly")
+    spec.is_read()
 }
 
 /// The operation's bytes a command adds (its arguments plus an allowance for the encoding).

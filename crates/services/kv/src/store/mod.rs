@@ -122,7 +122,7 @@ impl RedisStore {
             Ok(spec) => spec,
             Err(reply) => return Some(reply),
         };
-        if spec.place != command::Place::Replicated || !spec.flags.contains(&"readonly") {
+        if !spec.is_read() {
             return None;
         }
         let reply = commands::dispatch_read(self, spec.name, argv)?;
