@@ -21,17 +21,20 @@ pub enum FrameError {
     Empty,
 }
 
+/// The body length a frame header announces, refused if above `max` or zero.
+fn checked_len(header: [u8; 4], max: usize) -> Result<usize, FrameError> {
+    match u32::from_be_bytes(header) as usize {
+        len if len > max => Err(FrameError::TooLong(len)),
+        0 => Err(FrameError::Empty),
+        len => Ok(len),
+    }
+}
+
 /// Reads one frame of at most `max` bytes.
 pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R, max: usize) -> Result<Vec<u8>, FrameError> {
     let mut header = [0u8; 4];
     reader.read_exact(&mut header).await?;
-    let len = u32::from_be_bytes(header) as usize;
-    if len > max {
-        return Err(FrameError::TooLong(len));
-    }
-    if len == 0 {
-        return Err(FrameError::Empty);
-    }
+    let len = checked_len(header, max)?;
     let mut body = vec![0u8; len];
     reader.read_exact(&mut body).await?;
     Ok(body)
@@ -74,13 +77,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         if self.buf.len() < 4 {
             return Ok(None);
         }
-        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
-        if len > self.max {
-            return Err(FrameError::TooLong(len));
-        }
-        if len == 0 {
-            return Err(FrameError::Empty);
-        }
+        let len = checked_len([self.buf[0], self.buf[1], self.buf[2], self.buf[3]], self.max)?;
         if self.buf.len() < 4 + len {
             self.buf.reserve(4 + len - self.buf.len());
             return Ok(None);
