@@ -3,40 +3,19 @@
 //! client), an unwritable file stops the client (callers get an error, nothing panics) instead of
 //! sending requests whose ids a restart could reuse, and an unreadable one is an error at start.
 
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
 use upright_core::kv::{KvOperation, KvReply};
 use upright_node::client::{start_client, ClientError, ClientHandle};
-use upright_node::files::{self, ClientFile, Cluster, InitPlan};
+use upright_node::files::{self, ClientFile, Cluster};
 use upright_node::replica::{run_replica, ReplicaSpec};
 use upright_node::storage::StorageOptions;
 
 const OP_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn make_cluster(dir: &Path) -> Cluster {
-    let plan = InitPlan {
-        cluster_name: "client-ids".into(),
-        u: 1,
-        r: 1,
-        hosts: vec!["127.0.0.1".into()],
-        clients: 2,
-        base_port: 0,
-        ports: Some((0..4).map(|_| (free_port(), free_port(), free_port())).collect()),
-        knobs: None,
-        fsync: Default::default(),
-    };
-    files::init_cluster(&plan, dir).unwrap()
-}
 
 fn start_replicas(cluster: &Cluster) {
     for id in 0..4 {
@@ -95,7 +74,7 @@ fn put_op(key: &str, value: &str) -> Bytes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_client_continues_with_the_next_id_and_an_unwritable_file_stops_it() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = make_cluster(dir.path());
+    let cluster = common::make_cluster(dir.path(), "client-ids");
     start_replicas(&cluster);
     let setup = || ClientFile::load(&dir.path().join("client-0.toml")).unwrap();
     let state = dir.path().join("client-0.ids");

@@ -2,8 +2,9 @@
 //! a recording stand-in for the order stage: client -> auth -> order traffic, durability of the
 //! auth stage's log, the metrics endpoint, and a hostile peer and client that change nothing.
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use upright_core::ids::{ClientId, Principal, Process, ReplicaId, RequestId, Stag
 use upright_core::message::{Envelope, Message, Seal};
 use upright_core::stage::{Action, Input, Stage, Stats, Time};
 use upright_node::client::start_client;
-use upright_node::files::{self, ClientFile, Cluster, InitPlan};
+use upright_node::files::{self, ClientFile, Cluster};
 use upright_node::metrics::http_get;
 use upright_node::replica::{run_replica, ReplicaSpec, StageFactory};
 use upright_node::storage::StorageOptions;
@@ -51,36 +52,6 @@ impl Stage for Recorder {
     fn stats(&self) -> &Stats {
         &self.stats
     }
-}
-
-/// A free loopback port below Linux's ephemeral range (32768+), so the replicas' own outgoing
-/// connections can never take it between the choice and the bind; distinct within this process.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = std::process::id().wrapping_mul(7919) % 12_000;
-    loop {
-        let port = 20_000 + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
-fn make_cluster(dir: &Path) -> Cluster {
-    let ports = (0..4).map(|_| (free_port(), free_port(), free_port())).collect();
-    let plan = InitPlan {
-        cluster_name: "loopback".into(),
-        u: 1,
-        r: 1,
-        hosts: vec!["127.0.0.1".into()],
-        clients: 2,
-        base_port: 0,
-        ports: Some(ports),
-        knobs: None,
-        fsync: Default::default(),
-    };
-    files::init_cluster(&plan, dir).unwrap()
 }
 
 fn start_replica(cluster: &Cluster, id: u32, seen: Seen) {
@@ -143,7 +114,7 @@ async fn counter(cluster: &Cluster, id: u32, name: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_requests_reach_every_order_member_and_hostile_input_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = make_cluster(dir.path());
+    let cluster = common::make_cluster(dir.path(), "loopback");
     let seen: Seen = Arc::default();
     for id in 0..4 {
         start_replica(&cluster, id, seen.clone());
