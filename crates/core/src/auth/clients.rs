@@ -60,9 +60,9 @@ impl ClientState {
         }
     }
 
-    /// Makes `forwarded` the last sent request and caches its body; returns the request id of a
-    /// body evicted to stay within the bound (its stored copy must be deleted).
-    pub fn accept(&mut self, forwarded: Forwarded) -> Option<RequestId> {
+    /// Makes `forwarded` the last sent request and caches its body; returns the request id and
+    /// body of one evicted to stay within the bound (its stored copy, if it has one, must be deleted).
+    pub fn accept(&mut self, forwarded: Forwarded) -> Option<(RequestId, Bytes)> {
         let evicted = self.push_body(
             forwarded.request_id,
             forwarded.operation_digest,
@@ -79,9 +79,9 @@ impl ClientState {
         let _ = self.push_body(request_id, Digest::of(&operation), operation);
     }
 
-    fn push_body(&mut self, request_id: RequestId, digest: Digest, operation: Bytes) -> Option<RequestId> {
+    fn push_body(&mut self, request_id: RequestId, digest: Digest, operation: Bytes) -> Option<(RequestId, Bytes)> {
         let evicted = if self.bodies.len() >= self.bodies_max {
-            self.bodies.pop_front().map(|body| body.0)
+            self.bodies.pop_front().map(|body| (body.0, body.2))
         } else {
             None
         };

@@ -1,6 +1,7 @@
 //! The authentication stage (UpRight thesis 5.2; the papers' "filter" / "RQ").
 //!
-//! Each member checks a client's MAC authenticator, persists the request, and forwards it to every
+//! Each member checks a client's MAC authenticator, persists the request body if it travels by
+//! digest (an inline body rides in the AUTH-REQ and is logged by the order stage), and forwards it to every
 //! order member: the entry (body inline if small, else its digest) and this member's row of the
 //! matrix signature. Forwarding is batched per host round: accepted requests are buffered and
 //! [`Stage::flush`] sends one AUTH-REQ carrying all of them to each order member (a buffer that
@@ -233,20 +234,32 @@ impl AuthStage {
             }
         }
         let forwarded = self.build(*client, *request_id, operation.clone(), now);
-        let record = crate::codec::to_bytes(&(*client, *request_id, operation));
-        out.push(Action::Persist {
-            key: storage_key(*client, *request_id),
-            value: Some(Bytes::from(record)),
-        });
-        let item = forwarded.item.clone();
-        if let Some(evicted) = self.clients.get_mut(*client).accept(forwarded) {
+        if self.stores_body(operation) {
+            let record = crate::codec::to_bytes(&(*client, *request_id, operation));
             out.push(Action::Persist {
-                key: storage_key(*client, evicted),
-                value: None,
+                key: storage_key(*client, *request_id),
+                value: Some(Bytes::from(record)),
             });
+        }
+        let item = forwarded.item.clone();
+        if let Some((evicted, body)) = self.clients.get_mut(*client).accept(forwarded) {
+            if self.stores_body(&body) {
+                out.push(Action::Persist {
+                    key: storage_key(*client, evicted),
+                    value: None,
+                });
+            }
         }
         self.stats.bump("forwarded");
         self.queue_for_order(item, out);
+    }
+
+    /// Whether a request body must be made durable here before its AUTH-REQ goes out: only bodies
+    /// that travel by digest. An inline body rides in the AUTH-REQ itself and the order stage logs
+    /// it with the batch; if this member forgets it in a crash, nothing depends on it (the client,
+    /// unanswered, retransmits), so it costs no write on the critical path.
+    fn stores_body(&self, operation: &[u8]) -> bool {
+        operation.len() > self.config.knobs.inline_request_bytes_max
     }
 
     /// Checks the seal as received by this member; a bad one is counted.

@@ -85,7 +85,8 @@ fn sent_auth_request(actions: &[Action]) -> Option<(Vec<Principal>, RequestEntry
 fn valid_request_is_persisted_then_forwarded_to_all_order_members_with_a_valid_row() {
     let f = fixture(1, 1, 2, Knobs::default());
     let mut auth = stage(&f, 2, &Storage::new());
-    let actions = run(&mut auth, 10, request(&f, 1, 1, b"put x"));
+    let big = vec![b'b'; f.config.knobs.inline_request_bytes_max + 1];
+    let actions = run(&mut auth, 10, request(&f, 1, 1, &big));
     let persist = actions
         .iter()
         .position(|a| matches!(a, Action::Persist { .. }))
@@ -95,6 +96,16 @@ fn valid_request_is_persisted_then_forwarded_to_all_order_members_with_a_valid_r
         .position(|a| matches!(a, Action::Send { .. }))
         .expect("sent");
     assert!(persist < send, "persist before send");
+    let (to, entry, _) = sent_auth_request(&actions).unwrap();
+    assert_eq!(to, ClusterConfig::order_members(&f.quorums).collect::<Vec<_>>());
+    assert_eq!(entry.body, RequestBody::Digest(Digest::of(&big)));
+
+    // An inline body rides in the AUTH-REQ (the order stage logs it): no write here.
+    let actions = run(&mut auth, 20, request(&f, 0, 1, b"put x"));
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::Persist { .. })),
+        "inline: not persisted"
+    );
     let (to, entry, row) = sent_auth_request(&actions).unwrap();
     assert_eq!(to, ClusterConfig::order_members(&f.quorums).collect::<Vec<_>>());
     assert_eq!(entry.body, RequestBody::Inline(Bytes::from_static(b"put x")));
@@ -310,7 +321,7 @@ fn requests_of_one_round_go_to_each_order_member_in_one_auth_request_after_the_f
         let out = handle(
             &mut auth,
             10 + c as u64,
-            request(&f, c, 1, format!("put {c}").as_bytes()),
+            request(&f, c, 1, format!("put {c} {}", "v".repeat(64)).as_bytes()),
         );
         assert!(auth_requests(&out).is_empty(), "buffered until the flush");
         assert!(
