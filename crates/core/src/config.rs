@@ -114,7 +114,12 @@ impl Default for Knobs {
             pipeline_window: 1,
             checkpoint_interval: 64,
             log_window: 128,
-            inline_request_bytes_max: 64,
+            // A request of up to 1 KiB rides inline through the order stage (logged with the batch):
+            // by digest it would cost the execution stage a FETCH round trip to an authentication
+            // member and that member a body write before forwarding. 1 KiB holds the ~40 small
+            // commands a Redis gateway operation carries at 16-40 connections; 4 KiB values still
+            // travel by digest.
+            inline_request_bytes_max: 1024,
             request_bytes_max: 1 << 20,
             reply_bytes_max: 1 << 20,
             client_retransmit_initial_us: 500_000,

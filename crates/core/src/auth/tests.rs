@@ -210,7 +210,7 @@ fn retransmissions_are_resent_once_then_paced_and_conflicts_dropped() {
 fn large_bodies_are_ordered_by_digest_and_served_on_fetch() {
     let f = fixture(1, 1, 1, Knobs::default());
     let mut auth = stage(&f, 1, &Storage::new());
-    let big = vec![7u8; 1000];
+    let big = vec![7u8; f.config.knobs.inline_request_bytes_max + 1];
     let (_, entry, _) = sent_auth_request(&run(&mut auth, 0, request(&f, 0, 1, &big))).unwrap();
     let digest = Digest::of(&big);
     assert_eq!(entry.body, RequestBody::Digest(digest));
@@ -245,7 +245,8 @@ fn large_bodies_are_ordered_by_digest_and_served_on_fetch() {
 fn restart_from_storage_resends_the_same_auth_request() {
     let f = fixture(1, 1, 1, Knobs::default());
     let mut auth = stage(&f, 0, &Storage::new());
-    let actions = run(&mut auth, 0, request(&f, 0, 1, b"a"));
+    let a = vec![b'a'; f.config.knobs.inline_request_bytes_max + 1];
+    let actions = run(&mut auth, 0, request(&f, 0, 1, &a));
     let mut storage = Storage::new();
     for action in &actions {
         if let Action::Persist { key, value: Some(v) } = action {
@@ -254,7 +255,7 @@ fn restart_from_storage_resends_the_same_auth_request() {
     }
     let before = sent_auth_request(&actions).unwrap();
     let mut restarted = stage(&f, 0, &storage);
-    let after = sent_auth_request(&run(&mut restarted, 100, request(&f, 0, 1, b"a"))).expect("resent after restart");
+    let after = sent_auth_request(&run(&mut restarted, 100, request(&f, 0, 1, &a))).expect("resent after restart");
     assert_eq!(before.1, after.1);
     assert!(
         run(&mut restarted, 101, request(&f, 0, 1, b"changed")).is_empty(),
@@ -274,7 +275,7 @@ fn bodies_of_three_checkpoint_intervals_survive_a_restart_and_older_ones_are_del
     let f = fixture(1, 1, 1, knobs);
     let mut auth = stage(&f, 0, &Storage::new());
     let mut storage = Storage::new();
-    let big = |n: u64| vec![n as u8; 200];
+    let big = |n: u64| vec![n as u8; f.config.knobs.inline_request_bytes_max + 200];
     for n in 1..=10u64 {
         let actions = run(&mut auth, n * 10_000_000, request(&f, 0, n, &big(n)));
         assert!(sent_auth_request(&actions).is_some(), "request {n} forwarded");
@@ -321,7 +322,12 @@ fn requests_of_one_round_go_to_each_order_member_in_one_auth_request_after_the_f
         let out = handle(
             &mut auth,
             10 + c as u64,
-            request(&f, c, 1, format!("put {c} {}", "v".repeat(64)).as_bytes()),
+            request(
+                &f,
+                c,
+                1,
+                format!("put {c} {}", "v".repeat(f.config.knobs.inline_request_bytes_max)).as_bytes(),
+            ),
         );
         assert!(auth_requests(&out).is_empty(), "buffered until the flush");
         assert!(
