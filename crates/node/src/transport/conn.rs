@@ -15,7 +15,9 @@ use upright_core::crypto::KeyRing;
 use upright_core::ids::{ClientId, Process};
 
 use super::mux::{ClientFrame, ClientRoutes, HelloList, HELLO_LIST_BYTES_MAX};
-use super::{read_frame, write_frame, write_tagged_frame, Counters, FrameError, FrameReader, Hello, Inbox, HELLO_BYTES_MAX};
+use super::{
+    read_frame, write_frame, write_tagged_frame, Counters, FrameError, FrameReader, Hello, Inbox, HELLO_BYTES_MAX,
+};
 
 /// Most frames waiting to be written to one peer.
 pub const OUTBOUND_QUEUE_MAX: usize = 4096;
@@ -57,7 +59,12 @@ impl Dialer {
 /// to replica traffic: each side writes on the connection it dialled).
 pub fn dial(addr: SocketAddr, hello: Hello, counters: Arc<Counters>) -> Dialer {
     let hello_bytes = upright_core::codec::to_bytes(&hello);
-    dial_with(addr, hello_bytes, |reader| tokio::spawn(drain_until_closed(reader)), counters)
+    dial_with(
+        addr,
+        hello_bytes,
+        |reader| tokio::spawn(drain_until_closed(reader)),
+        counters,
+    )
 }
 
 /// Dials `addr` (and redials on failure), writes `hello_bytes` as the first frame of every

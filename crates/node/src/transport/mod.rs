@@ -28,10 +28,10 @@ use upright_core::message::Message;
 
 pub use conn::{dial, serve, Dialer, CONNECTIONS_MAX, OUTBOUND_QUEUE_MAX};
 pub use frame::{read_frame, write_frame, write_tagged_frame, FrameError, FrameReader, READ_CHUNK_BYTES};
+pub use inbox::{Inbox, INBOX_PER_PEER_MAX};
 pub use mux::{
     dial_clients, ClientRoutes, HelloList, CLIENTS_PER_CONNECTION_MAX, CLIENT_TAG_BYTES, HELLO_LIST_BYTES_MAX,
 };
-pub use inbox::{Inbox, INBOX_PER_PEER_MAX};
 
 /// Largest hello frame.
 pub const HELLO_BYTES_MAX: usize = 1024;

@@ -158,7 +158,7 @@ pub fn dial_clients(
 /// One frame read from a client connection.
 enum Demuxed {
     /// An envelope for a client of this process, from the dialled replica.
-    For(ClientId, Envelope),
+    For(ClientId, Arc<Envelope>),
     /// Dropped (counted under the name).
     Dropped(&'static str),
 }
@@ -181,7 +181,7 @@ fn demux_frame(
     if envelope.from.process() != replica {
         return Ok(Demuxed::Dropped("net_dropped_wrong_sender"));
     }
-    Ok(Demuxed::For(client, envelope))
+    Ok(Demuxed::For(client, Arc::new(envelope)))
 }
 
 /// Reads a client connection until it fails or misbehaves: every frame one read brought in is
@@ -202,7 +202,7 @@ async fn demux_loop(
         let closing = loop {
             match frames.next_frame() {
                 Ok(Some(body)) => match demux_frame(&body, replica, &inboxes) {
-                    Ok(Demuxed::For(client, envelope)) => batch.entry(client).or_default().push(Arc::new(envelope)),
+                    Ok(Demuxed::For(client, envelope)) => batch.entry(client).or_default().push(envelope),
                     Ok(Demuxed::Dropped(reason)) => counters.bump(reason),
                     Err(reason) => break Some(reason),
                 },

@@ -163,10 +163,18 @@ async fn a_client_not_in_the_hello_list_cannot_inject() {
     let list = HelloList::new([&keys.client(1), &keys.client(2)], NAME, ReplicaId(0));
     let mut s = TcpStream::connect(server.addr).await.unwrap();
     write_frame(&mut s, &list.encode()).await.unwrap();
-    write_frame(&mut s, &envelope(Principal::Client(ClientId(3)), 30)).await.unwrap();
-    write_frame(&mut s, &envelope(Principal::Order(ReplicaId(1)), 40)).await.unwrap();
-    write_frame(&mut s, &envelope(Principal::Client(ClientId(2)), 20)).await.unwrap();
-    write_frame(&mut s, &envelope(Principal::Client(ClientId(1)), 10)).await.unwrap();
+    write_frame(&mut s, &envelope(Principal::Client(ClientId(3)), 30))
+        .await
+        .unwrap();
+    write_frame(&mut s, &envelope(Principal::Order(ReplicaId(1)), 40))
+        .await
+        .unwrap();
+    write_frame(&mut s, &envelope(Principal::Client(ClientId(2)), 20))
+        .await
+        .unwrap();
+    write_frame(&mut s, &envelope(Principal::Client(ClientId(1)), 10))
+        .await
+        .unwrap();
     eventually("two envelopes", || server.inbox.len() == 2).await;
     eventually("the drops", || server.counters.get("net_dropped_wrong_sender") == 2).await;
     let mut got: Vec<(Process, u64)> = server
@@ -199,7 +207,14 @@ async fn replies_reach_the_right_client_of_a_shared_connection() {
     let inboxes = Arc::new(inboxes);
     let (c1, c2) = (keys.client(1), keys.client(2));
     let hellos = HelloList::new([&c1, &c2], NAME, ReplicaId(0));
-    let dialer = dial_clients(server.addr, ReplicaId(0), &hellos, inboxes.clone(), 1 << 16, counters.clone());
+    let dialer = dial_clients(
+        server.addr,
+        ReplicaId(0),
+        &hellos,
+        inboxes.clone(),
+        1 << 16,
+        counters.clone(),
+    );
     // Requests of both clients go out on the one connection, each queued under its client.
     dialer.send(Arc::new(envelope(Principal::Client(ClientId(1)), 1)));
     dialer.send(Arc::new(envelope(Principal::Client(ClientId(2)), 2)));
