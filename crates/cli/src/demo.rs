@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use upright_core::kv::{KvOperation, KvReply};
-use upright_node::client::{start_client, ClientHandle};
+use upright_node::client::{start_client, start_clients, ClientHandle};
 use upright_node::files::{self, ClientFile, FileError, InitPlan};
 
 /// Replicas of the demo cluster.
@@ -120,14 +120,17 @@ fn client(dir: &Path, c: u32) -> Result<ClientHandle, FileError> {
     start_client(setup, Some(dir.join(format!("client-{c}.last-request-id"))))
 }
 
-/// A client of the gateway's pool. It keeps no request-id file: the demo's cluster (its config,
-/// keys and client identities, all in a temporary directory) lives exactly as long as this
-/// process, so a pool client never restarts against the same cluster, and the file would cost a
-/// create + fsync + rename + directory fsync on the async runtime's threads for every operation
-/// (that blocking I/O made the gateway about 5x slower than the bench client, which keeps none).
-fn gateway_client(dir: &Path, c: u32) -> Result<ClientHandle, FileError> {
-    let setup = ClientFile::load(&dir.join(format!("client-{c}.toml")))?;
-    start_client(setup, None)
+/// The clients of the gateway's pool (identities `0..n`), sharing one connection per replica.
+/// They keep no request-id file: the demo's cluster (its config, keys and client identities, all
+/// in a temporary directory) lives exactly as long as this process, so a pool client never
+/// restarts against the same cluster, and the file would cost a create + fsync + rename +
+/// directory fsync on the async runtime's threads for every operation (that blocking I/O made the
+/// gateway about 5x slower than the bench client, which keeps none).
+fn gateway_clients(dir: &Path, n: u32) -> Result<Vec<ClientHandle>, FileError> {
+    let setups = (0..n)
+        .map(|c| Ok((ClientFile::load(&dir.join(format!("client-{c}.toml")))?, None)))
+        .collect::<Result<Vec<_>, FileError>>()?;
+    start_clients(setups)
 }
 
 /// The default pool size of the Redis gateway.
@@ -200,9 +203,7 @@ pub async fn run(
     }
     println!("  cluster is serving (first write took {:.2?})", started.elapsed());
     if let Some(listener) = listener {
-        let pool = (0..pool_size)
-            .map(|c| gateway_client(&dir, c))
-            .collect::<Result<Vec<_>, _>>()?;
+        let pool = gateway_clients(&dir, pool_size)?;
         tokio::spawn(upright_kv::gateway::serve(listener, pool));
         redis_gateway::announce(port, pool_size, &cluster.exe.display().to_string(), &dir);
         let _ = tokio::signal::ctrl_c().await;

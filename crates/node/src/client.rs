@@ -1,5 +1,6 @@
-//! An async client: `invoke(operation) -> result` over the core's client protocol, with one
-//! connection to every replica's client listener.
+//! An async client: `invoke(operation) -> result` over the core's client protocol. All clients a
+//! process starts together ([`start_clients`]) share one connection to every replica's client
+//! listener; each still has its own task, core client, state file and timers.
 //!
 //! The core client has one outstanding request and queues the rest, delivering results in
 //! invocation order, so the host answers invocations first-in first-out.
@@ -16,7 +17,7 @@
 //! If the state file cannot be written the client stops (callers get [`ClientError::Stopped`]); an
 //! unreadable state file is an error at start, never "start from id 0".
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,13 +26,13 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use upright_core::client::Client;
 use upright_core::crypto::KeyRing;
-use upright_core::ids::{Process, ReplicaId, RequestId};
+use upright_core::ids::{ClientId, Process, ReplicaId, RequestId};
 use upright_core::message::Message;
 use upright_core::stage::{Action, Input, Stage, Time, Timer};
 
 use crate::files::{resolve, ClientSetup, FileError};
 use crate::replica::Clock;
-use crate::transport::{dial, Counters, Dialer, Hello, Inbox};
+use crate::transport::{dial_clients, Counters, Dialer, HelloList, Inbox, CLIENTS_PER_CONNECTION_MAX};
 
 /// Largest frame a client accepts (a reply plus envelope overhead).
 const REPLY_FRAME_MAX: usize = upright_core::message::MESSAGE_BYTES_MAX;
@@ -102,7 +103,7 @@ impl ClientHandle {
             .map_err(|_| ClientError::TimedOut)?
     }
 
-    /// Transport counters of this client.
+    /// Transport counters of this client (shared by the clients of its connection group).
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
@@ -171,37 +172,117 @@ fn write_saved(path: &PathBuf, id: RequestId, operation: &[u8]) -> std::io::Resu
 }
 
 /// Starts a client (must be called inside a tokio runtime). `state_file` keeps the last request
-/// id across restarts of this client.
+/// id across restarts of this client. A group of one: see [`start_clients`].
 pub fn start_client(setup: ClientSetup, state_file: Option<PathBuf>) -> Result<ClientHandle, FileError> {
+    let mut handles = start_clients(vec![(setup, state_file)])?;
+    Ok(handles.pop().expect("one client started"))
+}
+
+/// Starts several clients of one cluster that share one connection per replica (must be called
+/// inside a tokio runtime): each dial presents the hellos of all of them, and every client keeps
+/// its own task, core client, state file and timers, as if alone. The handles come back in the
+/// order of `setups`; clients of one connection group (up to [`CLIENTS_PER_CONNECTION_MAX`])
+/// share their transport counters. Nothing starts if any setup is unusable.
+pub fn start_clients(setups: Vec<(ClientSetup, Option<PathBuf>)>) -> Result<Vec<ClientHandle>, FileError> {
+    let mut prepared = Vec::with_capacity(setups.len());
+    let mut ids = BTreeSet::new();
+    for (setup, state_file) in setups {
+        if let Some((first, _)) = prepared.first() {
+            same_cluster(first, &setup)?;
+        }
+        if !ids.insert(setup.id) {
+            return Err(FileError(format!("client {} is listed twice", setup.id.0)));
+        }
+        let task = prepare(&setup, state_file)?;
+        prepared.push((setup, task));
+    }
+    let mut handles = Vec::with_capacity(prepared.len());
+    let mut rest = prepared.into_iter().peekable();
+    while rest.peek().is_some() {
+        let group: Vec<_> = rest.by_ref().take(CLIENTS_PER_CONNECTION_MAX).collect();
+        handles.extend(start_group(group)?);
+    }
+    Ok(handles)
+}
+
+/// Refuses to group clients of different clusters (or of differently addressed replicas).
+fn same_cluster(first: &ClientSetup, other: &ClientSetup) -> Result<(), FileError> {
+    let addrs = |s: &ClientSetup| {
+        let replicas = &s.cluster.file.replicas;
+        let addrs: Vec<(u32, String)> = replicas.iter().map(|e| (e.id, e.client_addr.clone())).collect();
+        (s.cluster.config.cluster_name.clone(), addrs)
+    };
+    if addrs(first) != addrs(other) {
+        return Err(FileError(format!(
+            "clients {} and {} belong to different clusters; they cannot share connections",
+            first.id.0, other.id.0
+        )));
+    }
+    Ok(())
+}
+
+/// A client ready to run, not yet connected.
+struct Prepared {
+    keys: Arc<KeyRing>,
+    client: Client,
+    state_file: Option<PathBuf>,
+    last: RequestId,
+    replay: Option<Bytes>,
+}
+
+/// Reads the client's state and builds its core client (everything that can fail).
+fn prepare(setup: &ClientSetup, state_file: Option<PathBuf>) -> Result<Prepared, FileError> {
     let config = setup.cluster.config.clone();
     let keys = Arc::new(KeyRing::new(&config, Process::Client(setup.id), &setup.keys));
     let (last, replay) = restart_point(&state_file)?;
-    let client = Client::resume(config.clone(), setup.id, keys.clone(), last).map_err(|e| FileError(e.to_string()))?;
-    let counters = Arc::new(Counters::default());
-    let inbox = Arc::new(Inbox::new(counters.clone()));
-    let mut replicas = BTreeMap::new();
-    for entry in &setup.cluster.file.replicas {
-        let to = Process::Replica(ReplicaId(entry.id));
-        let hello = Hello::new(&keys, &config.cluster_name, to);
-        let addr = resolve(&entry.client_addr)?;
-        replicas.insert(
-            ReplicaId(entry.id),
-            dial(addr, hello, Some(inbox.clone()), REPLY_FRAME_MAX, counters.clone()),
-        );
-    }
-    let (tx, rx) = mpsc::channel(COMMANDS_MAX);
-    let task = ClientTask {
+    let client = Client::resume(config, setup.id, keys.clone(), last).map_err(|e| FileError(e.to_string()))?;
+    Ok(Prepared {
+        keys,
         client,
-        replicas,
-        inbox,
         state_file,
-        persisted: last,
-        waiting: VecDeque::new(),
-        timer: None,
-        clock: Clock::new(),
-    };
-    tokio::spawn(task.run(rx, replay));
-    Ok(ClientHandle { tx, counters })
+        last,
+        replay,
+    })
+}
+
+/// Dials every replica once for the whole group and spawns each client's task.
+fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>, FileError> {
+    let cluster = &group[0].0.cluster;
+    let name = &cluster.config.cluster_name;
+    let counters = Arc::new(Counters::default());
+    let inboxes: BTreeMap<ClientId, Arc<Inbox>> = group
+        .iter()
+        .map(|(setup, _)| (setup.id, Arc::new(Inbox::new(counters.clone()))))
+        .collect();
+    let inboxes = Arc::new(inboxes);
+    let mut replicas = BTreeMap::new();
+    for entry in &cluster.file.replicas {
+        let to = ReplicaId(entry.id);
+        let addr = resolve(&entry.client_addr)?;
+        let hellos = HelloList::new(group.iter().map(|(_, p)| p.keys.as_ref()), name, to);
+        let dialer = dial_clients(addr, to, &hellos, inboxes.clone(), REPLY_FRAME_MAX, counters.clone());
+        replicas.insert(to, dialer);
+    }
+    let mut handles = Vec::with_capacity(group.len());
+    for (setup, prepared) in group {
+        let (tx, rx) = mpsc::channel(COMMANDS_MAX);
+        let task = ClientTask {
+            client: prepared.client,
+            replicas: replicas.clone(),
+            inbox: inboxes[&setup.id].clone(),
+            state_file: prepared.state_file,
+            persisted: prepared.last,
+            waiting: VecDeque::new(),
+            timer: None,
+            clock: Clock::new(),
+        };
+        tokio::spawn(task.run(rx, prepared.replay));
+        handles.push(ClientHandle {
+            tx,
+            counters: counters.clone(),
+        });
+    }
+    Ok(handles)
 }
 
 struct ClientTask {

@@ -237,7 +237,7 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
         if peer.id != spec.id {
             let hello = Hello::new(&keys, &name, Process::Replica(ReplicaId(peer.id)));
             let addr = resolve(&peer.replica_addr)?;
-            peers.insert(ReplicaId(peer.id), dial(addr, hello, None, 0, counters.clone()));
+            peers.insert(ReplicaId(peer.id), dial(addr, hello, counters.clone()));
         }
     }
     let status = Arc::new(Mutex::new(Status {

@@ -20,7 +20,7 @@ use upright_node::files::{self, ClientFile, Cluster};
 use upright_node::metrics::http_get;
 use upright_node::replica::{run_replica, ReplicaSpec, StageFactory};
 use upright_node::storage::StorageOptions;
-use upright_node::transport::{write_frame, Hello};
+use upright_node::transport::{write_frame, Hello, HelloList};
 
 type Seen = Arc<Mutex<BTreeSet<(u32, u32, u64, u32)>>>; // (at replica, client, request, from auth)
 
@@ -176,7 +176,7 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
     );
     let client_addr = files::resolve(&cluster.file.replica(0).unwrap().client_addr).unwrap();
     let mut s5 = tokio::net::TcpStream::connect(client_addr).await.unwrap();
-    let hello_c = upright_core::codec::to_bytes(&Hello::new(&ring_c1, "loopback", Process::Replica(ReplicaId(0))));
+    let hello_c = HelloList::new([&ring_c1], "loopback", ReplicaId(0)).encode();
     write_frame(&mut s5, &hello_c).await.unwrap();
     let forged_request = Envelope {
         from: Principal::Client(ClientId(1)),

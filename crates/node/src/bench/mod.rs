@@ -24,7 +24,7 @@ pub use launch::{cpu_us, parse_stat_cpu_ticks};
 pub use load::{Measurement, Workload};
 pub use report::{svg_path, to_json, to_svg};
 
-use crate::client::{start_client, ClientHandle};
+use crate::client::{start_clients, ClientHandle};
 use crate::files::{ClientFile, FileError};
 use crate::storage::FsyncPolicy;
 use launch::{launch, Processes, Target};
@@ -115,11 +115,13 @@ async fn start(options: &BenchOptions, target: Target) -> Result<Running, FileEr
         .tempdir()
         .map_err(|e| FileError(format!("cannot create a temporary directory: {e}")))?;
     let processes = launch(&options.exe, dir.path(), &target)?;
-    let mut clients = Vec::new();
+    // All clients of the run share one connection per server (the NO-REP run too, so the
+    // baseline pays the same transport).
+    let mut setups = Vec::new();
     for c in 0..target.clients {
-        let setup = ClientFile::load(&dir.path().join(format!("client-{c}.toml")))?;
-        clients.push(start_client(setup, None)?);
+        setups.push((ClientFile::load(&dir.path().join(format!("client-{c}.toml")))?, None));
     }
+    let clients = start_clients(setups)?;
     let probe = load::Workload::parse("0/0").expect("valid");
     let started = Instant::now();
     if let Err(e) = clients[0]

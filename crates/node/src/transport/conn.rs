@@ -1,20 +1,23 @@
 //! Connections: dialing with reconnect and backoff, accepting with a checked hello, reading frames
 //! into the inbox, writing from a bounded queue.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinHandle;
 use upright_core::crypto::KeyRing;
 use upright_core::ids::{ClientId, Process};
 
-use super::{read_frame, write_frame, Counters, FrameError, FrameReader, Hello, Inbox, HELLO_BYTES_MAX};
+use super::mux::{ClientFrame, ClientRoutes, HelloList, HELLO_LIST_BYTES_MAX};
+use super::{
+    read_frame, write_frame, write_tagged_frame, Counters, FrameError, FrameReader, Hello, Inbox, HELLO_BYTES_MAX,
+};
 
 /// Most frames waiting to be written to one peer.
 pub const OUTBOUND_QUEUE_MAX: usize = 4096;
@@ -29,7 +32,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
-type Frame = Arc<Vec<u8>>;
+pub(super) type Frame = Arc<Vec<u8>>;
 
 /// The sending end of one outbound connection (reconnects by itself).
 #[derive(Clone)]
@@ -52,30 +55,39 @@ impl Dialer {
     }
 }
 
-/// Dials `addr` (and redials on failure) presenting `hello`. If `inbox` is given, frames read from
-/// the connection are decoded and queued there as coming from `hello.to` (clients receive replies
-/// this way); otherwise the connection is write-only.
-pub fn dial(
-    addr: SocketAddr,
-    hello: Hello,
-    inbox: Option<Arc<Inbox>>,
-    max_frame: usize,
-    counters: Arc<Counters>,
-) -> Dialer {
+/// Dials `addr` (and redials on failure) presenting `hello`; the connection is write-only (replica
+/// to replica traffic: each side writes on the connection it dialled).
+pub fn dial(addr: SocketAddr, hello: Hello, counters: Arc<Counters>) -> Dialer {
+    let hello_bytes = upright_core::codec::to_bytes(&hello);
+    dial_with(
+        addr,
+        hello_bytes,
+        |reader| tokio::spawn(drain_until_closed(reader)),
+        counters,
+    )
+}
+
+/// Dials `addr` (and redials on failure), writes `hello_bytes` as the first frame of every
+/// connection, then writes the queued frames; `read` spawns the task that reads the connection
+/// (its end closes the connection, which is then redialled).
+pub(super) fn dial_with<F>(addr: SocketAddr, hello_bytes: Vec<u8>, read: F, counters: Arc<Counters>) -> Dialer
+where
+    F: Fn(OwnedReadHalf) -> JoinHandle<()> + Send + 'static,
+{
     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE_MAX);
-    tokio::spawn(run_dial(addr, hello, rx, inbox, max_frame, counters.clone()));
+    tokio::spawn(run_dial(addr, hello_bytes, rx, read, counters.clone()));
     Dialer { tx, counters }
 }
 
-async fn run_dial(
+async fn run_dial<F>(
     addr: SocketAddr,
-    hello: Hello,
+    hello_bytes: Vec<u8>,
     mut rx: mpsc::Receiver<Frame>,
-    inbox: Option<Arc<Inbox>>,
-    max_frame: usize,
+    read: F,
     counters: Arc<Counters>,
-) {
-    let hello_bytes = upright_core::codec::to_bytes(&hello);
+) where
+    F: Fn(OwnedReadHalf) -> JoinHandle<()> + Send + 'static,
+{
     let mut backoff = BACKOFF_MIN;
     loop {
         let stream = match TcpStream::connect(addr).await {
@@ -96,10 +108,7 @@ async fn run_dial(
         }
         backoff = BACKOFF_MIN;
         counters.bump("net_connects");
-        let mut reading = match &inbox {
-            Some(inbox) => tokio::spawn(read_loop(reader, hello.to, inbox.clone(), max_frame, counters.clone())),
-            None => tokio::spawn(drain_until_closed(reader)),
-        };
+        let mut reading = read(reader);
         loop {
             tokio::select! {
                 frame = rx.recv() => {
@@ -107,7 +116,7 @@ async fn run_dial(
                         reading.abort();
                         return;
                     };
-                    if write_batch(&mut writer, &frame, &mut rx).await.is_err() {
+                    if write_batch(&mut writer, frame, &mut rx).await.is_err() {
                         break;
                     }
                 }
@@ -119,16 +128,50 @@ async fn run_dial(
     }
 }
 
+/// A queued outbound frame: its body, and on a client connection the 4-byte tag (the client's
+/// id, little-endian) written before it.
+pub(super) trait Outgoing: Send + 'static {
+    /// The bytes before the body, if any.
+    fn tag(&self) -> Option<[u8; 4]>;
+    /// The body.
+    fn body(&self) -> &[u8];
+}
+
+impl Outgoing for Frame {
+    fn tag(&self) -> Option<[u8; 4]> {
+        None
+    }
+    fn body(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Outgoing for ClientFrame {
+    fn tag(&self) -> Option<[u8; 4]> {
+        Some(self.0 .0.to_le_bytes())
+    }
+    fn body(&self) -> &[u8] {
+        &self.1
+    }
+}
+
+async fn write_one<T: Outgoing>(writer: &mut BufWriter<OwnedWriteHalf>, frame: &T) -> std::io::Result<()> {
+    match frame.tag() {
+        Some(tag) => write_tagged_frame(writer, &tag, frame.body()).await,
+        None => write_frame(writer, frame.body()).await,
+    }
+}
+
 /// Writes `first` and whatever else is already queued, then flushes once.
-async fn write_batch(
+async fn write_batch<T: Outgoing>(
     writer: &mut BufWriter<OwnedWriteHalf>,
-    first: &[u8],
-    rx: &mut mpsc::Receiver<Frame>,
+    first: T,
+    rx: &mut mpsc::Receiver<T>,
 ) -> std::io::Result<()> {
-    write_frame(writer, first).await?;
+    write_one(writer, &first).await?;
     for _ in 0..WRITE_BATCH_FRAMES_MAX {
         match rx.try_recv() {
-            Ok(frame) => write_frame(writer, &frame).await?,
+            Ok(frame) => write_one(writer, &frame).await?,
             Err(_) => break,
         }
     }
@@ -146,9 +189,27 @@ async fn drain_until_closed(mut reader: OwnedReadHalf) {
     }
 }
 
-/// Reads frames from `peer` until the connection fails or misbehaves. Every frame that one read
-/// brought in is decoded and queued with one inbox operation.
-async fn read_loop(reader: OwnedReadHalf, peer: Process, inbox: Arc<Inbox>, max_frame: usize, counters: Arc<Counters>) {
+/// Whose envelopes an inbound connection may carry: one peer process (a replica), or the clients
+/// its hello list named.
+enum Peers {
+    One(Process),
+    Clients(BTreeSet<ClientId>),
+}
+
+impl Peers {
+    fn carries(&self, from: Process) -> bool {
+        match (self, from) {
+            (Peers::One(peer), from) => *peer == from,
+            (Peers::Clients(clients), Process::Client(c)) => clients.contains(&c),
+            (Peers::Clients(_), Process::Replica(_)) => false,
+        }
+    }
+}
+
+/// Reads frames until the connection fails or misbehaves. Every frame that one read brought in is
+/// decoded and queued with one inbox operation, each envelope under its sender's process (so the
+/// inbox's per-peer bounds and turns stay per client on a shared connection).
+async fn read_loop(reader: OwnedReadHalf, peers: Peers, inbox: Arc<Inbox>, max_frame: usize, counters: Arc<Counters>) {
     let mut frames = FrameReader::new(reader, max_frame);
     let mut batch = Vec::new();
     loop {
@@ -159,7 +220,9 @@ async fn read_loop(reader: OwnedReadHalf, peer: Process, inbox: Arc<Inbox>, max_
         let closing = loop {
             match frames.next_frame() {
                 Ok(Some(body)) => match upright_core::codec::decode(&body) {
-                    Ok(envelope) if envelope.from.process() == peer => batch.push(Arc::new(envelope)),
+                    Ok(envelope) if peers.carries(envelope.from.process()) => {
+                        batch.push((envelope.from.process(), Arc::new(envelope)))
+                    }
                     Ok(_) => wrong_sender += 1,
                     Err(_) => break Some("net_closed_garbage"),
                 },
@@ -174,7 +237,7 @@ async fn read_loop(reader: OwnedReadHalf, peer: Process, inbox: Arc<Inbox>, max_
         }
         if !batch.is_empty() {
             counters.add("net_frames_in", batch.len() as u64);
-            inbox.push_many(peer, batch.drain(..));
+            inbox.push_each(batch.drain(..));
         }
         if let Some(reason) = closing {
             counters.bump(reason);
@@ -183,44 +246,11 @@ async fn read_loop(reader: OwnedReadHalf, peer: Process, inbox: Arc<Inbox>, max_
     }
 }
 
-/// Where replies to clients go: the latest connection of each client.
-#[derive(Default)]
-pub struct ClientRoutes {
-    routes: Mutex<BTreeMap<ClientId, (u64, mpsc::Sender<Frame>)>>,
-    generation: AtomicU64,
-}
-
-impl ClientRoutes {
-    /// Queues a frame to `client`; returns false (and the caller counts) if it is not connected
-    /// or its queue is full.
-    pub fn send(&self, client: ClientId, frame: Frame) -> bool {
-        let routes = self.routes.lock().expect("routes lock");
-        match routes.get(&client) {
-            Some((_, tx)) => tx.try_send(frame).is_ok(),
-            None => false,
-        }
-    }
-
-    fn register(&self, client: ClientId, tx: mpsc::Sender<Frame>) -> u64 {
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        self.routes
-            .lock()
-            .expect("routes lock")
-            .insert(client, (generation, tx));
-        generation
-    }
-
-    fn unregister(&self, client: ClientId, generation: u64) {
-        let mut routes = self.routes.lock().expect("routes lock");
-        if routes.get(&client).is_some_and(|(g, _)| *g == generation) {
-            routes.remove(&client);
-        }
-    }
-}
-
 /// Accepts connections on `listener`. A connection must present a valid hello from a process
-/// `admit` accepts; its envelopes then go to `inbox`. With `routes`, the connection also carries
-/// frames back to the (client) peer.
+/// `admit` accepts; its envelopes then go to `inbox`. With `routes` it is a client listener: the
+/// first frame is a hello list (one hello per client the connection carries, see
+/// [`super::HelloList`]), every client in it is routed to this connection, and replies go back on
+/// it tagged with the client's id.
 #[allow(clippy::too_many_arguments)] // the listener's whole context, passed once at start-up
 pub async fn serve(
     listener: TcpListener,
@@ -232,6 +262,15 @@ pub async fn serve(
     max_frame: usize,
     counters: Arc<Counters>,
 ) {
+    let context = Arc::new(Listening {
+        keys,
+        cluster_name,
+        admit,
+        inbox,
+        routes,
+        max_frame,
+        counters,
+    });
     let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -239,72 +278,92 @@ pub async fn serve(
             continue;
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
-            counters.bump("net_refused_too_many_connections");
+            context.counters.bump("net_refused_too_many_connections");
             continue;
         };
-        let (keys, name, inbox, routes, counters) = (
-            keys.clone(),
-            cluster_name.clone(),
-            inbox.clone(),
-            routes.clone(),
-            counters.clone(),
-        );
+        let context = context.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            accept_one(stream, &keys, &name, admit, inbox, routes, max_frame, counters).await;
+            accept_one(stream, &context).await;
         });
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn accept_one(
-    stream: TcpStream,
-    keys: &KeyRing,
-    cluster_name: &str,
+/// What a listener's connections share.
+struct Listening {
+    keys: Arc<KeyRing>,
+    cluster_name: String,
     admit: fn(Process) -> bool,
     inbox: Arc<Inbox>,
     routes: Option<Arc<ClientRoutes>>,
     max_frame: usize,
     counters: Arc<Counters>,
-) {
-    let _ = stream.set_nodelay(true);
-    let (mut reader, writer) = stream.into_split();
-    let hello = match tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut reader, HELLO_BYTES_MAX)).await {
-        Ok(Ok(body)) => upright_core::codec::from_bytes::<Hello>(&body).ok(),
-        _ => None,
-    };
-    let Some(hello) = hello else {
-        counters.bump("net_closed_bad_hello");
-        return;
-    };
-    if let Err(reason) = hello.check(keys, cluster_name) {
-        counters.bump(reason);
-        return;
-    }
-    if !admit(hello.from) {
-        counters.bump("net_closed_wrong_listener");
-        return;
-    }
-    let peer = hello.from;
-    let registered = match (&routes, peer) {
-        (Some(routes), Process::Client(client)) => {
-            let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE_MAX);
-            let generation = routes.register(client, tx);
-            tokio::spawn(write_loop(writer, rx));
-            Some((routes.clone(), client, generation))
+}
+
+impl Listening {
+    /// Reads and checks the first frame: one hello (replica listener) or a hello list (client
+    /// listener). The error names the counter to bump; the connection is then closed.
+    async fn greet(&self, reader: &mut OwnedReadHalf) -> Result<Peers, &'static str> {
+        let bound = if self.routes.is_some() {
+            HELLO_LIST_BYTES_MAX
+        } else {
+            HELLO_BYTES_MAX
+        };
+        let body = match tokio::time::timeout(HELLO_TIMEOUT, read_frame(reader, bound)).await {
+            Ok(Ok(body)) => body,
+            _ => return Err("net_closed_bad_hello"),
+        };
+        if self.routes.is_some() {
+            let clients = HelloList::check(&body, &self.keys, &self.cluster_name, self.admit)?;
+            return Ok(Peers::Clients(clients));
         }
-        _ => None,
-    };
-    read_loop(reader, peer, inbox, max_frame, counters).await;
-    if let Some((routes, client, generation)) = registered {
-        routes.unregister(client, generation);
+        let hello = upright_core::codec::from_bytes::<Hello>(&body).map_err(|_| "net_closed_bad_hello")?;
+        hello.check(&self.keys, &self.cluster_name)?;
+        if !(self.admit)(hello.from) {
+            return Err("net_closed_wrong_listener");
+        }
+        Ok(Peers::One(hello.from))
     }
 }
 
-async fn write_loop(writer: OwnedWriteHalf, mut rx: mpsc::Receiver<Frame>) {
+async fn accept_one(stream: TcpStream, context: &Listening) {
+    let _ = stream.set_nodelay(true);
+    let (mut reader, writer) = stream.into_split();
+    let peers = match context.greet(&mut reader).await {
+        Ok(peers) => peers,
+        Err(reason) => {
+            context.counters.bump(reason);
+            return;
+        }
+    };
+    let registered = match (&context.routes, &peers) {
+        (Some(routes), Peers::Clients(clients)) => {
+            let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE_MAX);
+            let generation = routes.register(clients, tx);
+            tokio::spawn(write_loop(writer, rx));
+            let clients: Vec<ClientId> = clients.iter().copied().collect();
+            Some((routes.clone(), clients, generation))
+        }
+        _ => None,
+    };
+    read_loop(
+        reader,
+        peers,
+        context.inbox.clone(),
+        context.max_frame,
+        context.counters.clone(),
+    )
+    .await;
+    if let Some((routes, clients, generation)) = registered {
+        routes.unregister(&clients, generation);
+    }
+}
+
+/// Writes the frames routed to a client connection, each tagged with its client's id.
+async fn write_loop(writer: OwnedWriteHalf, mut rx: mpsc::Receiver<ClientFrame>) {
     let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
     while let Some(frame) = rx.recv().await {
-        if write_batch(&mut writer, &frame, &mut rx).await.is_err() {
+        if write_batch(&mut writer, frame, &mut rx).await.is_err() {
             return;
         }
     }

@@ -89,8 +89,17 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
 /// Writes one frame (the caller flushes if it buffers).
 pub async fn write_frame<W: AsyncWrite + Unpin>(writer: &mut W, body: &[u8]) -> std::io::Result<()> {
-    let len = u32::try_from(body.len()).map_err(|_| std::io::Error::other("frame too long"))?;
+    write_tagged_frame(writer, &[], body).await
+}
+
+/// Writes one frame whose body is `tag` followed by `body`, without joining them first (the
+/// caller flushes if it buffers).
+pub async fn write_tagged_frame<W: AsyncWrite + Unpin>(writer: &mut W, tag: &[u8], body: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(tag.len() + body.len()).map_err(|_| std::io::Error::other("frame too long"))?;
     writer.write_all(&len.to_be_bytes()).await?;
+    if !tag.is_empty() {
+        writer.write_all(tag).await?;
+    }
     writer.write_all(body).await
 }
 

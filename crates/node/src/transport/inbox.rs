@@ -80,6 +80,36 @@ impl Inbox {
         }
     }
 
+    /// Queues envelopes each under its own sender process (a connection that carries several
+    /// clients), under one lock and with one wake-up; those that do not fit in their sender's
+    /// queue are dropped (counted).
+    pub fn push_each(&self, envelopes: impl IntoIterator<Item = (Process, Arc<Envelope>)>) {
+        let (mut accepted, mut dropped) = (0u64, 0u64);
+        {
+            let mut guard = self.state.lock().expect("inbox lock");
+            let state = &mut *guard;
+            for (from, envelope) in envelopes {
+                let queue = state.queues.entry(from).or_default();
+                if queue.len() >= self.per_peer_max {
+                    dropped += 1;
+                    continue;
+                }
+                if queue.is_empty() {
+                    state.ring.push_back(from);
+                }
+                queue.push_back(envelope);
+                accepted += 1;
+            }
+            state.total += accepted as usize;
+        }
+        if accepted > 0 {
+            self.notify.notify_one();
+        }
+        if dropped > 0 {
+            self.counters.add("net_dropped_inbox_full", dropped);
+        }
+    }
+
     /// Takes up to `max` envelopes, one per peer in turn.
     pub fn pop_round_robin(&self, max: usize) -> Vec<(Process, Arc<Envelope>)> {
         let mut state = self.state.lock().expect("inbox lock");
@@ -150,5 +180,17 @@ mod tests {
         let from: Vec<Process> = first.iter().map(|(p, _)| *p).collect();
         assert_eq!(from, vec![flooder, honest, flooder, honest]);
         assert_eq!(inbox.len(), 8);
+    }
+
+    #[test]
+    fn envelopes_of_one_connection_queue_under_each_sender() {
+        let counters = Arc::new(Counters::default());
+        let inbox = Inbox::with_bound(counters.clone(), 2);
+        let (a, b) = (Process::Client(ClientId(1)), Process::Client(ClientId(2)));
+        inbox.push_each([(a, env(a)), (a, env(a)), (a, env(a)), (b, env(b))]);
+        assert_eq!(counters.get("net_dropped_inbox_full"), 1);
+        let from: Vec<Process> = inbox.pop_round_robin(10).iter().map(|(p, _)| *p).collect();
+        assert_eq!(from, vec![a, b, a]);
+        assert!(inbox.is_empty());
     }
 }

@@ -1,18 +1,22 @@
 //! TCP transport: length-prefixed frames carrying `upright_core::codec` envelopes.
 //!
-//! Each connection starts with a [`Hello`] frame naming the sending process and the intended
-//! receiver, MACed with their pairwise key, so a connection is tied to one peer; every envelope that
-//! arrives on it must come from a principal of that process (else it is dropped and counted).
-//! Replica-to-replica traffic uses one connection per direction (each replica dials every peer and
-//! only writes on it); clients dial each replica's client listener and receive replies on the same
-//! connection. Outbound traffic to each peer goes through one bounded queue (a full queue drops
-//! the new message and counts it; the protocol retransmits). Inbound envelopes go into the
-//! per-peer queues of an [`Inbox`], served round-robin. Garbage, oversized frames or a bad hello
-//! close that connection and are counted; nothing here panics on input.
+//! Each connection starts with a hello naming the sending process and the intended receiver,
+//! MACed with their pairwise key, so a connection is tied to its peers; every envelope that
+//! arrives on it must come from a principal of one of them (else it is dropped and counted).
+//! Replica-to-replica traffic uses one connection per direction (each replica dials every peer,
+//! presents one [`Hello`] and only writes on it). All clients of one process share one connection
+//! per replica ([`dial_clients`]): its first frame is a [`HelloList`] with one hello per client,
+//! replies come back on it, each prefixed with its client's id, and the dialling process hands
+//! them to the right client. Outbound traffic to each connection goes through one bounded queue
+//! (a full queue drops the new message and counts it; the protocol retransmits). Inbound envelopes
+//! go into the per-sender queues of an [`Inbox`] (per client, also on a shared connection), served
+//! round-robin. Garbage, oversized frames or a bad hello close that connection and are counted;
+//! nothing here panics on input.
 
 mod conn;
 mod frame;
 mod inbox;
+mod mux;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -22,9 +26,12 @@ use upright_core::crypto::{Digest, KeyRing, Mac};
 use upright_core::ids::{Principal, Process, StageKind};
 use upright_core::message::Message;
 
-pub use conn::{dial, serve, ClientRoutes, Dialer, OUTBOUND_QUEUE_MAX};
-pub use frame::{read_frame, write_frame, FrameError, FrameReader, READ_CHUNK_BYTES};
+pub use conn::{dial, serve, Dialer, CONNECTIONS_MAX, OUTBOUND_QUEUE_MAX};
+pub use frame::{read_frame, write_frame, write_tagged_frame, FrameError, FrameReader, READ_CHUNK_BYTES};
 pub use inbox::{Inbox, INBOX_PER_PEER_MAX};
+pub use mux::{
+    dial_clients, ClientRoutes, HelloList, CLIENTS_PER_CONNECTION_MAX, CLIENT_TAG_BYTES, HELLO_LIST_BYTES_MAX,
+};
 
 /// Largest hello frame.
 pub const HELLO_BYTES_MAX: usize = 1024;
@@ -57,7 +64,8 @@ impl Counters {
     }
 }
 
-/// The first frame of every connection.
+/// The first frame of a replica-to-replica connection; one entry of a client connection's
+/// [`HelloList`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
     /// Cluster name (a connection to another cluster's member is refused).

@@ -1,0 +1,271 @@
+//! Tests of client multiplexing: the replica's checks of a hello list and of who may send on a
+//! shared connection, and the client side's split of tagged replies.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use upright_core::config::{ClientInfo, ClusterConfig, Knobs, ReplicaInfo};
+use upright_core::crypto::SecretKeys;
+use upright_core::ids::{Principal, SeqNo};
+use upright_core::message::{Message, Seal};
+
+use super::*;
+use crate::transport::{read_frame, serve, write_frame, write_tagged_frame};
+
+const NAME: &str = "mux";
+
+struct Keys {
+    config: ClusterConfig,
+    replicas: Vec<SecretKeys>,
+    clients: Vec<SecretKeys>,
+}
+
+impl Keys {
+    fn new() -> Keys {
+        let replicas: Vec<SecretKeys> = (0..4u8).map(|i| SecretKeys::from_seed([i + 1; 32])).collect();
+        let clients: Vec<SecretKeys> = (0..4u8).map(|i| SecretKeys::from_seed([i + 100; 32])).collect();
+        let config = ClusterConfig {
+            cluster_name: NAME.into(),
+            u: 1,
+            r: 1,
+            replicas: replicas
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ReplicaInfo {
+                    id: ReplicaId(i as u32),
+                    keys: s.public(),
+                })
+                .collect(),
+            clients: clients
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ClientInfo {
+                    id: ClientId(i as u32),
+                    keys: s.public(),
+                })
+                .collect(),
+            knobs: Knobs::default(),
+        };
+        Keys {
+            config,
+            replicas,
+            clients,
+        }
+    }
+
+    fn replica(&self, r: u32) -> KeyRing {
+        KeyRing::new(&self.config, Process::Replica(ReplicaId(r)), &self.replicas[r as usize])
+    }
+
+    fn client(&self, c: u32) -> KeyRing {
+        KeyRing::new(&self.config, Process::Client(ClientId(c)), &self.clients[c as usize])
+    }
+}
+
+/// Replica 0's client listener: its inbox, routes and counters.
+struct Server {
+    addr: SocketAddr,
+    inbox: Arc<Inbox>,
+    routes: Arc<ClientRoutes>,
+    counters: Arc<Counters>,
+}
+
+async fn server(keys: &Keys) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counters = Arc::new(Counters::default());
+    let inbox = Arc::new(Inbox::new(counters.clone()));
+    let routes = Arc::new(ClientRoutes::default());
+    tokio::spawn(serve(
+        listener,
+        Arc::new(keys.replica(0)),
+        NAME.into(),
+        |p| matches!(p, Process::Client(_)),
+        inbox.clone(),
+        Some(routes.clone()),
+        1 << 16,
+        counters.clone(),
+    ));
+    Server {
+        addr,
+        inbox,
+        routes,
+        counters,
+    }
+}
+
+fn envelope(from: Principal, seqno: u64) -> Vec<u8> {
+    upright_core::codec::encode(&Envelope {
+        from,
+        message: Message::LastExecuted { seqno: SeqNo(seqno) },
+        seal: Seal::None,
+    })
+}
+
+fn seqno(envelope: &Envelope) -> u64 {
+    match envelope.message {
+        Message::LastExecuted { seqno } => seqno.0,
+        _ => panic!("unexpected message {envelope:?}"),
+    }
+}
+
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Whether the peer closed `stream` (reads hit the end within the deadline).
+async fn closed(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+#[tokio::test]
+async fn a_bad_mac_in_one_hello_closes_the_whole_connection() {
+    let keys = Keys::new();
+    let server = server(&keys).await;
+    let mut forged = Hello::new(&keys.client(3), NAME, Process::Replica(ReplicaId(0)));
+    forged.from = Process::Client(ClientId(2)); // claims client 2, MACed with client 3's key
+    let mut list = HelloList::new([&keys.client(1)], NAME, ReplicaId(0));
+    list.0.push(forged);
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    write_frame(&mut s, &list.encode()).await.unwrap();
+    assert!(closed(&mut s).await);
+    assert_eq!(server.counters.get("net_hello_bad_mac"), 1);
+    assert!(!server.routes.is_connected(ClientId(1)) && !server.routes.is_connected(ClientId(2)));
+
+    // A replica's hello, an empty list and a client listed twice are refused as well.
+    let replica = HelloList::new([&keys.replica(1)], NAME, ReplicaId(0));
+    let twice = HelloList::new([&keys.client(1), &keys.client(1)], NAME, ReplicaId(0));
+    for list in [replica, HelloList(vec![]), twice] {
+        let mut s = TcpStream::connect(server.addr).await.unwrap();
+        write_frame(&mut s, &list.encode()).await.unwrap();
+        assert!(closed(&mut s).await);
+    }
+    assert_eq!(server.counters.get("net_closed_wrong_listener"), 1);
+    assert_eq!(server.counters.get("net_closed_bad_hello_list"), 2);
+    assert!(server.inbox.is_empty());
+}
+
+#[tokio::test]
+async fn a_client_not_in_the_hello_list_cannot_inject() {
+    let keys = Keys::new();
+    let server = server(&keys).await;
+    let list = HelloList::new([&keys.client(1), &keys.client(2)], NAME, ReplicaId(0));
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    write_frame(&mut s, &list.encode()).await.unwrap();
+    write_frame(&mut s, &envelope(Principal::Client(ClientId(3)), 30))
+        .await
+        .unwrap();
+    write_frame(&mut s, &envelope(Principal::Order(ReplicaId(1)), 40))
+        .await
+        .unwrap();
+    write_frame(&mut s, &envelope(Principal::Client(ClientId(2)), 20))
+        .await
+        .unwrap();
+    write_frame(&mut s, &envelope(Principal::Client(ClientId(1)), 10))
+        .await
+        .unwrap();
+    eventually("two envelopes", || server.inbox.len() == 2).await;
+    eventually("the drops", || server.counters.get("net_dropped_wrong_sender") == 2).await;
+    let mut got: Vec<(Process, u64)> = server
+        .inbox
+        .pop_round_robin(10)
+        .iter()
+        .map(|(p, e)| (*p, seqno(e)))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![(Process::Client(ClientId(1)), 10), (Process::Client(ClientId(2)), 20)]
+    );
+    assert!(server.routes.is_connected(ClientId(1)) && server.routes.is_connected(ClientId(2)));
+    assert!(!server.routes.is_connected(ClientId(3)));
+    drop(s);
+    eventually("unregistered", || !server.routes.is_connected(ClientId(1))).await;
+    assert!(!server.routes.is_connected(ClientId(2)));
+}
+
+#[tokio::test]
+async fn replies_reach_the_right_client_of_a_shared_connection() {
+    let keys = Keys::new();
+    let server = server(&keys).await;
+    let counters = Arc::new(Counters::default());
+    let inboxes: BTreeMap<ClientId, Arc<Inbox>> = [1, 2]
+        .into_iter()
+        .map(|c| (ClientId(c), Arc::new(Inbox::new(counters.clone()))))
+        .collect();
+    let inboxes = Arc::new(inboxes);
+    let (c1, c2) = (keys.client(1), keys.client(2));
+    let hellos = HelloList::new([&c1, &c2], NAME, ReplicaId(0));
+    let dialer = dial_clients(
+        server.addr,
+        ReplicaId(0),
+        &hellos,
+        inboxes.clone(),
+        1 << 16,
+        counters.clone(),
+    );
+    // Requests of both clients go out on the one connection, each queued under its client.
+    dialer.send(Arc::new(envelope(Principal::Client(ClientId(1)), 1)));
+    dialer.send(Arc::new(envelope(Principal::Client(ClientId(2)), 2)));
+    eventually("both requests", || server.inbox.len() == 2).await;
+    let from: Vec<Process> = server.inbox.pop_round_robin(10).iter().map(|(p, _)| *p).collect();
+    assert_eq!(from, vec![Process::Client(ClientId(1)), Process::Client(ClientId(2))]);
+    assert!(server.routes.is_connected(ClientId(1)) && server.routes.is_connected(ClientId(2)));
+    // Replies: two to client 2, one to client 1, on the same connection.
+    let reply = |n| Arc::new(envelope(Principal::Exec(ReplicaId(0)), n));
+    assert!(server.routes.send(ClientId(2), reply(21)));
+    assert!(server.routes.send(ClientId(1), reply(11)));
+    assert!(server.routes.send(ClientId(2), reply(22)));
+    assert!(!server.routes.send(ClientId(3), reply(31)));
+    let (in1, in2) = (&inboxes[&ClientId(1)], &inboxes[&ClientId(2)]);
+    eventually("the replies", || in1.len() == 1 && in2.len() == 2).await;
+    let take = |inbox: &Inbox| -> Vec<(Process, u64)> {
+        inbox.pop_round_robin(10).iter().map(|(p, e)| (*p, seqno(e))).collect()
+    };
+    let r0 = Process::Replica(ReplicaId(0));
+    assert_eq!(take(in1), vec![(r0, 11)]);
+    assert_eq!(take(in2), vec![(r0, 21), (r0, 22)]);
+    assert_eq!(counters.get("net_connects"), 1);
+}
+
+#[tokio::test]
+async fn the_client_side_drops_unknown_ids_and_foreign_senders_and_closes_on_garbage() {
+    let keys = Keys::new();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counters = Arc::new(Counters::default());
+    let inbox = Arc::new(Inbox::new(counters.clone()));
+    let inboxes = Arc::new(BTreeMap::from([(ClientId(1), inbox.clone())]));
+    let hellos = HelloList::new([&keys.client(1)], NAME, ReplicaId(0));
+    let _dialer = dial_clients(addr, ReplicaId(0), &hellos, inboxes, 1 << 16, counters.clone());
+    let (mut s, _) = listener.accept().await.unwrap();
+    let first = read_frame(&mut s, HELLO_LIST_BYTES_MAX).await.unwrap();
+    let clients = HelloList::check(&first, &keys.replica(0), NAME, |p| matches!(p, Process::Client(_))).unwrap();
+    assert_eq!(clients, BTreeSet::from([ClientId(1)]));
+    let tag = |c: u32| c.to_le_bytes();
+    let exec = |r: u32| envelope(Principal::Exec(ReplicaId(r)), 5);
+    write_tagged_frame(&mut s, &tag(99), &exec(0)).await.unwrap(); // not a client of this process
+    write_tagged_frame(&mut s, &tag(1), &exec(2)).await.unwrap(); // not from the dialled replica
+    write_tagged_frame(&mut s, &tag(1), &exec(0)).await.unwrap();
+    s.flush().await.unwrap();
+    eventually("the reply", || inbox.len() == 1).await;
+    assert_eq!(counters.get("net_dropped_unknown_client"), 1);
+    assert_eq!(counters.get("net_dropped_wrong_sender"), 1);
+    write_frame(&mut s, &[1, 0, 0]).await.unwrap(); // shorter than a tag
+    s.flush().await.unwrap();
+    eventually("the close", || counters.get("net_closed_garbage") == 1).await;
+    // It redials and presents the whole list again.
+    let (mut again, _) = listener.accept().await.unwrap();
+    assert_eq!(read_frame(&mut again, HELLO_LIST_BYTES_MAX).await.unwrap(), first);
+}
