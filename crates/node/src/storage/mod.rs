@@ -4,20 +4,22 @@
 //! Files in the member's directory:
 //! - `snapshot`: every key's value at the last compaction, followed by an end marker that states
 //!   the number of entries (a snapshot without its marker is incomplete and refused);
-//! - `log`: the records written since, in order.
+//! - `log`: the records written since, in order, in a preallocated file (see [`prealloc`]): the
+//!   space after the last record reads as zeros.
 //!
 //! Recovery loads the snapshot and replays the log over it. Replaying is idempotent (each record
 //! sets or deletes a whole value), so a crash after the new snapshot is renamed into place but
-//! before the log is reset loses nothing. A torn last log record is an interrupted write: it is
-//! truncated. Damage anywhere else means the files cannot be trusted: they are moved aside, the
+//! before the log is reset loses nothing. Zeros after the last record are the normal end of the
+//! data. A torn last log record (followed only by zeros) is an interrupted write: it is truncated. Damage anywhere else means the files cannot be trusted: they are moved aside, the
 //! stage starts from empty storage and recovers its state from its peers (the protocol's state
 //! transfer), and [`Recovery::Corrupted`] is reported so the host logs and counts it.
 //!
 //! [`Action::Persist`]: upright_core::stage::Action::Persist
 
+mod prealloc;
 mod record;
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -26,6 +28,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use upright_core::stage::Storage;
 
+use prealloc::LogFile;
+pub use prealloc::LOG_PREALLOC_BYTES;
 pub use record::{encode_record, parse_records, Record, Tail, RECORD_BYTES_MAX};
 
 const SNAPSHOT: &str = "snapshot";
@@ -73,7 +77,8 @@ pub enum Recovery {
     Clean,
     /// The last log record was incomplete and was truncated (normal after a crash).
     TornTail {
-        /// Bytes removed.
+        /// Bytes of the torn record removed (up to its last non-zero byte; the allocated zeros
+        /// after it are not counted).
         truncated_bytes: u64,
     },
     /// The snapshot or the middle of the log is damaged: the files were moved aside and the stage
@@ -99,13 +104,16 @@ pub struct LogStats {
     pub fsync_max: Duration,
     /// Compactions done.
     pub compactions: u64,
+    /// Chunks of [`LOG_PREALLOC_BYTES`] allocated ahead of the data.
+    pub preallocations: u64,
 }
 
 /// The write-ahead log of one stage member.
 pub struct StageLog {
     dir: PathBuf,
     options: StorageOptions,
-    file: File,
+    file: LogFile,
+    /// End of the valid data in the log file (the file itself is longer: allocated space).
     log_bytes: u64,
     /// The current value of every key (needed to write snapshots).
     map: Storage,
@@ -120,21 +128,19 @@ impl StageLog {
         fs::create_dir_all(dir)?;
         let _ = fs::remove_file(dir.join(SNAPSHOT_TMP));
         let _ = fs::remove_file(dir.join(LOG_TMP));
-        let (map, recovery) = match recover(dir)? {
+        let (map, recovery, log_bytes) = match recover(dir)? {
             Ok(found) => found,
             Err(reason) => {
                 let moved_to = move_aside(dir)?;
-                (
-                    Storage::new(),
-                    Recovery::Corrupted {
-                        reason: reason.to_string(),
-                        moved_to,
-                    },
-                )
+                let corrupted = Recovery::Corrupted { reason, moved_to };
+                (Storage::new(), corrupted, 0)
             }
         };
-        let file = OpenOptions::new().create(true).append(true).open(dir.join(LOG))?;
-        let log_bytes = file.metadata()?.len();
+        let mut file = LogFile::open(&dir.join(LOG))?;
+        if matches!(recovery, Recovery::TornTail { .. }) {
+            file.truncate(log_bytes)?;
+        }
+        file.reserve(log_bytes + 1)?;
         sync_dir(dir)?;
         let log = StageLog {
             dir: dir.to_path_buf(),
@@ -170,9 +176,7 @@ impl StageLog {
         if self.pending.is_empty() {
             return Ok(None);
         }
-        self.file.write_all(&self.pending)?;
-        self.log_bytes += self.pending.len() as u64;
-        self.pending.clear();
+        self.write_pending()?;
         let took = if self.options.fsync == FsyncPolicy::Always {
             let start = Instant::now();
             self.file.sync_data()?;
@@ -193,20 +197,27 @@ impl StageLog {
     /// Writes a snapshot of the current state and starts a fresh log (atomic renames, directory
     /// synced after each). Pending records are written first.
     pub fn compact(&mut self) -> io::Result<()> {
-        if !self.pending.is_empty() {
-            self.file.write_all(&self.pending)?;
-            self.pending.clear();
-        }
+        self.write_pending()?;
         self.write_snapshot_tmp()?;
         fs::rename(self.dir.join(SNAPSHOT_TMP), self.dir.join(SNAPSHOT))?;
         sync_dir(&self.dir)?;
-        let fresh = File::create(self.dir.join(LOG_TMP))?;
-        fresh.sync_all()?;
+        let fresh = LogFile::create(&self.dir.join(LOG_TMP))?;
         fs::rename(self.dir.join(LOG_TMP), self.dir.join(LOG))?;
         sync_dir(&self.dir)?;
-        self.file = OpenOptions::new().append(true).open(self.dir.join(LOG))?;
+        self.stats.preallocations += self.file.allocations();
+        self.file = fresh;
         self.log_bytes = 0;
         self.stats.compactions += 1;
+        Ok(())
+    }
+
+    /// Writes the buffered records at the end of the valid data (not synced).
+    fn write_pending(&mut self) -> io::Result<()> {
+        if !self.pending.is_empty() {
+            self.file.write_at(&self.pending, self.log_bytes)?;
+            self.log_bytes += self.pending.len() as u64;
+            self.pending.clear();
+        }
         Ok(())
     }
 
@@ -230,64 +241,79 @@ impl StageLog {
 
     /// Counters.
     pub fn stats(&self) -> LogStats {
-        self.stats
+        LogStats {
+            preallocations: self.stats.preallocations + self.file.allocations(),
+            ..self.stats
+        }
     }
 
-    /// Size of the log file (written bytes).
+    /// Size of the valid data in the log (written bytes; not the allocated size of the file).
     pub fn log_bytes(&self) -> u64 {
         self.log_bytes
     }
+
+    /// Length of the log file: the data plus the space allocated ahead of it.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.file.allocated()
+    }
 }
 
-/// Reads snapshot and log. `Ok(Err(reason))` = the files are damaged.
-fn recover(dir: &Path) -> io::Result<Result<(Storage, Recovery), String>> {
+/// Reads snapshot and log: the state, what was found and the length of the log's valid data (the
+/// caller truncates a torn tail to it). `Ok(Err(reason))` = the files are damaged.
+fn recover(dir: &Path) -> io::Result<Result<(Storage, Recovery, u64), String>> {
     let snapshot = read_if_exists(&dir.join(SNAPSHOT))?;
     let log = read_if_exists(&dir.join(LOG))?;
-    let fresh = snapshot.is_none() && log.as_ref().is_none_or(|l| l.is_empty());
-    let mut map = Storage::new();
-    if let Some(bytes) = snapshot {
-        let (records, tail) = parse_records(&bytes);
-        if tail != Tail::Clean {
-            return Ok(Err(format!("snapshot is damaged ({tail:?})")));
+    let mut map = match snapshot.as_deref().map(read_snapshot).transpose() {
+        Ok(map) => map.unwrap_or_default(),
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let bytes = log.unwrap_or_default();
+    let (records, tail) = parse_records(&bytes);
+    let (valid_bytes, torn) = match tail {
+        Tail::Clean => (bytes.len() as u64, false),
+        Tail::Zeros { valid_bytes } => (valid_bytes, false),
+        Tail::Torn { valid_bytes } => (valid_bytes, true),
+        Tail::Corrupt { offset, why } => return Ok(Err(format!("log record at byte {offset}: {why}"))),
+    };
+    let recovery = if torn {
+        let data_end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i as u64 + 1);
+        Recovery::TornTail {
+            truncated_bytes: data_end.saturating_sub(valid_bytes),
         }
-        let Some((end, entries)) = records.split_last() else {
-            return Ok(Err("snapshot is empty".into()));
+    } else if snapshot.is_none() && valid_bytes == 0 {
+        Recovery::Fresh
+    } else {
+        Recovery::Clean
+    };
+    for record in records {
+        match record.value {
+            Some(value) => map.insert(record.key, value),
+            None => map.remove(&record.key),
         };
-        let expected = Bytes::copy_from_slice(&(entries.len() as u64).to_le_bytes());
-        if end.key != END_MARKER || end.value.as_ref() != Some(&expected) {
-            return Ok(Err("snapshot has no valid end marker".into()));
-        }
-        for record in entries {
-            if let Some(value) = &record.value {
-                map.insert(record.key.clone(), value.clone());
-            }
+    }
+    Ok(Ok((map, recovery, valid_bytes)))
+}
+
+/// Reads a snapshot: every record, then the end marker with their count. `Err(reason)` = damaged.
+fn read_snapshot(bytes: &[u8]) -> Result<Storage, String> {
+    let (records, tail) = parse_records(bytes);
+    if tail != Tail::Clean {
+        return Err(format!("snapshot is damaged ({tail:?})"));
+    }
+    let Some((end, entries)) = records.split_last() else {
+        return Err("snapshot is empty".into());
+    };
+    let expected = Bytes::copy_from_slice(&(entries.len() as u64).to_le_bytes());
+    if end.key != END_MARKER || end.value.as_ref() != Some(&expected) {
+        return Err("snapshot has no valid end marker".into());
+    }
+    let mut map = Storage::new();
+    for record in entries {
+        if let Some(value) = &record.value {
+            map.insert(record.key.clone(), value.clone());
         }
     }
-    let mut recovery = if fresh { Recovery::Fresh } else { Recovery::Clean };
-    if let Some(bytes) = log {
-        let (records, tail) = parse_records(&bytes);
-        match tail {
-            Tail::Clean => {}
-            Tail::Torn { valid_bytes } => {
-                let file = OpenOptions::new().write(true).open(dir.join(LOG))?;
-                file.set_len(valid_bytes)?;
-                file.sync_all()?;
-                recovery = Recovery::TornTail {
-                    truncated_bytes: bytes.len() as u64 - valid_bytes,
-                };
-            }
-            Tail::Corrupt { offset, why } => {
-                return Ok(Err(format!("log record at byte {offset}: {why}")));
-            }
-        }
-        for record in records {
-            match record.value {
-                Some(value) => map.insert(record.key, value),
-                None => map.remove(&record.key),
-            };
-        }
-    }
-    Ok(Ok((map, recovery)))
+    Ok(map)
 }
 
 fn read_if_exists(path: &Path) -> io::Result<Option<Vec<u8>>> {

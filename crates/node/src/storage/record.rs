@@ -2,8 +2,11 @@
 //!
 //! A record is `[payload length: u32 BE][CRC32 of payload: u32 BE][payload]`, the payload being the
 //! postcard encoding of `(key, Option<value>)`. Parsing stops at the first record that does not
-//! check out and says whether that looks like a torn tail (an interrupted last write) or damage in
-//! the middle of the file.
+//! check out and says whether that is the end of the data in a preallocated file (only zeros
+//! follow), a torn tail (an interrupted last write) or damage in the middle of the file.
+//!
+//! A valid record never starts with eight zero bytes (its payload is never empty, so its length is
+//! not zero), so zeros at a record boundary are unambiguously space allocated ahead of the data.
 
 use bytes::Bytes;
 
@@ -39,8 +42,14 @@ pub fn encode_record(key: &str, value: Option<&Bytes>, out: &mut Vec<u8>) {
 pub enum Tail {
     /// Every byte belongs to a valid record.
     Clean,
-    /// The last record is incomplete or damaged and nothing valid follows: an interrupted write.
-    /// The file should be truncated to `valid_bytes`.
+    /// Every record is valid and only zeros follow the last one: space allocated ahead of the data
+    /// (a preallocated log). Not damage.
+    Zeros {
+        /// Length of the valid data (where the next record goes).
+        valid_bytes: u64,
+    },
+    /// The last record is incomplete or damaged and nothing but zeros follows it: an interrupted
+    /// write. The file should be truncated to `valid_bytes`.
     Torn {
         /// Length of the valid prefix.
         valid_bytes: u64,
@@ -63,6 +72,10 @@ pub fn parse_records(bytes: &[u8]) -> (Vec<Record>, Tail) {
             Ok((record, used)) => {
                 records.push(record);
                 offset += used;
+            }
+            Err(_) if bytes[offset..].iter().all(|&b| b == 0) => {
+                let valid_bytes = offset as u64;
+                return (records, Tail::Zeros { valid_bytes });
             }
             Err(why) => return (records, classify(bytes, offset, why)),
         }
@@ -91,18 +104,19 @@ fn parse_one(bytes: &[u8]) -> Result<(Record, usize), &'static str> {
     Ok((Record { key, value }, HEADER_BYTES + len))
 }
 
-/// A bad record is a torn tail if nothing after it could be valid data: the header or payload
-/// runs past the end of the file, the bad record is exactly the last one, or only zeros follow
-/// (space the file system allocated but the interrupted write never filled).
+/// A bad record (not all zeros) is a torn tail if nothing after it could be valid data: its header
+/// or payload runs past the end of the file, or only zeros follow the extent its header claims
+/// (space allocated ahead, or by the file system, that the interrupted write never filled). A length
+/// above [`RECORD_BYTES_MAX`] is not trusted: then only zeros may follow the header.
 fn classify(bytes: &[u8], offset: usize, why: &'static str) -> Tail {
     let rest = &bytes[offset..];
     let torn = match why {
         "incomplete header" | "incomplete payload" => true,
-        _ if rest.iter().all(|&b| b == 0) => true,
-        "length above RECORD_BYTES_MAX" => false,
         _ => {
             let len = u32::from_be_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
-            HEADER_BYTES + len == rest.len()
+            let claimed = if len > RECORD_BYTES_MAX { 0 } else { len };
+            let extent = (HEADER_BYTES + claimed).min(rest.len());
+            rest[extent..].iter().all(|&b| b == 0)
         }
     };
     if torn {
@@ -150,7 +164,9 @@ mod tests {
             let (records, tail) = parse_records(&bytes[..cut]);
             match tail {
                 Tail::Clean => assert!(records.len() < 3 || cut == bytes.len()),
-                Tail::Torn { valid_bytes } => assert!(valid_bytes as usize <= cut),
+                // A cut inside a header can leave only its zero bytes: indistinguishable from space
+                // allocated ahead, and just as harmless (the next record overwrites them).
+                Tail::Torn { valid_bytes } | Tail::Zeros { valid_bytes } => assert!(valid_bytes as usize <= cut),
                 Tail::Corrupt { .. } => panic!("truncation at {cut} classified as corruption"),
             }
         }
@@ -166,8 +182,46 @@ mod tests {
         let n = last.len();
         last[n - 1] ^= 0x40;
         assert!(matches!(parse_records(&last), (r, Tail::Torn { .. }) if r.len() == 2));
+    }
+
+    #[test]
+    fn zeros_after_the_last_record_are_preallocated_space_not_damage() {
+        let bytes = sample();
         let mut zeros = bytes.clone();
         zeros.extend_from_slice(&[0u8; 100]);
-        assert!(matches!(parse_records(&zeros), (r, Tail::Torn { .. }) if r.len() == 3));
+        let valid_bytes = bytes.len() as u64;
+        assert!(matches!(parse_records(&zeros), (r, Tail::Zeros { valid_bytes: v }) if r.len() == 3 && v == valid_bytes));
+        // A file that is nothing but allocated space has no records.
+        assert_eq!(parse_records(&[0u8; 64]), (vec![], Tail::Zeros { valid_bytes: 0 }));
+        // Even a few zeros (shorter than a header) are allocated space.
+        assert_eq!(parse_records(&[0u8; 3]).1, Tail::Zeros { valid_bytes: 0 });
+    }
+
+    #[test]
+    fn a_torn_record_inside_preallocated_space_is_torn_and_data_after_it_is_corruption() {
+        let bytes = sample();
+        let mut extra = Vec::new();
+        encode_record("d", Some(&Bytes::from_static(b"a longer value 4444")), &mut extra);
+        let valid = bytes.len() as u64;
+        // Header and the start of the payload written, the rest still zeros.
+        let mut torn = bytes.clone();
+        torn.extend_from_slice(&extra[..extra.len() - 6]);
+        torn.extend_from_slice(&[0u8; 200]);
+        assert!(matches!(parse_records(&torn), (r, Tail::Torn { valid_bytes }) if r.len() == 3 && valid_bytes == valid));
+        // Only part of the header written (a length above the bound): still torn.
+        let mut header = bytes.clone();
+        header.extend_from_slice(&[0xff, 0xff, 0, 0]);
+        header.extend_from_slice(&[0u8; 200]);
+        assert!(matches!(parse_records(&header).1, Tail::Torn { valid_bytes } if valid_bytes == valid));
+        // A damaged record followed by non-zero data after its extent is corruption.
+        let mut middle = bytes.clone();
+        middle[HEADER_BYTES + 1] ^= 0x40;
+        middle.extend_from_slice(&[0u8; 200]);
+        assert!(matches!(parse_records(&middle).1, Tail::Corrupt { offset: 0, .. }));
+        // Garbage after a run of zeros is not allocated space: corruption.
+        let mut late = bytes.clone();
+        late.extend_from_slice(&[0u8; 64]);
+        late.extend_from_slice(&extra);
+        assert!(matches!(parse_records(&late).1, Tail::Corrupt { .. }), "{:?}", parse_records(&late).1);
     }
 }

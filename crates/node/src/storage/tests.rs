@@ -1,4 +1,5 @@
 use super::*;
+use std::fs::OpenOptions;
 
 fn opts() -> StorageOptions {
     StorageOptions {
@@ -9,6 +10,18 @@ fn opts() -> StorageOptions {
 
 fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
+}
+
+/// The log's valid data; asserts that only zeros (allocated space) follow it.
+fn data(dir: &Path) -> Vec<u8> {
+    let mut bytes = fs::read(dir.join(LOG)).unwrap();
+    let valid = match parse_records(&bytes).1 {
+        Tail::Clean => bytes.len(),
+        Tail::Zeros { valid_bytes } => valid_bytes as usize,
+        other => panic!("log is not clean: {other:?}"),
+    };
+    bytes.truncate(valid);
+    bytes
 }
 
 fn write_some(dir: &Path) -> Storage {
@@ -56,8 +69,9 @@ fn torn_tail_is_truncated_and_earlier_records_survive() {
     let dir = tempfile::tempdir().unwrap();
     let expected = write_some(dir.path());
     let path = dir.path().join(LOG);
-    let full = fs::read(&path).unwrap();
-    // An interrupted append: half of a new record.
+    let full = data(dir.path());
+    // An interrupted append to a file that was not preallocated (an older log, or a file system
+    // that refuses): half of a new record at the end of the file.
     let mut extra = Vec::new();
     encode_record("order/view", Some(&b("3")), &mut extra);
     let mut torn = full.clone();
@@ -71,7 +85,8 @@ fn torn_tail_is_truncated_and_earlier_records_survive() {
         }
     );
     assert_eq!(storage, expected);
-    assert_eq!(fs::read(&path).unwrap(), full, "the torn bytes are gone");
+    assert_eq!(data(dir.path()), full, "the torn bytes are gone");
+    assert_eq!(log.log_bytes(), full.len() as u64);
     // Appending after the truncation works and recovers.
     log.append("x", Some(&b("y")));
     log.sync().unwrap();
@@ -155,7 +170,7 @@ fn crash_between_snapshot_rename_and_log_reset_replays_idempotently() {
     let (mut log, _, _) = StageLog::open(dir.path(), opts()).unwrap();
     log.compact().unwrap();
     drop(log);
-    assert!(fs::read(dir.path().join(LOG)).unwrap().is_empty());
+    assert!(data(dir.path()).is_empty());
     // Put the old log back: the state must still be the same.
     fs::write(dir.path().join(LOG), &old_log).unwrap();
     let (_, storage, _) = StageLog::open(dir.path(), opts()).unwrap();
@@ -176,4 +191,163 @@ fn damaged_snapshot_is_corruption() {
     let (_, storage, recovery) = StageLog::open(dir.path(), opts()).unwrap();
     assert!(storage.is_empty());
     assert!(matches!(recovery, Recovery::Corrupted { .. }), "{recovery:?}");
+}
+
+/// Writes `bytes` at `offset` without changing the file's length (as a write into allocated space).
+fn overwrite(path: &Path, offset: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let file = OpenOptions::new().write(true).open(path).unwrap();
+    let len = file.metadata().unwrap().len();
+    file.write_all_at(bytes, offset).unwrap();
+    assert_eq!(file.metadata().unwrap().len(), len, "the write stays inside the allocated space");
+}
+
+#[test]
+fn restart_with_a_preallocated_tail_is_clean_keeps_every_record_and_does_not_truncate() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected = write_some(dir.path());
+    let path = dir.path().join(LOG);
+    let mut written = data(dir.path()).len() as u64;
+    assert_eq!(fs::metadata(&path).unwrap().len(), LOG_PREALLOC_BYTES, "one chunk allocated");
+    for round in 0..2 {
+        let (mut log, storage, recovery) = StageLog::open(dir.path(), opts()).unwrap();
+        assert_eq!(recovery, Recovery::Clean, "round {round}");
+        assert_eq!(storage, expected);
+        assert_eq!(log.log_bytes(), written, "log_bytes is the data, not the allocated size");
+        assert_eq!(log.allocated_bytes(), LOG_PREALLOC_BYTES);
+        assert_eq!(log.stats().preallocations, 0, "nothing allocated again on restart");
+        assert_eq!(fs::metadata(&path).unwrap().len(), LOG_PREALLOC_BYTES, "not truncated");
+        if round == 0 {
+            // An append after the restart goes right after the data.
+            log.append("order/pp/3", Some(&b("batch three")));
+            log.sync().unwrap();
+            let mut one = Vec::new();
+            encode_record("order/pp/3", Some(&b("batch three")), &mut one);
+            written += one.len() as u64;
+            assert_eq!(log.log_bytes(), written);
+            expected.insert("order/pp/3".into(), b("batch three"));
+        }
+    }
+}
+
+#[test]
+fn a_torn_record_inside_the_preallocated_space_is_a_torn_tail_and_later_appends_survive() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = write_some(dir.path());
+    let path = dir.path().join(LOG);
+    let valid = data(dir.path());
+    // An interrupted group commit: a long record, its last bytes never written (still zeros).
+    let mut extra = Vec::new();
+    encode_record("order/pp/9", Some(&Bytes::from(vec![7u8; 300])), &mut extra);
+    let torn = &extra[..extra.len() - 40];
+    overwrite(&path, valid.len() as u64, torn);
+    let (mut log, storage, recovery) = StageLog::open(dir.path(), opts()).unwrap();
+    assert_eq!(
+        recovery,
+        Recovery::TornTail {
+            truncated_bytes: torn.len() as u64
+        }
+    );
+    assert_eq!(storage, expected);
+    assert_eq!(log.log_bytes(), valid.len() as u64);
+    let bytes = fs::read(&path).unwrap();
+    assert_eq!(&bytes[..valid.len()], &valid[..]);
+    assert!(bytes[valid.len()..].iter().all(|&b| b == 0), "the torn bytes are zeros again");
+    assert!(bytes.len() as u64 > log.log_bytes(), "allocated again after the cut");
+    // A short append over where the torn record was, then a restart: Clean, everything read back.
+    log.append("x", Some(&b("y")));
+    log.sync().unwrap();
+    drop(log);
+    let (_, storage, recovery) = StageLog::open(dir.path(), opts()).unwrap();
+    assert_eq!(recovery, Recovery::Clean);
+    assert_eq!(storage["x"], b("y"));
+    assert_eq!(storage.len(), expected.len() + 1);
+}
+
+#[test]
+fn damage_before_more_data_inside_the_preallocated_space_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    write_some(dir.path());
+    let path = dir.path().join(LOG);
+    let valid = data(dir.path()).len() as u64;
+    // Garbage, then a zero gap, then a valid record: not an interrupted last write.
+    let mut record = Vec::new();
+    encode_record("k", Some(&b("v")), &mut record);
+    overwrite(&path, valid, &[0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5]);
+    overwrite(&path, valid + 4096, &record);
+    let (_, storage, recovery) = StageLog::open(dir.path(), opts()).unwrap();
+    assert!(storage.is_empty());
+    assert!(matches!(recovery, Recovery::Corrupted { .. }), "{recovery:?}");
+}
+
+#[test]
+fn writes_cross_chunk_boundaries_and_groups_larger_than_a_chunk_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = StorageOptions {
+        fsync: FsyncPolicy::Always,
+        compact_log_bytes: 64 << 20,
+    };
+    let (mut log, _, _) = StageLog::open(dir.path(), big).unwrap();
+    assert_eq!(log.stats().preallocations, 1, "the first chunk is allocated at open");
+    let value = Bytes::from(vec![0x5au8; 64 << 10]);
+    let mut written = 0u64;
+    // Small groups up to past the first boundary...
+    let mut i = 0;
+    while written <= LOG_PREALLOC_BYTES {
+        log.append(&format!("k/{i}"), Some(&value));
+        log.sync().unwrap();
+        written = log.log_bytes();
+        i += 1;
+    }
+    assert_eq!(log.allocated_bytes(), 2 * LOG_PREALLOC_BYTES);
+    assert_eq!(log.stats().preallocations, 2);
+    // ...then one group larger than a chunk.
+    for _ in 0..(LOG_PREALLOC_BYTES / value.len() as u64 + 2) {
+        log.append(&format!("k/{i}"), Some(&value));
+        i += 1;
+    }
+    log.sync().unwrap();
+    assert!(log.log_bytes() > 2 * LOG_PREALLOC_BYTES);
+    assert_eq!(log.allocated_bytes(), log.log_bytes().div_ceil(LOG_PREALLOC_BYTES) * LOG_PREALLOC_BYTES);
+    assert_eq!(log.stats().compactions, 0);
+    let expected = log.contents().clone();
+    let log_bytes = log.log_bytes();
+    drop(log);
+    let (log, storage, recovery) = StageLog::open(dir.path(), big).unwrap();
+    assert_eq!(recovery, Recovery::Clean);
+    assert_eq!(storage.len(), i);
+    assert_eq!(storage, expected);
+    assert_eq!(log.log_bytes(), log_bytes);
+}
+
+#[test]
+fn compaction_follows_the_data_size_and_starts_a_preallocated_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = StorageOptions {
+        fsync: FsyncPolicy::Always,
+        compact_log_bytes: 4096,
+    };
+    let (mut log, _, _) = StageLog::open(dir.path(), small).unwrap();
+    log.append("a", Some(&b("1")));
+    log.sync().unwrap();
+    assert!(log.allocated_bytes() > 4096);
+    assert_eq!(log.stats().compactions, 0, "the allocated size does not count toward compaction");
+    let mut i = 0u32;
+    while log.stats().compactions == 0 {
+        log.append(&format!("k/{}", i % 5), Some(&Bytes::from(vec![i as u8; 100])));
+        log.sync().unwrap();
+        i += 1;
+    }
+    assert!(i > 30, "compacted only once the data passed the bound ({i} writes)");
+    assert_eq!(log.log_bytes(), 0);
+    assert_eq!(log.allocated_bytes(), LOG_PREALLOC_BYTES, "the fresh log is preallocated");
+    assert_eq!(fs::metadata(dir.path().join(LOG)).unwrap().len(), LOG_PREALLOC_BYTES);
+    log.append("after", Some(&b("compaction")));
+    log.sync().unwrap();
+    let expected = log.contents().clone();
+    drop(log);
+    let (_, storage, recovery) = StageLog::open(dir.path(), small).unwrap();
+    assert_eq!(recovery, Recovery::Clean);
+    assert_eq!(storage, expected);
+    assert_eq!(storage["after"], b("compaction"));
 }
