@@ -190,7 +190,9 @@ mod tests {
         let mut zeros = bytes.clone();
         zeros.extend_from_slice(&[0u8; 100]);
         let valid_bytes = bytes.len() as u64;
-        assert!(matches!(parse_records(&zeros), (r, Tail::Zeros { valid_bytes: v }) if r.len() == 3 && v == valid_bytes));
+        assert!(
+            matches!(parse_records(&zeros), (r, Tail::Zeros { valid_bytes: v }) if r.len() == 3 && v == valid_bytes)
+        );
         // A file that is nothing but allocated space has no records.
         assert_eq!(parse_records(&[0u8; 64]), (vec![], Tail::Zeros { valid_bytes: 0 }));
         // Even a few zeros (shorter than a header) are allocated space.
@@ -207,7 +209,9 @@ mod tests {
         let mut torn = bytes.clone();
         torn.extend_from_slice(&extra[..extra.len() - 6]);
         torn.extend_from_slice(&[0u8; 200]);
-        assert!(matches!(parse_records(&torn), (r, Tail::Torn { valid_bytes }) if r.len() == 3 && valid_bytes == valid));
+        assert!(
+            matches!(parse_records(&torn), (r, Tail::Torn { valid_bytes }) if r.len() == 3 && valid_bytes == valid)
+        );
         // Only part of the header written (a length above the bound): still torn.
         let mut header = bytes.clone();
         header.extend_from_slice(&[0xff, 0xff, 0, 0]);
@@ -222,6 +226,10 @@ mod tests {
         let mut late = bytes.clone();
         late.extend_from_slice(&[0u8; 64]);
         late.extend_from_slice(&extra);
-        assert!(matches!(parse_records(&late).1, Tail::Corrupt { .. }), "{:?}", parse_records(&late).1);
+        assert!(
+            matches!(parse_records(&late).1, Tail::Corrupt { .. }),
+            "{:?}",
+            parse_records(&late).1
+        );
     }
 }

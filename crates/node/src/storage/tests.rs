@@ -199,7 +199,11 @@ fn overwrite(path: &Path, offset: u64, bytes: &[u8]) {
     let file = OpenOptions::new().write(true).open(path).unwrap();
     let len = file.metadata().unwrap().len();
     file.write_all_at(bytes, offset).unwrap();
-    assert_eq!(file.metadata().unwrap().len(), len, "the write stays inside the allocated space");
+    assert_eq!(
+        file.metadata().unwrap().len(),
+        len,
+        "the write stays inside the allocated space"
+    );
 }
 
 #[test]
@@ -208,12 +212,20 @@ fn restart_with_a_preallocated_tail_is_clean_keeps_every_record_and_does_not_tru
     let mut expected = write_some(dir.path());
     let path = dir.path().join(LOG);
     let mut written = data(dir.path()).len() as u64;
-    assert_eq!(fs::metadata(&path).unwrap().len(), LOG_PREALLOC_BYTES, "one chunk allocated");
+    assert_eq!(
+        fs::metadata(&path).unwrap().len(),
+        LOG_PREALLOC_BYTES,
+        "one chunk allocated"
+    );
     for round in 0..2 {
         let (mut log, storage, recovery) = StageLog::open(dir.path(), opts()).unwrap();
         assert_eq!(recovery, Recovery::Clean, "round {round}");
         assert_eq!(storage, expected);
-        assert_eq!(log.log_bytes(), written, "log_bytes is the data, not the allocated size");
+        assert_eq!(
+            log.log_bytes(),
+            written,
+            "log_bytes is the data, not the allocated size"
+        );
         assert_eq!(log.allocated_bytes(), LOG_PREALLOC_BYTES);
         assert_eq!(log.stats().preallocations, 0, "nothing allocated again on restart");
         assert_eq!(fs::metadata(&path).unwrap().len(), LOG_PREALLOC_BYTES, "not truncated");
@@ -252,7 +264,10 @@ fn a_torn_record_inside_the_preallocated_space_is_a_torn_tail_and_later_appends_
     assert_eq!(log.log_bytes(), valid.len() as u64);
     let bytes = fs::read(&path).unwrap();
     assert_eq!(&bytes[..valid.len()], &valid[..]);
-    assert!(bytes[valid.len()..].iter().all(|&b| b == 0), "the torn bytes are zeros again");
+    assert!(
+        bytes[valid.len()..].iter().all(|&b| b == 0),
+        "the torn bytes are zeros again"
+    );
     assert!(bytes.len() as u64 > log.log_bytes(), "allocated again after the cut");
     // A short append over where the torn record was, then a restart: Clean, everything read back.
     log.append("x", Some(&b("y")));
@@ -308,7 +323,10 @@ fn writes_cross_chunk_boundaries_and_groups_larger_than_a_chunk_fit() {
     }
     log.sync().unwrap();
     assert!(log.log_bytes() > 2 * LOG_PREALLOC_BYTES);
-    assert_eq!(log.allocated_bytes(), log.log_bytes().div_ceil(LOG_PREALLOC_BYTES) * LOG_PREALLOC_BYTES);
+    assert_eq!(
+        log.allocated_bytes(),
+        log.log_bytes().div_ceil(LOG_PREALLOC_BYTES) * LOG_PREALLOC_BYTES
+    );
     assert_eq!(log.stats().compactions, 0);
     let expected = log.contents().clone();
     let log_bytes = log.log_bytes();
@@ -331,7 +349,11 @@ fn compaction_follows_the_data_size_and_starts_a_preallocated_log() {
     log.append("a", Some(&b("1")));
     log.sync().unwrap();
     assert!(log.allocated_bytes() > 4096);
-    assert_eq!(log.stats().compactions, 0, "the allocated size does not count toward compaction");
+    assert_eq!(
+        log.stats().compactions,
+        0,
+        "the allocated size does not count toward compaction"
+    );
     let mut i = 0u32;
     while log.stats().compactions == 0 {
         log.append(&format!("k/{}", i % 5), Some(&Bytes::from(vec![i as u8; 100])));
@@ -340,7 +362,11 @@ fn compaction_follows_the_data_size_and_starts_a_preallocated_log() {
     }
     assert!(i > 30, "compacted only once the data passed the bound ({i} writes)");
     assert_eq!(log.log_bytes(), 0);
-    assert_eq!(log.allocated_bytes(), LOG_PREALLOC_BYTES, "the fresh log is preallocated");
+    assert_eq!(
+        log.allocated_bytes(),
+        LOG_PREALLOC_BYTES,
+        "the fresh log is preallocated"
+    );
     assert_eq!(fs::metadata(dir.path().join(LOG)).unwrap().len(), LOG_PREALLOC_BYTES);
     log.append("after", Some(&b("compaction")));
     log.sync().unwrap();
