@@ -194,4 +194,39 @@ mod tests {
         assert_eq!(&bytes[..4], b"data");
         assert!(bytes[4..].iter().all(|&b| b == 0));
     }
+
+    /// Measurement, not a check: `cargo test -p upright-node --release --lib
+    /// storage::prealloc::tests::fsync_timing -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn fsync_timing_appending_vs_preallocated() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = [0x42u8; 300];
+        for round in 0..2 {
+            for preallocate in [false, true] {
+                let path = dir.path().join(format!("log-{round}-{preallocate}"));
+                let mut log = LogFile::open(&path).unwrap();
+                log.preallocate = preallocate;
+                log.reserve(1).unwrap();
+                let mut took = Vec::new();
+                let start = std::time::Instant::now();
+                for i in 0..2000u64 {
+                    let t = std::time::Instant::now();
+                    log.write_at(&record, i * record.len() as u64).unwrap();
+                    log.sync_data().unwrap();
+                    took.push(t.elapsed());
+                }
+                let total = start.elapsed();
+                took.sort();
+                let pct = |p: usize| took[took.len() * p / 100].as_micros();
+                println!(
+                    "preallocate={preallocate}: 2000 x (300 B write + fdatasync) in {:?}: p50 {} us, p90 {} us, p99 {} us",
+                    total,
+                    pct(50),
+                    pct(90),
+                    pct(99)
+                );
+            }
+        }
+    }
 }
