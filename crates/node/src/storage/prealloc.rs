@@ -39,7 +39,12 @@ pub(super) struct LogFile {
 impl LogFile {
     /// Opens (creating if needed) an existing log file for writing at explicit positions.
     pub(super) fn open(path: &Path) -> io::Result<LogFile> {
-        let file = OpenOptions::new().read(true).write(true).create(true).open(path)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
         let allocated = file.metadata()?.len();
         Ok(LogFile {
             file,
