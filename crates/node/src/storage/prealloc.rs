@@ -234,4 +234,37 @@ mod tests {
             }
         }
     }
+
+    /// Measurement, not a check: 8 logs synced concurrently (like the stage logs of a local
+    /// cluster). `cargo test -p upright-node --release --lib storage::prealloc::tests::fsync_timing
+    /// -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn fsync_timing_concurrent_logs() {
+        let dir = tempfile::tempdir().unwrap();
+        for round in 0..2 {
+            for preallocate in [false, true] {
+                let start = std::time::Instant::now();
+                let threads: Vec<_> = (0..8)
+                    .map(|t| {
+                        let path = dir.path().join(format!("log-{round}-{preallocate}-{t}"));
+                        std::thread::spawn(move || {
+                            let mut log = LogFile::open(&path).unwrap();
+                            log.preallocate = preallocate;
+                            log.reserve(1).unwrap();
+                            for i in 0..600u64 {
+                                log.write_at(&[0x42u8; 300], i * 300).unwrap();
+                                log.sync_data().unwrap();
+                            }
+                        })
+                    })
+                    .collect();
+                threads.into_iter().for_each(|t| t.join().unwrap());
+                println!(
+                    "preallocate={preallocate}: 8 logs x 600 syncs concurrently in {:?}",
+                    start.elapsed()
+                );
+            }
+        }
+    }
 }
