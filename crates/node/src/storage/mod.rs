@@ -4,15 +4,19 @@
 //! Files in the member's directory:
 //! - `snapshot`: every key's value at the last compaction, followed by an end marker that states
 //!   the number of entries (a snapshot without its marker is incomplete and refused);
-//! - `log`: the records written since, in order, in a preallocated file (see [`prealloc`]): the
-//!   space after the last record reads as zeros.
+//! - `log`: the records written since, in order, written at explicit positions into space
+//!   allocated ahead in chunks of [`LOG_PREALLOC_BYTES`] (`prealloc.rs`), so a group commit's
+//!   `fdatasync` does not also commit a new file size; the space after the last record reads as
+//!   zeros.
 //!
 //! Recovery loads the snapshot and replays the log over it. Replaying is idempotent (each record
 //! sets or deletes a whole value), so a crash after the new snapshot is renamed into place but
 //! before the log is reset loses nothing. Zeros after the last record are the normal end of the
-//! data. A torn last log record (followed only by zeros) is an interrupted write: it is truncated. Damage anywhere else means the files cannot be trusted: they are moved aside, the
-//! stage starts from empty storage and recovers its state from its peers (the protocol's state
-//! transfer), and [`Recovery::Corrupted`] is reported so the host logs and counts it.
+//! data ([`Recovery::Clean`]). A torn last log record (followed only by zeros) is an interrupted
+//! write: it is truncated and the space allocated again. Damage anywhere else means the files
+//! cannot be trusted: they are moved aside, the stage starts from empty storage and recovers its
+//! state from its peers (the protocol's state transfer), and [`Recovery::Corrupted`] is reported so
+//! the host logs and counts it.
 //!
 //! [`Action::Persist`]: upright_core::stage::Action::Persist
 
