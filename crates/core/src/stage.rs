@@ -3,7 +3,8 @@
 //! The host (simulator or runtime) feeds inputs and carries out the actions in order. The
 //! durability rule: every [`Action::Persist`] must be durable before the host performs any
 //! [`Action::Send`] that comes after it in the same action list (group commit is allowed: the host
-//! may sync once for many persists, but never sends first).
+//! may sync once for many persists, but never sends first). [`Action::PersistLazily`] writes keep
+//! their place in the order of writes but do not hold sends back.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -80,6 +81,17 @@ pub enum Action {
     },
     /// Write (`Some`) or delete (`None`) a key of the stage's durable storage.
     Persist {
+        /// Key.
+        key: String,
+        /// Value, or `None` to delete.
+        value: Option<Bytes>,
+    },
+    /// Like [`Action::Persist`], but later sends need not wait for it: the host writes it in order
+    /// with the other persists and makes it durable with its next sync, and a crash before that
+    /// may lose it (and every lazy write after the last synced one). For records that only speed
+    /// up recovery and that no message depends on (the order stage's commit decision, which it can
+    /// learn again from its prepared certificate and its peers).
+    PersistLazily {
         /// Key.
         key: String,
         /// Value, or `None` to delete.

@@ -385,7 +385,7 @@ impl ClientTask {
                         let _ = reply.send(result);
                     }
                 }
-                Action::Persist { .. } | Action::Note(_) => {}
+                Action::Persist { .. } | Action::PersistLazily { .. } | Action::Note(_) => {}
             }
         }
         Ok(())

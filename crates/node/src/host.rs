@@ -173,6 +173,7 @@ impl Host {
         for action in out {
             match action {
                 Action::Persist { key, value } => self.members[index].log.append(&key, value.as_ref()),
+                Action::PersistLazily { key, value } => self.members[index].log.append_lazily(&key, value.as_ref()),
                 Action::Send { to, envelope } => self.outbox.push((index, to, envelope)),
                 Action::SetTimer { timer, at } => {
                     if let Some(old) = self.timer_at.insert((index, timer), at) {
@@ -233,11 +234,12 @@ impl Host {
         let mut synced = false;
         for member in &mut self.members {
             if member.log.is_dirty() {
+                let was = member.log.stats().syncs;
                 if let Some(took) = member.log.sync()? {
                     self.stats.fsync_total += took;
                     self.stats.fsync_max = self.stats.fsync_max.max(took);
                 }
-                synced = true;
+                synced |= member.log.stats().syncs > was;
             }
         }
         if synced {

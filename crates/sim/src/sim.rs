@@ -501,10 +501,15 @@ impl<P: Protocol> Sim<P> {
                         self.replicas[r].storage.persist(p, key, value);
                     }
                 }
+                Action::PersistLazily { key, value } => {
+                    if let Some(r) = replica {
+                        self.replicas[r].storage.persist_lazily(p, key, value);
+                    }
+                }
                 Action::Send { to, envelope } => {
                     if let Some(r) = replica {
-                        // Group commit: everything persisted so far is durable before this send.
-                        self.replicas[r].storage.sync();
+                        // Group commit: every eager write so far is durable before this send.
+                        self.replicas[r].storage.sync_for_send();
                     }
                     self.send(p, to, envelope);
                 }

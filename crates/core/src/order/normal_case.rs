@@ -439,7 +439,11 @@ impl OrderStage {
             return;
         }
         slot.record.committed = Some(view);
-        persist::write(out, persist::mark_key(seqno), &slot.record.mark());
+        // Lazily: the NEXT-BATCH this releases does not wait for the disk. A crash that loses the
+        // mark leaves the prepared certificate (synced before our COMMIT went out), so recovery
+        // knows the slot as prepared and learns the decision again (COMMITs, view change, or a
+        // stable checkpoint); the execution stage ignores a batch it already executed.
+        persist::write_lazily(out, persist::mark_key(seqno), &slot.record.mark());
         self.advance_commits(now, out);
     }
 

@@ -6,8 +6,10 @@
 //! - `order/slot/<seqno>`: a [`SlotRecord`] per sequence number above the stable checkpoint,
 //!   written whole when a batch is accepted there (PRE-PREPARE sent or accepted, NEW-VIEW);
 //! - `order/mark/<seqno>`: a [`SlotMark`] (prepared certificate and commit decision by digest),
-//!   written instead of the whole record when the slot prepares or commits; recovery merges it
-//!   into the record ([`SlotRecord::merge`]);
+//!   written instead of the whole record when the slot prepares (before COMMIT is sent) or commits
+//!   (lazily: nothing sent depends on it, a member that loses it still holds the prepared
+//!   certificate and learns the decision again); recovery merges it into the record
+//!   ([`SlotRecord::merge`]);
 //! - `order/cp/<seqno>`: this member's own checkpoint and signed vote, per checkpoint above it.
 //!
 //! Sequence numbers are zero-padded so keys sort numerically.
@@ -70,6 +72,14 @@ pub(crate) fn checkpoint_key(seqno: SeqNo) -> String {
 /// A write action.
 pub(crate) fn write<T: Serialize>(out: &mut Vec<Action>, key: String, value: &T) {
     out.push(Action::Persist {
+        key,
+        value: Some(Bytes::from(codec::to_bytes(value))),
+    });
+}
+
+/// A write that later sends need not wait for ([`Action::PersistLazily`]).
+pub(crate) fn write_lazily<T: Serialize>(out: &mut Vec<Action>, key: String, value: &T) {
+    out.push(Action::PersistLazily {
         key,
         value: Some(Bytes::from(codec::to_bytes(value))),
     });

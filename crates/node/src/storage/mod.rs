@@ -123,6 +123,8 @@ pub struct StageLog {
     map: Storage,
     /// Encoded records not yet written.
     pending: Vec<u8>,
+    /// `pending` holds an eager persist: the next [`StageLog::sync`] must fsync.
+    must_sync: bool,
     stats: LogStats,
 }
 
@@ -153,6 +155,7 @@ impl StageLog {
             log_bytes,
             map: map.clone(),
             pending: Vec::new(),
+            must_sync: false,
             stats: LogStats::default(),
         };
         Ok((log, map, recovery))
@@ -160,6 +163,13 @@ impl StageLog {
 
     /// Buffers one persist; it becomes durable at the next [`StageLog::sync`].
     pub fn append(&mut self, key: &str, value: Option<&Bytes>) {
+        self.append_lazily(key, value);
+        self.must_sync = true;
+    }
+
+    /// Buffers one lazy persist ([`upright_core::stage::Action::PersistLazily`]): written in order
+    /// with the others, durable with the next sync that an eager persist asks for.
+    pub fn append_lazily(&mut self, key: &str, value: Option<&Bytes>) {
         assert!(!key.starts_with('\0'), "stage keys must not start with NUL");
         encode_record(key, value, &mut self.pending);
         match value {
@@ -169,18 +179,22 @@ impl StageLog {
         self.stats.records += 1;
     }
 
-    /// Whether there are buffered persists.
+    /// Whether there are buffered persists (eager or lazy).
     pub fn is_dirty(&self) -> bool {
         !self.pending.is_empty()
     }
 
-    /// Writes the buffered persists and (per policy) fsyncs once for all of them; compacts if the
-    /// log grew past its bound. Returns the fsync time if one was done.
+    /// Writes the buffered persists and, if one of them is eager, (per policy) fsyncs once for all
+    /// of them; compacts if the log grew past its bound. Only lazy ones: written, not synced (the
+    /// next eager sync, or the OS, makes them durable). Returns the fsync time if one was done.
     pub fn sync(&mut self) -> io::Result<Option<Duration>> {
         if self.pending.is_empty() {
             return Ok(None);
         }
         self.write_pending()?;
+        if !std::mem::take(&mut self.must_sync) {
+            return Ok(None);
+        }
         let took = if self.options.fsync == FsyncPolicy::Always {
             let start = Instant::now();
             self.file.sync_data()?;
@@ -202,6 +216,7 @@ impl StageLog {
     /// synced after each). Pending records are written first.
     pub fn compact(&mut self) -> io::Result<()> {
         self.write_pending()?;
+        self.must_sync = false; // the snapshot below is synced and holds everything
         self.write_snapshot_tmp()?;
         fs::rename(self.dir.join(SNAPSHOT_TMP), self.dir.join(SNAPSHOT))?;
         sync_dir(&self.dir)?;

@@ -377,3 +377,29 @@ fn compaction_follows_the_data_size_and_starts_a_preallocated_log() {
     assert_eq!(storage, expected);
     assert_eq!(storage["after"], b("compaction"));
 }
+
+#[test]
+fn lazy_writes_are_written_in_order_but_synced_only_with_an_eager_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _, _) = StageLog::open(dir.path(), opts()).unwrap();
+    log.append("a", Some(&b("1")));
+    log.sync().unwrap();
+    assert_eq!(log.stats().syncs, 1);
+    // Only lazy writes pending: written (a restart of the process reads them back from the
+    // file) but no fsync.
+    log.append_lazily("b", Some(&b("2")));
+    assert!(log.is_dirty());
+    assert_eq!(log.sync().unwrap(), None);
+    assert!(!log.is_dirty());
+    assert_eq!(log.stats().syncs, 1, "no fsync for lazy writes alone");
+    // An eager write after a lazy one: one fsync covers both, in order.
+    log.append_lazily("b", Some(&b("3")));
+    log.append("c", Some(&b("4")));
+    assert!(log.sync().unwrap().is_some());
+    assert_eq!(log.stats().syncs, 2);
+    drop(log);
+    let (_, storage, recovery) = StageLog::open(dir.path(), opts()).unwrap();
+    assert_eq!(recovery, Recovery::Clean);
+    assert_eq!(storage.get("b"), Some(&b("3")));
+    assert_eq!(storage.get("c"), Some(&b("4")));
+}

@@ -37,6 +37,8 @@ pub(super) struct Cluster {
     pub(super) tokens_sent: BTreeSet<SeqNo>,
     pub(super) events: Vec<(usize, Event)>,
     pub(super) next_rid: BTreeMap<ClientId, u64>,
+    /// Drop every [`Action::PersistLazily`] (as if each crash came before the disk had them).
+    pub(super) lazy_writes_lost: bool,
 }
 
 fn config(u: usize, r: usize, knobs: Knobs) -> (ClusterConfig, Vec<SecretKeys>) {
@@ -106,6 +108,7 @@ impl Cluster {
             tokens_sent: BTreeSet::new(),
             events: Vec::new(),
             next_rid: BTreeMap::new(),
+            lazy_writes_lost: false,
         };
         for i in 0..n {
             cluster.start(i);
@@ -151,10 +154,12 @@ impl Cluster {
 
     pub(super) fn apply(&mut self, i: usize, action: Action) {
         match action {
-            Action::Persist { key, value: Some(v) } => {
+            // Lazy writes: as good as synced, unless the test says a crash always loses them.
+            Action::PersistLazily { .. } if self.lazy_writes_lost => {}
+            Action::Persist { key, value: Some(v) } | Action::PersistLazily { key, value: Some(v) } => {
                 self.storage[i].insert(key, v);
             }
-            Action::Persist { key, value: None } => {
+            Action::Persist { key, value: None } | Action::PersistLazily { key, value: None } => {
                 self.storage[i].remove(&key);
             }
             Action::SetTimer { timer, at } => {

@@ -292,6 +292,45 @@ fn restart_from_storage_mid_run_and_after_whole_cluster_power_loss() {
 }
 
 #[test]
+fn commit_marks_are_lazy_and_a_power_loss_that_drops_them_loses_nothing() {
+    let mut c = Cluster::new(1, 1, small_knobs());
+    // Every lazy write is lost: what survives is exactly what the protocol synced.
+    c.lazy_writes_lost = true;
+    for client in 0..CLIENTS {
+        c.submit(client);
+        c.pump();
+    }
+    let before = c.member(1).last_committed();
+    assert_eq!(before, SeqNo(CLIENTS as u64));
+    let committed = c.committed.clone();
+    // Whole-cluster power loss: each member comes back with the batches prepared (synced before
+    // its COMMIT went out) but not committed (the commit decision was a lazy write), and the
+    // cluster commits them again with the same histories (the harness's agreement check) and
+    // goes on.
+    for i in 0..c.q.n_order {
+        c.crash(i);
+    }
+    for i in 0..c.q.n_order {
+        c.start(i);
+        assert!(
+            c.member(i).last_committed() < before,
+            "member {i}: the commit marks were lazy"
+        );
+        let prepared = c.member(i).log.values().filter(|s| s.record.prepared.is_some()).count();
+        assert_eq!(prepared as u64, before.0, "member {i} kept every prepared certificate");
+    }
+    c.submit(0);
+    c.run(2_000_000);
+    assert!(c.min_committed() > before, "progress after the power loss");
+    for (seqno, history) in committed {
+        assert_eq!(
+            c.committed[&seqno], history,
+            "{seqno:?} agreed again with the same history"
+        );
+    }
+}
+
+#[test]
 fn restart_during_view_change_resumes_it_without_going_back() {
     let mut c = Cluster::new(1, 0, small_knobs());
     c.submit(0);
