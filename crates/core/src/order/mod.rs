@@ -84,6 +84,8 @@ pub struct OrderStage {
 
     // ---- requests ----
     pool: RequestPool,
+    /// The last client of the last batch this member proposed: the next batch starts after it.
+    batch_cursor: ClientId,
     /// The primary's BatchClose timer is armed.
     batch_timer_armed: bool,
     /// Last RETRANSMIT per client (request, time).
@@ -144,6 +146,7 @@ impl OrderStage {
             last_ordered: BTreeMap::new(),
             snapshots: BTreeMap::new(),
             pool: RequestPool::default(),
+            batch_cursor: ClientId(u32::MAX),
             batch_timer_armed: false,
             retransmitted: BTreeMap::new(),
             tokens: BTreeMap::new(),

@@ -165,9 +165,12 @@ impl OrderStage {
 
     /// Requests ready to be ordered after the projection `p`: the next request of each client
     /// with `matrix_collect` rows valid for this member, in client order.
+    /// Up to `max` ready entries, one per client, taking clients in turn from just after the last
+    /// client of the previous batch: with more ready clients than fit in a batch, none waits for
+    /// more than `clients / max` batches (in id order, low ids could starve the others).
     pub(super) fn ready_entries(&self, p: &Projection, max: usize) -> Vec<SignedEntry> {
         let mut ready = Vec::new();
-        for client in self.pool.clients() {
+        for client in self.pool.clients_after(self.batch_cursor) {
             if ready.len() >= max {
                 break;
             }
@@ -216,6 +219,9 @@ impl OrderStage {
                 out.push(Action::CancelTimer {
                     timer: Timer::BatchClose,
                 });
+            }
+            if let Some(last) = entries.last() {
+                self.batch_cursor = last.entry.client;
             }
             let batch = Batch {
                 time_us: now.max(p.max_time + 1),

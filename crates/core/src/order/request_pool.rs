@@ -88,6 +88,15 @@ impl RequestPool {
         self.by_client.keys().copied()
     }
 
+    /// The clients with pending entries, starting after `after` and wrapping around (so a primary
+    /// that resumes after the last client it ordered serves every client in turn).
+    pub fn clients_after(&self, after: ClientId) -> impl Iterator<Item = ClientId> + '_ {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let tail = self.by_client.range((Excluded(after), Unbounded));
+        let head = self.by_client.range((Unbounded, Included(after)));
+        tail.chain(head).map(|(c, _)| *c)
+    }
+
     /// Drops a client's entries at or below `last_ordered`.
     pub fn gc(&mut self, client: ClientId, last_ordered: RequestId) {
         if let Some(table) = self.by_client.get_mut(&client) {

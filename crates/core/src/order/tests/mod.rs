@@ -676,3 +676,40 @@ fn sabotage_early_execute_releases_batches_before_commit() {
     assert_eq!(c.min_committed(), SeqNo(0));
     assert_eq!(c.next_batches[&SeqNo(1)].len(), c.q.n_order);
 }
+
+#[test]
+fn a_primary_with_more_ready_clients_than_a_batch_holds_serves_them_in_turn() {
+    let knobs = Knobs {
+        batch_size_max: 2,
+        pipeline_window: 1,
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(1, 1, knobs);
+    assert_eq!(CLIENTS, 3);
+    // Queued before anything is delivered: 0:1 is ready first and goes alone in batch 1 (window
+    // 1); while it is agreed on, 2:1, 1:1, 0:2 and 1:2 reach the pool. Batch 2 then has three
+    // ready clients for two places. In id order it would take 0:2 and 1:1, and client 2 would wait
+    // behind clients that keep coming back; in turn (after client 0, the last one served) it takes
+    // 1:1 and 2:1.
+    c.submit(0);
+    let victim = c.submit(2);
+    c.submit(1);
+    c.submit(0);
+    c.submit(1);
+    c.pump();
+    let served = |c: &Cluster, who: (ClientId, RequestId)| {
+        c.ordered
+            .iter()
+            .find(|(_, entries)| entries.contains(&who))
+            .map(|(n, _)| *n)
+    };
+    assert_eq!(served(&c, (ClientId(0), RequestId(1))), Some(SeqNo(1)));
+    assert_eq!(
+        served(&c, (victim.client, victim.request_id)),
+        Some(SeqNo(2)),
+        "{:?}",
+        c.ordered
+    );
+    assert_eq!(served(&c, (ClientId(1), RequestId(1))), Some(SeqNo(2)));
+    assert_eq!(served(&c, (ClientId(0), RequestId(2))), Some(SeqNo(3)));
+}
