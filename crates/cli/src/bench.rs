@@ -28,7 +28,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1/1")]
     ur: Vec<String>,
     /// Batch sizes (batch_size_max), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "64")]
+    #[arg(long, value_delimiter = ',', default_value = "128")]
     batch: Vec<usize>,
     /// Batches in flight at the primary (the pipeline_window knob; default: the knob's default).
     #[arg(long)]

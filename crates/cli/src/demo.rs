@@ -206,7 +206,7 @@ pub async fn run(
         let pool = gateway_clients(&dir, pool_size)?;
         tokio::spawn(upright_kv::gateway::serve(listener, pool));
         redis_gateway::announce(port, pool_size, &cluster.exe.display().to_string(), &dir);
-        let _ = tokio::signal::ctrl_c().await;
+        stop_requested().await;
         drop(cluster);
         return Ok(ExitCode::SUCCESS);
     }
@@ -217,13 +217,31 @@ pub async fn run(
         println!("  {exe} kv --client {}/client-0.toml get hello", dir.display());
         println!("  {exe} status --config {}/cluster.toml", dir.display());
         println!("press Ctrl-C to stop");
-        let _ = tokio::signal::ctrl_c().await;
+        stop_requested().await;
         drop(cluster);
         return Ok(ExitCode::SUCCESS);
     }
     let report = smoke_run(&dir, &mut cluster, seconds, clients.max(1)).await?;
     drop(cluster);
     Ok(report)
+}
+
+/// Waits for Ctrl-C (SIGINT) or SIGTERM (`kill`, a service manager stopping the demo): either way
+/// the caller drops the cluster, which stops the replica processes (without the SIGTERM arm they
+/// outlived a `kill`ed demo).
+async fn stop_requested() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 fn put(key: &[u8], value: &[u8]) -> Bytes {
@@ -373,7 +391,7 @@ mod redis_gateway {
     /// Tells the user how to connect.
     pub fn announce(port: u16, pool: u32, exe: &str, dir: &Path) {
         println!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}, served by the BFT cluster");
-        println!("  gateway: {pool} upright client(s); every command, reads included, goes through agreement");
+        println!("  gateway: {pool} upright client(s); writes are ordered by agreement; reads go to every execution replica (read-only path) and fall back to agreement when the answers differ");
         println!("try, in another terminal:");
         println!("  redis-cli -p {port} set hello world");
         println!("  redis-cli -p {port} get hello");

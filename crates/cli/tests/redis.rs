@@ -204,4 +204,36 @@ fn real_redis_clients_against_a_cluster_with_a_byzantine_replica() {
         "replica 2 did not run the corrupting store; log {}: {log}",
         demo.log_dir
     );
+    stopped_by_sigterm_with_its_replicas(demo);
+}
+
+/// `kill <demo>` (SIGTERM, what a service manager sends) stops the demo and its replica processes.
+fn stopped_by_sigterm_with_its_replicas(mut demo: Demo) {
+    let dir = std::path::Path::new(&demo.log_dir)
+        .parent()
+        .expect("replica log inside the demo directory")
+        .display()
+        .to_string();
+    let replicas = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains(" replica ") && c.contains(&dir))
+            .count()
+    };
+    assert_eq!(replicas(), 4, "four replica processes run from {dir}");
+    unsafe { libc::kill(demo.child.id() as i32, libc::SIGTERM) };
+    let until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < until && !matches!(demo.child.try_wait(), Ok(Some(_))) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        matches!(demo.child.try_wait(), Ok(Some(_))),
+        "the demo exits on SIGTERM"
+    );
+    while Instant::now() < until && replicas() > 0 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(replicas(), 0, "no replica of {dir} outlives the demo");
 }
