@@ -11,24 +11,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use upright_core::kv::{KvOperation, KvReply};
 use upright_node::client::{start_client, ClientError, ClientHandle};
-use upright_node::files::{self, ClientFile, Cluster};
-use upright_node::replica::{run_replica, ReplicaSpec};
-use upright_node::storage::StorageOptions;
+use upright_node::files::ClientFile;
 
 const OP_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn start_replicas(cluster: &Cluster) {
-    for id in 0..4 {
-        let spec = ReplicaSpec {
-            cluster: cluster.clone(),
-            id,
-            keys: files::load_replica_keys(cluster, id, &cluster.key_path(id)).unwrap(),
-            storage: StorageOptions::default(),
-            stages: None,
-        };
-        tokio::spawn(async move { run_replica(spec, std::future::pending()).await.unwrap() });
-    }
-}
 
 async fn put(client: &ClientHandle, key: &str, value: &str) -> Result<Bytes, ClientError> {
     let op = KvOperation::Put {
@@ -75,7 +60,7 @@ fn put_op(key: &str, value: &str) -> Bytes {
 async fn a_restarted_client_continues_with_the_next_id_and_an_unwritable_file_stops_it() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = common::make_cluster(dir.path(), "client-ids");
-    start_replicas(&cluster);
+    common::start_replicas(&cluster);
     let setup = || ClientFile::load(&dir.path().join("client-0.toml")).unwrap();
     let state = dir.path().join("client-0.ids");
 

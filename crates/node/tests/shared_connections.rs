@@ -8,24 +8,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use upright_core::kv::{KvOperation, KvReply};
 use upright_node::client::{start_clients, ClientHandle};
-use upright_node::files::{self, ClientFile, Cluster};
-use upright_node::replica::{run_replica, ReplicaSpec};
-use upright_node::storage::StorageOptions;
+use upright_node::files::ClientFile;
 
 const OP_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn start_replicas(cluster: &Cluster) {
-    for id in 0..4 {
-        let spec = ReplicaSpec {
-            cluster: cluster.clone(),
-            id,
-            keys: files::load_replica_keys(cluster, id, &cluster.key_path(id)).unwrap(),
-            storage: StorageOptions::default(),
-            stages: None,
-        };
-        tokio::spawn(async move { run_replica(spec, std::future::pending()).await.unwrap() });
-    }
-}
 
 async fn run(client: ClientHandle, c: usize, n: usize) -> Vec<Option<Bytes>> {
     let mut seen = Vec::new();
@@ -54,7 +39,7 @@ async fn run(client: ClientHandle, c: usize, n: usize) -> Vec<Option<Bytes>> {
 async fn clients_of_one_group_share_connections_and_each_gets_its_own_results() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = common::make_cluster(dir.path(), "shared");
-    start_replicas(&cluster);
+    common::start_replicas(&cluster);
     let setup = |c: u32| ClientFile::load(&dir.path().join(format!("client-{c}.toml"))).unwrap();
     let state = dir.path().join("client-0.ids");
 

@@ -3,6 +3,8 @@
 use std::path::Path;
 
 use upright_node::files::{self, Cluster, InitPlan};
+use upright_node::replica::{run_replica, ReplicaSpec};
+use upright_node::storage::StorageOptions;
 
 /// A free loopback port below Linux's ephemeral range (32768+), so the replicas' own outgoing
 /// connections can never take it between the choice and the bind; distinct within this process.
@@ -33,4 +35,20 @@ pub fn make_cluster(dir: &Path, name: &str) -> Cluster {
         fsync: Default::default(),
     };
     files::init_cluster(&plan, dir).unwrap()
+}
+
+/// Starts the cluster's 4 replicas as tasks of the current tokio runtime (default storage options,
+/// the default service).
+#[allow(dead_code)] // each test file compiles this module; loopback.rs starts its own replicas
+pub fn start_replicas(cluster: &Cluster) {
+    for id in 0..4 {
+        let spec = ReplicaSpec {
+            cluster: cluster.clone(),
+            id,
+            keys: files::load_replica_keys(cluster, id, &cluster.key_path(id)).unwrap(),
+            storage: StorageOptions::default(),
+            stages: None,
+        };
+        tokio::spawn(async move { run_replica(spec, std::future::pending()).await.unwrap() });
+    }
 }
