@@ -116,7 +116,15 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
 /// Runs `upright bench`.
 pub async fn run(args: BenchArgs) -> Result<ExitCode, FileError> {
     let options = options(&args)?;
-    let points = bench::run(&options).await?;
+    // Stopped early (Ctrl-C, SIGTERM): the run's future is dropped, and with it the replica and
+    // NO-REP child processes (they are killed on drop, so none outlives a stopped bench).
+    let points = tokio::select! {
+        points = bench::run(&options) => points?,
+        _ = crate::demo::stop_requested() => {
+            eprintln!("upright bench: stopped; its cluster processes were killed");
+            return Ok(ExitCode::from(130));
+        }
+    };
     println!("\n{}", bench::table(&points));
     if let Some(path) = &args.json {
         let command = std::env::args().collect::<Vec<_>>().join(" ");

@@ -226,10 +226,10 @@ pub async fn run(
     Ok(report)
 }
 
-/// Waits for Ctrl-C (SIGINT) or SIGTERM (`kill`, a service manager stopping the demo): either way
-/// the caller drops the cluster, which stops the replica processes (without the SIGTERM arm they
-/// outlived a `kill`ed demo).
-async fn stop_requested() {
+/// Waits for Ctrl-C (SIGINT) or SIGTERM (`kill`, a service manager stopping the demo or a bench):
+/// either way the caller drops its cluster, which stops the replica processes (without the SIGTERM
+/// arm they outlived a `kill`ed demo).
+pub(crate) async fn stop_requested() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
