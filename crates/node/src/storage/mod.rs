@@ -9,9 +9,15 @@
 //!   `fdatasync` does not also commit a new file size; the space after the last record reads as
 //!   zeros.
 //!
-//! Recovery loads the snapshot and replays the log over it. Replaying is idempotent (each record
-//! sets or deletes a whole value), so a crash after the new snapshot is renamed into place but
-//! before the log is reset loses nothing. Zeros after the last record are the normal end of the
+//! - `log.prev`: while a compaction is in flight (`compaction.rs`), the log that was current when it
+//!   started; deleted once the new snapshot is in place.
+//!
+//! Compaction runs off the event loop: [`StageLog::sync`] only rotates the log and a background
+//! thread writes the snapshot (see `compaction.rs`).
+//!
+//! Recovery loads the snapshot and replays `log.prev` (if present) and the log over it. Replaying is
+//! idempotent (each record sets or deletes a whole value), so a crash after the new snapshot is
+//! renamed into place but before the old log is reset or deleted loses nothing. Zeros after the last record are the normal end of the
 //! data ([`Recovery::Clean`]). A torn last log record (followed only by zeros) is an interrupted
 //! write: it is truncated and the space allocated again. Damage anywhere else means the files
 //! cannot be trusted: they are moved aside, the stage starts from empty storage and recovers its
@@ -20,11 +26,12 @@
 //!
 //! [`Action::Persist`]: upright_core::stage::Action::Persist
 
+mod compaction;
 mod prealloc;
 mod record;
 
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -32,6 +39,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use upright_core::stage::Storage;
 
+use compaction::Compaction;
+pub use compaction::COMPACTION_BACKLOG_FACTOR;
 use prealloc::LogFile;
 pub use prealloc::LOG_PREALLOC_BYTES;
 pub use record::{encode_record, parse_records, Record, Tail, RECORD_BYTES_MAX};
@@ -40,6 +49,7 @@ const SNAPSHOT: &str = "snapshot";
 const SNAPSHOT_TMP: &str = "snapshot.tmp";
 const LOG: &str = "log";
 const LOG_TMP: &str = "log.tmp";
+const LOG_PREV: &str = "log.prev";
 /// Key of the snapshot's end marker (stage keys never start with a NUL byte).
 const END_MARKER: &str = "\0end";
 
@@ -125,6 +135,8 @@ pub struct StageLog {
     pending: Vec<u8>,
     /// `pending` holds an eager persist: the next [`StageLog::sync`] must fsync.
     must_sync: bool,
+    /// The snapshot being written in the background, if any (at most one).
+    compaction: Option<Compaction>,
     stats: LogStats,
 }
 
@@ -156,8 +168,14 @@ impl StageLog {
             map: map.clone(),
             pending: Vec::new(),
             must_sync: false,
+            compaction: None,
             stats: LogStats::default(),
         };
+        let mut log = log;
+        if dir.join(LOG_PREV).exists() {
+            // A compaction was interrupted: finish the job now (rare, at start only).
+            log.compact()?;
+        }
         Ok((log, map, recovery))
     }
 
@@ -206,15 +224,62 @@ impl StageLog {
             None
         };
         self.stats.syncs += 1;
-        if self.log_bytes > self.options.compact_log_bytes {
-            self.compact()?;
-        }
+        self.maybe_compact()?;
         Ok(took)
     }
 
+    /// After a sync (everything written so far is as durable as the policy makes it): collects a
+    /// finished background compaction and starts one if the log passed its bound; waits for the
+    /// one in flight if the log passed [`COMPACTION_BACKLOG_FACTOR`] times the bound.
+    fn maybe_compact(&mut self) -> io::Result<()> {
+        let bound = self.options.compact_log_bytes;
+        let finished = self.compaction.as_ref().is_some_and(|c| c.is_finished());
+        let backlog = self.log_bytes > bound.saturating_mul(COMPACTION_BACKLOG_FACTOR);
+        if finished || (backlog && self.compaction.is_some()) {
+            self.wait_compaction()?;
+        }
+        if self.compaction.is_none() && self.log_bytes > bound {
+            self.start_compaction()?;
+        }
+        Ok(())
+    }
+
+    /// Rotates the log (the current one becomes `log.prev`, a fresh one takes its place) and
+    /// starts writing the snapshot of the current state in the background. The caller has synced.
+    fn start_compaction(&mut self) -> io::Result<()> {
+        assert!(self.compaction.is_none(), "one compaction at a time");
+        assert!(self.pending.is_empty(), "called after a sync");
+        if self.dir.join(LOG_PREV).exists() {
+            // An earlier background compaction failed and left its old log: rotating again would
+            // replace it. Compact here instead, which covers and deletes it.
+            return self.compact();
+        }
+        let fresh = LogFile::create(&self.dir.join(LOG_TMP))?;
+        fs::rename(self.dir.join(LOG), self.dir.join(LOG_PREV))?;
+        fs::rename(self.dir.join(LOG_TMP), self.dir.join(LOG))?;
+        sync_dir(&self.dir)?;
+        self.stats.preallocations += self.file.allocations();
+        self.file = fresh;
+        self.log_bytes = 0;
+        self.compaction = Some(Compaction::start(&self.dir, self.map.clone())?);
+        self.stats.compactions += 1;
+        Ok(())
+    }
+
+    /// Waits for the background compaction, if one is in flight, and returns its result.
+    pub fn wait_compaction(&mut self) -> io::Result<()> {
+        match self.compaction.take() {
+            Some(compaction) => compaction.wait(),
+            None => Ok(()),
+        }
+    }
+
     /// Writes a snapshot of the current state and starts a fresh log (atomic renames, directory
-    /// synced after each). Pending records are written first.
+    /// synced after each), on the calling thread, after any background compaction finished.
+    /// Pending records are written first; a leftover `log.prev` is deleted once the snapshot (which
+    /// covers it) is in place.
     pub fn compact(&mut self) -> io::Result<()> {
+        self.wait_compaction()?;
         self.write_pending()?;
         self.must_sync = false; // the snapshot below is synced and holds everything
         self.write_snapshot_tmp()?;
@@ -223,6 +288,10 @@ impl StageLog {
         let fresh = LogFile::create(&self.dir.join(LOG_TMP))?;
         fs::rename(self.dir.join(LOG_TMP), self.dir.join(LOG))?;
         sync_dir(&self.dir)?;
+        if self.dir.join(LOG_PREV).exists() {
+            fs::remove_file(self.dir.join(LOG_PREV))?;
+            sync_dir(&self.dir)?;
+        }
         self.stats.preallocations += self.file.allocations();
         self.file = fresh;
         self.log_bytes = 0;
@@ -242,15 +311,12 @@ impl StageLog {
 
     /// First step of compaction: the complete snapshot under its temporary name, synced.
     fn write_snapshot_tmp(&self) -> io::Result<()> {
-        let mut bytes = Vec::new();
-        for (key, value) in &self.map {
-            encode_record(key, Some(value), &mut bytes);
-        }
-        let count = Bytes::copy_from_slice(&(self.map.len() as u64).to_le_bytes());
-        encode_record(END_MARKER, Some(&count), &mut bytes);
-        let mut file = File::create(self.dir.join(SNAPSHOT_TMP))?;
-        file.write_all(&bytes)?;
-        file.sync_all()
+        compaction::write_snapshot_tmp(&self.dir, &self.map)
+    }
+
+    /// Whether a background compaction is in flight.
+    pub fn compacting(&self) -> bool {
+        self.compaction.is_some()
     }
 
     /// The current contents (what a restart would recover once synced).
@@ -277,6 +343,24 @@ impl StageLog {
     }
 }
 
+impl Drop for StageLog {
+    fn drop(&mut self) {
+        // Let a background snapshot finish (an error leaves `log.prev`, which the next open handles).
+        let _ = self.wait_compaction();
+    }
+}
+
+/// Every key's record followed by the end marker with their count.
+fn snapshot_bytes(state: &Storage) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for (key, value) in state {
+        encode_record(key, Some(value), &mut bytes);
+    }
+    let count = Bytes::copy_from_slice(&(state.len() as u64).to_le_bytes());
+    encode_record(END_MARKER, Some(&count), &mut bytes);
+    bytes
+}
+
 /// Reads snapshot and log: the state, what was found and the length of the log's valid data (the
 /// caller truncates a torn tail to it). `Ok(Err(reason))` = the files are damaged.
 fn recover(dir: &Path) -> io::Result<Result<(Storage, Recovery, u64), String>> {
@@ -286,6 +370,16 @@ fn recover(dir: &Path) -> io::Result<Result<(Storage, Recovery, u64), String>> {
         Ok(map) => map.unwrap_or_default(),
         Err(reason) => return Ok(Err(reason)),
     };
+    // An interrupted compaction's old log: complete (it was synced before the rotation, and no
+    // record was written to it after), so anything but a clean end is damage.
+    let prev = read_if_exists(&dir.join(LOG_PREV))?;
+    if let Some(prev) = &prev {
+        let (records, tail) = parse_records(prev);
+        if !matches!(tail, Tail::Clean | Tail::Zeros { .. }) {
+            return Ok(Err(format!("log.prev is damaged ({tail:?})")));
+        }
+        apply(&mut map, records);
+    }
     let bytes = log.unwrap_or_default();
     let (records, tail) = parse_records(&bytes);
     let (valid_bytes, torn) = match tail {
@@ -299,18 +393,23 @@ fn recover(dir: &Path) -> io::Result<Result<(Storage, Recovery, u64), String>> {
         Recovery::TornTail {
             truncated_bytes: data_end.saturating_sub(valid_bytes),
         }
-    } else if snapshot.is_none() && valid_bytes == 0 {
+    } else if snapshot.is_none() && prev.is_none() && valid_bytes == 0 {
         Recovery::Fresh
     } else {
         Recovery::Clean
     };
+    apply(&mut map, records);
+    Ok(Ok((map, recovery, valid_bytes)))
+}
+
+/// Replays `records` over `map`.
+fn apply(map: &mut Storage, records: Vec<Record>) {
     for record in records {
         match record.value {
             Some(value) => map.insert(record.key, value),
             None => map.remove(&record.key),
         };
     }
-    Ok(Ok((map, recovery, valid_bytes)))
 }
 
 /// Reads a snapshot: every record, then the end marker with their count. `Err(reason)` = damaged.
@@ -354,7 +453,7 @@ fn move_aside(dir: &Path) -> io::Result<PathBuf> {
         n += 1;
     };
     fs::create_dir(&target)?;
-    for name in [SNAPSHOT, LOG] {
+    for name in [SNAPSHOT, LOG_PREV, LOG] {
         if dir.join(name).exists() {
             fs::rename(dir.join(name), target.join(name))?;
         }

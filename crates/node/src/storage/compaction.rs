@@ -1,0 +1,89 @@
+//! Compaction off the event loop.
+//!
+//! Writing a snapshot costs time proportional to the live state, not to the records that
+//! triggered it: an authentication member keeps every body it may still be FETCHed for (up to
+//! `3 * checkpoint_interval + 1` per client), so with 4-KiB bodies its snapshot is tens of MB, and
+//! writing plus syncing it inside [`StageLog::sync`](super::StageLog::sync) stalled the whole
+//! replica for hundreds of milliseconds (all authentication members reach the bound at the same
+//! moment, as they log the same bodies): the 4/0 bench's ~500 ms tail, one client retransmission.
+//!
+//! So the event loop only *rotates* the log — the current log becomes `log.prev`, a fresh
+//! preallocated `log` takes the new records — and a background thread writes the snapshot of the
+//! state at the rotation, renames it into place and then deletes `log.prev`. Recovery reads
+//! `snapshot`, then `log.prev` if present, then `log`. Every crash point is safe:
+//! - before the snapshot rename: the old snapshot + `log.prev` (every record since it, up to the
+//!   rotation) + `log` (every record since);
+//! - after the rename, before `log.prev` is deleted: the new snapshot is the state at the rotation
+//!   and `log.prev` is the complete sequence of records that led to it from the old snapshot, so
+//!   replaying it over the new snapshot yields that same state (each record sets or deletes a whole
+//!   value; a key's last record in `log.prev` is its value at the rotation), then `log` as before.
+//!
+//! One compaction is in flight at a time. If the new log reaches
+//! [`COMPACTION_BACKLOG_FACTOR`] times the bound before it finishes, the event loop waits for it
+//! (the log stays bounded; the disk is then simply too slow for the write rate).
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::thread::{self, JoinHandle};
+
+use upright_core::stage::Storage;
+
+use super::{snapshot_bytes, sync_dir, LOG_PREV, SNAPSHOT, SNAPSHOT_TMP};
+
+/// While a compaction is in flight the log may grow to this many times
+/// [`StorageOptions::compact_log_bytes`](super::StorageOptions::compact_log_bytes) before the
+/// event loop waits for it.
+pub const COMPACTION_BACKLOG_FACTOR: u64 = 4;
+
+/// A snapshot being written by a background thread.
+pub(super) struct Compaction {
+    handle: JoinHandle<io::Result<()>>,
+}
+
+impl Compaction {
+    /// Starts writing the snapshot of `state` (the state at the rotation) into `dir`; when it is in
+    /// place, deletes `log.prev`.
+    pub(super) fn start(dir: &Path, state: Storage) -> io::Result<Compaction> {
+        let dir: PathBuf = dir.to_path_buf();
+        let handle = thread::Builder::new()
+            .name("log-compaction".into())
+            .spawn(move || write_snapshot_and_drop_prev(&dir, &state))?;
+        Ok(Compaction { handle })
+    }
+
+    /// Whether the thread has finished (its result is then ready for [`Compaction::wait`]).
+    pub(super) fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
+    /// Waits for the thread and returns its result.
+    pub(super) fn wait(self) -> io::Result<()> {
+        match self.handle.join() {
+            Ok(result) => result,
+            Err(_) => Err(io::Error::other("the log compaction thread panicked")),
+        }
+    }
+}
+
+/// Writes `snapshot.tmp` (synced), renames it to `snapshot`, syncs the directory, deletes
+/// `log.prev` and syncs the directory again.
+pub(super) fn write_snapshot_and_drop_prev(dir: &Path, state: &Storage) -> io::Result<()> {
+    write_snapshot_tmp(dir, state)?;
+    fs::rename(dir.join(SNAPSHOT_TMP), dir.join(SNAPSHOT))?;
+    sync_dir(dir)?;
+    match fs::remove_file(dir.join(LOG_PREV)) {
+        Ok(()) => sync_dir(dir),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The complete snapshot of `state` under its temporary name, synced.
+pub(super) fn write_snapshot_tmp(dir: &Path, state: &Storage) -> io::Result<()> {
+    use std::io::Write;
+    let bytes = snapshot_bytes(state);
+    let mut file = fs::File::create(dir.join(SNAPSHOT_TMP))?;
+    file.write_all(&bytes)?;
+    file.sync_all()
+}
