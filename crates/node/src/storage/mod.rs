@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use upright_core::stage::Storage;
 
 use compaction::Compaction;
-pub use compaction::COMPACTION_BACKLOG_FACTOR;
+pub use compaction::{COMPACTION_BACKLOG_FACTOR, LOG_TO_LIVE_FACTOR, SNAPSHOT_CHUNK_BYTES};
 use prealloc::LogFile;
 pub use prealloc::LOG_PREALLOC_BYTES;
 pub use record::{encode_record, parse_records, Record, Tail, RECORD_BYTES_MAX};
@@ -131,6 +131,8 @@ pub struct StageLog {
     log_bytes: u64,
     /// The current value of every key (needed to write snapshots).
     map: Storage,
+    /// Approximate size of `map` as a snapshot ([`live_size`] summed).
+    live_bytes: u64,
     /// Encoded records not yet written.
     pending: Vec<u8>,
     /// `pending` holds an eager persist: the next [`StageLog::sync`] must fsync.
@@ -165,6 +167,7 @@ impl StageLog {
             options,
             file,
             log_bytes,
+            live_bytes: map.iter().map(|(k, v)| live_size(k, v)).sum(),
             map: map.clone(),
             pending: Vec::new(),
             must_sync: false,
@@ -190,10 +193,16 @@ impl StageLog {
     pub fn append_lazily(&mut self, key: &str, value: Option<&Bytes>) {
         assert!(!key.starts_with('\0'), "stage keys must not start with NUL");
         encode_record(key, value, &mut self.pending);
-        match value {
-            Some(v) => self.map.insert(key.to_string(), v.clone()),
+        let old = match value {
+            Some(v) => {
+                self.live_bytes += live_size(key, v);
+                self.map.insert(key.to_string(), v.clone())
+            }
             None => self.map.remove(key),
         };
+        if let Some(old) = old {
+            self.live_bytes -= live_size(key, &old);
+        }
         self.stats.records += 1;
     }
 
@@ -234,11 +243,12 @@ impl StageLog {
     fn maybe_compact(&mut self) -> io::Result<()> {
         let bound = self.options.compact_log_bytes;
         let finished = self.compaction.as_ref().is_some_and(|c| c.is_finished());
-        let backlog = self.log_bytes > bound.saturating_mul(COMPACTION_BACKLOG_FACTOR);
+        let backlog = self.log_bytes > bound.max(self.live_bytes).saturating_mul(COMPACTION_BACKLOG_FACTOR);
         if finished || (backlog && self.compaction.is_some()) {
             self.wait_compaction()?;
         }
-        if self.compaction.is_none() && self.log_bytes > bound {
+        let mostly_dead = self.log_bytes > self.live_bytes.saturating_mul(LOG_TO_LIVE_FACTOR);
+        if self.compaction.is_none() && self.log_bytes > bound && mostly_dead {
             self.start_compaction()?;
         }
         Ok(())
@@ -314,6 +324,11 @@ impl StageLog {
         compaction::write_snapshot_tmp(&self.dir, &self.map)
     }
 
+    /// Approximate size of the live state as a snapshot.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
     /// Whether a background compaction is in flight.
     pub fn compacting(&self) -> bool {
         self.compaction.is_some()
@@ -350,15 +365,15 @@ impl Drop for StageLog {
     }
 }
 
-/// Every key's record followed by the end marker with their count.
-fn snapshot_bytes(state: &Storage) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    for (key, value) in state {
-        encode_record(key, Some(value), &mut bytes);
-    }
-    let count = Bytes::copy_from_slice(&(state.len() as u64).to_le_bytes());
-    encode_record(END_MARKER, Some(&count), &mut bytes);
-    bytes
+/// Approximate bytes a key and its value take in a snapshot (record header and encoding included).
+fn live_size(key: &str, value: &Bytes) -> u64 {
+    (key.len() + value.len() + 16) as u64
+}
+
+/// Appends the snapshot's end marker, which states the number of entries before it.
+fn end_marker(entries: usize, out: &mut Vec<u8>) {
+    let count = Bytes::copy_from_slice(&(entries as u64).to_le_bytes());
+    encode_record(END_MARKER, Some(&count), out);
 }
 
 /// Reads snapshot and log: the state, what was found and the length of the log's valid data (the

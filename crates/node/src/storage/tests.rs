@@ -521,3 +521,37 @@ fn crash_between_the_two_renames_of_a_rotation_loses_nothing() {
     assert_eq!(storage, expected);
     assert!(!dir.path().join(LOG_PREV).exists());
 }
+
+#[test]
+fn a_log_of_mostly_live_records_is_not_rewritten_at_the_bound_but_once_half_of_it_is_superseded() {
+    // An authentication member logs a new 4-KiB body per request and deletes it only after
+    // `3 * checkpoint_interval + 1` newer ones of the same client: for a long time nearly all of
+    // its log is live, and rewriting it at every `compact_log_bytes` only doubled the disk writes.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _, _) = StageLog::open(dir.path(), small_always()).unwrap();
+    let body = Bytes::from(vec![1u8; 4096]);
+    for i in 0..40u32 {
+        log.append(&format!("auth/body/{i:04}"), Some(&body));
+        log.sync().unwrap();
+    }
+    assert!(log.log_bytes() > 8 * (16 << 10), "far past the bound");
+    assert_eq!(log.stats().compactions, 0, "everything in the log is live");
+    // Evict the oldest bodies: once the log is twice the live state, it is compacted.
+    let mut evicted = 0u32;
+    while log.stats().compactions == 0 {
+        log.append(&format!("auth/body/{evicted:04}"), None);
+        log.sync().unwrap();
+        evicted += 1;
+    }
+    assert!(
+        log.log_bytes() == 0 && (19..=21).contains(&evicted),
+        "compacted when half of the bodies were gone ({evicted} evicted)"
+    );
+    log.wait_compaction().unwrap();
+    let expected = log.contents().clone();
+    assert_eq!(expected.len(), 40 - evicted as usize);
+    drop(log);
+    let (_, storage, recovery) = StageLog::open(dir.path(), small_always()).unwrap();
+    assert_eq!(recovery, Recovery::Clean);
+    assert_eq!(storage, expected);
+}
