@@ -32,6 +32,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use upright_core::stage::Storage;
 
@@ -40,6 +41,9 @@ use super::{encode_record, end_marker, sync_dir, LOG_PREV, SNAPSHOT, SNAPSHOT_TM
 /// A compaction starts once the log is this many times larger than the live state (and past its
 /// bound).
 pub const LOG_TO_LIVE_FACTOR: u64 = 2;
+
+/// Longest pause between two snapshot chunks.
+pub const PACING_SLEEP_MAX: Duration = Duration::from_millis(50);
 
 /// Bytes of snapshot written between two syncs.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
@@ -95,7 +99,10 @@ pub(super) fn write_snapshot_and_drop_prev(dir: &Path, state: &Storage) -> io::R
 /// The complete snapshot of `state` under its temporary name, synced; written and synced
 /// [`SNAPSHOT_CHUNK_BYTES`] at a time.
 ///
-/// Syncing as it goes keeps the snapshot's dirty data small. Written in one piece and synced at the
+/// After each chunk the thread sleeps as long as the chunk took (at most [`PACING_SLEEP_MAX`]), so
+/// the snapshot takes at most about half of the disk's time and the group commits of the logs
+/// (the latency of every request) are not queued behind it. Syncing as it goes keeps the
+/// snapshot's dirty data small. Written in one piece and synced at the
 /// end, tens of MB sat in the page cache and the first `fdatasync` of any log on the same file
 /// system (ext4's journal commit writes out the data of newly allocated blocks first) waited for
 /// all of it: moving the snapshot off the event loop alone did not remove the stall.
@@ -106,9 +113,12 @@ pub(super) fn write_snapshot_tmp(dir: &Path, state: &Storage) -> io::Result<()> 
     for (key, value) in state {
         encode_record(key, Some(value), &mut chunk);
         if chunk.len() >= SNAPSHOT_CHUNK_BYTES {
+            let started = Instant::now();
             file.write_all(&chunk)?;
             file.sync_data()?;
             chunk.clear();
+            // Leave the disk to the logs' group commits for as long as this chunk took.
+            thread::sleep(started.elapsed().min(PACING_SLEEP_MAX));
         }
     }
     end_marker(state.len(), &mut chunk);
