@@ -9,7 +9,8 @@
 //!
 //! So the event loop only *rotates* the log — the current log becomes `log.prev`, a fresh
 //! preallocated `log` takes the new records — and a background thread writes the snapshot of the
-//! state at the rotation, renames it into place and then deletes `log.prev`. Recovery reads
+//! state at the rotation, renames it into place and then retires `log.prev` (renamed `log.dead`,
+//! freed a few MB at a time, deleted). Recovery reads
 //! `snapshot`, then `log.prev` if present, then `log`. Every crash point is safe:
 //! - before the snapshot rename: the old snapshot + `log.prev` (every record since it, up to the
 //!   rotation) + `log` (every record since);
@@ -36,11 +37,17 @@ use std::time::{Duration, Instant};
 
 use upright_core::stage::Storage;
 
-use super::{encode_record, end_marker, sync_dir, LOG_PREV, SNAPSHOT, SNAPSHOT_TMP};
+use super::{encode_record, end_marker, sync_dir, LOG_DEAD, LOG_PREV, SNAPSHOT, SNAPSHOT_TMP};
 
 /// A compaction starts once the log is this many times larger than the live state (and past its
 /// bound).
 pub const LOG_TO_LIVE_FACTOR: u64 = 2;
+
+/// Bytes of a retired log freed per step.
+pub const RELEASE_STEP_BYTES: u64 = 1 << 20;
+
+/// Pause between two steps of freeing a retired log.
+pub const RELEASE_PAUSE: Duration = Duration::from_millis(20);
 
 /// Longest pause between two snapshot chunks.
 pub const PACING_SLEEP_MAX: Duration = Duration::from_millis(50);
@@ -83,17 +90,41 @@ impl Compaction {
     }
 }
 
-/// Writes `snapshot.tmp` (synced), renames it to `snapshot`, syncs the directory, deletes
-/// `log.prev` and syncs the directory again.
+/// Writes `snapshot.tmp` (synced), renames it to `snapshot`, syncs the directory, then retires
+/// `log.prev` (see [`release_gradually`]).
 pub(super) fn write_snapshot_and_drop_prev(dir: &Path, state: &Storage) -> io::Result<()> {
     write_snapshot_tmp(dir, state)?;
     fs::rename(dir.join(SNAPSHOT_TMP), dir.join(SNAPSHOT))?;
     sync_dir(dir)?;
-    match fs::remove_file(dir.join(LOG_PREV)) {
-        Ok(()) => sync_dir(dir),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
+    match fs::rename(dir.join(LOG_PREV), dir.join(LOG_DEAD)) {
+        Ok(()) => sync_dir(dir)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
     }
+    release_gradually(&dir.join(LOG_DEAD))?;
+    fs::remove_file(dir.join(LOG_DEAD))?;
+    sync_dir(dir)
+}
+
+/// Frees a dead file's blocks [`RELEASE_STEP_BYTES`] at a time, pausing [`RELEASE_PAUSE`] between
+/// steps.
+///
+/// Unlinking a whole old log (tens of MB, preallocated) at once frees all its blocks in one journal
+/// transaction; on a file system mounted with `discard` (as the bench machine's is) that commit
+/// also discards them, and every log's `fdatasync` waits for it: measured, the unlink alone made
+/// the 4/0 bench's throughput drop by half for a second and its p99.9 go from 29 ms to 281 ms.
+/// The file is already renamed to `log.dead` (never read: a crash leaves it to be deleted at the
+/// next open), so its partial truncations can never be mistaken for a damaged log.
+fn release_gradually(path: &Path) -> io::Result<()> {
+    let file = fs::OpenOptions::new().write(true).open(path)?;
+    let mut len = file.metadata()?.len();
+    while len > 0 {
+        len = len.saturating_sub(RELEASE_STEP_BYTES);
+        // Not synced: the logs' next group commit carries this step's (small) journal work.
+        file.set_len(len)?;
+        thread::sleep(RELEASE_PAUSE);
+    }
+    Ok(())
 }
 
 /// The complete snapshot of `state` under its temporary name, synced; written and synced

@@ -50,6 +50,8 @@ const SNAPSHOT_TMP: &str = "snapshot.tmp";
 const LOG: &str = "log";
 const LOG_TMP: &str = "log.tmp";
 const LOG_PREV: &str = "log.prev";
+/// A retired `log.prev` being freed in the background; never read, deleted at open.
+const LOG_DEAD: &str = "log.dead";
 /// Key of the snapshot's end marker (stage keys never start with a NUL byte).
 const END_MARKER: &str = "\0end";
 
@@ -148,6 +150,7 @@ impl StageLog {
         fs::create_dir_all(dir)?;
         let _ = fs::remove_file(dir.join(SNAPSHOT_TMP));
         let _ = fs::remove_file(dir.join(LOG_TMP));
+        let _ = fs::remove_file(dir.join(LOG_DEAD));
         let (map, recovery, log_bytes) = match recover(dir)? {
             Ok(found) => found,
             Err(reason) => {
