@@ -10,8 +10,8 @@
 //! So the event loop only *rotates* the log — the current log becomes `log.prev`, a fresh
 //! preallocated `log` takes the new records — and a background thread writes the snapshot of the
 //! state at the rotation, renames it into place and then retires `log.prev` (renamed `log.dead`,
-//! freed a few MB at a time, deleted). Recovery reads
-//! `snapshot`, then `log.prev` if present, then `log`. Every crash point is safe:
+//! freed 1 MiB at a time, deleted; `log.dead` is never read and is deleted at the next open).
+//! Recovery reads `snapshot`, then `log.prev` if present, then `log`. Every crash point is safe:
 //! - before the snapshot rename: the old snapshot + `log.prev` (every record since it, up to the
 //!   rotation) + `log` (every record since);
 //! - after the rename, before `log.prev` is deleted: the new snapshot is the state at the rotation
@@ -25,9 +25,9 @@
 //! new bodies faster than old ones are evicted) is not rewritten for nothing every
 //! `compact_log_bytes`, and the bytes rewritten stay below the bytes logged.
 //!
-//! One compaction is in flight at a time. If the new log reaches
-//! [`COMPACTION_BACKLOG_FACTOR`] times the bound (or the live state) before it finishes, the event loop waits for it
-//! (the log stays bounded; the disk is then simply too slow for the write rate).
+//! One compaction is in flight at a time. If the new log reaches [`COMPACTION_BACKLOG_FACTOR`]
+//! times the bound (or the live state) before it finishes, the event loop waits for it (the log
+//! stays bounded; the disk is then simply too slow for the write rate).
 
 use std::fs;
 use std::io;
