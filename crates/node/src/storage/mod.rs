@@ -9,9 +9,15 @@
 //!   `fdatasync` does not also commit a new file size; the space after the last record reads as
 //!   zeros.
 //!
-//! Recovery loads the snapshot and replays the log over it. Replaying is idempotent (each record
-//! sets or deletes a whole value), so a crash after the new snapshot is renamed into place but
-//! before the log is reset loses nothing. Zeros after the last record are the normal end of the
+//! - `log.prev`: while a compaction is in flight (`compaction.rs`), the log that was current when it
+//!   started; deleted once the new snapshot is in place.
+//!
+//! Compaction runs off the event loop: [`StageLog::sync`] only rotates the log and a background
+//! thread writes the snapshot (see `compaction.rs`).
+//!
+//! Recovery loads the snapshot and replays `log.prev` (if present) and the log over it. Replaying is
+//! idempotent (each record sets or deletes a whole value), so a crash after the new snapshot is
+//! renamed into place but before the old log is reset or deleted loses nothing. Zeros after the last record are the normal end of the
 //! data ([`Recovery::Clean`]). A torn last log record (followed only by zeros) is an interrupted
 //! write: it is truncated and the space allocated again. Damage anywhere else means the files
 //! cannot be trusted: they are moved aside, the stage starts from empty storage and recovers its
@@ -20,11 +26,12 @@
 //!
 //! [`Action::Persist`]: upright_core::stage::Action::Persist
 
+mod compaction;
 mod prealloc;
 mod record;
 
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -32,6 +39,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use upright_core::stage::Storage;
 
+use compaction::Compaction;
+pub use compaction::{COMPACTION_BACKLOG_FACTOR, LOG_TO_LIVE_FACTOR, SNAPSHOT_CHUNK_BYTES};
 use prealloc::LogFile;
 pub use prealloc::LOG_PREALLOC_BYTES;
 pub use record::{encode_record, parse_records, Record, Tail, RECORD_BYTES_MAX};
@@ -40,6 +49,9 @@ const SNAPSHOT: &str = "snapshot";
 const SNAPSHOT_TMP: &str = "snapshot.tmp";
 const LOG: &str = "log";
 const LOG_TMP: &str = "log.tmp";
+const LOG_PREV: &str = "log.prev";
+/// A retired `log.prev` being freed in the background; never read, deleted at open.
+const LOG_DEAD: &str = "log.dead";
 /// Key of the snapshot's end marker (stage keys never start with a NUL byte).
 const END_MARKER: &str = "\0end";
 
@@ -121,10 +133,14 @@ pub struct StageLog {
     log_bytes: u64,
     /// The current value of every key (needed to write snapshots).
     map: Storage,
+    /// Approximate size of `map` as a snapshot ([`live_size`] summed).
+    live_bytes: u64,
     /// Encoded records not yet written.
     pending: Vec<u8>,
     /// `pending` holds an eager persist: the next [`StageLog::sync`] must fsync.
     must_sync: bool,
+    /// The snapshot being written in the background, if any (at most one).
+    compaction: Option<Compaction>,
     stats: LogStats,
 }
 
@@ -134,6 +150,7 @@ impl StageLog {
         fs::create_dir_all(dir)?;
         let _ = fs::remove_file(dir.join(SNAPSHOT_TMP));
         let _ = fs::remove_file(dir.join(LOG_TMP));
+        let _ = fs::remove_file(dir.join(LOG_DEAD));
         let (map, recovery, log_bytes) = match recover(dir)? {
             Ok(found) => found,
             Err(reason) => {
@@ -153,11 +170,18 @@ impl StageLog {
             options,
             file,
             log_bytes,
+            live_bytes: map.iter().map(|(k, v)| live_size(k, v)).sum(),
             map: map.clone(),
             pending: Vec::new(),
             must_sync: false,
+            compaction: None,
             stats: LogStats::default(),
         };
+        let mut log = log;
+        if dir.join(LOG_PREV).exists() {
+            // A compaction was interrupted: finish the job now (rare, at start only).
+            log.compact()?;
+        }
         Ok((log, map, recovery))
     }
 
@@ -172,10 +196,16 @@ impl StageLog {
     pub fn append_lazily(&mut self, key: &str, value: Option<&Bytes>) {
         assert!(!key.starts_with('\0'), "stage keys must not start with NUL");
         encode_record(key, value, &mut self.pending);
-        match value {
-            Some(v) => self.map.insert(key.to_string(), v.clone()),
+        let old = match value {
+            Some(v) => {
+                self.live_bytes += live_size(key, v);
+                self.map.insert(key.to_string(), v.clone())
+            }
             None => self.map.remove(key),
         };
+        if let Some(old) = old {
+            self.live_bytes -= live_size(key, &old);
+        }
         self.stats.records += 1;
     }
 
@@ -206,15 +236,63 @@ impl StageLog {
             None
         };
         self.stats.syncs += 1;
-        if self.log_bytes > self.options.compact_log_bytes {
-            self.compact()?;
-        }
+        self.maybe_compact()?;
         Ok(took)
     }
 
+    /// After a sync (everything written so far is as durable as the policy makes it): collects a
+    /// finished background compaction and starts one if the log passed its bound; waits for the
+    /// one in flight if the log passed [`COMPACTION_BACKLOG_FACTOR`] times the bound.
+    fn maybe_compact(&mut self) -> io::Result<()> {
+        let bound = self.options.compact_log_bytes;
+        let finished = self.compaction.as_ref().is_some_and(|c| c.is_finished());
+        let backlog = self.log_bytes > bound.max(self.live_bytes).saturating_mul(COMPACTION_BACKLOG_FACTOR);
+        if finished || (backlog && self.compaction.is_some()) {
+            self.wait_compaction()?;
+        }
+        let mostly_dead = self.log_bytes > self.live_bytes.saturating_mul(LOG_TO_LIVE_FACTOR);
+        if self.compaction.is_none() && self.log_bytes > bound && mostly_dead {
+            self.start_compaction()?;
+        }
+        Ok(())
+    }
+
+    /// Rotates the log (the current one becomes `log.prev`, a fresh one takes its place) and
+    /// starts writing the snapshot of the current state in the background. The caller has synced.
+    fn start_compaction(&mut self) -> io::Result<()> {
+        assert!(self.compaction.is_none(), "one compaction at a time");
+        assert!(self.pending.is_empty(), "called after a sync");
+        if self.dir.join(LOG_PREV).exists() {
+            // An earlier background compaction failed and left its old log: rotating again would
+            // replace it. Compact here instead, which covers and deletes it.
+            return self.compact();
+        }
+        let fresh = LogFile::create(&self.dir.join(LOG_TMP))?;
+        fs::rename(self.dir.join(LOG), self.dir.join(LOG_PREV))?;
+        fs::rename(self.dir.join(LOG_TMP), self.dir.join(LOG))?;
+        sync_dir(&self.dir)?;
+        self.stats.preallocations += self.file.allocations();
+        self.file = fresh;
+        self.log_bytes = 0;
+        self.compaction = Some(Compaction::start(&self.dir, self.map.clone())?);
+        self.stats.compactions += 1;
+        Ok(())
+    }
+
+    /// Waits for the background compaction, if one is in flight, and returns its result.
+    pub fn wait_compaction(&mut self) -> io::Result<()> {
+        match self.compaction.take() {
+            Some(compaction) => compaction.wait(),
+            None => Ok(()),
+        }
+    }
+
     /// Writes a snapshot of the current state and starts a fresh log (atomic renames, directory
-    /// synced after each). Pending records are written first.
+    /// synced after each), on the calling thread, after any background compaction finished.
+    /// Pending records are written first; a leftover `log.prev` is deleted once the snapshot (which
+    /// covers it) is in place.
     pub fn compact(&mut self) -> io::Result<()> {
+        self.wait_compaction()?;
         self.write_pending()?;
         self.must_sync = false; // the snapshot below is synced and holds everything
         self.write_snapshot_tmp()?;
@@ -223,6 +301,10 @@ impl StageLog {
         let fresh = LogFile::create(&self.dir.join(LOG_TMP))?;
         fs::rename(self.dir.join(LOG_TMP), self.dir.join(LOG))?;
         sync_dir(&self.dir)?;
+        if self.dir.join(LOG_PREV).exists() {
+            fs::remove_file(self.dir.join(LOG_PREV))?;
+            sync_dir(&self.dir)?;
+        }
         self.stats.preallocations += self.file.allocations();
         self.file = fresh;
         self.log_bytes = 0;
@@ -242,15 +324,17 @@ impl StageLog {
 
     /// First step of compaction: the complete snapshot under its temporary name, synced.
     fn write_snapshot_tmp(&self) -> io::Result<()> {
-        let mut bytes = Vec::new();
-        for (key, value) in &self.map {
-            encode_record(key, Some(value), &mut bytes);
-        }
-        let count = Bytes::copy_from_slice(&(self.map.len() as u64).to_le_bytes());
-        encode_record(END_MARKER, Some(&count), &mut bytes);
-        let mut file = File::create(self.dir.join(SNAPSHOT_TMP))?;
-        file.write_all(&bytes)?;
-        file.sync_all()
+        compaction::write_snapshot_tmp(&self.dir, &self.map)
+    }
+
+    /// Approximate size of the live state as a snapshot.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
+    /// Whether a background compaction is in flight.
+    pub fn compacting(&self) -> bool {
+        self.compaction.is_some()
     }
 
     /// The current contents (what a restart would recover once synced).
@@ -277,6 +361,24 @@ impl StageLog {
     }
 }
 
+impl Drop for StageLog {
+    fn drop(&mut self) {
+        // Let a background snapshot finish (an error leaves `log.prev`, which the next open handles).
+        let _ = self.wait_compaction();
+    }
+}
+
+/// Approximate bytes a key and its value take in a snapshot (record header and encoding included).
+fn live_size(key: &str, value: &Bytes) -> u64 {
+    (key.len() + value.len() + 16) as u64
+}
+
+/// Appends the snapshot's end marker, which states the number of entries before it.
+fn end_marker(entries: usize, out: &mut Vec<u8>) {
+    let count = Bytes::copy_from_slice(&(entries as u64).to_le_bytes());
+    encode_record(END_MARKER, Some(&count), out);
+}
+
 /// Reads snapshot and log: the state, what was found and the length of the log's valid data (the
 /// caller truncates a torn tail to it). `Ok(Err(reason))` = the files are damaged.
 fn recover(dir: &Path) -> io::Result<Result<(Storage, Recovery, u64), String>> {
@@ -286,6 +388,16 @@ fn recover(dir: &Path) -> io::Result<Result<(Storage, Recovery, u64), String>> {
         Ok(map) => map.unwrap_or_default(),
         Err(reason) => return Ok(Err(reason)),
     };
+    // An interrupted compaction's old log: complete (it was synced before the rotation, and no
+    // record was written to it after), so anything but a clean end is damage.
+    let prev = read_if_exists(&dir.join(LOG_PREV))?;
+    if let Some(prev) = &prev {
+        let (records, tail) = parse_records(prev);
+        if !matches!(tail, Tail::Clean | Tail::Zeros { .. }) {
+            return Ok(Err(format!("log.prev is damaged ({tail:?})")));
+        }
+        apply(&mut map, records);
+    }
     let bytes = log.unwrap_or_default();
     let (records, tail) = parse_records(&bytes);
     let (valid_bytes, torn) = match tail {
@@ -299,18 +411,23 @@ fn recover(dir: &Path) -> io::Result<Result<(Storage, Recovery, u64), String>> {
         Recovery::TornTail {
             truncated_bytes: data_end.saturating_sub(valid_bytes),
         }
-    } else if snapshot.is_none() && valid_bytes == 0 {
+    } else if snapshot.is_none() && prev.is_none() && valid_bytes == 0 {
         Recovery::Fresh
     } else {
         Recovery::Clean
     };
+    apply(&mut map, records);
+    Ok(Ok((map, recovery, valid_bytes)))
+}
+
+/// Replays `records` over `map`.
+fn apply(map: &mut Storage, records: Vec<Record>) {
     for record in records {
         match record.value {
             Some(value) => map.insert(record.key, value),
             None => map.remove(&record.key),
         };
     }
-    Ok(Ok((map, recovery, valid_bytes)))
 }
 
 /// Reads a snapshot: every record, then the end marker with their count. `Err(reason)` = damaged.
@@ -354,7 +471,7 @@ fn move_aside(dir: &Path) -> io::Result<PathBuf> {
         n += 1;
     };
     fs::create_dir(&target)?;
-    for name in [SNAPSHOT, LOG] {
+    for name in [SNAPSHOT, LOG_PREV, LOG] {
         if dir.join(name).exists() {
             fs::rename(dir.join(name), target.join(name))?;
         }
