@@ -15,9 +15,7 @@ use upright_core::crypto::KeyRing;
 use upright_core::ids::{ClientId, Process};
 
 use super::mux::{ClientFrame, ClientRoutes, HelloList, HELLO_LIST_BYTES_MAX};
-use super::{
-    read_frame, write_frame, write_tagged_frame, Counters, FrameError, FrameReader, Hello, Inbox, HELLO_BYTES_MAX,
-};
+use super::{read_frame, write_frame, write_tagged_frame, Counters, FrameReader, Hello, Inbox, HELLO_BYTES_MAX};
 
 /// Most frames waiting to be written to one peer.
 pub const OUTBOUND_QUEUE_MAX: usize = 4096;
@@ -227,9 +225,7 @@ async fn read_loop(reader: OwnedReadHalf, peers: Peers, inbox: Arc<Inbox>, max_f
                     Err(_) => break Some("net_closed_garbage"),
                 },
                 Ok(None) => break None,
-                Err(FrameError::TooLong(_)) => break Some("net_closed_oversized"),
-                Err(FrameError::Empty) => break Some("net_closed_garbage"),
-                Err(FrameError::Io(_)) => break Some("net_closed_io"),
+                Err(e) => break Some(e.closing_counter()),
             }
         };
         if wrong_sender > 0 {

@@ -21,6 +21,17 @@ pub enum FrameError {
     Empty,
 }
 
+impl FrameError {
+    /// The counter bumped when a connection closes on this error.
+    pub fn closing_counter(&self) -> &'static str {
+        match self {
+            FrameError::TooLong(_) => "net_closed_oversized",
+            FrameError::Empty => "net_closed_garbage",
+            FrameError::Io(_) => "net_closed_io",
+        }
+    }
+}
+
 /// The body length a frame header announces, refused if above `max` or zero.
 fn checked_len(header: [u8; 4], max: usize) -> Result<usize, FrameError> {
     match u32::from_be_bytes(header) as usize {

@@ -23,7 +23,7 @@ use upright_core::ids::{ClientId, Process, ReplicaId};
 use upright_core::message::Envelope;
 
 use super::conn::{dial_with, Frame};
-use super::{Counters, Dialer, FrameError, FrameReader, Hello, Inbox};
+use super::{Counters, Dialer, FrameReader, Hello, Inbox};
 
 /// Most clients one connection may carry (the length of a hello list).
 pub const CLIENTS_PER_CONNECTION_MAX: usize = 1024;
@@ -207,9 +207,7 @@ async fn demux_loop(
                     Err(reason) => break Some(reason),
                 },
                 Ok(None) => break None,
-                Err(FrameError::TooLong(_)) => break Some("net_closed_oversized"),
-                Err(FrameError::Empty) => break Some("net_closed_garbage"),
-                Err(FrameError::Io(_)) => break Some("net_closed_io"),
+                Err(e) => break Some(e.closing_counter()),
             }
         };
         for (client, envelopes) in std::mem::take(&mut batch) {
