@@ -165,7 +165,7 @@ impl StageLog {
         }
         file.reserve(log_bytes + 1)?;
         sync_dir(dir)?;
-        let log = StageLog {
+        let mut log = StageLog {
             dir: dir.to_path_buf(),
             options,
             file,
@@ -177,7 +177,6 @@ impl StageLog {
             compaction: None,
             stats: LogStats::default(),
         };
-        let mut log = log;
         if dir.join(LOG_PREV).exists() {
             // A compaction was interrupted: finish the job now (rare, at start only).
             log.compact()?;
@@ -373,10 +372,14 @@ fn live_size(key: &str, value: &Bytes) -> u64 {
     (key.len() + value.len() + 16) as u64
 }
 
+/// The value of a snapshot's end marker: the number of entries before it.
+fn end_marker_value(entries: usize) -> Bytes {
+    Bytes::copy_from_slice(&(entries as u64).to_le_bytes())
+}
+
 /// Appends the snapshot's end marker, which states the number of entries before it.
 fn end_marker(entries: usize, out: &mut Vec<u8>) {
-    let count = Bytes::copy_from_slice(&(entries as u64).to_le_bytes());
-    encode_record(END_MARKER, Some(&count), out);
+    encode_record(END_MARKER, Some(&end_marker_value(entries)), out);
 }
 
 /// Reads snapshot and log: the state, what was found and the length of the log's valid data (the
@@ -439,8 +442,7 @@ fn read_snapshot(bytes: &[u8]) -> Result<Storage, String> {
     let Some((end, entries)) = records.split_last() else {
         return Err("snapshot is empty".into());
     };
-    let expected = Bytes::copy_from_slice(&(entries.len() as u64).to_le_bytes());
-    if end.key != END_MARKER || end.value.as_ref() != Some(&expected) {
+    if end.key != END_MARKER || end.value.as_ref() != Some(&end_marker_value(entries.len())) {
         return Err("snapshot has no valid end marker".into());
     }
     let mut map = Storage::new();
