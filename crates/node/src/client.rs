@@ -255,10 +255,15 @@ fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>,
         .map(|(setup, _)| (setup.id, Arc::new(Inbox::new(counters.clone()))))
         .collect();
     let inboxes = Arc::new(inboxes);
+    // Every address first: a bad one refuses the group before any connection is dialled.
+    let addrs = cluster
+        .file
+        .replicas
+        .iter()
+        .map(|entry| Ok((ReplicaId(entry.id), resolve(&entry.client_addr)?)))
+        .collect::<Result<Vec<_>, FileError>>()?;
     let mut replicas = BTreeMap::new();
-    for entry in &cluster.file.replicas {
-        let to = ReplicaId(entry.id);
-        let addr = resolve(&entry.client_addr)?;
+    for (to, addr) in addrs {
         let hellos = HelloList::new(group.iter().map(|(_, p)| p.keys.as_ref()), name, to);
         let dialer = dial_clients(addr, to, &hellos, inboxes.clone(), REPLY_FRAME_MAX, counters.clone());
         replicas.insert(to, dialer);
