@@ -120,7 +120,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, FileError> {
     // NO-REP child processes (they are killed on drop, so none outlives a stopped bench).
     let points = tokio::select! {
         points = bench::run(&options) => points?,
-        _ = crate::demo::stop_requested() => {
+        _ = crate::stop_requested() => {
             eprintln!("upright bench: stopped; its cluster processes were killed");
             return Ok(ExitCode::from(130));
         }

@@ -206,7 +206,7 @@ pub async fn run(
         let pool = gateway_clients(&dir, pool_size)?;
         tokio::spawn(upright_kv::gateway::serve(listener, pool));
         redis_gateway::announce(port, pool_size, &cluster.exe.display().to_string(), &dir);
-        stop_requested().await;
+        crate::stop_requested().await;
         drop(cluster);
         return Ok(ExitCode::SUCCESS);
     }
@@ -217,31 +217,13 @@ pub async fn run(
         println!("  {exe} kv --client {}/client-0.toml get hello", dir.display());
         println!("  {exe} status --config {}/cluster.toml", dir.display());
         println!("press Ctrl-C to stop");
-        stop_requested().await;
+        crate::stop_requested().await;
         drop(cluster);
         return Ok(ExitCode::SUCCESS);
     }
     let report = smoke_run(&dir, &mut cluster, seconds, clients.max(1)).await?;
     drop(cluster);
     Ok(report)
-}
-
-/// Waits for Ctrl-C (SIGINT) or SIGTERM (`kill`, a service manager stopping the demo or a bench):
-/// either way the caller drops its cluster, which stops the replica processes (without the SIGTERM
-/// arm they outlived a `kill`ed demo).
-pub(crate) async fn stop_requested() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 fn put(key: &[u8], value: &[u8]) -> Bytes {

@@ -405,3 +405,21 @@ async fn kv(client: &Path, args: &[String]) -> Result<ExitCode, FileError> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Waits for Ctrl-C (SIGINT) or SIGTERM (`kill`, a service manager stopping the demo or a bench):
+/// either way the caller drops its cluster, which stops the replica processes (without the SIGTERM
+/// arm they outlived a `kill`ed demo).
+pub(crate) async fn stop_requested() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
