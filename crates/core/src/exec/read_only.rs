@@ -58,11 +58,7 @@ impl ExecStage {
             self.stats.bump("read_only_bad_request");
             return;
         }
-        if envelope
-            .open(&self.keys, self.me(), self.config.knobs.sabotage)
-            .is_err()
-        {
-            self.stats.bump("bad_seal");
+        if !self.seal_ok(envelope) {
             return;
         }
         if !self.read_only_nonces.admit(*client, *request_id) {
