@@ -124,6 +124,7 @@ impl OrderStage {
             });
         }
         let recovered = persist::recover(storage).unwrap_or_else(|e| panic!("corrupt order storage at key {}", e.0));
+        let pool = RequestPool::new(&config);
         let mut stage = OrderStage {
             config,
             q,
@@ -145,7 +146,7 @@ impl OrderStage {
             max_time: 0,
             last_ordered: BTreeMap::new(),
             snapshots: BTreeMap::new(),
-            pool: RequestPool::default(),
+            pool,
             batch_cursor: ClientId(u32::MAX),
             batch_timer_armed: false,
             retransmitted: BTreeMap::new(),

@@ -8,11 +8,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::log::{Prepared, Slot};
 use super::persist;
+use super::request_pool::{Candidate, Inserted};
 use super::{OrderStage, Snapshot, LAST_EXEC_RESEND_MAX};
 use crate::config::{ClusterConfig, Sabotage};
 use crate::crypto::{Digest, MatrixRow, MatrixSignature};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, StageKind, View};
-use crate::message::{batch_digest, history_digest, AuthItem, Batch, Message, RequestEntry, SealFor, SignedEntry};
+use crate::message::{batch_digest, history_digest, AuthItem, Batch, Message, RequestEntry, SealFor};
 use crate::stage::{Action, Event, Time, Timer};
 
 /// The state after the committed prefix and the accepted batches of the current view before a
@@ -124,10 +125,10 @@ impl OrderStage {
         if row.signer != from {
             return self.stats.bump("drop_row_signer_mismatch");
         }
-        if self.config.client_keys(entry.client).is_none() {
+        if !self.pool.knows(entry.client) {
             return self.stats.bump("drop_unknown_client");
         }
-        let digest = entry.digest();
+        let digest = self.pool.digest_of(entry);
         if !self.row_valid(&digest, row) {
             return self.stats.bump("drop_bad_matrix_row");
         }
@@ -136,9 +137,10 @@ impl OrderStage {
             return self.retransmit_reply(now, entry.client, entry.request_id, out);
         }
         match self.pool.insert(entry, digest, row, last) {
-            super::request_pool::Inserted::New => self.stats.bump("request_rows"),
-            super::request_pool::Inserted::Duplicate => self.stats.bump("drop_duplicate_row"),
-            super::request_pool::Inserted::TooFarAhead => self.stats.bump("drop_request_too_far_ahead"),
+            Inserted::New => self.stats.bump("request_rows"),
+            Inserted::Duplicate => self.stats.bump("drop_duplicate_row"),
+            Inserted::TooFarAhead => self.stats.bump("drop_request_too_far_ahead"),
+            Inserted::UnknownClient => unreachable!("checked with knows()"),
         }
     }
 
@@ -168,8 +170,9 @@ impl OrderStage {
     /// Up to `max` ready entries, one per client, taking clients in turn from just after the last
     /// client of the previous batch: with more ready clients than fit in a batch, none waits for
     /// more than `clients / max` batches (in id order, low ids could starve the others).
-    pub(super) fn ready_entries(&self, p: &Projection, max: usize) -> Vec<SignedEntry> {
-        let mut ready = Vec::new();
+    /// Borrowed from the pool: nothing is cloned until a batch is built from them.
+    pub(super) fn ready_entries(&self, p: &Projection, max: usize) -> Vec<&Candidate> {
+        let mut ready = Vec::with_capacity(max.min(64));
         for client in self.pool.clients_after(self.batch_cursor) {
             if ready.len() >= max {
                 break;
@@ -190,7 +193,7 @@ impl OrderStage {
         let knobs = &self.config.knobs;
         let (size_max, delay_us, window) = (knobs.batch_size_max, knobs.batch_delay_us, knobs.pipeline_window);
         while self.is_primary() {
-            if self.pool.clients().next().is_none() {
+            if self.pool.is_empty() {
                 return;
             }
             let n = self.next_accept();
@@ -199,11 +202,11 @@ impl OrderStage {
                 return;
             }
             let p = self.projection(n);
-            let entries = self.ready_entries(&p, size_max);
-            if entries.is_empty() {
+            let ready = self.ready_entries(&p, size_max);
+            if ready.is_empty() {
                 return;
             }
-            if entries.len() < size_max && delay_us > 0 && !close {
+            if ready.len() < size_max && delay_us > 0 && !close {
                 if !self.batch_timer_armed {
                     self.batch_timer_armed = true;
                     out.push(Action::SetTimer {
@@ -213,6 +216,13 @@ impl OrderStage {
                 }
                 return;
             }
+            let time_us = now.max(p.max_time + 1);
+            // Entry digests were computed once, when the entries arrived.
+            let digest = batch_digest(time_us, ready.iter().map(|c| c.digest()));
+            let batch = Batch {
+                time_us,
+                entries: ready.iter().map(|c| c.signed()).collect(),
+            };
             close = false;
             if self.batch_timer_armed {
                 self.batch_timer_armed = false;
@@ -220,16 +230,12 @@ impl OrderStage {
                     timer: Timer::BatchClose,
                 });
             }
-            if let Some(last) = entries.last() {
+            if let Some(last) = batch.entries.last() {
                 self.batch_cursor = last.entry.client;
             }
-            let batch = Batch {
-                time_us: now.max(p.max_time + 1),
-                entries,
-            };
             let view = self.view;
             let slot = self.log.entry(n).or_default();
-            slot.accept(n, view, batch.clone());
+            slot.accept_digested(n, view, batch.clone(), digest);
             persist::write(out, persist::slot_key(n), &slot.record);
             self.stats.bump("pre_prepare_sent");
             self.send_to_order(out, Message::PrePrepare { view, seqno: n, batch });
@@ -310,7 +316,7 @@ impl OrderStage {
         let mut digests = Vec::with_capacity(batch.entries.len());
         for signed in &batch.entries {
             let entry = &signed.entry;
-            if self.config.client_keys(entry.client).is_none() {
+            if !self.pool.knows(entry.client) {
                 return Err("drop_batch_unknown_client");
             }
             if !clients.insert(entry.client) {
