@@ -1,7 +1,7 @@
 //! Per-client state of an authentication member: `lastSent`, pending-ness, the body cache.
 
 use bytes::Bytes;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::config::ClusterConfig;
 use crate::crypto::Digest;
@@ -29,8 +29,9 @@ pub(super) struct ClientState {
     last_sent: Option<Forwarded>,
     /// Highest request id known ordered (from a BATCH-COMPLETE quorum).
     ordered: RequestId,
-    /// BATCH-COMPLETE votes for request ids above `ordered` (bounded by VOTES_TRACKED_MAX ids).
-    votes: BTreeMap<RequestId, BTreeSet<ReplicaId>>,
+    /// BATCH-COMPLETE voters per request id above `ordered`, in request id order, at most
+    /// VOTES_TRACKED_MAX ids, each voter once.
+    votes: Vec<(RequestId, Vec<ReplicaId>)>,
     /// Newest bodies: (request id, digest, operation).
     bodies: VecDeque<(RequestId, Digest, Bytes)>,
 }
@@ -68,7 +69,7 @@ impl ClientState {
             forwarded.operation_digest,
             forwarded.operation.clone(),
         );
-        self.votes.retain(|id, _| *id >= forwarded.request_id);
+        self.votes.retain(|(id, _)| *id >= forwarded.request_id);
         self.last_sent = Some(forwarded);
         evicted
     }
@@ -95,18 +96,24 @@ impl ClientState {
         }
         // Only track ids we may still care about: not too far ahead of what we forwarded.
         let newest = self.last_sent.as_ref().map_or(RequestId(0), |l| l.request_id);
-        if request_id > newest && self.votes.len() >= VOTES_TRACKED_MAX && !self.votes.contains_key(&request_id) {
+        let at = self.votes.binary_search_by_key(&request_id, |(id, _)| *id);
+        if request_id > newest && self.votes.len() >= VOTES_TRACKED_MAX && at.is_err() {
             return;
         }
-        let voters = self.votes.entry(request_id).or_default();
-        voters.insert(exec);
+        let at = at.unwrap_or_else(|at| {
+            self.votes.insert(at, (request_id, Vec::new()));
+            at
+        });
+        let voters = &mut self.votes[at].1;
+        if !voters.contains(&exec) {
+            voters.push(exec);
+        }
         if voters.len() >= quorum {
             self.ordered = request_id;
-            self.votes.retain(|id, _| *id > request_id);
+            self.votes.drain(..=at);
         }
-        while self.votes.len() > VOTES_TRACKED_MAX {
-            self.votes.pop_first();
-        }
+        let excess = self.votes.len().saturating_sub(VOTES_TRACKED_MAX);
+        self.votes.drain(..excess);
     }
 
     pub fn body(&self, request_id: RequestId, digest: &Digest) -> Option<Bytes> {
@@ -128,7 +135,7 @@ impl ClientTable {
             bodies_max,
             last_sent: None,
             ordered: RequestId(0),
-            votes: BTreeMap::new(),
+            votes: Vec::new(),
             bodies: VecDeque::new(),
         };
         ClientTable {
@@ -148,10 +155,67 @@ impl ClientTable {
         self.states.get_mut(&client).expect("caller checked contains()")
     }
 
+    /// The state of `client` if it is configured (one lookup for checking and using it).
+    pub fn find_mut(&mut self, client: ClientId) -> Option<&mut ClientState> {
+        self.states.get_mut(&client)
+    }
+
     /// After a restart: the persisted request is pending again (we do not know if it was ordered).
     pub fn restore(&mut self, forwarded: Forwarded) {
         let client = forwarded.item.entry.client;
         // Restored in key order, oldest first: nothing is evicted that was not already deleted.
         let _ = self.get_mut(client).accept(forwarded);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> ClientState {
+        ClientState {
+            bodies_max: 1,
+            last_sent: None,
+            ordered: RequestId(0),
+            votes: Vec::new(),
+            bodies: VecDeque::new(),
+        }
+    }
+
+    fn tracked(state: &ClientState) -> Vec<(u64, Vec<u32>)> {
+        let ids = |v: &Vec<ReplicaId>| v.iter().map(|r| r.0).collect();
+        state.votes.iter().map(|(id, v)| (id.0, ids(v))).collect()
+    }
+
+    #[test]
+    fn votes_count_each_voter_once_and_a_quorum_drops_older_ids() {
+        let mut s = state();
+        s.ordered_vote(ReplicaId(0), RequestId(2), 2);
+        s.ordered_vote(ReplicaId(0), RequestId(2), 2);
+        s.ordered_vote(ReplicaId(1), RequestId(1), 2);
+        assert_eq!(tracked(&s), vec![(1, vec![1]), (2, vec![0])]);
+        assert_eq!(s.ordered, RequestId(0), "one voter, counted once");
+        s.ordered_vote(ReplicaId(2), RequestId(2), 2);
+        assert_eq!(s.ordered, RequestId(2));
+        assert!(tracked(&s).is_empty(), "ids at or below the ordered one are dropped");
+        s.ordered_vote(ReplicaId(0), RequestId(1), 2);
+        assert!(tracked(&s).is_empty(), "votes at or below the ordered one are ignored");
+    }
+
+    #[test]
+    fn votes_track_at_most_the_newest_ids_in_order() {
+        let mut s = state();
+        // Nothing forwarded: ids beyond it are tracked only while there is room.
+        for id in (1..=VOTES_TRACKED_MAX as u64 + 3).rev() {
+            s.ordered_vote(ReplicaId(0), RequestId(id), 3);
+        }
+        let ids: Vec<u64> = tracked(&s).iter().map(|(id, _)| *id).collect();
+        let first: Vec<u64> = (4..=VOTES_TRACKED_MAX as u64 + 3).collect();
+        assert_eq!(ids, first, "the first VOTES_TRACKED_MAX ids to arrive, in id order");
+        // A vote for a tracked id still counts; a new id is refused when full.
+        s.ordered_vote(ReplicaId(1), RequestId(4), 3);
+        s.ordered_vote(ReplicaId(1), RequestId(1), 3);
+        assert_eq!(tracked(&s)[0], (4, vec![0, 1]));
+        assert_eq!(tracked(&s).len(), VOTES_TRACKED_MAX);
     }
 }

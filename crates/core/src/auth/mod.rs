@@ -291,16 +291,19 @@ impl AuthStage {
         if !self.seal_ok(envelope) {
             return;
         }
-        let quorum = self.quorums.batch_complete();
+        let (quorum, interval) = (
+            self.quorums.batch_complete(),
+            self.config.knobs.auth_retransmit_interval_us,
+        );
         for (client, request_id) in requests {
-            if self.clients.contains(*client) {
-                self.clients.get_mut(*client).ordered_vote(exec, *request_id, quorum);
-                let interval = self.config.knobs.auth_retransmit_interval_us;
-                if self.deferred.contains_key(client) && self.clients.get(*client).may_accept_new(now, interval) {
-                    if let Some(deferred) = self.deferred.remove(client) {
-                        self.stats.bump("deferred_request_resumed");
-                        self.on_client_request(now, &deferred, out);
-                    }
+            let Some(state) = self.clients.find_mut(*client) else {
+                continue;
+            };
+            state.ordered_vote(exec, *request_id, quorum);
+            if state.may_accept_new(now, interval) {
+                if let Some(deferred) = self.deferred.remove(client) {
+                    self.stats.bump("deferred_request_resumed");
+                    self.on_client_request(now, &deferred, out);
                 }
             }
         }

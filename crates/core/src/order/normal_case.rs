@@ -296,7 +296,8 @@ impl OrderStage {
     }
 
     /// Checks a batch proposed at `seqno` (the next in sequence) against PROTOCOL.md's rules;
-    /// returns its digest (each entry digest is computed once, for its matrix and the batch).
+    /// returns its digest (each entry digest is computed at most once, for its matrix and the batch, and
+    /// not at all for an entry already in the pool).
     fn validate_batch(&self, now: Time, seqno: SeqNo, batch: &Batch) -> Result<Digest, &'static str> {
         let knobs = &self.config.knobs;
         if batch.entries.is_empty() {
@@ -325,7 +326,7 @@ impl OrderStage {
             if entry.request_id != self.projected_last(&p, entry.client).next() {
                 return Err("drop_batch_request_out_of_sequence");
             }
-            let digest = entry.digest();
+            let digest = self.pool.digest_of(entry);
             if self.count_rows(&digest, &signed.matrix) < self.q.matrix_accept() {
                 return Err("drop_batch_invalid_matrix");
             }
