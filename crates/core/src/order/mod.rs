@@ -17,6 +17,7 @@ pub mod view_change;
 mod tests;
 
 use std::collections::BTreeMap;
+use std::mem;
 use std::sync::Arc;
 
 use crate::config::{ClusterConfig, ConfigError, Sabotage};
@@ -102,6 +103,14 @@ pub struct OrderStage {
     fetching: Option<(SeqNo, Digest)>,
     /// Last time each member was sent help (stable checkpoint / NEW-VIEW).
     helped: BTreeMap<ReplicaId, Time>,
+    /// After a restart, the installed view this member was in. Accepted batches are written
+    /// lazily (the PRE-PREPARE or PREPARE goes out before the disk has them), so the member may
+    /// have sent votes there that its storage no longer shows: it accepts and proposes nothing in
+    /// this view or below, and rejoins at the next view change.
+    abstain_through: Option<View>,
+    /// First start on empty storage: the view record is written before anything is sent, so a
+    /// restart can tell that this member may have voted.
+    record_start: bool,
 }
 
 impl OrderStage {
@@ -155,6 +164,8 @@ impl OrderStage {
             own_checkpoints: recovered.checkpoints,
             fetching: None,
             helped: BTreeMap::new(),
+            abstain_through: (recovered.view_found && !recovered.view.changing).then_some(recovered.view.view),
+            record_start: !recovered.view_found,
         };
         if let Some(stable) = recovered.stable {
             stage.reset_to_checkpoint(stable);
@@ -176,6 +187,12 @@ impl OrderStage {
     /// Whether this member is the primary of an installed view.
     pub fn is_primary(&self) -> bool {
         !self.changing && self.primary_of(self.view) == self.id
+    }
+
+    /// Whether this member restarted in the current view and stays silent in it (see
+    /// `abstain_through`).
+    pub fn is_abstaining(&self) -> bool {
+        self.abstain_through.is_some_and(|v| self.view <= v)
     }
 
     /// Whether a view change is in progress.
@@ -343,6 +360,9 @@ impl Stage for OrderStage {
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
         match input {
             Input::Start => {
+                if mem::take(&mut self.record_start) {
+                    persist_view(out, self.view, self.changing);
+                }
                 out.push(Action::SetTimer {
                     timer: Timer::OrderTick,
                     at: now + self.tick_period(),

@@ -192,7 +192,7 @@ impl OrderStage {
     pub(super) fn propose(&mut self, now: Time, mut close: bool, out: &mut Vec<Action>) {
         let knobs = &self.config.knobs;
         let (size_max, delay_us, window) = (knobs.batch_size_max, knobs.batch_delay_us, knobs.pipeline_window);
-        while self.is_primary() {
+        while self.is_primary() && !self.is_abstaining() {
             if self.pool.is_empty() {
                 return;
             }
@@ -236,7 +236,8 @@ impl OrderStage {
             let view = self.view;
             let slot = self.log.entry(n).or_default();
             slot.accept_digested(n, view, batch.clone(), digest);
-            persist::write(out, persist::slot_key(n), &slot.record);
+            // Lazily, like a backup's accept (see `try_accept`).
+            persist::write_lazily(out, persist::slot_key(n), &slot.record);
             self.stats.bump("pre_prepare_sent");
             self.send_to_order(out, Message::PrePrepare { view, seqno: n, batch });
             self.early_execute(n, out);
@@ -337,6 +338,10 @@ impl OrderStage {
 
     /// Validates and accepts the next PRE-PREPARE, persists it and sends PREPARE.
     fn try_accept(&mut self, now: Time, seqno: SeqNo, batch: Cow<'_, Batch>, out: &mut Vec<Action>) -> bool {
+        if self.is_abstaining() {
+            self.stats.bump("abstain_pre_prepare");
+            return false;
+        }
         let digest = match self.validate_batch(now, seqno, &batch) {
             Ok(digest) => digest,
             Err(reason) => {
@@ -354,7 +359,12 @@ impl OrderStage {
         }
         slot.accept_digested(seqno, view, batch.into_owned(), digest);
         slot.prepares.insert(me, (view, digest));
-        persist::write(out, persist::slot_key(seqno), &slot.record);
+        // Lazily: the PREPARE does not wait for the disk. The prepared certificate is written
+        // eagerly after this record in the same log, so a member that sends COMMIT (and every
+        // member of a commit quorum) holds the batch durably; a crash can only lose accepted
+        // batches not yet prepared here, and a restarted member abstains in its view
+        // (`abstain_through`), so it never votes for another batch where it may have voted.
+        persist::write_lazily(out, persist::slot_key(seqno), &slot.record);
         self.stats.bump("pre_prepare_accepted");
         self.send_to_order(out, Message::Prepare { view, seqno, digest });
         self.early_execute(seqno, out);

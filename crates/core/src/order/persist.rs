@@ -1,10 +1,14 @@
 //! What the order stage writes to storage, and reading it back after a restart.
 //!
 //! Keys (all under `order/`):
-//! - `order/view`: the current view and whether a view change to it is in progress;
+//! - `order/view`: the current view and whether a view change to it is in progress (written at
+//!   the first start too, before anything is sent, so a restart knows it may have voted);
 //! - `order/stable`: the latest stable checkpoint with its certificate;
 //! - `order/slot/<seqno>`: a [`SlotRecord`] per sequence number above the stable checkpoint,
-//!   written whole when a batch is accepted there (PRE-PREPARE sent or accepted, NEW-VIEW);
+//!   written whole when a batch is accepted there: lazily in the normal case (the PRE-PREPARE or
+//!   PREPARE does not wait for the disk; the prepared certificate, written eagerly after it in the
+//!   same log, makes it durable; a member that loses it abstains in that view after restarting),
+//!   eagerly from a NEW-VIEW;
 //! - `order/mark/<seqno>`: a [`SlotMark`] (prepared certificate and commit decision by digest),
 //!   written instead of the whole record when the slot prepares (before COMMIT is sent) or commits
 //!   (lazily: nothing sent depends on it, a member that loses it still holds the prepared
@@ -49,6 +53,8 @@ pub(crate) type OwnCheckpoint = (OrderCheckpoint, Signed<CheckpointVote>);
 #[derive(Debug, Default)]
 pub(crate) struct Recovered {
     pub view: ViewRecord,
+    /// Whether a view record was stored (every member writes one before it first sends).
+    pub view_found: bool,
     pub stable: Option<StableCheckpoint>,
     pub slots: BTreeMap<SeqNo, SlotRecord>,
     pub checkpoints: BTreeMap<SeqNo, OwnCheckpoint>,
@@ -112,6 +118,7 @@ pub(crate) fn recover(storage: &Storage) -> Result<Recovered, CorruptStorage> {
     let mut recovered = Recovered::default();
     if let Some(value) = storage.get(VIEW_KEY) {
         recovered.view = decode(VIEW_KEY, value)?;
+        recovered.view_found = true;
     }
     if let Some(value) = storage.get(STABLE_KEY) {
         recovered.stable = Some(decode(STABLE_KEY, value)?);

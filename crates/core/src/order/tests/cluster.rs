@@ -37,8 +37,12 @@ pub(super) struct Cluster {
     pub(super) tokens_sent: BTreeSet<SeqNo>,
     pub(super) events: Vec<(usize, Event)>,
     pub(super) next_rid: BTreeMap<ClientId, u64>,
-    /// Drop every [`Action::PersistLazily`] (as if each crash came before the disk had them).
+    /// Keep lazy writes pending until the member's next eager write (a log is synced in order,
+    /// so that write takes them with it) and lose the pending ones at a crash, as if every crash
+    /// came before the disk had them. Otherwise lazy writes are as good as synced.
     pub(super) lazy_writes_lost: bool,
+    /// Lazy writes of each member not yet made durable by an eager one.
+    pub(super) pending_lazy: Vec<Vec<(String, Option<bytes::Bytes>)>>,
 }
 
 fn config(u: usize, r: usize, knobs: Knobs) -> (ClusterConfig, Vec<SecretKeys>) {
@@ -109,6 +113,7 @@ impl Cluster {
             events: Vec::new(),
             next_rid: BTreeMap::new(),
             lazy_writes_lost: false,
+            pending_lazy: vec![Vec::new(); n],
         };
         for i in 0..n {
             cluster.start(i);
@@ -131,6 +136,7 @@ impl Cluster {
     }
 
     pub(super) fn crash(&mut self, i: usize) {
+        self.pending_lazy[i].clear();
         self.members[i] = None;
         self.timers[i].clear();
     }
@@ -155,12 +161,13 @@ impl Cluster {
     pub(super) fn apply(&mut self, i: usize, action: Action) {
         match action {
             // Lazy writes: as good as synced, unless the test says a crash always loses them.
-            Action::PersistLazily { .. } if self.lazy_writes_lost => {}
-            Action::Persist { key, value: Some(v) } | Action::PersistLazily { key, value: Some(v) } => {
-                self.storage[i].insert(key, v);
-            }
-            Action::Persist { key, value: None } | Action::PersistLazily { key, value: None } => {
-                self.storage[i].remove(&key);
+            Action::PersistLazily { key, value } if self.lazy_writes_lost => self.pending_lazy[i].push((key, value)),
+            Action::PersistLazily { key, value } => self.write(i, key, value),
+            Action::Persist { key, value } => {
+                for (key, value) in std::mem::take(&mut self.pending_lazy[i]) {
+                    self.write(i, key, value);
+                }
+                self.write(i, key, value);
             }
             Action::SetTimer { timer, at } => {
                 self.timers[i].insert(timer, at);
@@ -186,6 +193,13 @@ impl Cluster {
             }
             Action::Deliver { .. } => panic!("order stage delivered to a client"),
         }
+    }
+
+    fn write(&mut self, i: usize, key: String, value: Option<bytes::Bytes>) {
+        match value {
+            Some(v) => self.storage[i].insert(key, v),
+            None => self.storage[i].remove(&key),
+        };
     }
 
     /// The fake execution stage: records NEXT-BATCHes and, once `next_batch` order members sent a

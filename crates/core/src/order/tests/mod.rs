@@ -285,10 +285,13 @@ fn restart_from_storage_mid_run_and_after_whole_cluster_power_loss() {
     for i in 0..c.q.n_order {
         c.start(i);
         assert_eq!(c.member(i).last_committed(), before, "member {i}");
+        // Each may have voted in view 0 for batches its storage lost: it stays silent there.
+        assert!(c.member(i).is_abstaining(), "member {i}");
     }
     c.submit(0);
-    c.run(1);
-    assert_eq!(c.min_committed(), SeqNo(4));
+    c.run(20 * c.config.knobs.view_change_timeout_us);
+    assert_eq!(c.min_committed(), SeqNo(4), "committed after a view change");
+    assert!(c.member(0).view() > View(0));
 }
 
 #[test]
@@ -712,4 +715,77 @@ fn a_primary_with_more_ready_clients_than_a_batch_holds_serves_them_in_turn() {
     );
     assert_eq!(served(&c, (ClientId(1), RequestId(1))), Some(SeqNo(2)));
     assert_eq!(served(&c, (ClientId(0), RequestId(2))), Some(SeqNo(3)));
+}
+
+#[test]
+fn a_member_that_lost_its_lazy_accept_abstains_in_that_view() {
+    let mut c = Cluster::new(1, 1, small_knobs());
+    c.lazy_writes_lost = true;
+    // Only member 2 gets the PRE-PREPARE; every PREPARE is lost, so nothing prepares anywhere.
+    c.filter = Box::new(|_, to, m| match m {
+        Message::AuthRequest { .. } => true,
+        Message::PrePrepare { .. } => to == Principal::Order(ReplicaId(2)),
+        _ => false,
+    });
+    c.submit(0);
+    c.pump();
+    let accepted = c.member(2).log[&SeqNo(1)].record.accepted.as_ref().unwrap().digest;
+    assert!(!c.storage[2].contains_key(&super::persist::slot_key(SeqNo(1))), "the accept was lazy");
+    // It sent PREPARE for `accepted`, then lost the record in a crash.
+    c.crash(2);
+    c.start(2);
+    assert!(!c.member(2).log.contains_key(&SeqNo(1)));
+    assert!(c.member(2).is_abstaining());
+    // An equivocating primary now offers it another batch for the same view and seqno: a member
+    // that accepted would vote for two batches at (0, 1) -- it must not accept.
+    let other = RequestEntry {
+        client: ClientId(1),
+        request_id: RequestId(1),
+        body: RequestBody::Inline(b"other".to_vec().into()),
+    };
+    let batch = Batch {
+        time_us: c.now,
+        entries: vec![c.signed(&other)],
+    };
+    let forged = c.forge(
+        0,
+        Message::PrePrepare {
+            view: View(0),
+            seqno: SeqNo(1),
+            batch,
+        },
+    );
+    c.filter = Box::new(|_, to, _| to == Principal::Order(ReplicaId(2)));
+    c.deliver(2, forged);
+    c.pump();
+    assert_eq!(c.stat(2, "abstain_pre_prepare"), 1);
+    assert!(!c.member(2).log.contains_key(&SeqNo(1)), "no vote for a second batch");
+    assert_ne!(batch_digest_of(&c, &other), accepted);
+    // Once the network heals, the other three (a quorum) commit without it, and it never votes
+    // in view 0 again.
+    let votes = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    c.filter = Box::new({
+        let votes = votes.clone();
+        move |from, _, m| {
+            if let (Principal::Order(ReplicaId(2)), Message::Prepare { view: View(0), .. }) = (from, m) {
+                votes.borrow_mut().push(m.clone());
+            }
+            true
+        }
+    });
+    c.submit(2);
+    c.run(2 * c.config.knobs.view_change_timeout_us);
+    assert!(c.member(1).last_committed() >= SeqNo(1));
+    assert_eq!(*votes.borrow(), Vec::<Message>::new());
+    // The primary crashes: progress now needs member 2, which rejoins at the view change.
+    c.crash(0);
+    let before = c.member(1).last_committed();
+    c.submit(1);
+    c.run(20 * c.config.knobs.view_change_timeout_us);
+    assert!(c.min_committed() > before, "progress with the restarted member");
+    assert!(c.member(2).view() > View(0) && !c.member(2).is_abstaining());
+}
+
+fn batch_digest_of(c: &Cluster, entry: &RequestEntry) -> Digest {
+    crate::message::batch_digest(c.now, std::iter::once(entry.digest()))
 }
