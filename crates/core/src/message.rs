@@ -721,3 +721,6 @@ impl Envelope {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
