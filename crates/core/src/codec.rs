@@ -12,7 +12,11 @@ use crate::message::*;
 
 /// Version of the wire format; the first byte of every frame.
 /// Version 2: AUTH-REQ carries a list of items.
-pub const WIRE_VERSION: u8 = 2;
+/// Version 3: [`crate::crypto::Digest`], [`crate::crypto::Mac`] (and, as before,
+/// [`crate::crypto::Signature`]) are byte strings: a length varint (32, 16, 64) then the bytes,
+/// instead of 32 / 16 raw bytes (a fixed-size tuple). Storage records that contain them changed
+/// the same way.
+pub const WIRE_VERSION: u8 = 3;
 
 /// Why bytes could not be decoded into a message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -51,14 +55,37 @@ pub fn from_bytes<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, D
     Ok(value)
 }
 
-/// Encodes an envelope as a frame body (version byte + postcard).
+/// Encodes an envelope as a frame body (version byte + postcard). An envelope sealed with a MAC or
+/// an authenticator by [`Envelope::seal`] reuses the encoding of its sender and message that the
+/// seal hashed: only the seal is serialized here.
 pub fn encode(envelope: &Envelope) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
-    out.push(WIRE_VERSION);
-    postcard::to_extend(envelope, out).expect("encoding to a Vec cannot fail")
+    match envelope.encoded_prefix() {
+        Some(prefix) => {
+            let mut out = Vec::with_capacity(1 + prefix.len() + seal_size_hint(&envelope.seal));
+            out.push(WIRE_VERSION);
+            out.extend_from_slice(prefix);
+            postcard::to_extend(&envelope.seal, out).expect("encoding to a Vec cannot fail")
+        }
+        None => {
+            let mut out = Vec::with_capacity(128);
+            out.push(WIRE_VERSION);
+            postcard::to_extend(envelope, out).expect("encoding to a Vec cannot fail")
+        }
+    }
 }
 
-/// Decodes and validates a frame body.
+/// Bytes the encoding of `seal` takes (at most; enough to avoid a reallocation).
+fn seal_size_hint(seal: &Seal) -> usize {
+    match seal {
+        Seal::None => 1,
+        Seal::Mac(_) => 2 + 16,
+        Seal::Authenticator(a) => 2 + 2 + a.macs.len() * 17,
+    }
+}
+
+/// Decodes and validates a frame body. The envelope remembers the digest its seal covers, computed
+/// from the received bytes of its sender and message (postcard writes the fields of an envelope in
+/// order), so that [`Envelope::open`] does not encode them again.
 pub fn decode(frame: &[u8]) -> Result<Envelope, DecodeError> {
     let (&version, body) = frame.split_first().ok_or(DecodeError::Empty)?;
     if frame.len() > MESSAGE_BYTES_MAX {
@@ -67,9 +94,12 @@ pub fn decode(frame: &[u8]) -> Result<Envelope, DecodeError> {
     if version != WIRE_VERSION {
         return Err(DecodeError::Version(version));
     }
-    let envelope: Envelope = from_bytes(body)?;
-    validate(&envelope)?;
-    Ok(envelope)
+    let ((from, message), rest): ((crate::ids::Principal, Message), &[u8]) =
+        postcard::take_from_bytes(body).map_err(|_| DecodeError::Malformed)?;
+    let prefix = &body[..body.len() - rest.len()];
+    let seal: Seal = from_bytes(rest)?;
+    validate_parts(&message, &seal)?;
+    Ok(Envelope::received(from, message, seal, prefix))
 }
 
 fn limit(ok: bool, what: &'static str) -> Result<(), DecodeError> {
@@ -129,10 +159,14 @@ fn validate_view_change(vc: &ViewChange) -> Result<(), DecodeError> {
 
 /// Checks every bounded field of a decoded envelope.
 pub fn validate(envelope: &Envelope) -> Result<(), DecodeError> {
-    if let Seal::Authenticator(a) = &envelope.seal {
+    validate_parts(&envelope.message, &envelope.seal)
+}
+
+fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
+    if let Seal::Authenticator(a) = seal {
         limit(a.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "authenticator")?;
     }
-    match &envelope.message {
+    match message {
         Message::ClientRequest { operation, .. }
         | Message::Command { operation, .. }
         | Message::ReadOnlyRequest { operation, .. } => limit(operation.len() <= OPERATION_BYTES_MAX, "operation"),

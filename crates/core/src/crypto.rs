@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 use crate::config::{ClusterConfig, PublicKeys};
 use crate::ids::{Principal, Process, ReplicaId};
 
-/// A 32-byte BLAKE3 digest.
+/// A 32-byte BLAKE3 digest. Encoded as a byte string (see [`fixed_bytes`]).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
-pub struct Digest(pub [u8; 32]);
+pub struct Digest(#[serde(with = "fixed_bytes")] pub [u8; 32]);
 
 impl std::fmt::Debug for Digest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -48,9 +48,9 @@ impl Digest {
     }
 }
 
-/// A 16-byte MAC tag.
+/// A 16-byte MAC tag. Encoded as a byte string (see [`fixed_bytes`]).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub struct Mac(pub [u8; 16]);
+pub struct Mac(#[serde(with = "fixed_bytes")] pub [u8; 16]);
 
 impl std::fmt::Debug for Mac {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -112,9 +112,9 @@ pub struct MatrixSignature {
     pub rows: Vec<MatrixRow>,
 }
 
-/// An Ed25519 signature.
+/// An Ed25519 signature. Encoded as a byte string (see [`fixed_bytes`]).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Signature(#[serde(with = "signature_bytes")] pub [u8; 64]);
+pub struct Signature(#[serde(with = "fixed_bytes")] pub [u8; 64]);
 
 impl std::fmt::Debug for Signature {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -122,18 +122,48 @@ impl std::fmt::Debug for Signature {
     }
 }
 
-mod signature_bytes {
-    use serde::{Deserialize, Deserializer, Serializer};
+/// Serde for the fixed-size byte arrays of [`Digest`], [`Mac`] and [`Signature`]: one byte string
+/// (postcard: a length varint, then the bytes, copied in one piece) instead of serde's default of an
+/// `N`-element tuple walked element by element. Decoding borrows the bytes where the format allows
+/// and refuses any other length; it also accepts a sequence of `N` bytes (what human-readable
+/// formats such as JSON write for a byte string).
+pub mod fixed_bytes {
+    use serde::de::{Error, SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(bytes: &[u8; 64], s: S) -> Result<S::Ok, S::Error> {
+    /// Writes the array as one byte string.
+    pub fn serialize<S: Serializer, const N: usize>(bytes: &[u8; N], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_bytes(bytes)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 64], D::Error> {
-        let bytes: &[u8] = <&[u8]>::deserialize(d)?;
-        bytes
-            .try_into()
-            .map_err(|_| serde::de::Error::invalid_length(bytes.len(), &"64 bytes"))
+    /// Reads a byte string of exactly `N` bytes.
+    pub fn deserialize<'de, D: Deserializer<'de>, const N: usize>(d: D) -> Result<[u8; N], D::Error> {
+        d.deserialize_bytes(FixedVisitor::<N>)
+    }
+
+    struct FixedVisitor<const N: usize>;
+
+    impl<'de, const N: usize> Visitor<'de> for FixedVisitor<N> {
+        type Value = [u8; N];
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "{N} bytes")
+        }
+
+        fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<[u8; N], E> {
+            bytes.try_into().map_err(|_| E::invalid_length(bytes.len(), &self))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<[u8; N], A::Error> {
+            let mut out = [0u8; N];
+            for (i, byte) in out.iter_mut().enumerate() {
+                *byte = seq.next_element()?.ok_or_else(|| A::Error::invalid_length(i, &self))?;
+            }
+            if seq.next_element::<u8>()?.is_some() {
+                return Err(A::Error::invalid_length(N + 1, &self));
+            }
+            Ok(out)
+        }
     }
 }
 

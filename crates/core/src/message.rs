@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Sabotage;
 use crate::crypto::{AuthError, Authenticator, Digest, KeyRing, Mac, MatrixRow, MatrixSignature, Signature};
-use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, StageKind, View};
+use crate::ids::{ClientId, Principal, Process, ReplicaId, RequestId, SeqNo, StageKind, View};
 use crate::quorum::Quorums;
 
 /// Most requests in one batch.
@@ -505,7 +505,14 @@ pub enum Seal {
 }
 
 /// A message with its sender and authentication.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+///
+/// Besides its three fields an envelope may remember what this process already computed about its
+/// encoding (see [`Envelope::seal`] and [`crate::codec::decode`]), so that a message is serialized
+/// once when sent and its seal digest is computed once when received. That memory is not part of
+/// the envelope's value: `==`, `Hash`, `Debug` and serde ignore it, and `clone()` drops it (a copy
+/// that is then changed never carries the encoding of the original). Construct envelopes with
+/// [`Envelope::new`] or [`Envelope::seal`], and change a sealed envelope only through a clone.
+#[derive(PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Envelope {
     /// Claimed sender (checked by the seal).
     pub from: Principal,
@@ -513,6 +520,59 @@ pub struct Envelope {
     pub message: Message,
     /// Its authentication.
     pub seal: Seal,
+    #[serde(skip)]
+    encoding: Encoding,
+}
+
+impl Clone for Envelope {
+    fn clone(&self) -> Envelope {
+        Envelope::new(self.from, self.message.clone(), self.seal.clone())
+    }
+}
+
+impl std::fmt::Debug for Envelope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Envelope")
+            .field("from", &self.from)
+            .field("message", &self.message)
+            .field("seal", &self.seal)
+            .finish()
+    }
+}
+
+/// Who may trust a remembered seal digest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trust {
+    /// Computed by [`crate::codec::decode`] from the received bytes the envelope was decoded from:
+    /// the process that decoded it (the only one that ever holds it: decoded envelopes are handed to
+    /// the decoding process's own stages and never sent on as values).
+    Received,
+    /// Computed by [`Envelope::seal`] in this process from the bytes it encoded: trusted only there
+    /// (a local delivery between co-located stages). Another process re-encodes (the simulator
+    /// passes envelope values between processes).
+    SealedBy(Process),
+}
+
+/// What this process computed about an envelope's encoding (see [`Envelope`]).
+#[derive(Default)]
+struct Encoding {
+    /// The postcard encoding of `(from, message)` that [`Envelope::seal`] hashed: the first part of
+    /// the envelope's wire encoding, reused by [`crate::codec::encode`].
+    prefix: Option<Vec<u8>>,
+    /// [`Envelope::auth_digest`] of `(from, message)` and who may trust it.
+    digest: Option<(Trust, Digest)>,
+}
+
+impl PartialEq for Encoding {
+    fn eq(&self, _: &Encoding) -> bool {
+        true
+    }
+}
+
+impl Eq for Encoding {}
+
+impl std::hash::Hash for Encoding {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
 /// How to seal an outgoing message.
@@ -538,29 +598,98 @@ pub enum Rejection {
 }
 
 impl Envelope {
-    /// Digest the seal covers: the encoded sender and message.
-    pub fn auth_digest(from: Principal, message: &Message) -> Digest {
-        Digest::of_parts("upright envelope v1", &[&crate::codec::to_bytes(&(from, message))])
+    /// An envelope with nothing remembered about its encoding.
+    pub fn new(from: Principal, message: Message, seal: Seal) -> Envelope {
+        Envelope {
+            from,
+            message,
+            seal,
+            encoding: Encoding::default(),
+        }
     }
 
-    /// Builds and seals an envelope from `from`.
+    /// Digest the seal covers: the encoded sender and message.
+    pub fn auth_digest(from: Principal, message: &Message) -> Digest {
+        Self::prefix_digest(&crate::codec::to_bytes(&(from, message)))
+    }
+
+    /// [`Envelope::auth_digest`] from the encoding of `(from, message)` (which is the start of the
+    /// envelope's own encoding: postcard writes a struct's fields in order, with nothing between).
+    pub(crate) fn prefix_digest(prefix: &[u8]) -> Digest {
+        Digest::of_parts("upright envelope v1", &[prefix])
+    }
+
+    /// An envelope decoded from received bytes, remembering the digest of the received encoding of
+    /// its `from` and `message` (only [`crate::codec::decode`] calls this, with those bytes).
+    pub(crate) fn received(from: Principal, message: Message, seal: Seal, prefix: &[u8]) -> Envelope {
+        let digest = match seal {
+            Seal::None => None,
+            Seal::Mac(_) | Seal::Authenticator(_) => Some((Trust::Received, Self::prefix_digest(prefix))),
+        };
+        Envelope {
+            from,
+            message,
+            seal,
+            encoding: Encoding { prefix: None, digest },
+        }
+    }
+
+    /// The encoding of `(from, message)` that [`Envelope::seal`] hashed, if it sealed this envelope.
+    pub(crate) fn encoded_prefix(&self) -> Option<&[u8]> {
+        let prefix = self.encoding.prefix.as_deref()?;
+        debug_assert!(
+            prefix == crate::codec::to_bytes(&(self.from, &self.message)),
+            "a sealed envelope was changed in place; change a clone"
+        );
+        Some(prefix)
+    }
+
+    /// The digest the seal covers, as `me` may trust it: remembered if this process computed it
+    /// from bytes it received or sealed, else computed again from the fields.
+    fn digest_for(&self, me: Process) -> Digest {
+        match self.encoding.digest {
+            Some((trust, digest)) if trust == Trust::Received || trust == Trust::SealedBy(me) => {
+                debug_assert!(
+                    digest == Self::auth_digest(self.from, &self.message),
+                    "an envelope was changed in place after its digest was computed; change a clone"
+                );
+                digest
+            }
+            _ => Self::auth_digest(self.from, &self.message),
+        }
+    }
+
+    /// Builds and seals an envelope from `from`. A MAC or authenticator seal remembers the encoding
+    /// it hashed, for the wire encoding and for opening by a co-located stage.
     pub fn seal(keys: &KeyRing, quorums: &Quorums, from: Principal, message: Message, seal_for: SealFor) -> Envelope {
+        use crate::config::ClusterConfig;
+        let prefix = match seal_for {
+            SealFor::Nothing => return Envelope::new(from, message, Seal::None),
+            SealFor::One(_) | SealFor::Stage(_) => crate::codec::to_bytes(&(from, &message)),
+        };
+        let digest = Self::prefix_digest(&prefix);
         let seal = match seal_for {
             SealFor::Nothing => Seal::None,
-            SealFor::One(to) => Seal::Mac(keys.mac_for(to, &Self::auth_digest(from, &message))),
-            SealFor::Stage(stage) => {
-                let digest = Self::auth_digest(from, &message);
-                let authenticator = match stage {
-                    StageKind::Auth => keys.authenticator(crate::config::ClusterConfig::auth_members(quorums), &digest),
-                    StageKind::Order => {
-                        keys.authenticator(crate::config::ClusterConfig::order_members(quorums), &digest)
-                    }
-                    StageKind::Exec => keys.authenticator(crate::config::ClusterConfig::exec_members(quorums), &digest),
-                };
-                Seal::Authenticator(authenticator)
+            SealFor::One(to) => Seal::Mac(keys.mac_for(to, &digest)),
+            SealFor::Stage(StageKind::Auth) => {
+                Seal::Authenticator(keys.authenticator(ClusterConfig::auth_members(quorums), &digest))
+            }
+            SealFor::Stage(StageKind::Order) => {
+                Seal::Authenticator(keys.authenticator(ClusterConfig::order_members(quorums), &digest))
+            }
+            SealFor::Stage(StageKind::Exec) => {
+                Seal::Authenticator(keys.authenticator(ClusterConfig::exec_members(quorums), &digest))
             }
         };
-        Envelope { from, message, seal }
+        Envelope {
+            from,
+            message,
+            seal,
+            encoding: Encoding {
+                prefix: Some(prefix),
+                digest: Some((Trust::SealedBy(keys.me()), digest)),
+            },
+        }
     }
 
     /// Checks the seal as received by `me`. Self-authenticating messages (sealed with
@@ -579,21 +708,19 @@ impl Envelope {
                 _ => Err(Rejection::WrongSeal),
             },
             Seal::Mac(mac) => keys
-                .verify_mac(self.from, &Self::auth_digest(self.from, &self.message), mac)
+                .verify_mac(self.from, &self.digest_for(keys.me()), mac)
                 .map_err(Rejection::Auth),
             Seal::Authenticator(authenticator) => {
                 let index = match me {
                     Principal::Client(_) => return Err(Rejection::WrongSeal),
                     Principal::Auth(r) | Principal::Order(r) | Principal::Exec(r) => r.0 as usize,
                 };
-                keys.verify_authenticator(
-                    self.from,
-                    index,
-                    &Self::auth_digest(self.from, &self.message),
-                    authenticator,
-                )
-                .map_err(Rejection::Auth)
+                keys.verify_authenticator(self.from, index, &self.digest_for(keys.me()), authenticator)
+                    .map_err(Rejection::Auth)
             }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -152,14 +152,14 @@ proptest! {
 
     #[test]
     fn envelopes_round_trip(from in principal(), message in message(), seal in seal()) {
-        let envelope = Envelope { from, message, seal };
+        let envelope = Envelope::new(from, message, seal);
         let bytes = encode(&envelope);
         prop_assert_eq!(decode(&bytes).unwrap(), envelope);
     }
 
     #[test]
     fn corrupted_frames_never_panic(from in principal(), message in message(), flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8)) {
-        let mut bytes = encode(&Envelope { from, message, seal: Seal::None });
+        let mut bytes = encode(&Envelope::new(from, message, Seal::None));
         for (index, value) in flips {
             let i = index.index(bytes.len());
             bytes[i] ^= value;
@@ -172,15 +172,15 @@ proptest! {
 
 #[test]
 fn version_length_and_trailing_bytes_are_checked() {
-    let envelope = Envelope {
-        from: Principal::Client(ClientId(1)),
-        message: Message::Commit {
+    let envelope = Envelope::new(
+        Principal::Client(ClientId(1)),
+        Message::Commit {
             view: View(1),
             seqno: SeqNo(2),
             digest: Digest::of(b"x"),
         },
-        seal: Seal::None,
-    };
+        Seal::None,
+    );
     let mut bytes = encode(&envelope);
     assert_eq!(decode(&[]), Err(DecodeError::Empty));
     bytes[0] = 99;
@@ -209,12 +209,14 @@ fn auth_requests_above_the_item_limit_are_refused() {
             },
         },
     };
-    let envelope = |n: usize| Envelope {
-        from: Principal::Auth(ReplicaId(0)),
-        message: Message::AuthRequest {
-            items: vec![item.clone(); n],
-        },
-        seal: Seal::None,
+    let envelope = |n: usize| {
+        Envelope::new(
+            Principal::Auth(ReplicaId(0)),
+            Message::AuthRequest {
+                items: vec![item.clone(); n],
+            },
+            Seal::None,
+        )
     };
     let full = envelope(AUTH_ITEMS_MAX);
     assert_eq!(decode(&encode(&full)).unwrap(), full);

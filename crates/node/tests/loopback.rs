@@ -160,13 +160,13 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
     // 4. A valid hello, then a message claiming to come from another replica.
     let mut s4 = tokio::net::TcpStream::connect(replica_addr).await.unwrap();
     write_frame(&mut s4, &hello).await.unwrap();
-    let forged = Envelope {
-        from: Principal::Order(ReplicaId(1)),
-        message: Message::LastExecuted {
+    let forged = Envelope::new(
+        Principal::Order(ReplicaId(1)),
+        Message::LastExecuted {
             seqno: Default::default(),
         },
-        seal: Seal::None,
-    };
+        Seal::None,
+    );
     write_frame(&mut s4, &upright_core::codec::encode(&forged))
         .await
         .unwrap();
@@ -180,18 +180,18 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
     let mut s5 = tokio::net::TcpStream::connect(client_addr).await.unwrap();
     let hello_c = HelloList::new([&ring_c1], "loopback", ReplicaId(0)).encode();
     write_frame(&mut s5, &hello_c).await.unwrap();
-    let forged_request = Envelope {
-        from: Principal::Client(ClientId(1)),
-        message: Message::ClientRequest {
+    let forged_request = Envelope::new(
+        Principal::Client(ClientId(1)),
+        Message::ClientRequest {
             client: ClientId(1),
             request_id: RequestId(1),
             operation: Bytes::from_static(b"forged"),
             read_only: false,
         },
-        seal: Seal::Authenticator(Authenticator {
+        Seal::Authenticator(Authenticator {
             macs: vec![Mac::default(); 4],
         }),
-    };
+    );
     write_frame(&mut s5, &upright_core::codec::encode(&forged_request))
         .await
         .unwrap();

@@ -417,10 +417,11 @@ fn corrupt_auth_items(rng: &mut ChaCha8Rng, envelope: &Envelope) -> Option<Envel
                 let copy = items[rng.random_range(0..items.len())].clone();
                 items.push(copy);
             }
-            Some(Envelope {
-                message: Message::AuthRequest { items },
-                ..envelope.clone()
-            })
+            Some(Envelope::new(
+                envelope.from,
+                Message::AuthRequest { items },
+                envelope.seal.clone(),
+            ))
         }
         _ => None,
     }

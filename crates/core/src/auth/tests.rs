@@ -136,10 +136,8 @@ fn forged_or_unknown_client_requests_are_dropped() {
     }
     assert!(run(&mut auth, 0, Arc::new(impostor)).is_empty());
     // A client the configuration does not list.
-    let unknown = Envelope {
-        from: Principal::Client(ClientId(9)),
-        ..(*request(&f, 0, 1, b"op")).clone()
-    };
+    let mut unknown = (*request(&f, 0, 1, b"op")).clone();
+    unknown.from = Principal::Client(ClientId(9));
     assert!(run(&mut auth, 0, Arc::new(unknown)).is_empty());
     assert_eq!(auth.stats().get("dropped_unknown_client"), 1);
 }

@@ -16,11 +16,11 @@ struct Fake {
 }
 
 fn env(from: Principal, seqno: u64) -> Arc<Envelope> {
-    Arc::new(Envelope {
+    Arc::new(Envelope::new(
         from,
-        message: Message::LastExecuted { seqno: SeqNo(seqno) },
-        seal: Seal::None,
-    })
+        Message::LastExecuted { seqno: SeqNo(seqno) },
+        Seal::None,
+    ))
 }
 
 impl Stage for Fake {
@@ -208,14 +208,14 @@ fn the_flush_hook_sends_once_per_round_after_the_round_is_durable() {
         // A kind the host routes to the auth member.
         host.deliver(
             1,
-            Arc::new(Envelope {
-                from: Principal::Exec(ReplicaId(1)),
-                message: Message::BatchComplete {
+            Arc::new(Envelope::new(
+                Principal::Exec(ReplicaId(1)),
+                Message::BatchComplete {
                     seqno: SeqNo(seqno),
                     requests: Vec::new(),
                 },
-                seal: Seal::None,
-            }),
+                Seal::None,
+            )),
         );
     }
     host.flush(1, &mut router).unwrap();

@@ -155,13 +155,13 @@ mod tests {
             Process::Replica(r) => upright_core::ids::Principal::Order(r),
             Process::Client(c) => upright_core::ids::Principal::Client(c),
         };
-        Arc::new(Envelope {
-            from: principal,
-            message: Message::LastExecuted {
+        Arc::new(Envelope::new(
+            principal,
+            Message::LastExecuted {
                 seqno: Default::default(),
             },
-            seal: Seal::None,
-        })
+            Seal::None,
+        ))
     }
 
     #[test]

@@ -96,11 +96,11 @@ async fn server(keys: &Keys) -> Server {
 }
 
 fn envelope(from: Principal, seqno: u64) -> Vec<u8> {
-    upright_core::codec::encode(&Envelope {
+    upright_core::codec::encode(&Envelope::new(
         from,
-        message: Message::LastExecuted { seqno: SeqNo(seqno) },
-        seal: Seal::None,
-    })
+        Message::LastExecuted { seqno: SeqNo(seqno) },
+        Seal::None,
+    ))
 }
 
 fn seqno(envelope: &Envelope) -> u64 {

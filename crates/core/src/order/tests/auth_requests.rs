@@ -15,11 +15,11 @@ fn entry(client: u32, request_id: u64) -> RequestEntry {
 }
 
 fn auth_request(from: u32, items: Vec<AuthItem>) -> Arc<Envelope> {
-    Arc::new(Envelope {
-        from: Principal::Auth(ReplicaId(from)),
-        message: Message::AuthRequest { items },
-        seal: Seal::None,
-    })
+    Arc::new(Envelope::new(
+        Principal::Auth(ReplicaId(from)),
+        Message::AuthRequest { items },
+        Seal::None,
+    ))
 }
 
 #[test]

@@ -266,16 +266,16 @@ impl Cluster {
     pub(super) fn resubmit(&mut self, entry: &RequestEntry) {
         for a in 0..self.q.n_auth {
             let row = self.row(a, entry);
-            let env = Arc::new(Envelope {
-                from: Principal::Auth(ReplicaId(a as u32)),
-                message: Message::AuthRequest {
+            let env = Arc::new(Envelope::new(
+                Principal::Auth(ReplicaId(a as u32)),
+                Message::AuthRequest {
                     items: vec![AuthItem {
                         entry: entry.clone(),
                         row,
                     }],
                 },
-                seal: Seal::None,
-            });
+                Seal::None,
+            ));
             for o in ClusterConfig::order_members(&self.q) {
                 self.queue.push_back((o, env.clone()));
             }

@@ -624,13 +624,13 @@ fn already_ordered_request_triggers_rate_limited_retransmit() {
     let entry = c.submit(0);
     c.pump();
     let row = c.row(0, &entry);
-    let env = Arc::new(Envelope {
-        from: Principal::Auth(ReplicaId(0)),
-        message: Message::AuthRequest {
+    let env = Arc::new(Envelope::new(
+        Principal::Auth(ReplicaId(0)),
+        Message::AuthRequest {
             items: vec![AuthItem { entry, row }],
         },
-        seal: Seal::None,
-    });
+        Seal::None,
+    ));
     let mut retransmits = 0;
     for _ in 0..2 {
         let mut out = Vec::new();
