@@ -314,7 +314,9 @@ mod tests {
 
     /// `input` with its MAC zeroed: a seal that never verifies.
     fn forged(input: Input) -> Input {
-        let Input::Message(envelope) = input else { unreachable!() };
+        let Input::Message(envelope) = input else {
+            unreachable!()
+        };
         let mut envelope = (*envelope).clone();
         envelope.seal = crate::message::Seal::Mac(crate::crypto::Mac::default());
         Input::Message(Arc::new(envelope))

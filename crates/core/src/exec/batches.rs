@@ -213,12 +213,7 @@ mod tests {
         }
     }
 
-    fn offer(
-        c: &mut BatchCollector,
-        from: u32,
-        time_us: u64,
-        entries: &[RequestEntry],
-    ) -> Result<bool, &'static str> {
+    fn offer(c: &mut BatchCollector, from: u32, time_us: u64, entries: &[RequestEntry]) -> Result<bool, &'static str> {
         let digest = batch_digest(time_us, entries.iter().map(RequestEntry::digest));
         let offered = Offered {
             from: ReplicaId(from),
@@ -237,17 +232,26 @@ mod tests {
         assert_eq!(offer(&mut c, 0, 10, &entries), Ok(false));
         assert_eq!(offer(&mut c, 1, 10, &entries), Ok(false));
         let votes = &c.votes[&SeqNo(1)];
-        assert!(Arc::ptr_eq(&votes[&ReplicaId(0)].entries, &votes[&ReplicaId(1)].entries));
+        assert!(Arc::ptr_eq(
+            &votes[&ReplicaId(0)].entries,
+            &votes[&ReplicaId(1)].entries
+        ));
         // Another time is another batch: its own digest, its own copy, no match.
         assert_eq!(offer(&mut c, 2, 11, &entries), Ok(false));
         let votes = &c.votes[&SeqNo(1)];
-        assert!(!Arc::ptr_eq(&votes[&ReplicaId(0)].entries, &votes[&ReplicaId(2)].entries));
+        assert!(!Arc::ptr_eq(
+            &votes[&ReplicaId(0)].entries,
+            &votes[&ReplicaId(2)].entries
+        ));
         assert_ne!(votes[&ReplicaId(0)].batch_digest, votes[&ReplicaId(2)].batch_digest);
         assert_eq!(offer(&mut c, 3, 10, &entries), Ok(true));
         let agreed = c.ready(SeqNo(1)).expect("agreed");
         assert_eq!(agreed.entries, entries);
         assert_eq!(agreed.time_us, 10);
-        assert_eq!(agreed.batch_digest, batch_digest(10, entries.iter().map(RequestEntry::digest)));
+        assert_eq!(
+            agreed.batch_digest,
+            batch_digest(10, entries.iter().map(RequestEntry::digest))
+        );
         assert!(c.votes.is_empty());
     }
 
