@@ -32,7 +32,8 @@ struct Outstanding {
     envelope: Arc<Envelope>,
     sent_at: Time,
     timeout_us: u64,
-    /// Latest reply per execution member: result digest and the full body if it sent one.
+    /// Latest reply per execution member: result digest and the full body if it sent one (then
+    /// the digest is the body's).
     replies: BTreeMap<ReplicaId, (Digest, Option<Bytes>)>,
 }
 
@@ -189,6 +190,13 @@ impl Client {
                 return;
             }
         };
+        // Cheap checks before the MAC: a reply this client would ignore whatever its seal (request
+        // already delivered, another request id, a member already heard on the read-only path)
+        // costs no MAC check. A reply is still counted only after its MAC verifies.
+        if let Err(reason) = self.reply_wanted(exec, *request_id, *read_only) {
+            self.stats.bump(reason);
+            return;
+        }
         if envelope
             .open(&self.keys, Principal::Client(self.id), self.config.knobs.sabotage)
             .is_err()
@@ -203,6 +211,19 @@ impl Client {
         }
     }
 
+    /// Whether a reply from execution member `exec` for `request_id` could count towards the
+    /// request in progress; `Err` names the counter of a reply to drop (seal not checked).
+    fn reply_wanted(&self, exec: ReplicaId, request_id: RequestId, read_only: bool) -> Result<(), &'static str> {
+        if read_only {
+            return self.read_only_reply_wanted(exec, request_id);
+        }
+        match &self.outstanding {
+            Some(outstanding) if outstanding.request_id == request_id => Ok(()),
+            _ => Err("dropped_stale_reply"),
+        }
+    }
+
+    /// An ordered reply (sender, request id and seal already checked).
     fn on_ordered_reply(
         &mut self,
         now: Time,
@@ -211,15 +232,20 @@ impl Client {
         result: &ReplyBody,
         out: &mut Vec<Action>,
     ) {
-        let Some(outstanding) = self.outstanding.as_mut() else {
-            self.stats.bump("dropped_stale_reply");
-            return;
+        let outstanding = self
+            .outstanding
+            .as_mut()
+            .filter(|o| o.request_id == request_id)
+            .expect("reply_wanted checked the request id");
+        // A full body equal to one already held has that one's digest: no hashing.
+        let digest = match result {
+            ReplyBody::Full(bytes) => outstanding
+                .replies
+                .values()
+                .find_map(|(d, b)| (b.as_ref() == Some(bytes)).then_some(*d))
+                .unwrap_or_else(|| Digest::of(bytes)),
+            ReplyBody::Digest(d) => *d,
         };
-        if request_id != outstanding.request_id {
-            self.stats.bump("dropped_stale_reply");
-            return;
-        }
-        let digest = result.result_digest();
         let body = match result {
             ReplyBody::Full(bytes) => Some(bytes.clone()),
             ReplyBody::Digest(_) => None,
@@ -438,6 +464,29 @@ mod tests {
         assert!(step(&mut c, 1, Input::Message(reply(&f, 1, 0, 1, ReplyBody::Digest(d)))).is_empty());
         let actions = step(&mut c, 2, Input::Message(reply(&f, 2, 0, 1, ReplyBody::Full(body))));
         assert!(actions.iter().any(|a| matches!(a, Action::Deliver { .. })));
+    }
+
+    #[test]
+    fn replies_that_cannot_count_are_dropped_before_their_mac_is_checked() {
+        let f = fixture(1, 1, 2, Knobs::default());
+        let mut c = client(&f, 0);
+        step(&mut c, 0, invoke(b"op"));
+        let full = ReplyBody::Full(Bytes::from_static(b"x"));
+        // A forged reply for the outstanding request is checked, refused, and not counted.
+        step(&mut c, 1, Input::Message(reply(&f, 1, 1, 1, full.clone())));
+        assert_eq!(c.stats().get("dropped_bad_seal"), 1);
+        assert!(step(&mut c, 2, Input::Message(reply(&f, 0, 0, 1, full.clone()))).is_empty());
+        let actions = step(&mut c, 3, Input::Message(reply(&f, 2, 0, 1, full.clone())));
+        assert!(actions.iter().any(|a| matches!(a, Action::Deliver { .. })));
+        // The third reply after the quorum matched: request done, dropped unchecked.
+        assert!(step(&mut c, 4, Input::Message(reply(&f, 1, 0, 1, full.clone()))).is_empty());
+        assert_eq!(c.stats().get("dropped_stale_reply"), 1);
+        // Forged replies for a finished or a future request are dropped by id, not by MAC.
+        step(&mut c, 5, Input::Message(reply(&f, 1, 1, 1, full.clone())));
+        step(&mut c, 5, Input::Message(reply(&f, 1, 1, 9, full.clone())));
+        assert_eq!(c.stats().get("dropped_stale_reply"), 3);
+        assert_eq!(c.stats().get("dropped_bad_seal"), 1, "no MAC checked for them");
+        assert_eq!(c.stats().get("delivered"), 1);
     }
 
     #[test]

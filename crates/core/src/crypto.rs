@@ -227,7 +227,10 @@ pub enum AuthError {
 }
 
 /// Everything one process needs to authenticate its messages and check others': pairwise MAC
-/// keys with every other process of the cluster, its signing key, everyone's verifying keys.
+/// keys with every process it can talk to, its signing key, their verifying keys.
+///
+/// Clients talk only to replicas, so a client's ring holds keys for the replicas alone; a
+/// replica's ring holds keys for every replica and every client.
 pub struct KeyRing {
     me: Process,
     macs: BTreeMap<Process, MacKey>,
@@ -236,16 +239,21 @@ pub struct KeyRing {
 }
 
 impl KeyRing {
-    /// Derives the pairwise keys of process `me` with every replica and client in `config`.
+    /// Derives the pairwise keys of process `me` with the processes it can talk to: every replica
+    /// in `config`, and, if `me` is a replica, every client too (clients never talk to each other,
+    /// so a client's ring has no client keys: MACs to or from another client never verify).
     ///
-    /// Cost: one X25519 exchange per other process, paid once at start-up.
+    /// Cost: one X25519 exchange per such process, paid once at start-up (for a client, one per
+    /// replica, however many clients the configuration lists).
     pub fn new(config: &ClusterConfig, me: Process, secret: &SecretKeys) -> KeyRing {
         let mut others: Vec<(Process, PublicKeys)> = config
             .replicas
             .iter()
             .map(|r| (Process::Replica(r.id), r.keys))
             .collect();
-        others.extend(config.clients.iter().map(|c| (Process::Client(c.id), c.keys)));
+        if matches!(me, Process::Replica(_)) {
+            others.extend(config.clients.iter().map(|c| (Process::Client(c.id), c.keys)));
+        }
         let mut macs = BTreeMap::new();
         let mut verifying = BTreeMap::new();
         for (process, keys) in others {
@@ -420,6 +428,35 @@ mod tests {
         assert!(r1
             .verify_authenticator(Principal::Client(ClientId(7)), 0, &d, &auth)
             .is_err());
+    }
+
+    #[test]
+    fn a_client_ring_has_replica_keys_only() {
+        let (mut config, secrets, client) = test_config(4);
+        let other = SecretKeys::from_seed([201; 32]);
+        config.clients.push(ClientInfo {
+            id: ClientId(8),
+            keys: other.public(),
+        });
+        let r2 = KeyRing::new(&config, Process::Replica(ReplicaId(2)), &secrets[2]);
+        let c7 = KeyRing::new(&config, Process::Client(ClientId(7)), &client);
+        let c8 = KeyRing::new(&config, Process::Client(ClientId(8)), &other);
+        assert_eq!(c7.macs.len(), 4, "one key per replica, none for clients");
+        assert!(c7.macs.keys().all(|p| matches!(p, Process::Replica(_))));
+        assert!(c7.verifying.keys().all(|p| matches!(p, Process::Replica(_))));
+        assert_eq!(r2.macs.len(), 6, "a replica keeps every replica and client");
+        // Replica to client and back still verify.
+        let d = Digest::of(b"reply");
+        let mac = r2.mac_for(Principal::Client(ClientId(7)), &d);
+        assert_eq!(c7.verify_mac(Principal::Exec(ReplicaId(2)), &d, &mac), Ok(()));
+        let mac = c7.mac_for(Principal::Auth(ReplicaId(2)), &d);
+        assert_eq!(r2.verify_mac(Principal::Client(ClientId(7)), &d, &mac), Ok(()));
+        // Client to client: no key, a zero tag, refused as an unknown sender.
+        assert_eq!(c7.mac_for(Principal::Client(ClientId(8)), &d), Mac::default());
+        assert_eq!(
+            c8.verify_mac(Principal::Client(ClientId(7)), &d, &Mac::default()),
+            Err(AuthError::UnknownSender)
+        );
     }
 
     #[test]

@@ -105,7 +105,23 @@ impl Client {
         true
     }
 
-    /// A read-only reply (seal and sender already checked).
+    /// Whether a read-only reply from `exec` for `nonce` could count: the attempt in progress is
+    /// for `nonce` and `exec` has not answered it yet (only a member's first reply counts). `Err`
+    /// names the counter of a reply to drop, checked before its seal.
+    pub(super) fn read_only_reply_wanted(&self, exec: ReplicaId, nonce: RequestId) -> Result<(), &'static str> {
+        match &self.read_only {
+            Some(attempt) if attempt.nonce == nonce => {
+                if attempt.replies.contains_key(&exec) {
+                    Err("dropped_duplicate_read_only_reply")
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Err("dropped_stale_read_only_reply"),
+        }
+    }
+
+    /// A read-only reply (sender, nonce, first from `exec`, seal: all checked).
     pub(super) fn on_read_only_reply(
         &mut self,
         now: Time,
@@ -116,14 +132,11 @@ impl Client {
     ) {
         let q_r = self.read_quorum();
         let n_exec = self.quorums.n_exec;
-        let Some(attempt) = self.read_only.as_mut().filter(|a| a.nonce == nonce) else {
-            self.stats.bump("dropped_stale_read_only_reply");
-            return;
-        };
-        if attempt.replies.contains_key(&exec) {
-            self.stats.bump("dropped_duplicate_read_only_reply");
-            return;
-        }
+        let attempt = self
+            .read_only
+            .as_mut()
+            .filter(|a| a.nonce == nonce && !a.replies.contains_key(&exec))
+            .expect("read_only_reply_wanted checked");
         let vote = match result {
             ReplyBody::Full(body) => Some((Digest::of(body), body.clone())),
             ReplyBody::Digest(_) => None,
@@ -297,6 +310,38 @@ mod tests {
             reply(&f, 0, nonce, ReplyBody::Digest(Digest::of(b"v")), true),
         );
         assert_eq!(ordered_request(&actions).map(|(id, _)| id), Some(RequestId(2)));
+    }
+
+    /// `input` with its MAC zeroed: a seal that never verifies.
+    fn forged(input: Input) -> Input {
+        let Input::Message(envelope) = input else {
+            unreachable!()
+        };
+        let mut envelope = (*envelope).clone();
+        envelope.seal = crate::message::Seal::Mac(crate::crypto::Mac::default());
+        Input::Message(Arc::new(envelope))
+    }
+
+    #[test]
+    fn duplicate_and_stale_read_only_replies_are_dropped_before_their_mac_is_checked() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = client(&f);
+        invoke_ro(&mut c, 0);
+        // A forged first reply from member 0 is checked and refused; it does not take 0's vote.
+        step(&mut c, 1, forged(reply(&f, 0, 1, full(b"lie"), true)));
+        assert_eq!(c.stats().get("dropped_bad_seal"), 1);
+        step(&mut c, 2, reply(&f, 0, 1, full(b"v"), true));
+        // Member 0 was heard: a second reply from it is dropped unchecked, forged or not.
+        step(&mut c, 3, forged(reply(&f, 0, 1, full(b"lie"), true)));
+        step(&mut c, 3, reply(&f, 0, 1, full(b"v"), true));
+        assert_eq!(c.stats().get("dropped_duplicate_read_only_reply"), 2);
+        // Another nonce: stale, unchecked.
+        step(&mut c, 4, forged(reply(&f, 1, 7, full(b"v"), true)));
+        assert_eq!(c.stats().get("dropped_stale_read_only_reply"), 1);
+        assert_eq!(c.stats().get("dropped_bad_seal"), 1);
+        step(&mut c, 5, reply(&f, 1, 1, full(b"v"), true));
+        let actions = step(&mut c, 6, reply(&f, 2, 1, full(b"v"), true));
+        assert_eq!(delivered(&actions), vec![Bytes::from_static(b"v")]);
     }
 
     #[test]

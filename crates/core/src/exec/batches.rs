@@ -4,6 +4,7 @@
 //! by a count of buffered sequence numbers.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::crypto::Digest;
 use crate::ids::{ReplicaId, SeqNo};
@@ -24,13 +25,14 @@ pub(crate) struct AgreedBatch {
     pub entries: Vec<RequestEntry>,
 }
 
-/// One order member's NEXT-BATCH for one sequence number.
+/// One order member's NEXT-BATCH for one sequence number. Votes with equal time and entries share
+/// one copy of the entries.
 #[derive(Clone, Debug)]
 struct Vote {
     history: Digest,
     batch_digest: Digest,
     time_us: u64,
-    entries: Vec<RequestEntry>,
+    entries: Arc<Vec<RequestEntry>>,
 }
 
 /// A NEXT-BATCH as received (already authenticated and checked to come from an order member).
@@ -81,7 +83,7 @@ impl BatchCollector {
         if !self.votes.contains_key(&seqno) && self.votes.len() + self.ready.len() >= self.buffered_max {
             return Err("next_batch_buffer_full");
         }
-        let digest = batch_digest(offered.time_us, offered.entries.iter().map(RequestEntry::digest));
+        let (digest, entries) = self.digest_and_entries(&offered);
         if let Some(previous) = self.previous_history(seqno, last) {
             if history_digest(&previous, &digest) != offered.history {
                 return Err("next_batch_history_mismatch");
@@ -101,7 +103,7 @@ impl BatchCollector {
             history: offered.history,
             batch_digest: digest,
             time_us: offered.time_us,
-            entries: offered.entries.to_vec(),
+            entries,
         };
         votes.insert(offered.from, vote);
         let matching = votes
@@ -113,15 +115,36 @@ impl BatchCollector {
         }
         let mut votes = self.votes.remove(&seqno).expect("just inserted");
         let vote = votes.remove(&offered.from).expect("just inserted");
+        drop(votes); // the other votes' references to shared entries, so the last one moves out
         let agreed = AgreedBatch {
             seqno,
             history: vote.history,
             batch_digest: vote.batch_digest,
             time_us: vote.time_us,
-            entries: vote.entries,
+            entries: Arc::try_unwrap(vote.entries).unwrap_or_else(|shared| (*shared).clone()),
         };
         self.ready.insert(seqno, agreed);
         Ok(true)
+    }
+
+    /// The batch digest of `offered` and its entries. If an earlier vote for the same sequence
+    /// number has the same time and equal entries, its digest and its copy of the entries are
+    /// reused (equal contents have equal digests), so a quorum costs one hashing and one copy of
+    /// the entries, not one per vote. Entries equal only by digest (inline versus digest bodies of
+    /// one request) are hashed and kept on their own: the completing vote's entries are agreed.
+    fn digest_and_entries(&self, offered: &Offered<'_>) -> (Digest, Arc<Vec<RequestEntry>>) {
+        let same = self.votes.get(&offered.seqno).and_then(|votes| {
+            votes
+                .values()
+                .find(|v| v.time_us == offered.time_us && v.entries.as_slice() == offered.entries)
+        });
+        match same {
+            Some(vote) => (vote.batch_digest, vote.entries.clone()),
+            None => (
+                batch_digest(offered.time_us, offered.entries.iter().map(RequestEntry::digest)),
+                Arc::new(offered.entries.to_vec()),
+            ),
+        }
     }
 
     /// `H_{seqno-1}` when known: our own history if `seqno` is next, else an agreed predecessor's.
@@ -166,5 +189,98 @@ impl BatchCollector {
     #[cfg(test)]
     pub fn buffered(&self) -> usize {
         self.votes.len() + self.ready.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::ids::{ClientId, RequestId};
+    use crate::message::RequestBody;
+
+    fn entry(client: u32, op: &'static [u8], inline: bool) -> RequestEntry {
+        let op = Bytes::from_static(op);
+        RequestEntry {
+            client: ClientId(client),
+            request_id: RequestId(1),
+            body: if inline {
+                RequestBody::Inline(op)
+            } else {
+                RequestBody::Digest(Digest::of(&op))
+            },
+        }
+    }
+
+    fn offer(c: &mut BatchCollector, from: u32, time_us: u64, entries: &[RequestEntry]) -> Result<bool, &'static str> {
+        let digest = batch_digest(time_us, entries.iter().map(RequestEntry::digest));
+        let offered = Offered {
+            from: ReplicaId(from),
+            seqno: SeqNo(1),
+            history: history_digest(&Digest::default(), &digest),
+            time_us,
+            entries,
+        };
+        c.offer(offered, (SeqNo(0), Digest::default()))
+    }
+
+    #[test]
+    fn equal_votes_share_one_copy_and_one_digest() {
+        let mut c = BatchCollector::new(3, 4);
+        let entries = vec![entry(1, b"a", true), entry(2, b"b", true)];
+        assert_eq!(offer(&mut c, 0, 10, &entries), Ok(false));
+        assert_eq!(offer(&mut c, 1, 10, &entries), Ok(false));
+        let votes = &c.votes[&SeqNo(1)];
+        assert!(Arc::ptr_eq(
+            &votes[&ReplicaId(0)].entries,
+            &votes[&ReplicaId(1)].entries
+        ));
+        // Another time is another batch: its own digest, its own copy, no match.
+        assert_eq!(offer(&mut c, 2, 11, &entries), Ok(false));
+        let votes = &c.votes[&SeqNo(1)];
+        assert!(!Arc::ptr_eq(
+            &votes[&ReplicaId(0)].entries,
+            &votes[&ReplicaId(2)].entries
+        ));
+        assert_ne!(votes[&ReplicaId(0)].batch_digest, votes[&ReplicaId(2)].batch_digest);
+        assert_eq!(offer(&mut c, 3, 10, &entries), Ok(true));
+        let agreed = c.ready(SeqNo(1)).expect("agreed");
+        assert_eq!(agreed.entries, entries);
+        assert_eq!(agreed.time_us, 10);
+        assert_eq!(
+            agreed.batch_digest,
+            batch_digest(10, entries.iter().map(RequestEntry::digest))
+        );
+        assert!(c.votes.is_empty());
+    }
+
+    #[test]
+    fn inline_and_digest_forms_match_and_the_completing_vote_is_agreed() {
+        let mut c = BatchCollector::new(2, 4);
+        let inline = vec![entry(1, b"a", true)];
+        let by_digest = vec![entry(1, b"a", false)];
+        assert_eq!(offer(&mut c, 0, 10, &inline), Ok(false));
+        assert_eq!(offer(&mut c, 1, 10, &by_digest), Ok(true));
+        assert_eq!(c.ready(SeqNo(1)).expect("agreed").entries, by_digest);
+    }
+
+    #[test]
+    fn a_vote_with_a_wrong_history_is_refused_even_if_its_entries_match() {
+        let mut c = BatchCollector::new(2, 4);
+        let entries = vec![entry(1, b"a", true)];
+        assert_eq!(offer(&mut c, 0, 10, &entries), Ok(false));
+        let offered = Offered {
+            from: ReplicaId(1),
+            seqno: SeqNo(1),
+            history: Digest::of(b"forged"),
+            time_us: 10,
+            entries: &entries,
+        };
+        assert_eq!(
+            c.offer(offered, (SeqNo(0), Digest::default())),
+            Err("next_batch_history_mismatch")
+        );
+        assert!(c.ready(SeqNo(1)).is_none());
     }
 }

@@ -137,12 +137,20 @@ impl ExecStage {
         }
     }
 
+    /// Whether the operation of `entry` is inline or fetched (without taking a reference to it).
+    fn has_operation(&self, entry: &RequestEntry) -> bool {
+        match &entry.body {
+            RequestBody::Inline(_) => true,
+            RequestBody::Digest(d) => self.fetcher.body(&(entry.client, entry.request_id, *d)).is_some(),
+        }
+    }
+
     /// Whether every request of `batch` that will be executed has its body.
     fn bodies_complete(&self, batch: &AgreedBatch) -> bool {
         batch
             .entries
             .iter()
-            .all(|e| e.request_id <= self.replies.last_id(e.client) || self.operation(e).is_some())
+            .all(|e| self.has_operation(e) || e.request_id <= self.replies.last_id(e.client))
     }
 
     /// Executes agreed batches while the next one is complete.
@@ -219,8 +227,8 @@ impl ExecStage {
                 "the service must return one reply per request"
             );
             for (request, result) in requests.iter().zip(results) {
+                self.send_reply(request.client, request.request_id, &result, false, out);
                 self.replies.record(request.client, request.request_id, result);
-                self.send_cached_reply(request.client, false, out);
             }
             self.stats.bump("requests_executed");
         }
@@ -249,16 +257,22 @@ impl ExecStage {
     /// Sends the client's cached reply (full if `retransmit`, else by the full/digest rule).
     fn send_cached_reply(&self, client: ClientId, retransmit: bool, out: &mut Vec<Action>) {
         let Some(cached) = self.replies.get(client) else { return };
-        let result = reply_body(
-            self.q.n_exec,
-            self.id,
-            client,
-            cached.request_id,
-            &cached.result,
-            retransmit,
-        );
+        self.send_reply(client, cached.request_id, &cached.result, retransmit, out);
+    }
+
+    /// Sends the reply `result` to `request_id` of `client` (full if `retransmit`, else by the
+    /// full/digest rule).
+    fn send_reply(
+        &self,
+        client: ClientId,
+        request_id: RequestId,
+        result: &Bytes,
+        retransmit: bool,
+        out: &mut Vec<Action>,
+    ) {
+        let result = reply_body(self.q.n_exec, self.id, client, request_id, result, retransmit);
         let message = Message::Reply {
-            request_id: cached.request_id,
+            request_id,
             result,
             read_only: false,
         };

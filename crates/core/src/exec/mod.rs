@@ -20,6 +20,8 @@ mod state_transfer;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_cpu;
+#[cfg(test)]
 mod tests_read_only;
 #[cfg(test)]
 mod tests_recovery;
