@@ -5,20 +5,12 @@
 //! connection's queued commands (up to the operation limits) and sends them as one upright
 //! operation. A connection is in at most one operation at a time, so its commands execute in the
 //! order it sent them; different connections' commands share operations, so one agreement round
-//! serves many commands. An idle member is woken by the first command queued.
-//!
-//! Gathering after an answer: the connections an operation just answered usually send their next
-//! commands within tens of microseconds (a client waiting for its reply). Sending the first of
-//! them alone would split them over two operations, and each would wait for the other's agreement
-//! round. So a member whose operation was answered gives those connections up to [`GATHER_WAIT`]
-//! to come back before it sends the next operation ([`Expectation`]); it waits only for as many
-//! as came back promptly the last time, so connections that go quiet cost one wait, not one per
-//! operation.
+//! serves many commands. Nothing waits on a timer: a member that finishes an operation at once
+//! takes what queued meanwhile, and an idle member is woken by the first command queued.
 
 use std::collections::VecDeque;
 use std::mem;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -33,11 +25,6 @@ use crate::COMMANDS_PER_OPERATION_MAX;
 /// 1 MiB, with room for the encoding's overhead; one command is at most
 /// [`crate::resp::COMMAND_BYTES_MAX`]).
 pub const OPERATION_ARG_BYTES_MAX: usize = 768 * 1024;
-
-/// Longest a member waits, after its operation is answered, for the connections it answered to
-/// queue their next commands (see the module documentation). A few loopback round trips of a
-/// client; far below one agreement round (about 1 ms), which is what it saves.
-pub const GATHER_WAIT: Duration = Duration::from_micros(150);
 
 /// Whether a command only reads the store. The one place the gateway classifies commands as
 /// reads or writes.
@@ -233,55 +220,12 @@ fn gather(shared: &PoolShared) -> Option<Operation> {
     (!op.commands.is_empty()).then_some(op)
 }
 
-/// How many ready connections a member waits for after an answer, learnt from the operations
-/// before: the connections of the last operation, but no more than one above how many came back
-/// within [`GATHER_WAIT`] the last time the wait ran out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Expectation {
-    want: usize,
-}
-
-impl Expectation {
-    fn new() -> Expectation {
-        Expectation { want: 1 }
-    }
-
-    /// Updates after a wait that saw `reached` ready connections (`timed_out` if fewer than
-    /// wanted) and sent an operation for `owners` connections.
-    fn update(&mut self, reached: usize, timed_out: bool, owners: usize) {
-        self.want = if timed_out { owners.min(reached + 1) } else { owners }.max(1);
-    }
-}
-
-/// Waits until `want` connections are ready or `deadline` passed, yielding to the connection
-/// tasks meanwhile (the wait is far shorter than the runtime's timer resolution); sleeps on
-/// `work` when nothing is ready after the deadline. Returns how many were ready and whether the
-/// wait ran out before `want`.
-async fn await_ready(shared: &PoolShared, want: usize, deadline: Instant) -> (usize, bool) {
-    loop {
-        let ready = lock(&shared.ready).len();
-        if ready >= want {
-            return (ready, false);
-        }
-        if Instant::now() < deadline {
-            tokio::task::yield_now().await;
-        } else if ready > 0 {
-            return (ready, true);
-        } else {
-            shared.work.notified().await;
-        }
-    }
-}
-
 async fn member(client: ClientHandle, shared: Arc<PoolShared>, stats: Arc<Shared>) {
-    let mut expectation = Expectation::new();
-    let mut answered = Instant::now();
     loop {
-        let (reached, timed_out) = await_ready(&shared, expectation.want, answered + GATHER_WAIT).await;
         let Some(op) = gather(&shared) else {
-            continue; // another member took them
+            shared.work.notified().await;
+            continue;
         };
-        expectation.update(reached, timed_out, op.owners.len());
         let n = op.commands.len();
         let result = invoke(&client, crate::encode_operation(&op.commands), op.reads_only).await;
         Shared::bump(&stats.operations);
@@ -296,7 +240,6 @@ async fn member(client: ClientHandle, shared: Arc<PoolShared>, stats: Arc<Shared
         for (queue, count) in &op.owners {
             queue.answer(replies.by_ref().take(*count), &shared, queue);
         }
-        answered = Instant::now();
     }
 }
 
@@ -432,73 +375,6 @@ mod tests {
         let second = gather(&pool.shared).unwrap();
         assert_eq!(second.commands, vec![cmd(&["set", "b", &big])]);
         assert!(first.bytes <= OPERATION_ARG_BYTES_MAX && second.bytes <= OPERATION_ARG_BYTES_MAX);
-    }
-
-    #[test]
-    fn the_expectation_follows_the_connections_that_come_back() {
-        let mut e = Expectation::new();
-        assert_eq!(e.want, 1);
-        // Everyone came back in time: wait for all 16 of the last operation next time.
-        e.update(16, false, 16);
-        assert_eq!(e.want, 16);
-        // Only 3 came back before the wait ran out, 5 went in the operation (2 queued just
-        // after): next time wait for one more than came back, not for all 5.
-        e.update(3, true, 5);
-        assert_eq!(e.want, 4);
-        e.update(4, false, 6);
-        assert_eq!(e.want, 6);
-        // A lone connection never waits.
-        e.update(1, true, 1);
-        assert_eq!(e.want, 1);
-        e.update(0, true, 0);
-        assert_eq!(e.want, 1);
-    }
-
-    #[tokio::test]
-    async fn a_member_waits_for_the_expected_connections_within_the_bound() {
-        let pool = pool();
-        let (a, b) = (Arc::new(Queue::default()), Arc::new(Queue::default()));
-        submit(&pool, &a, &[&["set", "a", "1"]], false);
-        // Enough ready: no wait at all, even with the deadline far away.
-        let far = Instant::now() + Duration::from_secs(60);
-        assert_eq!(await_ready(&pool.shared, 1, far).await, (1, false));
-        // Two wanted, one ready: `b` queues while the member waits, and both share the operation.
-        let late = tokio::spawn({
-            let (shared, b) = (pool.shared.clone(), b.clone());
-            async move {
-                tokio::task::yield_now().await;
-                let mut commands = vec![cmd(&["set", "b", "2"])];
-                Pool { shared }.submit(&b, &mut commands, false);
-            }
-        });
-        assert_eq!(await_ready(&pool.shared, 2, far).await, (2, false));
-        late.await.unwrap();
-        assert_eq!(gather(&pool.shared).unwrap().owners.len(), 2);
-        // Nobody else comes: the wait runs out at its deadline with what is ready.
-        submit(&pool, &a, &[&["set", "a", "3"]], false);
-        let c = Arc::new(Queue::default());
-        submit(&pool, &c, &[&["set", "c", "4"]], false);
-        let started = Instant::now();
-        let (reached, timed_out) = await_ready(&pool.shared, 5, started + GATHER_WAIT).await;
-        assert!(timed_out && reached >= 1 && reached < 5);
-        assert!(started.elapsed() >= GATHER_WAIT);
-        assert!(started.elapsed() < Duration::from_secs(5));
-    }
-
-    #[tokio::test]
-    async fn an_idle_member_sleeps_until_a_command_is_queued() {
-        let pool = pool();
-        let a = Arc::new(Queue::default());
-        let past = Instant::now();
-        let waiter = tokio::spawn({
-            let shared = pool.shared.clone();
-            async move { await_ready(&shared, 3, past).await }
-        });
-        tokio::task::yield_now().await;
-        assert!(!waiter.is_finished());
-        submit(&pool, &a, &[&["get", "x"]], true);
-        // The deadline passed long ago: one ready connection is sent at once.
-        assert_eq!(waiter.await.unwrap(), (1, true));
     }
 
     #[tokio::test]
