@@ -730,7 +730,10 @@ fn a_member_that_lost_its_lazy_accept_abstains_in_that_view() {
     c.submit(0);
     c.pump();
     let accepted = c.member(2).log[&SeqNo(1)].record.accepted.as_ref().unwrap().digest;
-    assert!(!c.storage[2].contains_key(&super::persist::slot_key(SeqNo(1))), "the accept was lazy");
+    assert!(
+        !c.storage[2].contains_key(&super::persist::slot_key(SeqNo(1))),
+        "the accept was lazy"
+    );
     // It sent PREPARE for `accepted`, then lost the record in a crash.
     c.crash(2);
     c.start(2);
