@@ -129,19 +129,12 @@ impl ExecStage {
         }
     }
 
-    /// The operation of `entry`, if it is inline or fetched.
-    fn operation(&self, entry: &RequestEntry) -> Option<Bytes> {
+    /// The operation of `entry`, if it is inline or fetched (borrowed: checking for it clones
+    /// nothing).
+    fn operation<'a>(&'a self, entry: &'a RequestEntry) -> Option<&'a Bytes> {
         match &entry.body {
-            RequestBody::Inline(op) => Some(op.clone()),
-            RequestBody::Digest(d) => self.fetcher.body(&(entry.client, entry.request_id, *d)).cloned(),
-        }
-    }
-
-    /// Whether the operation of `entry` is inline or fetched (without taking a reference to it).
-    fn has_operation(&self, entry: &RequestEntry) -> bool {
-        match &entry.body {
-            RequestBody::Inline(_) => true,
-            RequestBody::Digest(d) => self.fetcher.body(&(entry.client, entry.request_id, *d)).is_some(),
+            RequestBody::Inline(op) => Some(op),
+            RequestBody::Digest(d) => self.fetcher.body(&(entry.client, entry.request_id, *d)),
         }
     }
 
@@ -150,7 +143,7 @@ impl ExecStage {
         batch
             .entries
             .iter()
-            .all(|e| self.has_operation(e) || e.request_id <= self.replies.last_id(e.client))
+            .all(|e| self.operation(e).is_some() || e.request_id <= self.replies.last_id(e.client))
     }
 
     /// Executes agreed batches while the next one is complete.
@@ -200,7 +193,7 @@ impl ExecStage {
                 }
                 continue;
             }
-            let operation = self.operation(entry).expect("bodies_complete checked");
+            let operation = self.operation(entry).expect("bodies_complete checked").clone();
             in_batch.insert(entry.client, entry.request_id);
             requests.push(ServiceRequest {
                 client: entry.client,

@@ -166,8 +166,8 @@ impl OrderStage {
     }
 
     /// Requests ready to be ordered after the projection `p`: the next request of each client
-    /// with `matrix_collect` rows valid for this member, in client order.
-    /// Up to `max` ready entries, one per client, taking clients in turn from just after the last
+    /// with `matrix_collect` rows valid for this member.
+    /// Up to `max` of them, one per client, taking clients in turn from just after the last
     /// client of the previous batch: with more ready clients than fit in a batch, none waits for
     /// more than `clients / max` batches (in id order, low ids could starve the others).
     /// Borrowed from the pool: nothing is cloned until a batch is built from them.

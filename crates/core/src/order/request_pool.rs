@@ -52,7 +52,7 @@ impl Candidate {
 /// authentication member contributes at most one digest per `(client, request id)`, so a
 /// client's candidates number at most `POOL_AHEAD_MAX * n_auth`; they are kept in
 /// `(request id, digest)` order.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct RequestPool {
     /// Every configured client, with its candidates (a client without any keeps its empty,
     /// already allocated list: clients come back with their next request).
