@@ -344,12 +344,10 @@ mod redis_gateway {
 
     /// Upright clients of the gateway's pool (client identities 0..POOL), the default of
     /// `--gateway-pool`. The cluster's cost is per operation, so fewer members put more commands
-    /// in each operation: with `redis-benchmark -t set,get -n 100000 -c 16`, 1 member served
-    /// 4,575 SET/s and 47,664 GET/s, 4 members 2,984 and 31,095. With a Byzantine replica
-    /// (`UPRIGHT_TEST_CORRUPT_REPLICA=2`), 1 member: 4,071 SET/s, 3,702 GET/s (reads fall back to
-    /// ordering); 4 members: 2,389 and 2,401. (Before every exec member sent results up to 512
-    /// bytes in full, a lying designated member stalled one member's operations 500 ms, which made
-    /// 4 the safer default; see docs/PERFORMANCE.md.)
+    /// in each operation: with `redis-benchmark -t set,get -n 50000 -c 16` (same minute), 1
+    /// member served 16,534 SET/s and 49,213 GET/s, 2 members 11,238 and 48,685. Earlier
+    /// figures, with a Byzantine replica, and before the gateway waited for the connections it
+    /// answered, are in docs/PERFORMANCE.md.
     pub const POOL: u32 = 1;
 
     /// Binds the gateway's loopback port.

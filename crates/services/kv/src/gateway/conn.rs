@@ -95,6 +95,7 @@ pub(super) async fn run(stream: TcpStream, id: u64, pool: Arc<Pool>, shared: Arc
         }
     }
     batch.submit(&pool, &queue); // commands sent before a QUIT or a protocol error still run
+    queue.closed();
     drop(tx);
     let _ = writer.await;
 }

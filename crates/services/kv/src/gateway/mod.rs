@@ -7,8 +7,10 @@
 //! quorum-certified result; a connection is in at most one operation at a time, so its commands,
 //! pipelined or not, execute and are answered in the order sent, and one agreement round serves
 //! many commands of many connections. Upright clients are closed-loop (one outstanding request
-//! each), so the pool size bounds the operations in flight, not the connections. No step waits on
-//! a timer while work is ready.
+//! each), so the pool size bounds the operations in flight, not the connections. After an
+//! answer, a member gives the connections it answered a moment (woken by their submissions,
+//! bounded by [`pool::GATHER_WAIT`]) to queue their next commands, so they ride the next
+//! operation together instead of taking turns.
 //!
 //! Reads: an operation made only of reads (GET, MGET, EXISTS, TTL, SCAN, ...; classified in one
 //! place, [`pool::is_read`]) takes the read-only path: every execution member answers it from its
