@@ -167,6 +167,13 @@ impl Stats {
         *self.counters.entry(name).or_insert(0) += 1;
     }
 
+    /// Adds `n` to a counter (a counter that stays zero is not created).
+    pub fn add(&mut self, name: &'static str, n: u64) {
+        if n > 0 {
+            *self.counters.entry(name).or_insert(0) += n;
+        }
+    }
+
     /// A counter's value.
     pub fn get(&self, name: &str) -> u64 {
         self.counters.get(name).copied().unwrap_or(0)

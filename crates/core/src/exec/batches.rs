@@ -1,7 +1,9 @@
 //! NEXT-BATCH collection: an execution member accepts batch `n` once `q.next_batch()` distinct order
-//! members sent NEXT-BATCH messages with equal `(seqno, history, batch digest)` (PROTOCOL.md, normal
-//! case step 5). Votes for future sequence numbers are buffered, bounded by the caller's window and
-//! by a count of buffered sequence numbers.
+//! members sent NEXT-BATCH messages with equal `(seqno, history, batch digest)`, or once its
+//! co-located order member did (PROTOCOL.md, normal case step 5: the two are one process, correct
+//! or faulty together, so a correct execution member's own order member is a correct one). Votes
+//! for future sequence numbers are buffered, bounded by the caller's window and by a count of
+//! buffered sequence numbers.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,18 +56,22 @@ pub(crate) struct BatchCollector {
     votes: BTreeMap<SeqNo, BTreeMap<ReplicaId, Vote>>,
     ready: BTreeMap<SeqNo, AgreedBatch>,
     quorum: usize,
+    /// The co-located order member, whose vote alone is a quorum.
+    trusted: Option<ReplicaId>,
     buffered_max: usize,
 }
 
 impl BatchCollector {
-    /// A collector that needs `quorum` matching votes and buffers at most `buffered_max` sequence
-    /// numbers (voted or agreed, not yet executed).
-    pub fn new(quorum: usize, buffered_max: usize) -> BatchCollector {
+    /// A collector that needs `quorum` matching votes, or the vote of `trusted` (the co-located
+    /// order member), and buffers at most `buffered_max` sequence numbers (voted or agreed, not
+    /// yet executed).
+    pub fn new(quorum: usize, trusted: Option<ReplicaId>, buffered_max: usize) -> BatchCollector {
         assert!(quorum >= 1 && buffered_max >= 1);
         BatchCollector {
             votes: BTreeMap::new(),
             ready: BTreeMap::new(),
             quorum,
+            trusted,
             buffered_max,
         }
     }
@@ -110,7 +116,7 @@ impl BatchCollector {
             .values()
             .filter(|v| v.history == offered.history && v.batch_digest == digest)
             .count();
-        if matching < self.quorum {
+        if matching < self.quorum && self.trusted != Some(offered.from) {
             return Ok(false);
         }
         let mut votes = self.votes.remove(&seqno).expect("just inserted");
@@ -227,7 +233,7 @@ mod tests {
 
     #[test]
     fn equal_votes_share_one_copy_and_one_digest() {
-        let mut c = BatchCollector::new(3, 4);
+        let mut c = BatchCollector::new(3, None, 4);
         let entries = vec![entry(1, b"a", true), entry(2, b"b", true)];
         assert_eq!(offer(&mut c, 0, 10, &entries), Ok(false));
         assert_eq!(offer(&mut c, 1, 10, &entries), Ok(false));
@@ -257,7 +263,7 @@ mod tests {
 
     #[test]
     fn inline_and_digest_forms_match_and_the_completing_vote_is_agreed() {
-        let mut c = BatchCollector::new(2, 4);
+        let mut c = BatchCollector::new(2, None, 4);
         let inline = vec![entry(1, b"a", true)];
         let by_digest = vec![entry(1, b"a", false)];
         assert_eq!(offer(&mut c, 0, 10, &inline), Ok(false));
@@ -266,19 +272,48 @@ mod tests {
     }
 
     #[test]
-    fn a_vote_with_a_wrong_history_is_refused_even_if_its_entries_match() {
-        let mut c = BatchCollector::new(2, 4);
+    fn the_co_located_order_member_alone_is_a_quorum() {
+        let mut c = BatchCollector::new(2, Some(ReplicaId(2)), 4);
         let entries = vec![entry(1, b"a", true)];
-        assert_eq!(offer(&mut c, 0, 10, &entries), Ok(false));
+        let other = vec![entry(1, b"b", true)];
+        // A remote vote alone is not enough, nor two that disagree.
+        assert_eq!(offer(&mut c, 0, 10, &other), Ok(false));
+        assert_eq!(offer(&mut c, 1, 10, &entries), Ok(false));
+        assert!(c.ready(SeqNo(1)).is_none());
+        // The co-located member's vote agrees the batch it names.
+        assert_eq!(offer(&mut c, 2, 10, &entries), Ok(true));
+        assert_eq!(c.ready(SeqNo(1)).expect("agreed").entries, entries);
+        // Alone, first: agreed at once.
+        let mut c = BatchCollector::new(2, Some(ReplicaId(0)), 4);
+        assert_eq!(offer(&mut c, 0, 10, &entries), Ok(true));
+    }
+
+    /// Offers `entries` at seqno 1 from `from` with a history that does not follow from `H_0`.
+    fn offer_forged_history(c: &mut BatchCollector, from: u32, entries: &[RequestEntry]) -> Result<bool, &'static str> {
         let offered = Offered {
-            from: ReplicaId(1),
+            from: ReplicaId(from),
             seqno: SeqNo(1),
             history: Digest::of(b"forged"),
             time_us: 10,
-            entries: &entries,
+            entries,
         };
+        c.offer(offered, (SeqNo(0), Digest::default()))
+    }
+
+    #[test]
+    fn a_vote_with_a_wrong_history_is_refused_even_if_its_entries_match() {
+        let mut c = BatchCollector::new(2, None, 4);
+        let entries = vec![entry(1, b"a", true)];
+        assert_eq!(offer(&mut c, 0, 10, &entries), Ok(false));
         assert_eq!(
-            c.offer(offered, (SeqNo(0), Digest::default())),
+            offer_forged_history(&mut c, 1, &entries),
+            Err("next_batch_history_mismatch")
+        );
+        assert!(c.ready(SeqNo(1)).is_none());
+        // The co-located member's vote is checked the same way.
+        let mut c = BatchCollector::new(2, Some(ReplicaId(1)), 4);
+        assert_eq!(
+            offer_forged_history(&mut c, 1, &entries),
             Err("next_batch_history_mismatch")
         );
         assert!(c.ready(SeqNo(1)).is_none());

@@ -99,7 +99,12 @@ impl ExecStage {
             history: Digest::default(),
             last_time_us: 0,
             replies: ReplyCache::default(),
-            batches: BatchCollector::new(q.next_batch(), buffered_max),
+            // Exec(i) and Order(i) are one process (PROTOCOL.md, placement): see `batches`.
+            batches: BatchCollector::new(
+                q.next_batch(),
+                ((id.0 as usize) < q.n_order).then_some(id),
+                buffered_max,
+            ),
             fetcher: Fetcher::default(),
             checkpoints: CheckpointStore::default(),
             load_votes: LoadVotes::default(),

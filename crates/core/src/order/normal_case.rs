@@ -528,7 +528,8 @@ impl OrderStage {
             }));
             self.stats.bump("batch_committed");
             if let Some(message) = self.next_batch_message(n) {
-                self.send_to_exec(out, ClusterConfig::exec_members(&self.q).collect(), message);
+                let to = self.next_batch_recipients(n);
+                self.send_to_exec(out, to, message);
             }
         }
         if !progressed {
@@ -544,6 +545,28 @@ impl OrderStage {
             });
         }
         self.try_votes(now, out);
+    }
+
+    /// Who gets this member's NEXT-BATCH for committed slot `n`: its co-located execution member,
+    /// which needs no other (PROTOCOL.md step 5), and every other execution member whose order
+    /// member's COMMIT for the batch has not arrived here (it may not commit it soon, so its
+    /// execution member needs `q.next_batch()` votes from the rest of us). An execution member
+    /// whose order member falls behind later still catches up: it asks with LAST-EXEC.
+    fn next_batch_recipients(&mut self, n: SeqNo) -> Vec<Principal> {
+        let slot = &self.log[&n];
+        let vote = slot
+            .record
+            .committed
+            .zip(slot.record.accepted.as_ref().map(|a| a.digest));
+        let to: Vec<Principal> = ClusterConfig::exec_members(&self.q)
+            .filter(|p| {
+                p.replica()
+                    .is_some_and(|r| r == self.id || vote.is_none() || slot.commits.get(&r).copied() != vote)
+            })
+            .collect();
+        let remote = to.iter().filter(|p| p.replica() != Some(self.id)).count();
+        self.stats.add("next_batch_remote", remote as u64);
+        to
     }
 
     fn send_to_exec(&self, out: &mut Vec<Action>, to: Vec<Principal>, message: Message) {

@@ -30,7 +30,8 @@ pub(super) struct Cluster {
     /// Agreement checker: history of each committed seqno (any member).
     pub(super) committed: BTreeMap<SeqNo, Digest>,
     /// NEXT-BATCH senders per seqno (order member -> history).
-    pub(super) next_batches: BTreeMap<SeqNo, BTreeMap<ReplicaId, Digest>>,
+    /// NEXT-BATCHes received: seqno -> execution member -> sending order member -> history.
+    pub(super) next_batches: BTreeMap<SeqNo, BTreeMap<ReplicaId, BTreeMap<ReplicaId, Digest>>>,
     /// Requests seen in NEXT-BATCHes (seqno -> entries).
     pub(super) ordered: BTreeMap<SeqNo, Vec<(ClientId, RequestId)>>,
     pub(super) auto_tokens: bool,
@@ -202,10 +203,10 @@ impl Cluster {
         };
     }
 
-    /// The fake execution stage: records NEXT-BATCHes and, once `next_batch` order members sent a
-    /// checkpoint batch, sends tokens from every execution member.
+    /// The fake execution stage: records NEXT-BATCHes and, once an execution member could accept a
+    /// checkpoint batch ([`Cluster::exec_agreed`]), sends tokens from every execution member.
     pub(super) fn exec_receives(&mut self, to: Principal, envelope: &Envelope) {
-        let (Principal::Exec(ReplicaId(0)), Principal::Order(from)) = (to, envelope.from) else {
+        let (Principal::Exec(exec), Principal::Order(from)) = (to, envelope.from) else {
             return;
         };
         let Message::NextBatch {
@@ -217,13 +218,27 @@ impl Cluster {
         else {
             return;
         };
-        self.next_batches.entry(*seqno).or_default().insert(from, *history);
+        self.next_batches
+            .entry(*seqno)
+            .or_default()
+            .entry(exec)
+            .or_default()
+            .insert(from, *history);
         self.ordered
             .insert(*seqno, entries.iter().map(|e| (e.client, e.request_id)).collect());
         let cp = self.config.knobs.checkpoint_interval;
-        if self.auto_tokens && seqno.0 % cp == 0 && self.next_batches[seqno].len() >= self.q.next_batch() {
+        if self.auto_tokens && seqno.0 % cp == 0 && self.exec_agreed(*seqno, exec) {
             self.send_tokens(*seqno);
         }
+    }
+
+    /// Whether execution member `exec` has what it needs to accept batch `seqno`: the NEXT-BATCH
+    /// of its co-located order member, or `q.next_batch()` of them.
+    pub(super) fn exec_agreed(&self, seqno: SeqNo, exec: ReplicaId) -> bool {
+        self.next_batches
+            .get(&seqno)
+            .and_then(|by_exec| by_exec.get(&exec))
+            .is_some_and(|senders| senders.contains_key(&exec) || senders.len() >= self.q.next_batch())
     }
 
     pub(super) fn send_tokens(&mut self, seqno: SeqNo) {

@@ -3,6 +3,7 @@
 mod auth_requests;
 mod cluster;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use self::cluster::{small_knobs, Cluster, CLIENTS};
@@ -38,12 +39,43 @@ fn normal_case_commits_for_each_configuration() {
             assert_eq!(c.member(i).view(), View(0));
         }
         assert!(c.member(0).is_primary() && !c.member(1).is_primary());
-        // Every member sent NEXT-BATCH for every batch, with the same history.
-        for (seqno, senders) in &c.next_batches {
-            assert_eq!(senders.len(), c.q.n_order, "u={u} r={r} seqno {seqno:?}");
+        // Every execution member got what it needs for every batch (its co-located order
+        // member's NEXT-BATCH, or r + 1 of them), and every NEXT-BATCH carried the same history.
+        for (seqno, by_exec) in &c.next_batches {
+            for e in 0..c.q.n_exec {
+                assert!(
+                    c.exec_agreed(*seqno, ReplicaId(e as u32)),
+                    "u={u} r={r} seqno {seqno:?} exec {e}"
+                );
+            }
+            let histories: BTreeSet<_> = by_exec.values().flat_map(|s| s.values()).collect();
+            assert_eq!(histories.len(), 1, "u={u} r={r} seqno {seqno:?}");
         }
         assert_eq!(c.committed.len() as u64, last.0);
     }
+}
+
+#[test]
+fn an_execution_member_whose_order_member_is_cut_off_gets_next_batch_from_the_others() {
+    let mut c = Cluster::new(1, 1, small_knobs());
+    // Order(2) neither sends nor receives: it commits nothing, so Exec(2) depends on the others.
+    c.filter = Box::new(|from, to, _| from != Principal::Order(ReplicaId(2)) && to != Principal::Order(ReplicaId(2)));
+    for client in 0..CLIENTS {
+        c.submit(client);
+    }
+    c.pump();
+    let last = c.member(0).last_committed();
+    assert!(last >= SeqNo(1));
+    assert_eq!(c.member(2).last_committed(), SeqNo(0));
+    for n in 1..=last.0 {
+        for e in 0..c.q.n_exec {
+            assert!(c.exec_agreed(SeqNo(n), ReplicaId(e as u32)), "seqno {n} exec {e}");
+        }
+        // Exec(2) got it from every member that committed, none of which saw Order(2)'s COMMIT.
+        let senders: Vec<_> = c.next_batches[&SeqNo(n)][&ReplicaId(2)].keys().copied().collect();
+        assert_eq!(senders, vec![ReplicaId(0), ReplicaId(1), ReplicaId(3)]);
+    }
+    assert!(c.stat(0, "next_batch_remote") >= last.0);
 }
 
 #[test]
@@ -677,7 +709,7 @@ fn sabotage_early_execute_releases_batches_before_commit() {
     c.submit(0);
     c.pump();
     assert_eq!(c.min_committed(), SeqNo(0));
-    assert_eq!(c.next_batches[&SeqNo(1)].len(), c.q.n_order);
+    assert_eq!(c.next_batches[&SeqNo(1)][&ReplicaId(0)].len(), c.q.n_order);
 }
 
 #[test]
