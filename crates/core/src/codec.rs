@@ -221,6 +221,7 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
         | Message::CheckpointToken { .. }
         | Message::LastExecuted { .. }
         | Message::Fetch { .. }
-        | Message::FetchState { .. } => Ok(()),
+        | Message::FetchState { .. }
+        | Message::PrimaryHint { .. } => Ok(()),
     }
 }

@@ -459,6 +459,18 @@ pub enum Message {
         /// The operation.
         operation: Bytes,
     },
+    // ---- order -> co-located authentication ----
+    /// PRIMARY-HINT: the order member's view, so its co-located authentication member sends new
+    /// AUTH-REQs to that view's primary at once and to the other order members only if still
+    /// pending later. Sent when the view is installed or left, only to `Auth(i)` from `Order(i)`
+    /// (one process). MAC.
+    PrimaryHint {
+        /// The current view.
+        view: View,
+        /// Whether the view is installed (`false`: a view change is running, the primary is not
+        /// known).
+        installed: bool,
+    },
 }
 
 /// A reply's result, full or as a digest.

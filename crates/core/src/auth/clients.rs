@@ -90,6 +90,11 @@ impl ClientState {
         evicted
     }
 
+    /// The newest request known ordered (by a BATCH-COMPLETE quorum).
+    pub fn ordered(&self) -> RequestId {
+        self.ordered
+    }
+
     pub fn ordered_vote(&mut self, exec: ReplicaId, request_id: RequestId, quorum: usize) {
         if request_id <= self.ordered {
             return;

@@ -1,9 +1,10 @@
 //! The authentication stage (UpRight thesis 5.2; the papers' "filter" / "RQ").
 //!
 //! Each member checks a client's MAC authenticator, persists the request body if it travels by
-//! digest (an inline body rides in the AUTH-REQ and is logged by the order stage), and forwards it to every
-//! order member: the entry (body inline if small, else its digest) and this member's row of the
-//! matrix signature. Forwarding is batched per host round: accepted requests are buffered and
+//! digest (an inline body rides in the AUTH-REQ and is logged by the order stage), and forwards it to the
+//! order stage: the entry (body inline if small, else its digest) and this member's row of the
+//! matrix signature; to the primary (as the co-located order member reports it) at once, to the
+//! other order members only if it is still pending [`BACKUP_DELAY_US`] later (PROTOCOL.md step 2). Forwarding is batched per host round: accepted requests are buffered and
 //! [`Stage::flush`] sends one AUTH-REQ carrying all of them to each order member (a buffer that
 //! reaches [`AUTH_ITEMS_MAX`] is sent at once). It keeps request bodies to answer the execution
 //! stage's FETCH. Members never talk to each other; their states may differ.
@@ -25,7 +26,7 @@ use crate::crypto::{Digest, KeyRing, MatrixRow};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, StageKind};
 use crate::message::{AuthItem, Envelope, Message, RequestBody, RequestEntry, SealFor, AUTH_ITEMS_MAX};
 use crate::quorum::Quorums;
-use crate::stage::{Action, Input, Stage, Stats, Storage, Time};
+use crate::stage::{Action, Input, Stage, Stats, Storage, Time, Timer};
 
 use clients::{ClientTable, Forwarded};
 
@@ -56,8 +57,24 @@ pub struct AuthStage {
     deferred: std::collections::BTreeMap<ClientId, Envelope>,
     /// AUTH-REQ items not yet sent (at most [`AUTH_ITEMS_MAX`]): sent by [`Stage::flush`].
     outgoing: Vec<AuthItem>,
+    /// Whether the next flush goes to every order member at once (a retransmission is in it).
+    outgoing_to_all: bool,
+    /// The current primary, as the co-located order member last reported it (`None`: unknown or a
+    /// view change is running; AUTH-REQs then go to every order member at once).
+    primary: Option<ReplicaId>,
+    /// Items sent to the primary only, with when: sent to the other order members once
+    /// [`BACKUP_DELAY_US`] old if still not known ordered (at most [`LATER_MAX`]).
+    later: std::collections::VecDeque<(Time, AuthItem)>,
     stats: Stats,
 }
+
+/// How long an AUTH-REQ item sent to the primary waits before it goes to the other order members
+/// too (only if it is not known ordered by then). The backups need the rows only to watch the
+/// primary (view-change timers) and for a new primary; they accept a PRE-PREPARE on the matrix it
+/// carries. Far below the view-change timeout, far above an ordered request's usual latency.
+pub const BACKUP_DELAY_US: u64 = 5_000;
+/// Most items waiting for [`BACKUP_DELAY_US`]; the oldest go at once beyond it.
+pub const LATER_MAX: usize = 4 * AUTH_ITEMS_MAX;
 
 /// Storage key of a request body; zero-padded so keys sort by request id.
 fn storage_key(client: ClientId, request_id: RequestId) -> String {
@@ -81,6 +98,9 @@ impl AuthStage {
             keys,
             deferred: std::collections::BTreeMap::new(),
             outgoing: Vec::new(),
+            outgoing_to_all: false,
+            primary: None,
+            later: std::collections::VecDeque::new(),
             stats: Stats::default(),
         };
         // Keys sort by (client, request id), so each client's bodies come oldest first. Only the
@@ -143,23 +163,101 @@ impl AuthStage {
         }
     }
 
-    /// Buffers an item for the next flush; a full buffer is sent at once (its persists are
-    /// earlier in `out`, so the host still makes them durable first).
-    fn queue_for_order(&mut self, item: AuthItem, out: &mut Vec<Action>) {
+    /// Buffers an item for the next flush (`to_all`: a retransmission, which goes to every order
+    /// member at once); a full buffer is sent at once (its persists are earlier in `out`, so the
+    /// host still makes them durable first).
+    fn queue_for_order(&mut self, now: Time, item: AuthItem, to_all: bool, out: &mut Vec<Action>) {
         self.outgoing.push(item);
+        self.outgoing_to_all |= to_all;
         if self.outgoing.len() >= AUTH_ITEMS_MAX {
             self.stats.bump("auth_request_flushed_full");
-            self.send_outgoing(out);
+            self.send_outgoing(now, out);
         }
     }
 
-    /// Sends the buffered items as one AUTH-REQ to every order member.
-    fn send_outgoing(&mut self, out: &mut Vec<Action>) {
+    /// Sends the buffered items as one AUTH-REQ: to the primary (and the co-located order member)
+    /// at once, to the others later if still pending ([`BACKUP_DELAY_US`]); to every order member
+    /// at once when the primary is not known or a retransmission is among them.
+    fn send_outgoing(&mut self, now: Time, out: &mut Vec<Action>) {
         if self.outgoing.is_empty() {
             return;
         }
         let items = std::mem::take(&mut self.outgoing);
         assert!(items.len() <= AUTH_ITEMS_MAX, "the buffer is flushed when full");
+        let to_all = std::mem::take(&mut self.outgoing_to_all);
+        let first = match self.primary {
+            Some(primary) if !to_all => {
+                let mut to = vec![Principal::Order(primary)];
+                if primary != self.id && self.id.0 < self.quorums.n_order as u32 {
+                    to.push(Principal::Order(self.id));
+                }
+                if self.later.is_empty() {
+                    out.push(Action::SetTimer {
+                        timer: Timer::AuthTick,
+                        at: now.saturating_add(BACKUP_DELAY_US),
+                    });
+                }
+                self.later.extend(items.iter().map(|item| (now, item.clone())));
+                to
+            }
+            _ => ClusterConfig::order_members(&self.quorums).collect(),
+        };
+        self.send_items(items, first, out);
+        while self.later.len() > LATER_MAX {
+            self.stats.bump("auth_later_overflow");
+            self.send_later(Time::MAX, out);
+        }
+    }
+
+    /// Sends the items waiting since at most `until` - [`BACKUP_DELAY_US`] (up to
+    /// [`AUTH_ITEMS_MAX`]) that are still not known ordered to the order members that did not get
+    /// them at once.
+    fn send_later(&mut self, until: Time, out: &mut Vec<Action>) {
+        let mut items = Vec::new();
+        while let Some((at, _)) = self.later.front() {
+            if at.saturating_add(BACKUP_DELAY_US) > until || items.len() == AUTH_ITEMS_MAX {
+                break;
+            }
+            let (_, item) = self.later.pop_front().expect("front exists");
+            let ordered = self
+                .clients
+                .find_mut(item.entry.client)
+                .is_some_and(|c| c.ordered() >= item.entry.request_id);
+            if ordered {
+                self.stats.bump("auth_later_known_ordered");
+            } else {
+                items.push(item);
+            }
+        }
+        if items.is_empty() {
+            return;
+        }
+        let skip = [self.primary, Some(self.id)];
+        let to: Vec<Principal> = ClusterConfig::order_members(&self.quorums)
+            .filter(|p| !skip.contains(&p.replica()))
+            .collect();
+        self.stats.bump("auth_later_sent");
+        self.send_items(items, to, out);
+    }
+
+    fn on_tick(&mut self, now: Time, out: &mut Vec<Action>) {
+        while self
+            .later
+            .front()
+            .is_some_and(|(at, _)| at.saturating_add(BACKUP_DELAY_US) <= now)
+        {
+            self.send_later(now, out);
+        }
+        if let Some((at, _)) = self.later.front() {
+            out.push(Action::SetTimer {
+                timer: Timer::AuthTick,
+                at: at.saturating_add(BACKUP_DELAY_US),
+            });
+        }
+    }
+
+    /// One AUTH-REQ carrying `items` to `to`.
+    fn send_items(&mut self, items: Vec<AuthItem>, to: Vec<Principal>, out: &mut Vec<Action>) {
         self.stats.bump("auth_request_messages");
         if items.len() > 1 {
             self.stats.bump("auth_request_messages_multi");
@@ -172,9 +270,24 @@ impl AuthStage {
             SealFor::Nothing,
         );
         out.push(Action::Send {
-            to: ClusterConfig::order_members(&self.quorums).collect(),
+            to,
             envelope: Arc::new(envelope),
         });
+    }
+
+    fn on_primary_hint(&mut self, envelope: &Envelope) {
+        let Message::PrimaryHint { view, installed } = envelope.message else {
+            unreachable!("dispatched on message kind");
+        };
+        // Only the co-located order member (one process with this member) is believed.
+        if envelope.from != Principal::Order(self.id) {
+            self.stats.bump("dropped_wrong_sender");
+            return;
+        }
+        if !self.seal_ok(envelope) {
+            return;
+        }
+        self.primary = installed.then(|| ReplicaId((view.0 % self.quorums.n_order as u64) as u32));
     }
 
     fn on_client_request(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
@@ -215,7 +328,7 @@ impl AuthStage {
                     self.stats.bump("dropped_retransmission_unsent");
                 } else if let Some(item) = self.clients.get_mut(*client).retransmission_due(now, interval) {
                     self.stats.bump("forwarded_retransmission");
-                    self.queue_for_order(item, out);
+                    self.queue_for_order(now, item, true, out);
                 } else {
                     self.stats.bump("dropped_retransmission_paced");
                 }
@@ -251,7 +364,7 @@ impl AuthStage {
             }
         }
         self.stats.bump("forwarded");
-        self.queue_for_order(item, out);
+        self.queue_for_order(now, item, false, out);
     }
 
     /// Whether a request body must be made durable here before its AUTH-REQ goes out: only bodies
@@ -359,19 +472,22 @@ impl Stage for AuthStage {
     }
 
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
-        let Input::Message(envelope) = input else {
-            return;
+        let envelope = match input {
+            Input::Message(envelope) => envelope,
+            Input::Timer(Timer::AuthTick) => return self.on_tick(now, out),
+            _ => return,
         };
         match &envelope.message {
             Message::ClientRequest { .. } => self.on_client_request(now, &envelope, out),
             Message::BatchComplete { .. } => self.on_batch_complete(now, &envelope, out),
             Message::Fetch { .. } => self.on_fetch(&envelope, out),
+            Message::PrimaryHint { .. } => self.on_primary_hint(&envelope),
             _ => self.stats.bump("dropped_unexpected_message"),
         }
     }
 
-    fn flush(&mut self, _now: Time, out: &mut Vec<Action>) {
-        self.send_outgoing(out);
+    fn flush(&mut self, now: Time, out: &mut Vec<Action>) {
+        self.send_outgoing(now, out);
     }
 
     fn stats(&self) -> &Stats {

@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use super::*;
 use crate::config::Knobs;
-use crate::ids::StageKind;
+use crate::ids::{SeqNo, StageKind};
 use crate::message::Seal;
 use crate::testing::{fixture, Fixture};
 
@@ -368,7 +368,7 @@ fn a_full_buffer_is_sent_at_once_and_the_rest_on_the_flush() {
     let item = auth.build(ClientId(0), RequestId(1), Bytes::from_static(b"op"), 0).item;
     let mut out = Vec::new();
     for i in 0..AUTH_ITEMS_MAX + 3 {
-        auth.queue_for_order(item.clone(), &mut out);
+        auth.queue_for_order(0, item.clone(), false, &mut out);
         let expected = if i + 1 < AUTH_ITEMS_MAX { 0 } else { 1 };
         assert_eq!(auth_requests(&out).len(), expected, "after {} items", i + 1);
     }
@@ -405,4 +405,98 @@ fn a_retransmission_of_an_unsent_request_is_not_duplicated() {
     assert_eq!(auth.stats().get("dropped_retransmission_unsent"), 1);
     // After the flush, a retransmission is resent at once (the first one is not paced).
     assert!(sent_auth_request(&run(&mut auth, 3, request(&f, 0, 1, b"a"))).is_some());
+}
+
+fn hint(f: &Fixture, from: u32, to: u32, view: u64, installed: bool) -> Arc<Envelope> {
+    Arc::new(Envelope::seal(
+        &f.replicas[from as usize],
+        &f.quorums,
+        Principal::Order(ReplicaId(from)),
+        Message::PrimaryHint {
+            view: crate::ids::View(view),
+            installed,
+        },
+        SealFor::One(Principal::Auth(ReplicaId(to))),
+    ))
+}
+
+fn timer(stage: &mut AuthStage, now: Time) -> Vec<Action> {
+    let mut out = Vec::new();
+    stage.handle(now, Input::Timer(Timer::AuthTick), &mut out);
+    out
+}
+
+fn order(ids: &[u32]) -> Vec<Principal> {
+    ids.iter().map(|i| Principal::Order(ReplicaId(*i))).collect()
+}
+
+#[test]
+fn with_a_known_primary_a_request_goes_to_it_at_once_and_to_the_others_only_if_still_pending() {
+    let f = fixture(1, 1, 2, Knobs::default());
+    let mut auth = stage(&f, 2, &Storage::new());
+    // View 5 installed: the primary is Order(1) (5 mod 4).
+    assert!(run(&mut auth, 0, hint(&f, 2, 2, 5, true)).is_empty());
+    let actions = run(&mut auth, 10, request(&f, 0, 1, b"put x"));
+    let (to, entry, _) = sent_auth_request(&actions).unwrap();
+    assert_eq!(to, order(&[1, 2]), "the primary and the co-located order member");
+    let tick = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::SetTimer {
+                timer: Timer::AuthTick,
+                at,
+            } => Some(*at),
+            _ => None,
+        })
+        .expect("a timer for the rest");
+    assert_eq!(tick, 10 + BACKUP_DELAY_US);
+    // Early tick: nothing is due yet.
+    assert!(auth_requests(&timer(&mut auth, tick - 1)).is_empty());
+    // Still not known ordered when it is due: the other order members get it.
+    let sent = auth_requests(&timer(&mut auth, tick));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0, order(&[0, 3]));
+    assert_eq!(sent[0].1[0].entry, entry);
+    // Nothing is sent twice.
+    assert!(auth_requests(&timer(&mut auth, tick + BACKUP_DELAY_US)).is_empty());
+
+    // Known ordered in time (r + 1 BATCH-COMPLETEs): the other order members never get it.
+    let actions = run(&mut auth, 20, request(&f, 1, 1, b"put y"));
+    assert_eq!(sent_auth_request(&actions).unwrap().0, order(&[1, 2]));
+    for exec in 0..2 {
+        let done = Message::BatchComplete {
+            seqno: SeqNo(1),
+            requests: vec![(ClientId(1), RequestId(1))],
+        };
+        run(&mut auth, 30, from_exec(&f, exec, done));
+    }
+    assert!(auth_requests(&timer(&mut auth, 20 + BACKUP_DELAY_US)).is_empty());
+    assert_eq!(auth.stats().get("auth_later_known_ordered"), 1);
+}
+
+#[test]
+fn without_a_known_primary_or_for_a_retransmission_every_order_member_gets_it_at_once() {
+    let f = fixture(1, 1, 2, Knobs::default());
+    let mut auth = stage(&f, 2, &Storage::new());
+    let all = ClusterConfig::order_members(&f.quorums).collect::<Vec<_>>();
+    // A hint from another replica's order member is not believed.
+    run(&mut auth, 0, hint(&f, 1, 2, 1, true));
+    assert_eq!(auth.stats().get("dropped_wrong_sender"), 1);
+    let actions = run(&mut auth, 10, request(&f, 0, 1, b"put x"));
+    assert_eq!(sent_auth_request(&actions).unwrap().0, all);
+    // Primary known: the retransmission of a pending request still goes to everyone at once.
+    run(&mut auth, 20, hint(&f, 2, 2, 0, true));
+    let actions = run(&mut auth, 30, request(&f, 0, 1, b"put x"));
+    assert_eq!(sent_auth_request(&actions).unwrap().0, all);
+    // A view change is running: the primary is not known.
+    run(&mut auth, 40, hint(&f, 2, 2, 1, false));
+    for exec in 0..2 {
+        let done = Message::BatchComplete {
+            seqno: SeqNo(1),
+            requests: vec![(ClientId(0), RequestId(1))],
+        };
+        run(&mut auth, 50, from_exec(&f, exec, done));
+    }
+    let actions = run(&mut auth, 60, request(&f, 0, 2, b"put z"));
+    assert_eq!(sent_auth_request(&actions).unwrap().0, all);
 }

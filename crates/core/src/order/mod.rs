@@ -256,6 +256,17 @@ impl OrderStage {
             .collect()
     }
 
+    /// PRIMARY-HINT to the co-located authentication member: the current view and whether it is
+    /// installed (sent at start and whenever the view is left or installed).
+    fn hint_primary(&self, out: &mut Vec<Action>) {
+        let to = Principal::Auth(self.id);
+        let message = Message::PrimaryHint {
+            view: self.view,
+            installed: !self.changing,
+        };
+        self.send(out, vec![to], message, SealFor::One(to));
+    }
+
     fn send(&self, out: &mut Vec<Action>, to: Vec<Principal>, message: Message, seal: SealFor) {
         if to.is_empty() {
             return;
@@ -370,6 +381,7 @@ impl Stage for OrderStage {
                 if self.changing {
                     self.resume_view_change(now, out);
                 }
+                self.hint_primary(out);
             }
             Input::Message(envelope) => self.on_message(now, &envelope, out),
             Input::Timer(Timer::OrderTick) => self.on_tick(now, out),

@@ -141,6 +141,7 @@ impl OrderStage {
         assert!(target > self.view, "views only grow");
         self.view = target;
         self.changing = true;
+        self.hint_primary(out);
         self.new_view = None;
         self.buffered.clear();
         if self.batch_timer_armed {
@@ -418,6 +419,7 @@ impl OrderStage {
         }
         out.push(Action::Note(Event::ViewInstalled { view }));
         self.stats.bump("view_installed");
+        self.hint_primary(out);
         for (seqno, digest) in prepares {
             self.send_to_order(out, Message::Prepare { view, seqno, digest });
         }

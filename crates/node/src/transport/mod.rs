@@ -126,7 +126,7 @@ impl Hello {
 pub fn stage_for(message: &Message) -> Option<StageKind> {
     use Message::*;
     match message {
-        ClientRequest { .. } | BatchComplete { .. } | Fetch { .. } => Some(StageKind::Auth),
+        ClientRequest { .. } | BatchComplete { .. } | Fetch { .. } | PrimaryHint { .. } => Some(StageKind::Auth),
         AuthRequest { .. }
         | PrePrepare { .. }
         | Prepare { .. }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::config::{ClientInfo, ClusterConfig, Knobs, ReplicaInfo};
 use crate::crypto::{Digest, KeyRing, MatrixRow, MatrixSignature, SecretKeys};
-use crate::ids::{ClientId, Principal, Process, ReplicaId, RequestId, SeqNo, StageKind};
+use crate::ids::{ClientId, Principal, Process, ReplicaId, RequestId, SeqNo, StageKind, View};
 use crate::message::{AuthItem, Envelope, Message, RequestBody, RequestEntry, Seal, SealFor, SignedEntry};
 use crate::order::OrderStage;
 use crate::quorum::Quorums;
@@ -37,6 +37,8 @@ pub(super) struct Cluster {
     pub(super) auto_tokens: bool,
     pub(super) tokens_sent: BTreeSet<SeqNo>,
     pub(super) events: Vec<(usize, Event)>,
+    /// PRIMARY-HINTs sent: (sending member, recipient, view, installed).
+    pub(super) hints: Vec<(usize, Principal, View, bool)>,
     pub(super) next_rid: BTreeMap<ClientId, u64>,
     /// Keep lazy writes pending until the member's next eager write (a log is synced in order,
     /// so that write takes them with it) and lose the pending ones at a crash, as if every crash
@@ -112,6 +114,7 @@ impl Cluster {
             auto_tokens: true,
             tokens_sent: BTreeSet::new(),
             events: Vec::new(),
+            hints: Vec::new(),
             next_rid: BTreeMap::new(),
             lazy_writes_lost: false,
             pending_lazy: vec![Vec::new(); n],
@@ -181,6 +184,11 @@ impl Cluster {
                     match target {
                         Principal::Order(_) => self.queue.push_back((target, envelope.clone())),
                         Principal::Exec(_) => self.exec_receives(target, &envelope),
+                        Principal::Auth(_) => {
+                            if let Message::PrimaryHint { view, installed } = envelope.message {
+                                self.hints.push((i, target, view, installed));
+                            }
+                        }
                         _ => {}
                     }
                 }

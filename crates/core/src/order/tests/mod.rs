@@ -219,6 +219,24 @@ fn view_change_after_primary_silence_carries_prepared_batch() {
         .events
         .iter()
         .any(|(i, e)| *i == 1 && *e == Event::ViewInstalled { view: View(1) }));
+    // Member 1 told its co-located authentication member the view at start, when it left view
+    // 0 and when it installed view 1 (retransmitted VIEW-CHANGEs may repeat the middle one).
+    let hints: Vec<(View, bool)> = c
+        .hints
+        .iter()
+        .filter(|(i, to, _, _)| {
+            assert_eq!(
+                *to,
+                Principal::Auth(ReplicaId(*i as u32)),
+                "only to the co-located member"
+            );
+            *i == 1
+        })
+        .map(|(_, _, v, installed)| (*v, *installed))
+        .collect();
+    assert_eq!(hints.first(), Some(&(View(0), true)));
+    assert!(hints.contains(&(View(1), false)));
+    assert_eq!(hints.last(), Some(&(View(1), true)));
     // The new primary orders new requests.
     c.submit(2);
     c.run(1);
