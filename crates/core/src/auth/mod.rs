@@ -4,7 +4,7 @@
 //! digest (an inline body rides in the AUTH-REQ and is logged by the order stage), and forwards it to the
 //! order stage: the entry (body inline if small, else its digest) and this member's row of the
 //! matrix signature; to the primary (as the co-located order member reports it) at once, to the
-//! other order members only if it is still pending [`BACKUP_DELAY_US`] later (PROTOCOL.md step 2). Forwarding is batched per host round: accepted requests are buffered and
+//! other order members only if it is still pending the backup delay later (PROTOCOL.md step 2, [`BACKUP_DELAY_FRACTION`]). Forwarding is batched per host round: accepted requests are buffered and
 //! [`Stage::flush`] sends one AUTH-REQ carrying all of them to each order member (a buffer that
 //! reaches [`AUTH_ITEMS_MAX`] is sent at once). It keeps request bodies to answer the execution
 //! stage's FETCH. Members never talk to each other; their states may differ.
@@ -63,17 +63,20 @@ pub struct AuthStage {
     /// view change is running; AUTH-REQs then go to every order member at once).
     primary: Option<ReplicaId>,
     /// Items sent to the primary only, with when: sent to the other order members once
-    /// [`BACKUP_DELAY_US`] old if still not known ordered (at most [`LATER_MAX`]).
+    /// the backup delay old if still not known ordered (at most [`LATER_MAX`]).
     later: std::collections::VecDeque<(Time, AuthItem)>,
     stats: Stats,
 }
 
 /// How long an AUTH-REQ item sent to the primary waits before it goes to the other order members
-/// too (only if it is not known ordered by then). The backups need the rows only to watch the
-/// primary (view-change timers) and for a new primary; they accept a PRE-PREPARE on the matrix it
-/// carries. Far below the view-change timeout, far above an ordered request's usual latency.
-pub const BACKUP_DELAY_US: u64 = 5_000;
-/// Most items waiting for [`BACKUP_DELAY_US`]; the oldest go at once beyond it.
+/// too (only if it is not known ordered by then), as a fraction of the view-change timeout
+/// (`view_change_timeout_us / BACKUP_DELAY_FRACTION`: 50 ms by default). The backups need the rows
+/// only to watch the primary (view-change timers) and for a new primary; they accept a
+/// PRE-PREPARE on the matrix it carries. Well below the view-change timeout, and above an ordered
+/// request's latency even under load (~11 ms at 256 clients on 2 cores), so that under load items
+/// are not sent twice.
+pub const BACKUP_DELAY_FRACTION: u64 = 20;
+/// Most items waiting for the backup delay; the oldest go at once beyond it.
 pub const LATER_MAX: usize = 4 * AUTH_ITEMS_MAX;
 
 /// Storage key of a request body; zero-padded so keys sort by request id.
@@ -176,7 +179,7 @@ impl AuthStage {
     }
 
     /// Sends the buffered items as one AUTH-REQ: to the primary (and the co-located order member)
-    /// at once, to the others later if still pending ([`BACKUP_DELAY_US`]); to every order member
+    /// at once, to the others later if still pending ([`BACKUP_DELAY_FRACTION`]); to every order member
     /// at once when the primary is not known or a retransmission is among them.
     fn send_outgoing(&mut self, now: Time, out: &mut Vec<Action>) {
         if self.outgoing.is_empty() {
@@ -194,7 +197,7 @@ impl AuthStage {
                 if self.later.is_empty() {
                     out.push(Action::SetTimer {
                         timer: Timer::AuthTick,
-                        at: now.saturating_add(BACKUP_DELAY_US),
+                        at: now.saturating_add(self.backup_delay_us()),
                     });
                 }
                 self.later.extend(items.iter().map(|item| (now, item.clone())));
@@ -209,13 +212,13 @@ impl AuthStage {
         }
     }
 
-    /// Sends the items waiting since at most `until` - [`BACKUP_DELAY_US`] (up to
+    /// Sends the items waiting since at most `until` - the backup delay (up to
     /// [`AUTH_ITEMS_MAX`]) that are still not known ordered to the order members that did not get
     /// them at once.
     fn send_later(&mut self, until: Time, out: &mut Vec<Action>) {
         let mut items = Vec::new();
         while let Some((at, _)) = self.later.front() {
-            if at.saturating_add(BACKUP_DELAY_US) > until || items.len() == AUTH_ITEMS_MAX {
+            if at.saturating_add(self.backup_delay_us()) > until || items.len() == AUTH_ITEMS_MAX {
                 break;
             }
             let (_, item) = self.later.pop_front().expect("front exists");
@@ -240,18 +243,23 @@ impl AuthStage {
         self.send_items(items, to, out);
     }
 
+    /// See [`BACKUP_DELAY_FRACTION`].
+    fn backup_delay_us(&self) -> u64 {
+        (self.config.knobs.view_change_timeout_us / BACKUP_DELAY_FRACTION).max(1)
+    }
+
     fn on_tick(&mut self, now: Time, out: &mut Vec<Action>) {
         while self
             .later
             .front()
-            .is_some_and(|(at, _)| at.saturating_add(BACKUP_DELAY_US) <= now)
+            .is_some_and(|(at, _)| at.saturating_add(self.backup_delay_us()) <= now)
         {
             self.send_later(now, out);
         }
         if let Some((at, _)) = self.later.front() {
             out.push(Action::SetTimer {
                 timer: Timer::AuthTick,
-                at: at.saturating_add(BACKUP_DELAY_US),
+                at: at.saturating_add(self.backup_delay_us()),
             });
         }
     }

@@ -449,7 +449,8 @@ fn with_a_known_primary_a_request_goes_to_it_at_once_and_to_the_others_only_if_s
             _ => None,
         })
         .expect("a timer for the rest");
-    assert_eq!(tick, 10 + BACKUP_DELAY_US);
+    let delay = f.config.knobs.view_change_timeout_us / BACKUP_DELAY_FRACTION;
+    assert_eq!(tick, 10 + delay);
     // Early tick: nothing is due yet.
     assert!(auth_requests(&timer(&mut auth, tick - 1)).is_empty());
     // Still not known ordered when it is due: the other order members get it.
@@ -458,7 +459,7 @@ fn with_a_known_primary_a_request_goes_to_it_at_once_and_to_the_others_only_if_s
     assert_eq!(sent[0].0, order(&[0, 3]));
     assert_eq!(sent[0].1[0].entry, entry);
     // Nothing is sent twice.
-    assert!(auth_requests(&timer(&mut auth, tick + BACKUP_DELAY_US)).is_empty());
+    assert!(auth_requests(&timer(&mut auth, tick + delay)).is_empty());
 
     // Known ordered in time (r + 1 BATCH-COMPLETEs): the other order members never get it.
     let actions = run(&mut auth, 20, request(&f, 1, 1, b"put y"));
@@ -470,7 +471,7 @@ fn with_a_known_primary_a_request_goes_to_it_at_once_and_to_the_others_only_if_s
         };
         run(&mut auth, 30, from_exec(&f, exec, done));
     }
-    assert!(auth_requests(&timer(&mut auth, 20 + BACKUP_DELAY_US)).is_empty());
+    assert!(auth_requests(&timer(&mut auth, 20 + delay)).is_empty());
     assert_eq!(auth.stats().get("auth_later_known_ordered"), 1);
 }
 
