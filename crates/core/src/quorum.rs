@@ -58,6 +58,11 @@ impl Quorums {
         self.r + 1
     }
 
+    /// The order primary of `view`: `Order(view mod n_order)`.
+    pub fn primary(&self, view: crate::ids::View) -> crate::ids::ReplicaId {
+        crate::ids::ReplicaId((view.0 % self.n_order as u64) as u32)
+    }
+
     /// Order-stage medium quorum, `n_order - u`: prepare, commit, view change, stable checkpoint.
     /// Two such quorums intersect in `2(n - u) - n = r + 1` members, one of them correct, and the
     /// quorum is reachable with `u` members down.

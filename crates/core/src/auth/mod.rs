@@ -190,8 +190,9 @@ impl AuthStage {
         let to_all = std::mem::take(&mut self.outgoing_to_all);
         let first = match self.primary {
             Some(primary) if !to_all => {
+                // Only a co-located order member sends hints, so `Order(self.id)` exists here.
                 let mut to = vec![Principal::Order(primary)];
-                if primary != self.id && self.id.0 < self.quorums.n_order as u32 {
+                if primary != self.id {
                     to.push(Principal::Order(self.id));
                 }
                 if self.later.is_empty() {
@@ -222,11 +223,8 @@ impl AuthStage {
                 break;
             }
             let (_, item) = self.later.pop_front().expect("front exists");
-            let ordered = self
-                .clients
-                .find_mut(item.entry.client)
-                .is_some_and(|c| c.ordered() >= item.entry.request_id);
-            if ordered {
+            // Items are built only for configured clients.
+            if self.clients.get(item.entry.client).ordered() >= item.entry.request_id {
                 self.stats.bump("auth_later_known_ordered");
             } else {
                 items.push(item);
@@ -295,7 +293,7 @@ impl AuthStage {
         if !self.seal_ok(envelope) {
             return;
         }
-        self.primary = installed.then(|| ReplicaId((view.0 % self.quorums.n_order as u64) as u32));
+        self.primary = installed.then(|| self.quorums.primary(view));
     }
 
     fn on_client_request(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {

@@ -23,14 +23,25 @@ fn request(f: &Fixture, client: u32, request_id: u64, operation: &[u8]) -> Arc<E
     ))
 }
 
-fn from_exec(f: &Fixture, exec: u32, message: Message) -> Arc<Envelope> {
+/// `message` from a stage member, sealed with its replica's keys.
+fn from_member(f: &Fixture, from: Principal, message: Message, seal: SealFor) -> Arc<Envelope> {
+    let replica = from.replica().expect("a stage member");
     Arc::new(Envelope::seal(
-        &f.replicas[exec as usize],
+        &f.replicas[replica.0 as usize],
         &f.quorums,
+        from,
+        message,
+        seal,
+    ))
+}
+
+fn from_exec(f: &Fixture, exec: u32, message: Message) -> Arc<Envelope> {
+    from_member(
+        f,
         Principal::Exec(ReplicaId(exec)),
         message,
         SealFor::Stage(StageKind::Auth),
-    ))
+    )
 }
 
 fn stage(f: &Fixture, id: u32, storage: &Storage) -> AuthStage {
@@ -408,16 +419,12 @@ fn a_retransmission_of_an_unsent_request_is_not_duplicated() {
 }
 
 fn hint(f: &Fixture, from: u32, to: u32, view: u64, installed: bool) -> Arc<Envelope> {
-    Arc::new(Envelope::seal(
-        &f.replicas[from as usize],
-        &f.quorums,
-        Principal::Order(ReplicaId(from)),
-        Message::PrimaryHint {
-            view: crate::ids::View(view),
-            installed,
-        },
-        SealFor::One(Principal::Auth(ReplicaId(to))),
-    ))
+    let message = Message::PrimaryHint {
+        view: crate::ids::View(view),
+        installed,
+    };
+    let seal = SealFor::One(Principal::Auth(ReplicaId(to)));
+    from_member(f, Principal::Order(ReplicaId(from)), message, seal)
 }
 
 fn timer(stage: &mut AuthStage, now: Time) -> Vec<Action> {

@@ -99,12 +99,9 @@ impl ExecStage {
             history: Digest::default(),
             last_time_us: 0,
             replies: ReplyCache::default(),
-            // Exec(i) and Order(i) are one process (PROTOCOL.md, placement): see `batches`.
-            batches: BatchCollector::new(
-                q.next_batch(),
-                ((id.0 as usize) < q.n_order).then_some(id),
-                buffered_max,
-            ),
+            // Exec(i) and Order(i) are one process (PROTOCOL.md, placement; n_exec <= n_order, so
+            // every exec member has one): see `batches`.
+            batches: BatchCollector::new(q.next_batch(), Some(id), buffered_max),
             fetcher: Fetcher::default(),
             checkpoints: CheckpointStore::default(),
             load_votes: LoadVotes::default(),

@@ -4,7 +4,8 @@
 //! `cargo test -p upright-core --lib cpu_cost -- --ignored --nocapture`.
 //!
 //! - exec: an execution member takes NEXT-BATCHes of 128 inline requests from two order members
-//!   (the quorum), executes them on the KV service and replies; ns per request.
+//!   (its co-located one, which agrees the batch, and another, dropped as old), executes them on
+//!   the KV service and replies; ns per request.
 //! - client: a client seals a request and handles the three replies of `u = 1, r = 1`; ns per
 //!   request.
 

@@ -213,7 +213,7 @@ impl OrderStage {
     // ---- small helpers shared by the submodules ----
 
     fn primary_of(&self, view: View) -> ReplicaId {
-        ReplicaId((view.0 % self.q.n_order as u64) as u32)
+        self.q.primary(view)
     }
 
     fn me(&self) -> Principal {

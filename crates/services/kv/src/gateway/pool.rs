@@ -443,6 +443,15 @@ mod tests {
         assert!(first.bytes <= OPERATION_ARG_BYTES_MAX && second.bytes <= OPERATION_ARG_BYTES_MAX);
     }
 
+    /// A connection whose one command was sent and answered.
+    fn answered_once(pool: &Pool) -> Arc<Queue> {
+        let a = Arc::new(Queue::default());
+        submit(pool, &a, &[&["get", "x"]], true);
+        let op = gather(&pool.shared).unwrap();
+        answer(pool, &op, &["v"]);
+        a
+    }
+
     fn far() -> tokio::time::Instant {
         tokio::time::Instant::now() + Duration::from_secs(60)
     }
@@ -480,10 +489,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_that_does_not_come_back_is_waited_for_once() {
         let pool = pool();
-        let a = Arc::new(Queue::default());
-        submit(&pool, &a, &[&["get", "x"]], true);
-        let op = gather(&pool.shared).unwrap();
-        answer(&pool, &op, &["v"]);
+        let a = answered_once(&pool);
         // `a` thinks: the wait runs to its deadline and `a` is no longer prompt.
         let started = std::time::Instant::now();
         await_return(
@@ -507,10 +513,8 @@ mod tests {
     #[tokio::test]
     async fn a_closed_connection_is_not_waited_for() {
         let pool = pool();
-        let (a, b) = (Arc::new(Queue::default()), Arc::new(Queue::default()));
-        submit(&pool, &a, &[&["get", "x"]], true);
-        let op = gather(&pool.shared).unwrap();
-        answer(&pool, &op, &["v"]);
+        let a = answered_once(&pool);
+        let b = Arc::new(Queue::default());
         a.closed();
         submit(&pool, &b, &[&["get", "y"]], true);
         let started = std::time::Instant::now();
