@@ -388,7 +388,10 @@ pub enum Message {
         seqno: SeqNo,
     },
     // ---- execution -> authentication ----
-    /// BATCH-COMPLETE (tag 20): these requests were ordered in batch `seqno`. Authenticator.
+    /// BATCH-COMPLETE (tag 20): these requests were ordered in batch `seqno` (or before it). Sent
+    /// only to the co-located authentication member, by `Exec(i)` after executing the batch and by
+    /// `Order(i)` when it commits it (and with every client's last ordered request at start and
+    /// after a state transfer). MAC.
     BatchComplete {
         /// Sequence number.
         seqno: SeqNo,

@@ -136,12 +136,6 @@ impl Quorums {
         self.r + 1
     }
 
-    /// BATCH-COMPLETE messages from distinct execution members after which an authentication
-    /// member treats a client's pending request as ordered: `r + 1`.
-    pub fn batch_complete(&self) -> usize {
-        self.r + 1
-    }
-
     /// Matching LOAD-CP messages from distinct order members before an execution member fetches
     /// and loads a checkpoint: `r + 1`.
     pub fn load_checkpoint(&self) -> usize {

@@ -5,11 +5,9 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::config::ClusterConfig;
 use crate::crypto::Digest;
-use crate::ids::{ClientId, ReplicaId, RequestId};
+use crate::ids::{ClientId, RequestId};
 use crate::message::AuthItem;
 use crate::stage::Time;
-
-use super::VOTES_TRACKED_MAX;
 
 /// The last request forwarded for a client.
 pub(super) struct Forwarded {
@@ -27,11 +25,8 @@ pub(super) struct ClientState {
     /// Most bodies kept (see `bodies_per_client`).
     bodies_max: usize,
     last_sent: Option<Forwarded>,
-    /// Highest request id known ordered (from a BATCH-COMPLETE quorum).
+    /// Highest request id known ordered (from the co-located order or execution member).
     ordered: RequestId,
-    /// BATCH-COMPLETE voters per request id above `ordered`, in request id order, at most
-    /// VOTES_TRACKED_MAX ids, each voter once.
-    votes: Vec<(RequestId, Vec<ReplicaId>)>,
     /// Newest bodies: (request id, digest, operation).
     bodies: VecDeque<(RequestId, Digest, Bytes)>,
 }
@@ -69,7 +64,6 @@ impl ClientState {
             forwarded.operation_digest,
             forwarded.operation.clone(),
         );
-        self.votes.retain(|(id, _)| *id >= forwarded.request_id);
         self.last_sent = Some(forwarded);
         evicted
     }
@@ -90,35 +84,15 @@ impl ClientState {
         evicted
     }
 
-    /// The newest request known ordered (by a BATCH-COMPLETE quorum).
+    /// The newest request known ordered.
     pub fn ordered(&self) -> RequestId {
         self.ordered
     }
 
-    pub fn ordered_vote(&mut self, exec: ReplicaId, request_id: RequestId, quorum: usize) {
-        if request_id <= self.ordered {
-            return;
-        }
-        // Only track ids we may still care about: not too far ahead of what we forwarded.
-        let newest = self.last_sent.as_ref().map_or(RequestId(0), |l| l.request_id);
-        let at = self.votes.binary_search_by_key(&request_id, |(id, _)| *id);
-        if request_id > newest && self.votes.len() >= VOTES_TRACKED_MAX && at.is_err() {
-            return;
-        }
-        let at = at.unwrap_or_else(|at| {
-            self.votes.insert(at, (request_id, Vec::new()));
-            at
-        });
-        let voters = &mut self.votes[at].1;
-        if !voters.contains(&exec) {
-            voters.push(exec);
-        }
-        if voters.len() >= quorum {
-            self.ordered = request_id;
-            self.votes.drain(..=at);
-        }
-        let excess = self.votes.len().saturating_sub(VOTES_TRACKED_MAX);
-        self.votes.drain(..excess);
+    /// `request_id` is known ordered (so is every older one: a client's requests are ordered in
+    /// sequence).
+    pub fn mark_ordered(&mut self, request_id: RequestId) {
+        self.ordered = self.ordered.max(request_id);
     }
 
     pub fn body(&self, request_id: RequestId, digest: &Digest) -> Option<Bytes> {
@@ -140,7 +114,6 @@ impl ClientTable {
             bodies_max,
             last_sent: None,
             ordered: RequestId(0),
-            votes: Vec::new(),
             bodies: VecDeque::new(),
         };
         ClientTable {
@@ -176,51 +149,53 @@ impl ClientTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crypto::MatrixRow;
+    use crate::ids::ReplicaId;
+    use crate::message::{RequestBody, RequestEntry};
 
     fn state() -> ClientState {
         ClientState {
             bodies_max: 1,
             last_sent: None,
             ordered: RequestId(0),
-            votes: Vec::new(),
             bodies: VecDeque::new(),
         }
     }
 
-    fn tracked(state: &ClientState) -> Vec<(u64, Vec<u32>)> {
-        let ids = |v: &Vec<ReplicaId>| v.iter().map(|r| r.0).collect();
-        state.votes.iter().map(|(id, v)| (id.0, ids(v))).collect()
-    }
-
-    #[test]
-    fn votes_count_each_voter_once_and_a_quorum_drops_older_ids() {
-        let mut s = state();
-        s.ordered_vote(ReplicaId(0), RequestId(2), 2);
-        s.ordered_vote(ReplicaId(0), RequestId(2), 2);
-        s.ordered_vote(ReplicaId(1), RequestId(1), 2);
-        assert_eq!(tracked(&s), vec![(1, vec![1]), (2, vec![0])]);
-        assert_eq!(s.ordered, RequestId(0), "one voter, counted once");
-        s.ordered_vote(ReplicaId(2), RequestId(2), 2);
-        assert_eq!(s.ordered, RequestId(2));
-        assert!(tracked(&s).is_empty(), "ids at or below the ordered one are dropped");
-        s.ordered_vote(ReplicaId(0), RequestId(1), 2);
-        assert!(tracked(&s).is_empty(), "votes at or below the ordered one are ignored");
-    }
-
-    #[test]
-    fn votes_track_at_most_the_newest_ids_in_order() {
-        let mut s = state();
-        // Nothing forwarded: ids beyond it are tracked only while there is room.
-        for id in (1..=VOTES_TRACKED_MAX as u64 + 3).rev() {
-            s.ordered_vote(ReplicaId(0), RequestId(id), 3);
+    fn forwarded(id: u64, at: Time) -> Forwarded {
+        let operation = Bytes::from_static(b"op");
+        Forwarded {
+            request_id: RequestId(id),
+            operation_digest: Digest::of(&operation),
+            item: AuthItem {
+                entry: RequestEntry {
+                    client: ClientId(0),
+                    request_id: RequestId(id),
+                    body: RequestBody::Inline(operation.clone()),
+                },
+                row: MatrixRow {
+                    signer: ReplicaId(0),
+                    authenticator: crate::crypto::Authenticator { macs: Vec::new() },
+                },
+            },
+            operation,
+            forwarded_at: at,
+            forwards: 1,
         }
-        let ids: Vec<u64> = tracked(&s).iter().map(|(id, _)| *id).collect();
-        let first: Vec<u64> = (4..=VOTES_TRACKED_MAX as u64 + 3).collect();
-        assert_eq!(ids, first, "the first VOTES_TRACKED_MAX ids to arrive, in id order");
-        // A vote for a tracked id still counts; a new id is refused when full.
-        s.ordered_vote(ReplicaId(1), RequestId(4), 3);
-        s.ordered_vote(ReplicaId(1), RequestId(1), 3);
-        assert_eq!(tracked(&s)[0], (4, vec![0, 1]));
-        assert_eq!(tracked(&s).len(), VOTES_TRACKED_MAX);
+    }
+
+    #[test]
+    fn a_new_request_waits_until_the_pending_one_is_known_ordered_or_the_interval_passed() {
+        let mut s = state();
+        assert!(s.may_accept_new(0, 100), "nothing pending");
+        let _ = s.accept(forwarded(2, 10));
+        assert!(!s.may_accept_new(50, 100), "request 2 pending");
+        s.mark_ordered(RequestId(1));
+        assert!(!s.may_accept_new(50, 100), "an older request ordered is not enough");
+        assert!(s.may_accept_new(110, 100), "the interval passed");
+        s.mark_ordered(RequestId(2));
+        assert!(s.may_accept_new(50, 100));
+        s.mark_ordered(RequestId(1));
+        assert_eq!(s.ordered(), RequestId(2), "never goes back");
     }
 }

@@ -10,10 +10,13 @@
 //! stage's FETCH. Members never talk to each other; their states may differ.
 //!
 //! Rate limit (AS3/AS4): a client has at most one forwarded-but-not-known-ordered request here.
-//! A newer request is accepted once `q.batch_complete()` execution members reported the pending one
-//! ordered, or after `knobs.auth_retransmit_interval_us` (a lost BATCH-COMPLETE must not block a
-//! correct client forever; the order stage still orders a client's requests strictly in sequence,
-//! so this cannot let a client get ahead).
+//! A newer request is accepted once the co-located order member (which committed it) or the
+//! co-located execution member (which executed it) reported the pending one ordered with
+//! BATCH-COMPLETE, or after `knobs.auth_retransmit_interval_us` (a member that falls behind must not
+//! block a correct client forever; the order stage still orders a client's requests strictly in
+//! sequence, so this cannot let a client get ahead). Both reporters share this member's process,
+//! so they are correct exactly when it is: one report is enough, and no BATCH-COMPLETE crosses
+//! the network (PROTOCOL.md step 6).
 
 mod clients;
 
@@ -29,9 +32,6 @@ use crate::quorum::Quorums;
 use crate::stage::{Action, Input, Stage, Stats, Storage, Time, Timer};
 
 use clients::{ClientTable, Forwarded};
-
-/// BATCH-COMPLETE vote sets tracked per client (for the newest request ids).
-pub const VOTES_TRACKED_MAX: usize = 4;
 
 /// Request bodies kept per client to answer FETCH: the newest `3 * checkpoint_interval + 1`.
 ///
@@ -399,26 +399,25 @@ impl AuthStage {
         }
     }
 
+    /// BATCH-COMPLETE from the co-located order or execution member: these requests are ordered.
     fn on_batch_complete(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
         let Message::BatchComplete { requests, .. } = &envelope.message else {
             unreachable!("dispatched on message kind");
         };
-        let Some(exec) = self.exec_sender(envelope) else {
+        // Only this process's own members are believed (and needed: see the module doc).
+        if envelope.from != Principal::Order(self.id) && envelope.from != Principal::Exec(self.id) {
             self.stats.bump("dropped_wrong_sender");
             return;
-        };
+        }
         if !self.seal_ok(envelope) {
             return;
         }
-        let (quorum, interval) = (
-            self.quorums.batch_complete(),
-            self.config.knobs.auth_retransmit_interval_us,
-        );
+        let interval = self.config.knobs.auth_retransmit_interval_us;
         for (client, request_id) in requests {
             let Some(state) = self.clients.find_mut(*client) else {
                 continue;
             };
-            state.ordered_vote(exec, *request_id, quorum);
+            state.mark_ordered(*request_id);
             if state.may_accept_new(now, interval) {
                 if let Some(deferred) = self.deferred.remove(client) {
                     self.stats.bump("deferred_request_resumed");

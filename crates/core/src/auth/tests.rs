@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use super::*;
 use crate::config::Knobs;
-use crate::ids::{SeqNo, StageKind};
+use crate::ids::StageKind;
 use crate::message::Seal;
 use crate::testing::{fixture, Fixture};
 
@@ -42,6 +42,15 @@ fn from_exec(f: &Fixture, exec: u32, message: Message) -> Arc<Envelope> {
         message,
         SealFor::Stage(StageKind::Auth),
     )
+}
+
+/// BATCH-COMPLETE from `from` to auth member `to`: request `request_id` of `client` is ordered.
+fn completed(f: &Fixture, from: Principal, to: u32, client: u32, request_id: u64) -> Arc<Envelope> {
+    let message = Message::BatchComplete {
+        seqno: crate::ids::SeqNo(1),
+        requests: vec![(ClientId(client), RequestId(request_id))],
+    };
+    from_member(f, from, message, SealFor::One(Principal::Auth(ReplicaId(to))))
 }
 
 fn stage(f: &Fixture, id: u32, storage: &Storage) -> AuthStage {
@@ -154,7 +163,7 @@ fn forged_or_unknown_client_requests_are_dropped() {
 }
 
 #[test]
-fn one_pending_request_per_client_until_r_plus_one_batch_completes() {
+fn one_pending_request_per_client_until_the_co_located_order_or_exec_member_reports_it_ordered() {
     let f = fixture(1, 1, 1, Knobs::default());
     let mut auth = stage(&f, 0, &Storage::new());
     assert!(sent_auth_request(&run(&mut auth, 0, request(&f, 0, 1, b"a"))).is_some());
@@ -162,24 +171,21 @@ fn one_pending_request_per_client_until_r_plus_one_batch_completes() {
         run(&mut auth, 1, request(&f, 0, 2, b"b")).is_empty(),
         "request 1 still pending"
     );
-    let complete = |exec| {
-        from_exec(
-            &f,
-            exec,
-            Message::BatchComplete {
-                seqno: crate::ids::SeqNo(1),
-                requests: vec![(ClientId(0), RequestId(1))],
-            },
-        )
-    };
-    run(&mut auth, 2, complete(1));
-    run(&mut auth, 2, complete(1));
-    assert!(
-        run(&mut auth, 3, request(&f, 0, 2, b"b")).is_empty(),
-        "one exec member is not r + 1"
-    );
-    // The deferred request 2 is forwarded as soon as the quorum reports request 1 ordered.
-    let resumed = run(&mut auth, 4, complete(2));
+    // Other processes' members are not believed, however many report it.
+    for r in 1..4 {
+        run(&mut auth, 2, completed(&f, Principal::Exec(ReplicaId(r)), 0, 0, 1));
+        run(&mut auth, 2, completed(&f, Principal::Order(ReplicaId(r)), 0, 0, 1));
+    }
+    assert_eq!(auth.stats().get("dropped_wrong_sender"), 6);
+    // A forged seal from the co-located order member's name is not believed either.
+    let mut forged = (*completed(&f, Principal::Order(ReplicaId(1)), 0, 0, 1)).clone();
+    forged.from = Principal::Order(ReplicaId(0));
+    run(&mut auth, 2, Arc::new(forged));
+    assert_eq!(auth.stats().get("dropped_bad_seal"), 1);
+    assert!(run(&mut auth, 3, request(&f, 0, 2, b"b")).is_empty(), "still pending");
+    // The deferred request 2 is forwarded as soon as the co-located order member reports request 1
+    // ordered.
+    let resumed = run(&mut auth, 4, completed(&f, Principal::Order(ReplicaId(0)), 0, 0, 1));
     let (_, entry, _) = sent_auth_request(&resumed).expect("deferred request forwarded");
     assert_eq!(entry.request_id, RequestId(2));
     assert_eq!(auth.stats().get("deferred_request_resumed"), 1);
@@ -187,6 +193,13 @@ fn one_pending_request_per_client_until_r_plus_one_batch_completes() {
     assert!(run(&mut auth, 5, request(&f, 0, 2, b"b"))
         .iter()
         .all(|a| !matches!(a, Action::Persist { .. })));
+    // The co-located execution member's report alone is enough too.
+    assert!(run(&mut auth, 6, request(&f, 0, 3, b"c")).is_empty());
+    let resumed = run(&mut auth, 7, completed(&f, Principal::Exec(ReplicaId(0)), 0, 0, 2));
+    assert_eq!(
+        sent_auth_request(&resumed).expect("forwarded").1.request_id,
+        RequestId(3)
+    );
 }
 
 #[test]
@@ -468,16 +481,11 @@ fn with_a_known_primary_a_request_goes_to_it_at_once_and_to_the_others_only_if_s
     // Nothing is sent twice.
     assert!(auth_requests(&timer(&mut auth, tick + delay)).is_empty());
 
-    // Known ordered in time (r + 1 BATCH-COMPLETEs): the other order members never get it.
+    // Known ordered in time (the co-located order member committed it): the other order members
+    // never get it.
     let actions = run(&mut auth, 20, request(&f, 1, 1, b"put y"));
     assert_eq!(sent_auth_request(&actions).unwrap().0, order(&[1, 2]));
-    for exec in 0..2 {
-        let done = Message::BatchComplete {
-            seqno: SeqNo(1),
-            requests: vec![(ClientId(1), RequestId(1))],
-        };
-        run(&mut auth, 30, from_exec(&f, exec, done));
-    }
+    run(&mut auth, 30, completed(&f, Principal::Order(ReplicaId(2)), 2, 1, 1));
     assert!(auth_requests(&timer(&mut auth, 20 + delay)).is_empty());
     assert_eq!(auth.stats().get("auth_later_known_ordered"), 1);
 }
@@ -498,13 +506,7 @@ fn without_a_known_primary_or_for_a_retransmission_every_order_member_gets_it_at
     assert_eq!(sent_auth_request(&actions).unwrap().0, all);
     // A view change is running: the primary is not known.
     run(&mut auth, 40, hint(&f, 2, 2, 1, false));
-    for exec in 0..2 {
-        let done = Message::BatchComplete {
-            seqno: SeqNo(1),
-            requests: vec![(ClientId(0), RequestId(1))],
-        };
-        run(&mut auth, 50, from_exec(&f, exec, done));
-    }
+    run(&mut auth, 50, completed(&f, Principal::Exec(ReplicaId(2)), 2, 0, 1));
     let actions = run(&mut auth, 60, request(&f, 0, 2, b"put z"));
     assert_eq!(sent_auth_request(&actions).unwrap().0, all);
 }

@@ -235,8 +235,10 @@ impl ExecStage {
             seqno: batch.seqno,
             requests: completed,
         };
-        let auth = ClusterConfig::auth_members(&self.q).collect();
-        self.send(auth, message, SealFor::Stage(crate::ids::StageKind::Auth), out);
+        // Only the co-located authentication member (one process with us) listens to us; the
+        // others learn it from their own order and execution members (PROTOCOL.md step 6).
+        let auth = Principal::Auth(self.id);
+        self.send(vec![auth], message, SealFor::One(auth), out);
         self.stats.bump("batches_executed");
         out.push(Action::Note(Event::Executed {
             seqno: batch.seqno,

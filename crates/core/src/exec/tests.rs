@@ -289,13 +289,13 @@ fn needs_r_plus_one_matching_next_batches() {
     stage.handle(1, net.next_batch(3, &batches[0]), &mut out);
     assert_eq!(executed(&out), vec![SeqNo(1)]);
     assert_eq!(stage.last_executed(), (SeqNo(1), batches[0].history));
-    // BATCH-COMPLETE to every auth member.
+    // BATCH-COMPLETE to the co-located auth member only.
     let complete: Vec<_> = sent(&out)
         .into_iter()
         .filter(|(_, m)| matches!(m, Message::BatchComplete { .. }))
         .collect();
     assert_eq!(complete.len(), 1);
-    assert_eq!(complete[0].0.len(), 4);
+    assert_eq!(complete[0].0, vec![Principal::Auth(ReplicaId(0))]);
     assert_eq!(
         complete[0].1,
         Message::BatchComplete {

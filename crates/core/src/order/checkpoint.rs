@@ -215,6 +215,7 @@ impl OrderStage {
         if seqno > self.last_committed {
             self.stats.bump("order_state_transferred");
             self.reset_to_checkpoint(stable);
+            self.tell_auth_last_ordered(out);
         } else {
             let own = self.log.get(&seqno).and_then(|s| s.history);
             if own.is_some_and(|h| h != stable.checkpoint.history) {

@@ -23,7 +23,9 @@ use std::sync::Arc;
 use crate::config::{ClusterConfig, ConfigError, Sabotage};
 use crate::crypto::{Digest, KeyRing};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
-use crate::message::{Batch, Envelope, Message, NewView, SealFor, Signed, StableCheckpoint, ViewChange};
+use crate::message::{
+    Batch, Envelope, Message, NewView, SealFor, Signed, StableCheckpoint, ViewChange, BATCH_REQUESTS_MAX,
+};
 use crate::quorum::Quorums;
 use crate::stage::{Action, Input, Stage, Stats, Storage, Time, Timer};
 
@@ -256,6 +258,27 @@ impl OrderStage {
             .collect()
     }
 
+    /// BATCH-COMPLETE to the co-located authentication member: these requests are ordered
+    /// (committed here, in batch `seqno` or before it). Sent for every committed batch with
+    /// requests, and with every client's last ordered request at start and after a state transfer,
+    /// so the member lets each client's next request through (PROTOCOL.md step 6).
+    fn tell_auth_ordered(&self, seqno: SeqNo, requests: Vec<(ClientId, RequestId)>, out: &mut Vec<Action>) {
+        let to = Principal::Auth(self.id);
+        for chunk in requests.chunks(BATCH_REQUESTS_MAX) {
+            let message = Message::BatchComplete {
+                seqno,
+                requests: chunk.to_vec(),
+            };
+            self.send(out, vec![to], message, SealFor::One(to));
+        }
+    }
+
+    /// Every client's last ordered request, to the co-located authentication member.
+    fn tell_auth_last_ordered(&self, out: &mut Vec<Action>) {
+        let requests = self.last_ordered.iter().map(|(c, r)| (*c, *r)).collect();
+        self.tell_auth_ordered(self.last_committed, requests, out);
+    }
+
     /// PRIMARY-HINT to the co-located authentication member: the current view and whether it is
     /// installed (sent at start and whenever the view is left or installed).
     fn hint_primary(&self, out: &mut Vec<Action>) {
@@ -382,6 +405,7 @@ impl Stage for OrderStage {
                     self.resume_view_change(now, out);
                 }
                 self.hint_primary(out);
+                self.tell_auth_last_ordered(out);
             }
             Input::Message(envelope) => self.on_message(now, &envelope, out),
             Input::Timer(Timer::OrderTick) => self.on_tick(now, out),

@@ -527,6 +527,14 @@ impl OrderStage {
                 history,
             }));
             self.stats.bump("batch_committed");
+            if let Some(accepted) = &slot.record.accepted {
+                let requests = accepted
+                    .batch
+                    .entries
+                    .iter()
+                    .map(|e| (e.entry.client, e.entry.request_id));
+                self.tell_auth_ordered(n, requests.collect(), out);
+            }
             if let Some(message) = self.next_batch_message(n) {
                 let to = self.next_batch_recipients(n);
                 self.send_to_exec(out, to, message);

@@ -39,6 +39,9 @@ pub(super) struct Cluster {
     pub(super) events: Vec<(usize, Event)>,
     /// PRIMARY-HINTs sent: (sending member, recipient, view, installed).
     pub(super) hints: Vec<(usize, Principal, View, bool)>,
+    /// Per member, per client, the newest request it reported ordered to its co-located auth
+    /// member (BATCH-COMPLETE; reports to anyone else fail the test). Cleared at a crash.
+    pub(super) reported: Vec<BTreeMap<ClientId, RequestId>>,
     pub(super) next_rid: BTreeMap<ClientId, u64>,
     /// Keep lazy writes pending until the member's next eager write (a log is synced in order,
     /// so that write takes them with it) and lose the pending ones at a crash, as if every crash
@@ -115,6 +118,7 @@ impl Cluster {
             tokens_sent: BTreeSet::new(),
             events: Vec::new(),
             hints: Vec::new(),
+            reported: vec![BTreeMap::new(); n],
             next_rid: BTreeMap::new(),
             lazy_writes_lost: false,
             pending_lazy: vec![Vec::new(); n],
@@ -141,6 +145,7 @@ impl Cluster {
 
     pub(super) fn crash(&mut self, i: usize) {
         self.pending_lazy[i].clear();
+        self.reported[i].clear();
         self.members[i] = None;
         self.timers[i].clear();
     }
@@ -184,11 +189,23 @@ impl Cluster {
                     match target {
                         Principal::Order(_) => self.queue.push_back((target, envelope.clone())),
                         Principal::Exec(_) => self.exec_receives(target, &envelope),
-                        Principal::Auth(_) => {
-                            if let Message::PrimaryHint { view, installed } = envelope.message {
-                                self.hints.push((i, target, view, installed));
+                        Principal::Auth(_) => match &envelope.message {
+                            Message::PrimaryHint { view, installed } => {
+                                self.hints.push((i, target, *view, *installed));
                             }
-                        }
+                            Message::BatchComplete { requests, .. } => {
+                                assert_eq!(
+                                    target,
+                                    Principal::Auth(ReplicaId(i as u32)),
+                                    "only the co-located member"
+                                );
+                                for (client, request_id) in requests {
+                                    let newest = self.reported[i].entry(*client).or_default();
+                                    *newest = (*newest).max(*request_id);
+                                }
+                            }
+                            _ => {}
+                        },
                         _ => {}
                     }
                 }
@@ -379,6 +396,11 @@ impl Cluster {
 
     pub(super) fn ordered_requests(&self) -> BTreeSet<(ClientId, RequestId)> {
         self.ordered.values().flatten().copied().collect()
+    }
+
+    /// Per client, the newest request member `i` has committed.
+    pub(super) fn last_ordered(&self, i: usize) -> BTreeMap<ClientId, RequestId> {
+        self.member(i).last_ordered.clone()
     }
 
     pub(super) fn stat(&self, i: usize, name: &str) -> u64 {

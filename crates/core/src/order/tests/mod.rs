@@ -3,7 +3,7 @@
 mod auth_requests;
 mod cluster;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use self::cluster::{small_knobs, Cluster, CLIENTS};
@@ -52,6 +52,12 @@ fn normal_case_commits_for_each_configuration() {
             assert_eq!(histories.len(), 1, "u={u} r={r} seqno {seqno:?}");
         }
         assert_eq!(c.committed.len() as u64, last.0);
+        // Each member told its co-located auth member every request it committed.
+        for i in c.up() {
+            let expected: BTreeMap<_, _> = (0..CLIENTS).map(|k| (ClientId(k), RequestId(3))).collect();
+            assert_eq!(c.reported[i], expected, "u={u} r={r} member {i}");
+            assert_eq!(c.last_ordered(i), expected, "u={u} r={r} member {i}");
+        }
     }
 }
 
@@ -304,6 +310,9 @@ fn restart_from_storage_mid_run_and_after_whole_cluster_power_loss() {
     c.crash(2);
     c.start(2);
     assert_eq!(c.member(2).last_committed(), before);
+    // At start it tells its auth member every client's last ordered request again.
+    assert_eq!(c.reported[2], c.last_ordered(0));
+    assert_eq!(c.reported[2].len(), CLIENTS as usize);
     // A conflicting PRE-PREPARE for an already accepted (view, seqno) is not prepared again.
     let entry = RequestEntry {
         client: ClientId(0),
@@ -612,6 +621,9 @@ fn lagging_member_catches_up_by_order_state_transfer() {
     assert_eq!(c.member(3).low_watermark(), SeqNo(10));
     assert_eq!(c.member(3).last_committed(), SeqNo(10));
     assert!(c.stat(3, "order_state_transferred") >= 1);
+    // The state transfer told its auth member what was ordered in the batches it skipped.
+    assert_eq!(c.reported[3], c.last_ordered(0));
+    assert_eq!(c.reported[3].len(), CLIENTS as usize);
 }
 
 #[test]
