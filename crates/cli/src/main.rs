@@ -178,7 +178,10 @@ fn main() -> ExitCode {
                 port,
                 pool: gateway_pool,
             };
-            runtime().block_on(demo::run(smoke, seconds, clients, service, gateway))
+            // One thread, like a replica: the Redis gateway is one event loop. With two workers,
+            // its connection tasks woke each other across threads (futex) and the workers
+            // took turns on one core: 30% more gateway CPU per operation (docs/PERFORMANCE.md).
+            single_thread_runtime().block_on(demo::run(smoke, seconds, clients, service, gateway))
         }
         Command::Bench(args) => {
             init_logging("warn");
@@ -206,7 +209,7 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
-fn replica_runtime() -> tokio::runtime::Runtime {
+fn single_thread_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -333,7 +336,7 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Resul
     }
     // One thread: the stages are one state machine per replica anyway, and on a small machine
     // hosting several processes cross-thread wake-ups cost more than they buy.
-    replica_runtime().block_on(async move {
+    single_thread_runtime().block_on(async move {
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
