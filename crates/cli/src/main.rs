@@ -336,11 +336,16 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Resul
     }
     // One thread: the stages are one state machine per replica anyway, and on a small machine
     // hosting several processes cross-thread wake-ups cost more than they buy.
+    // The replica runs as a spawned task, not as the `block_on` future itself: waking that future
+    // from another task (a connection's reader, every message) goes through the runtime's
+    // driver (an eventfd write and one more `epoll_wait`); waking a task is a queue push.
     single_thread_runtime().block_on(async move {
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        run_replica(spec, shutdown).await
+        tokio::spawn(run_replica(spec, shutdown))
+            .await
+            .map_err(|e| FileError(format!("the replica task failed: {e}")))?
     })?;
     Ok(ExitCode::SUCCESS)
 }
