@@ -52,6 +52,7 @@ pub async fn run_norep_server(
         |p| matches!(p, Process::Client(_)),
         inbox.clone(),
         Some(routes.clone()),
+        None,
         client_frame_max(&cluster),
         counters.clone(),
     ));

@@ -22,7 +22,7 @@ use crate::files::{resolve, Cluster, FileError};
 use crate::host::{Host, Member, Router};
 use crate::metrics::{serve_http, Status};
 use crate::storage::{Recovery, StageLog, StorageOptions};
-use crate::transport::{dial, serve, ClientRoutes, Counters, Dialer, Hello, Inbox};
+use crate::transport::{dial_peer, serve, ClientRoutes, Counters, Dialer, Hello, Inbox, PeerLinks};
 
 /// Most inbound envelopes handled between two flushes (bounds the group-commit batch).
 pub const INPUTS_PER_ROUND_MAX: usize = 256;
@@ -212,6 +212,28 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
     let client_listener = bind(&entry.client_addr, "clients").await?;
     let metrics_listener = bind(&entry.metrics_addr, "metrics").await?;
     let name = config.cluster_name.clone();
+    // One connection per replica pair, dialled by the lower id and carrying both directions
+    // (transport::PeerLinks): the queues for lower ids exist before the listener runs.
+    let links = Arc::new(PeerLinks::default());
+    let mut peers = BTreeMap::new();
+    for peer in &cluster.file.replicas {
+        let id = ReplicaId(peer.id);
+        if peer.id < spec.id {
+            peers.insert(id, links.register(Process::Replica(id), counters.clone()));
+        } else if peer.id > spec.id {
+            let hello = Hello::new(&keys, &name, Process::Replica(id));
+            let addr = resolve(&peer.replica_addr)?;
+            let dialer = dial_peer(
+                addr,
+                hello,
+                keys.clone(),
+                inbox.clone(),
+                MESSAGE_BYTES_MAX,
+                counters.clone(),
+            );
+            peers.insert(id, dialer);
+        }
+    }
     tokio::spawn(serve(
         replica_listener,
         keys.clone(),
@@ -219,6 +241,7 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
         |p| matches!(p, Process::Replica(_)),
         inbox.clone(),
         None,
+        Some(links),
         MESSAGE_BYTES_MAX,
         counters.clone(),
     ));
@@ -229,17 +252,10 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
         |p| matches!(p, Process::Client(_)),
         inbox.clone(),
         Some(routes.clone()),
+        None,
         client_frame_max(&cluster),
         counters.clone(),
     ));
-    let mut peers = BTreeMap::new();
-    for peer in &cluster.file.replicas {
-        if peer.id != spec.id {
-            let hello = Hello::new(&keys, &name, Process::Replica(ReplicaId(peer.id)));
-            let addr = resolve(&peer.replica_addr)?;
-            peers.insert(ReplicaId(peer.id), dial(addr, hello, counters.clone()));
-        }
-    }
     let status = Arc::new(Mutex::new(Status {
         replica: spec.id,
         recovery,

@@ -1,7 +1,7 @@
 //! Connections: dialing with reconnect and backoff, accepting with a checked hello, reading frames
 //! into the inbox, writing from a bounded queue.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,8 +53,109 @@ impl Dialer {
     }
 }
 
-/// Dials `addr` (and redials on failure) presenting `hello`; the connection is write-only (replica
-/// to replica traffic: each side writes on the connection it dialled).
+/// Outbound queues to the peer replicas that dial this one (those with lower ids): each queue is
+/// written on that peer's accepted connection, after this replica's own [`Hello`] (one connection
+/// per replica pair carries both directions, so a TCP ACK rides on data going the other way
+/// instead of travelling alone).
+#[derive(Default)]
+pub struct PeerLinks {
+    /// Per peer: its queue, and the writer of its newest connection.
+    queues: std::sync::Mutex<BTreeMap<Process, (LinkQueue, Option<tokio::task::AbortHandle>)>>,
+}
+
+type LinkQueue = Arc<tokio::sync::Mutex<mpsc::Receiver<Frame>>>;
+
+impl PeerLinks {
+    /// The sending end for `peer`, whose frames go out on the connection `peer` dials to us (they
+    /// wait in the bounded queue while there is none, as a dialer's do while it reconnects).
+    pub fn register(&self, peer: Process, counters: Arc<Counters>) -> Dialer {
+        let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE_MAX);
+        let queue = Arc::new(tokio::sync::Mutex::new(rx));
+        self.queues.lock().expect("links lock").insert(peer, (queue, None));
+        Dialer { tx, counters }
+    }
+
+    /// Starts writing `peer`'s queue on its newest connection: the writer of an older one is
+    /// stopped (that connection may be half-open after a partition and never end by itself).
+    fn attach(
+        &self,
+        peer: Process,
+        writer: OwnedWriteHalf,
+        hello_bytes: Vec<u8>,
+        counters: Arc<Counters>,
+    ) -> Option<JoinHandle<()>> {
+        let mut queues = self.queues.lock().expect("links lock");
+        let (queue, current) = queues.get_mut(&peer)?;
+        let task = tokio::spawn(write_link(writer, hello_bytes, queue.clone(), counters));
+        if let Some(older) = current.replace(task.abort_handle()) {
+            older.abort();
+        }
+        Some(task)
+    }
+}
+
+/// Dials peer replica `hello.to` at `addr` (and redials on failure) presenting `hello`, and writes
+/// our frames to it; the peer answers with its own hello on the same connection and then writes
+/// its frames to us there ([`PeerLinks`]), which go into `inbox`.
+pub fn dial_peer(
+    addr: SocketAddr,
+    hello: Hello,
+    keys: Arc<KeyRing>,
+    inbox: Arc<Inbox>,
+    max_frame: usize,
+    counters: Arc<Counters>,
+) -> Dialer {
+    let hello_bytes = upright_core::codec::to_bytes(&hello);
+    let (cluster_name, peer) = (hello.cluster_name, hello.to);
+    let reader_counters = counters.clone();
+    dial_with(
+        addr,
+        hello_bytes,
+        move |reader| {
+            let (keys, cluster_name) = (keys.clone(), cluster_name.clone());
+            let (inbox, counters) = (inbox.clone(), reader_counters.clone());
+            tokio::spawn(read_from_peer(
+                reader,
+                peer,
+                keys,
+                cluster_name,
+                inbox,
+                max_frame,
+                counters,
+            ))
+        },
+        counters,
+    )
+}
+
+/// The dialling side's reader: the peer's hello (it must name the peer we dialled and be meant for
+/// us), then its frames.
+async fn read_from_peer(
+    mut reader: OwnedReadHalf,
+    peer: Process,
+    keys: Arc<KeyRing>,
+    cluster_name: String,
+    inbox: Arc<Inbox>,
+    max_frame: usize,
+    counters: Arc<Counters>,
+) {
+    let checked = match tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut reader, HELLO_BYTES_MAX)).await {
+        Ok(Ok(body)) => upright_core::codec::from_bytes::<Hello>(&body)
+            .map_err(|_| "net_closed_bad_hello")
+            .and_then(|hello| match hello.from == peer {
+                true => hello.check(&keys, &cluster_name),
+                false => Err("net_closed_bad_hello"),
+            }),
+        _ => Err("net_closed_bad_hello"),
+    };
+    if let Err(reason) = checked {
+        counters.bump(reason);
+        return;
+    }
+    read_loop(reader, Peers::One(peer), inbox, max_frame, counters).await;
+}
+
+/// Dials `addr` (and redials on failure) presenting `hello`; the connection is write-only.
 pub fn dial(addr: SocketAddr, hello: Hello, counters: Arc<Counters>) -> Dialer {
     let hello_bytes = upright_core::codec::to_bytes(&hello);
     dial_with(
@@ -255,6 +356,7 @@ pub async fn serve(
     admit: fn(Process) -> bool,
     inbox: Arc<Inbox>,
     routes: Option<Arc<ClientRoutes>>,
+    links: Option<Arc<PeerLinks>>,
     max_frame: usize,
     counters: Arc<Counters>,
 ) {
@@ -264,6 +366,7 @@ pub async fn serve(
         admit,
         inbox,
         routes,
+        links,
         max_frame,
         counters,
     });
@@ -292,6 +395,7 @@ struct Listening {
     admit: fn(Process) -> bool,
     inbox: Arc<Inbox>,
     routes: Option<Arc<ClientRoutes>>,
+    links: Option<Arc<PeerLinks>>,
     max_frame: usize,
     counters: Arc<Counters>,
 }
@@ -332,13 +436,23 @@ async fn accept_one(stream: TcpStream, context: &Listening) {
             return;
         }
     };
+    let mut writer = Some(writer);
     let registered = match (&context.routes, &peers) {
         (Some(routes), Peers::Clients(clients)) => {
             let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE_MAX);
             let generation = routes.register(clients, tx);
-            tokio::spawn(write_loop(writer, rx));
+            tokio::spawn(write_loop(writer.take().expect("unused"), rx));
             let clients: Vec<ClientId> = clients.iter().copied().collect();
             Some((routes.clone(), clients, generation))
+        }
+        _ => None,
+    };
+    // A peer replica that dials us also carries our frames to it.
+    let link = match (&context.links, &peers, writer) {
+        (Some(links), Peers::One(peer), Some(writer)) => {
+            let hello = Hello::new(&context.keys, &context.cluster_name, *peer);
+            let hello_bytes = upright_core::codec::to_bytes(&hello);
+            links.attach(*peer, writer, hello_bytes, context.counters.clone())
         }
         _ => None,
     };
@@ -352,6 +466,27 @@ async fn accept_one(stream: TcpStream, context: &Listening) {
     .await;
     if let Some((routes, clients, generation)) = registered {
         routes.unregister(&clients, generation);
+    }
+    if let Some(link) = link {
+        // Gives the queue back for the peer's next connection.
+        link.abort();
+    }
+}
+
+/// Writes our hello, then the frames queued for the peer that dialled this connection. The queue
+/// is held while writing; a newer connection's writer waits until this one has stopped (its
+/// connection ended, or the newer one replaced it: [`PeerLinks::attach`]).
+async fn write_link(writer: OwnedWriteHalf, hello_bytes: Vec<u8>, queue: LinkQueue, counters: Arc<Counters>) {
+    let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
+    if write_frame(&mut writer, &hello_bytes).await.is_err() || writer.flush().await.is_err() {
+        return;
+    }
+    let mut rx = queue.lock().await;
+    counters.bump("net_links");
+    while let Some(frame) = rx.recv().await {
+        if write_batch(&mut writer, frame, &mut rx).await.is_err() {
+            return;
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! Tests of client multiplexing: the replica's checks of a hello list and of who may send on a
-//! shared connection, and the client side's split of tagged replies.
+//! Tests of shared connections: client multiplexing (the replica's checks of a hello list and of
+//! who may send on a shared connection, and the client side's split of tagged replies), and the
+//! one connection a replica pair shares for both directions ([`PeerLinks`]).
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use upright_core::ids::{Principal, SeqNo};
 use upright_core::message::{Message, Seal};
 
 use super::*;
-use crate::transport::{read_frame, serve, write_frame, write_tagged_frame};
+use crate::transport::{dial_peer, read_frame, serve, write_frame, write_tagged_frame, PeerLinks, HELLO_BYTES_MAX};
 
 const NAME: &str = "mux";
 
@@ -84,6 +85,7 @@ async fn server(keys: &Keys) -> Server {
         |p| matches!(p, Process::Client(_)),
         inbox.clone(),
         Some(routes.clone()),
+        None,
         1 << 16,
         counters.clone(),
     ));
@@ -268,4 +270,117 @@ async fn the_client_side_drops_unknown_ids_and_foreign_senders_and_closes_on_gar
     // It redials and presents the whole list again.
     let (mut again, _) = listener.accept().await.unwrap();
     assert_eq!(read_frame(&mut again, HELLO_LIST_BYTES_MAX).await.unwrap(), first);
+}
+
+/// Replica 1's replica listener with a link registered for replica 0: its inbox, counters, and the
+/// sending end of the link.
+async fn linked_replica(keys: &Keys) -> (SocketAddr, Arc<Inbox>, Arc<Counters>, Dialer) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counters = Arc::new(Counters::default());
+    let inbox = Arc::new(Inbox::new(counters.clone()));
+    let links = Arc::new(PeerLinks::default());
+    let to_0 = links.register(Process::Replica(ReplicaId(0)), counters.clone());
+    tokio::spawn(serve(
+        listener,
+        Arc::new(keys.replica(1)),
+        NAME.into(),
+        |p| matches!(p, Process::Replica(_)),
+        inbox.clone(),
+        None,
+        Some(links),
+        1 << 16,
+        counters.clone(),
+    ));
+    (addr, inbox, counters, to_0)
+}
+
+fn from_replica(inbox: &Inbox) -> Vec<(Process, u64)> {
+    inbox.pop_round_robin(10).iter().map(|(p, e)| (*p, seqno(e))).collect()
+}
+
+#[tokio::test]
+async fn a_replica_pair_shares_one_connection_for_both_directions() {
+    let keys = Keys::new();
+    let (addr, inbox_1, counters_1, to_0) = linked_replica(&keys).await;
+    let counters_0 = Arc::new(Counters::default());
+    let inbox_0 = Arc::new(Inbox::new(counters_0.clone()));
+    let hello = Hello::new(&keys.replica(0), NAME, Process::Replica(ReplicaId(1)));
+    let to_1 = dial_peer(
+        addr,
+        hello,
+        Arc::new(keys.replica(0)),
+        inbox_0.clone(),
+        1 << 16,
+        counters_0.clone(),
+    );
+    to_1.send(Arc::new(envelope(Principal::Order(ReplicaId(0)), 1)));
+    to_0.send(Arc::new(envelope(Principal::Order(ReplicaId(1)), 2)));
+    eventually("0 -> 1", || inbox_1.len() == 1).await;
+    eventually("1 -> 0", || inbox_0.len() == 1).await;
+    assert_eq!(from_replica(&inbox_1), vec![(Process::Replica(ReplicaId(0)), 1)]);
+    assert_eq!(from_replica(&inbox_0), vec![(Process::Replica(ReplicaId(1)), 2)]);
+    assert_eq!(counters_0.get("net_connects"), 1, "one connection");
+    assert_eq!(counters_1.get("net_links"), 1);
+    // An envelope from anyone but the peer is dropped on the dialling side too.
+    to_0.send(Arc::new(envelope(Principal::Order(ReplicaId(2)), 3)));
+    eventually("the drop", || counters_0.get("net_dropped_wrong_sender") == 1).await;
+    assert!(inbox_0.is_empty());
+}
+
+#[tokio::test]
+async fn the_dialler_checks_the_peer_hello_and_the_newest_connection_takes_the_link() {
+    let keys = Keys::new();
+    // A listener that answers as replica 2 where replica 1 was dialled: refused, nothing read.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let impostor = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let _ = read_frame(&mut s, HELLO_BYTES_MAX).await.unwrap();
+        let wrong = Hello::new(&keys.replica(2), NAME, Process::Replica(ReplicaId(0)));
+        write_frame(&mut s, &upright_core::codec::to_bytes(&wrong))
+            .await
+            .unwrap();
+        write_frame(&mut s, &envelope(Principal::Order(ReplicaId(1)), 9))
+            .await
+            .unwrap();
+        closed(&mut s).await
+    });
+    let keys = Keys::new();
+    let counters = Arc::new(Counters::default());
+    let inbox = Arc::new(Inbox::new(counters.clone()));
+    let hello = Hello::new(&keys.replica(0), NAME, Process::Replica(ReplicaId(1)));
+    let _to_1 = dial_peer(
+        addr,
+        hello,
+        Arc::new(keys.replica(0)),
+        inbox.clone(),
+        1 << 16,
+        counters.clone(),
+    );
+    assert!(impostor.await.unwrap(), "the dialler closed the connection");
+    assert_eq!(counters.get("net_closed_bad_hello"), 1);
+    assert!(inbox.is_empty());
+
+    // Replica 1's side: a second connection from replica 0 (the first one never closed, as after
+    // a partition) takes the link; frames go out on it.
+    let (addr, _, counters_1, to_0) = linked_replica(&keys).await;
+    let hello = upright_core::codec::to_bytes(&Hello::new(&keys.replica(0), NAME, Process::Replica(ReplicaId(1))));
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    write_frame(&mut first, &hello).await.unwrap();
+    let answer: Hello =
+        upright_core::codec::from_bytes(&read_frame(&mut first, HELLO_BYTES_MAX).await.unwrap()).unwrap();
+    assert_eq!(answer.from, Process::Replica(ReplicaId(1)));
+    answer.check(&keys.replica(0), NAME).unwrap();
+    eventually("first link", || counters_1.get("net_links") == 1).await;
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    write_frame(&mut second, &hello).await.unwrap();
+    let _ = read_frame(&mut second, HELLO_BYTES_MAX).await.unwrap();
+    eventually("second link", || counters_1.get("net_links") == 2).await;
+    to_0.send(Arc::new(envelope(Principal::Order(ReplicaId(1)), 5)));
+    let frame = tokio::time::timeout(Duration::from_secs(5), read_frame(&mut second, 1 << 16))
+        .await
+        .expect("a frame on the newest connection")
+        .unwrap();
+    assert_eq!(seqno(&upright_core::codec::decode(&frame).unwrap()), 5);
 }
