@@ -155,17 +155,6 @@ async fn read_from_peer(
     read_loop(reader, Peers::One(peer), inbox, max_frame, counters).await;
 }
 
-/// Dials `addr` (and redials on failure) presenting `hello`; the connection is write-only.
-pub fn dial(addr: SocketAddr, hello: Hello, counters: Arc<Counters>) -> Dialer {
-    let hello_bytes = upright_core::codec::to_bytes(&hello);
-    dial_with(
-        addr,
-        hello_bytes,
-        |reader| tokio::spawn(drain_until_closed(reader)),
-        counters,
-    )
-}
-
 /// Dials `addr` (and redials on failure), writes `hello_bytes` as the first frame of every
 /// connection, then writes the queued frames; `read` spawns the task that reads the connection
 /// (its end closes the connection, which is then redialled).
@@ -275,17 +264,6 @@ async fn write_batch<T: Outgoing>(
         }
     }
     writer.flush().await
-}
-
-/// For write-only connections: notices when the peer closes.
-async fn drain_until_closed(mut reader: OwnedReadHalf) {
-    use tokio::io::AsyncReadExt;
-    let mut buf = [0u8; 256];
-    while let Ok(n) = reader.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-    }
 }
 
 /// Whose envelopes an inbound connection may carry: one peer process (a replica), or the clients

@@ -295,6 +295,22 @@ async fn linked_replica(keys: &Keys) -> (SocketAddr, Arc<Inbox>, Arc<Counters>, 
     (addr, inbox, counters, to_0)
 }
 
+/// Replica 0 dialling replica 1 at `addr`: its inbox, counters and sending end.
+fn replica_0_dials_1(keys: &Keys, addr: SocketAddr) -> (Arc<Inbox>, Arc<Counters>, Dialer) {
+    let counters = Arc::new(Counters::default());
+    let inbox = Arc::new(Inbox::new(counters.clone()));
+    let hello = Hello::new(&keys.replica(0), NAME, Process::Replica(ReplicaId(1)));
+    let dialer = dial_peer(
+        addr,
+        hello,
+        Arc::new(keys.replica(0)),
+        inbox.clone(),
+        1 << 16,
+        counters.clone(),
+    );
+    (inbox, counters, dialer)
+}
+
 fn from_replica(inbox: &Inbox) -> Vec<(Process, u64)> {
     inbox.pop_round_robin(10).iter().map(|(p, e)| (*p, seqno(e))).collect()
 }
@@ -303,17 +319,7 @@ fn from_replica(inbox: &Inbox) -> Vec<(Process, u64)> {
 async fn a_replica_pair_shares_one_connection_for_both_directions() {
     let keys = Keys::new();
     let (addr, inbox_1, counters_1, to_0) = linked_replica(&keys).await;
-    let counters_0 = Arc::new(Counters::default());
-    let inbox_0 = Arc::new(Inbox::new(counters_0.clone()));
-    let hello = Hello::new(&keys.replica(0), NAME, Process::Replica(ReplicaId(1)));
-    let to_1 = dial_peer(
-        addr,
-        hello,
-        Arc::new(keys.replica(0)),
-        inbox_0.clone(),
-        1 << 16,
-        counters_0.clone(),
-    );
+    let (inbox_0, counters_0, to_1) = replica_0_dials_1(&keys, addr);
     to_1.send(Arc::new(envelope(Principal::Order(ReplicaId(0)), 1)));
     to_0.send(Arc::new(envelope(Principal::Order(ReplicaId(1)), 2)));
     eventually("0 -> 1", || inbox_1.len() == 1).await;
@@ -347,17 +353,7 @@ async fn the_dialler_checks_the_peer_hello_and_the_newest_connection_takes_the_l
         closed(&mut s).await
     });
     let keys = Keys::new();
-    let counters = Arc::new(Counters::default());
-    let inbox = Arc::new(Inbox::new(counters.clone()));
-    let hello = Hello::new(&keys.replica(0), NAME, Process::Replica(ReplicaId(1)));
-    let _to_1 = dial_peer(
-        addr,
-        hello,
-        Arc::new(keys.replica(0)),
-        inbox.clone(),
-        1 << 16,
-        counters.clone(),
-    );
+    let (inbox, counters, _to_1) = replica_0_dials_1(&keys, addr);
     assert!(impostor.await.unwrap(), "the dialler closed the connection");
     assert_eq!(counters.get("net_closed_bad_hello"), 1);
     assert!(inbox.is_empty());
