@@ -164,7 +164,7 @@ pub struct Stats {
 impl Stats {
     /// Adds one to a counter.
     pub fn bump(&mut self, name: &'static str) {
-        *self.counters.entry(name).or_insert(0) += 1;
+        self.add(name, 1);
     }
 
     /// Adds `n` to a counter (a counter that stays zero is not created).

@@ -16,7 +16,7 @@
 //! block a correct client forever; the order stage still orders a client's requests strictly in
 //! sequence, so this cannot let a client get ahead). Both reporters share this member's process,
 //! so they are correct exactly when it is: one report is enough, and no BATCH-COMPLETE crosses
-//! the network (PROTOCOL.md step 6).
+//! the network (PROTOCOL.md step 7).
 
 mod clients;
 
@@ -285,12 +285,8 @@ impl AuthStage {
         let Message::PrimaryHint { view, installed } = envelope.message else {
             unreachable!("dispatched on message kind");
         };
-        // Only the co-located order member (one process with this member) is believed.
-        if envelope.from != Principal::Order(self.id) {
-            self.stats.bump("dropped_wrong_sender");
-            return;
-        }
-        if !self.seal_ok(envelope) {
+        // Only the co-located order member is believed.
+        if !self.own_process_sent(envelope, &[Principal::Order(self.id)]) {
             return;
         }
         self.primary = installed.then(|| self.quorums.primary(view));
@@ -392,6 +388,16 @@ impl AuthStage {
         ok
     }
 
+    /// Whether `envelope` comes from one of `members` (stages of this member's own process, which
+    /// are correct exactly when it is) with a good seal; a wrong sender or bad seal is counted.
+    fn own_process_sent(&mut self, envelope: &Envelope, members: &[Principal]) -> bool {
+        if !members.contains(&envelope.from) {
+            self.stats.bump("dropped_wrong_sender");
+            return false;
+        }
+        self.seal_ok(envelope)
+    }
+
     fn exec_sender(&self, envelope: &Envelope) -> Option<ReplicaId> {
         match envelope.from {
             Principal::Exec(r) if (r.0 as usize) < self.quorums.n_exec => Some(r),
@@ -405,11 +411,7 @@ impl AuthStage {
             unreachable!("dispatched on message kind");
         };
         // Only this process's own members are believed (and needed: see the module doc).
-        if envelope.from != Principal::Order(self.id) && envelope.from != Principal::Exec(self.id) {
-            self.stats.bump("dropped_wrong_sender");
-            return;
-        }
-        if !self.seal_ok(envelope) {
+        if !self.own_process_sent(envelope, &[Principal::Order(self.id), Principal::Exec(self.id)]) {
             return;
         }
         let interval = self.config.knobs.auth_retransmit_interval_us;

@@ -236,7 +236,7 @@ impl ExecStage {
             requests: completed,
         };
         // Only the co-located authentication member (one process with us) listens to us; the
-        // others learn it from their own order and execution members (PROTOCOL.md step 6).
+        // others learn it from their own order and execution members (PROTOCOL.md step 7).
         let auth = Principal::Auth(self.id);
         self.send(vec![auth], message, SealFor::One(auth), out);
         self.stats.bump("batches_executed");

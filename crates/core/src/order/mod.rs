@@ -261,15 +261,14 @@ impl OrderStage {
     /// BATCH-COMPLETE to the co-located authentication member: these requests are ordered
     /// (committed here, in batch `seqno` or before it). Sent for every committed batch with
     /// requests, and with every client's last ordered request at start and after a state transfer,
-    /// so the member lets each client's next request through (PROTOCOL.md step 6).
+    /// so the member lets each client's next request through (PROTOCOL.md step 7).
     fn tell_auth_ordered(&self, seqno: SeqNo, requests: Vec<(ClientId, RequestId)>, out: &mut Vec<Action>) {
-        let to = Principal::Auth(self.id);
         for chunk in requests.chunks(BATCH_REQUESTS_MAX) {
             let message = Message::BatchComplete {
                 seqno,
                 requests: chunk.to_vec(),
             };
-            self.send(out, vec![to], message, SealFor::One(to));
+            self.send_to_own_auth(out, message);
         }
     }
 
@@ -282,11 +281,16 @@ impl OrderStage {
     /// PRIMARY-HINT to the co-located authentication member: the current view and whether it is
     /// installed (sent at start and whenever the view is left or installed).
     fn hint_primary(&self, out: &mut Vec<Action>) {
-        let to = Principal::Auth(self.id);
         let message = Message::PrimaryHint {
             view: self.view,
             installed: !self.changing,
         };
+        self.send_to_own_auth(out, message);
+    }
+
+    /// To the authentication member of this process (`Auth(id)`), with a MAC for it.
+    fn send_to_own_auth(&self, out: &mut Vec<Action>, message: Message) {
+        let to = Principal::Auth(self.id);
         self.send(out, vec![to], message, SealFor::One(to));
     }
 
