@@ -139,20 +139,33 @@ async fn read_from_peer(
     max_frame: usize,
     counters: Arc<Counters>,
 ) {
-    let checked = match tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut reader, HELLO_BYTES_MAX)).await {
-        Ok(Ok(body)) => upright_core::codec::from_bytes::<Hello>(&body)
-            .map_err(|_| "net_closed_bad_hello")
-            .and_then(|hello| match hello.from == peer {
-                true => hello.check(&keys, &cluster_name),
-                false => Err("net_closed_bad_hello"),
-            }),
-        _ => Err("net_closed_bad_hello"),
+    let checked = match read_hello_frame(&mut reader, HELLO_BYTES_MAX).await {
+        Ok(body) => checked_hello(&body, &keys, &cluster_name).and_then(|hello| match hello.from == peer {
+            true => Ok(()),
+            false => Err("net_closed_bad_hello"),
+        }),
+        Err(reason) => Err(reason),
     };
     if let Err(reason) = checked {
         counters.bump(reason);
         return;
     }
     read_loop(reader, Peers::One(peer), inbox, max_frame, counters).await;
+}
+
+/// The first frame of a connection (at most `bound` bytes), within [`HELLO_TIMEOUT`].
+async fn read_hello_frame(reader: &mut OwnedReadHalf, bound: usize) -> Result<Vec<u8>, &'static str> {
+    match tokio::time::timeout(HELLO_TIMEOUT, read_frame(reader, bound)).await {
+        Ok(Ok(body)) => Ok(body),
+        _ => Err("net_closed_bad_hello"),
+    }
+}
+
+/// A replica hello, decoded and checked (right cluster, meant for us, MAC from its sender).
+fn checked_hello(body: &[u8], keys: &KeyRing, cluster_name: &str) -> Result<Hello, &'static str> {
+    let hello = upright_core::codec::from_bytes::<Hello>(body).map_err(|_| "net_closed_bad_hello")?;
+    hello.check(keys, cluster_name)?;
+    Ok(hello)
 }
 
 /// Dials `addr` (and redials on failure), writes `hello_bytes` as the first frame of every
@@ -387,16 +400,12 @@ impl Listening {
         } else {
             HELLO_BYTES_MAX
         };
-        let body = match tokio::time::timeout(HELLO_TIMEOUT, read_frame(reader, bound)).await {
-            Ok(Ok(body)) => body,
-            _ => return Err("net_closed_bad_hello"),
-        };
+        let body = read_hello_frame(reader, bound).await?;
         if self.routes.is_some() {
             let clients = HelloList::check(&body, &self.keys, &self.cluster_name, self.admit)?;
             return Ok(Peers::Clients(clients));
         }
-        let hello = upright_core::codec::from_bytes::<Hello>(&body).map_err(|_| "net_closed_bad_hello")?;
-        hello.check(&self.keys, &self.cluster_name)?;
+        let hello = checked_hello(&body, &self.keys, &self.cluster_name)?;
         if !(self.admit)(hello.from) {
             return Err("net_closed_wrong_listener");
         }
@@ -461,18 +470,19 @@ async fn write_link(writer: OwnedWriteHalf, hello_bytes: Vec<u8>, queue: LinkQue
     }
     let mut rx = queue.lock().await;
     counters.bump("net_links");
-    while let Some(frame) = rx.recv().await {
-        if write_batch(&mut writer, frame, &mut rx).await.is_err() {
-            return;
-        }
-    }
+    write_queued(&mut writer, &mut rx).await;
 }
 
 /// Writes the frames routed to a client connection, each tagged with its client's id.
 async fn write_loop(writer: OwnedWriteHalf, mut rx: mpsc::Receiver<ClientFrame>) {
     let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
+    write_queued(&mut writer, &mut rx).await;
+}
+
+/// Writes what `rx` delivers, in batches, until it closes or a write fails.
+async fn write_queued<T: Outgoing>(writer: &mut BufWriter<OwnedWriteHalf>, rx: &mut mpsc::Receiver<T>) {
     while let Some(frame) = rx.recv().await {
-        if write_batch(&mut writer, frame, &mut rx).await.is_err() {
+        if write_batch(writer, frame, rx).await.is_err() {
             return;
         }
     }

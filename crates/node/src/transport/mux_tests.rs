@@ -72,23 +72,39 @@ struct Server {
     counters: Arc<Counters>,
 }
 
-async fn server(keys: &Keys) -> Server {
+/// A listener of replica `me` on a free loopback port: its address, inbox and counters.
+async fn listen(
+    keys: &Keys,
+    me: u32,
+    admit: fn(Process) -> bool,
+    routes: Option<Arc<ClientRoutes>>,
+    links: Option<Arc<PeerLinks>>,
+    counters: Arc<Counters>,
+) -> (SocketAddr, Arc<Inbox>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let counters = Arc::new(Counters::default());
     let inbox = Arc::new(Inbox::new(counters.clone()));
-    let routes = Arc::new(ClientRoutes::default());
+    let keys = Arc::new(keys.replica(me));
+    let name = NAME.into();
     tokio::spawn(serve(
         listener,
-        Arc::new(keys.replica(0)),
-        NAME.into(),
-        |p| matches!(p, Process::Client(_)),
+        keys,
+        name,
+        admit,
         inbox.clone(),
-        Some(routes.clone()),
-        None,
+        routes,
+        links,
         1 << 16,
-        counters.clone(),
+        counters,
     ));
+    (addr, inbox)
+}
+
+async fn server(keys: &Keys) -> Server {
+    let counters = Arc::new(Counters::default());
+    let routes = Arc::new(ClientRoutes::default());
+    let admit = |p| matches!(p, Process::Client(_));
+    let (addr, inbox) = listen(keys, 0, admit, Some(routes.clone()), None, counters.clone()).await;
     Server {
         addr,
         inbox,
@@ -275,23 +291,11 @@ async fn the_client_side_drops_unknown_ids_and_foreign_senders_and_closes_on_gar
 /// Replica 1's replica listener with a link registered for replica 0: its inbox, counters, and the
 /// sending end of the link.
 async fn linked_replica(keys: &Keys) -> (SocketAddr, Arc<Inbox>, Arc<Counters>, Dialer) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let counters = Arc::new(Counters::default());
-    let inbox = Arc::new(Inbox::new(counters.clone()));
     let links = Arc::new(PeerLinks::default());
     let to_0 = links.register(Process::Replica(ReplicaId(0)), counters.clone());
-    tokio::spawn(serve(
-        listener,
-        Arc::new(keys.replica(1)),
-        NAME.into(),
-        |p| matches!(p, Process::Replica(_)),
-        inbox.clone(),
-        None,
-        Some(links),
-        1 << 16,
-        counters.clone(),
-    ));
+    let admit = |p| matches!(p, Process::Replica(_));
+    let (addr, inbox) = listen(keys, 1, admit, None, Some(links), counters.clone()).await;
     (addr, inbox, counters, to_0)
 }
 
