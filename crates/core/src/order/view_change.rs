@@ -199,17 +199,20 @@ impl OrderStage {
         }
     }
 
-    /// The view-change timer fired. A backup in an installed view suspects the primary. A member
+    /// The view-change timer fired. A member in an installed view suspects the primary (the
+    /// primary itself gives up on a view in which its batches do not commit). A member
     /// changing views moves on to the next view only if a quorum is changing with it (PBFT 2.4:
     /// the timer counts only once `view_change` VIEW-CHANGEs arrived), so a member cut off from the
     /// others does not race ahead alone; otherwise it keeps waiting (and resending). Members already
     /// changing to a later view count as changing with us.
     pub(super) fn on_view_change_timer(&mut self, now: Time, out: &mut Vec<Action>) {
         if !self.changing {
-            if !self.is_primary() {
-                self.stats.bump("view_change_timeout");
-                self.start_view_change(now, self.view.next(), out);
-            }
+            let counter = match self.is_primary() {
+                true => "view_change_timeout_primary",
+                false => "view_change_timeout",
+            };
+            self.stats.bump(counter);
+            self.start_view_change(now, self.view.next(), out);
             return;
         }
         // Members whose latest VIEW-CHANGE is for this view or a later one have all given up on
@@ -233,7 +236,7 @@ impl OrderStage {
         }
     }
 
-    /// Whether a backup has work the primary should be making progress on: an accepted,
+    /// Whether this member has work the primary should be making progress on: an accepted,
     /// uncommitted PRE-PREPARE, a buffered one, or a request ready to order.
     fn has_pending_work(&self) -> bool {
         if !self.buffered.is_empty()
@@ -248,12 +251,19 @@ impl OrderStage {
         !self.ready_entries(&p, 1).is_empty()
     }
 
-    /// Arms the view-change timer of a backup with pending work, cancels it when none is left.
+    /// Arms the view-change timer of a member with pending work, cancels it when none is left.
+    /// The primary runs it too: PBFT's backups alone cannot always get a view change going. With
+    /// `u = r = 1`, one Byzantine member silent and one backup that timed out alone (it moves on
+    /// only with a quorum, and `q.view_change_join()` members are needed to pull the others),
+    /// the remaining backup may have committed everything (nothing pending) while the primary
+    /// waits forever for COMMITs that the member changing views no longer sends (simulator seed
+    /// 173 with a different NEXT-BATCH timing). The primary's own timeout is the second
+    /// VIEW-CHANGE that lets the third member join.
     pub(super) fn update_view_change_timer(&mut self, now: Time, out: &mut Vec<Action>) {
         if self.changing {
             return;
         }
-        let pending = !self.is_primary() && self.has_pending_work();
+        let pending = self.has_pending_work();
         match (pending, self.view_change_deadline) {
             (true, None) => {
                 let at = now + self.view_change_timeout();

@@ -249,6 +249,43 @@ fn view_change_after_primary_silence_carries_prepared_batch() {
     assert_eq!(c.min_committed(), SeqNo(2));
 }
 
+/// u = r = 1 with member 3 silent. Member 1's COMMITs of view 0 never reach members 0 (the
+/// primary) and 2, so only member 1 commits batch 1. Member 2 times out and changes views alone:
+/// one VIEW-CHANGE does not pull the others (`q.view_change_join()` = 2), member 1 has nothing
+/// pending, and the primary waits for COMMITs member 2 no longer sends in view 0. The primary's
+/// own view-change timer breaks the deadlock (simulator seed 173 with a held-back NEXT-BATCH
+/// reached this state); without it nothing moves, ever.
+#[test]
+fn a_primary_whose_batch_does_not_commit_starts_the_view_change_itself() {
+    let mut c = Cluster::new(1, 1, small_knobs());
+    let silent = Principal::Order(ReplicaId(3));
+    c.filter = Box::new(move |from, to, m| {
+        let lost_commit = from == Principal::Order(ReplicaId(1))
+            && to != Principal::Order(ReplicaId(1))
+            && matches!(m, Message::Commit { view: View(0), .. });
+        from != silent && !lost_commit
+    });
+    c.submit(1);
+    c.pump();
+    assert_eq!(c.member(1).last_committed(), SeqNo(1));
+    assert_eq!(c.member(0).last_committed(), SeqNo(0));
+    assert_eq!(c.member(2).last_committed(), SeqNo(0));
+    let timeout = c.config.knobs.view_change_timeout_us;
+    c.run(10 * timeout);
+    for i in 0..3 {
+        assert_eq!(c.member(i).last_committed(), SeqNo(1), "member {i}");
+        assert_eq!(c.member(i).view(), View(1), "member {i}");
+        assert!(!c.member(i).is_changing_view(), "member {i}");
+    }
+    assert_eq!(c.stat(2, "view_change_timeout"), 1, "member 2 gave up on view 0");
+    assert_eq!(c.stat(0, "view_change_timeout_primary"), 1, "and so did the primary");
+    // The new view orders new requests.
+    c.submit(2);
+    c.run(timeout);
+    assert_eq!(c.member(0).last_committed(), SeqNo(2));
+    assert_eq!(c.member(2).last_committed(), SeqNo(2));
+}
+
 /// A Byzantine primary sends batch A to two backups and batch B to the third for the same seqno,
 /// then falls silent. No two correct members commit different batches, and a view change
 /// replaces it.
