@@ -211,6 +211,9 @@ impl OrderStage {
         if seqno <= self.h {
             return;
         }
+        // The held-back NEXT-BATCHes of the slots about to be discarded go now (afterwards an
+        // execution member would need the whole checkpoint instead).
+        self.send_owed_next_batches(now, seqno.next(), out);
         persist::write(out, persist::STABLE_KEY.to_string(), &stable);
         if seqno > self.last_committed {
             self.stats.bump("order_state_transferred");
@@ -238,6 +241,7 @@ impl OrderStage {
         self.tokens = self.tokens.split_off(&keep_from);
         self.votes = self.votes.split_off(&keep_from);
         self.snapshots = self.snapshots.split_off(&keep_from);
+        self.next_batch_owed = self.next_batch_owed.split_off(&keep_from);
         let own = self.own_checkpoints.split_off(&keep_from);
         for n in std::mem::replace(&mut self.own_checkpoints, own).keys() {
             persist::delete(out, persist::checkpoint_key(*n));

@@ -35,6 +35,13 @@ use self::request_pool::RequestPool;
 
 /// Largest exponent of the doubling view-change timeout.
 const VIEW_CHANGE_BACKOFF_MAX: u32 = 10;
+/// How long an order member holds back a NEXT-BATCH for another process's execution member, as a
+/// fraction of the view-change timeout (`view_change_timeout_us / 200`: 5 ms by default): long
+/// enough for that member's own order member's COMMIT to arrive (then it is not sent), short
+/// enough that an execution member whose order member is cut off or in another view is not
+/// held up much under load (held-back messages are checked at each later commit, and all sent at
+/// the next tick; PROTOCOL.md step 5).
+pub const NEXT_BATCH_HOLD_FRACTION: u64 = 200;
 /// Most NEXT-BATCH messages resent in answer to one LAST-EXEC.
 pub const LAST_EXEC_RESEND_MAX: u64 = 32;
 
@@ -105,6 +112,11 @@ pub struct OrderStage {
     fetching: Option<(SeqNo, Digest)>,
     /// Last time each member was sent help (stable checkpoint / NEW-VIEW).
     helped: BTreeMap<ReplicaId, Time>,
+    /// NEXT-BATCHes held back: committed slot -> (when this member committed it, the execution
+    /// members whose order member's COMMIT had not arrived then). Sent to those whose order
+    /// member's COMMIT still has not arrived once held long enough (`send_owed_next_batches`);
+    /// slots in the log only.
+    next_batch_owed: BTreeMap<SeqNo, (Time, Vec<ReplicaId>)>,
     /// After a restart, the installed view this member was in. Accepted batches are written
     /// lazily (the PRE-PREPARE or PREPARE goes out before the disk has them), so the member may
     /// have sent votes there that its storage no longer shows: it accepts and proposes nothing in
@@ -166,6 +178,7 @@ impl OrderStage {
             own_checkpoints: recovered.checkpoints,
             fetching: None,
             helped: BTreeMap::new(),
+            next_batch_owed: BTreeMap::new(),
             abstain_through: (recovered.view_found && !recovered.view.changing).then_some(recovered.view.view),
             record_start: !recovered.view_found,
         };
@@ -374,6 +387,7 @@ impl OrderStage {
             at: now + self.tick_period(),
         });
         self.helped.clear();
+        self.send_owed_next_batches(now, SeqNo(u64::MAX), out);
         if self.changing {
             self.resend_view_change(out);
         } else {

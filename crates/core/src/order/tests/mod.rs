@@ -52,6 +52,13 @@ fn normal_case_commits_for_each_configuration() {
             assert_eq!(histories.len(), 1, "u={u} r={r} seqno {seqno:?}");
         }
         assert_eq!(c.committed.len() as u64, last.0);
+        // Every COMMIT arrived: after a tick, no NEXT-BATCH went to another process's execution
+        // member, and some were held back and then found not needed.
+        c.run(c.config.knobs.view_change_timeout_us / 4);
+        let remote: u64 = c.up().iter().map(|i| c.stat(*i, "next_batch_remote")).sum();
+        let not_needed: u64 = c.up().iter().map(|i| c.stat(*i, "next_batch_not_needed")).sum();
+        assert_eq!(remote, 0, "u={u} r={r}");
+        assert!(not_needed > 0, "u={u} r={r}");
         // Each member told its co-located auth member every request it committed.
         for i in c.up() {
             let expected: BTreeMap<_, _> = (0..CLIENTS).map(|k| (ClientId(k), RequestId(3))).collect();
@@ -73,6 +80,17 @@ fn an_execution_member_whose_order_member_is_cut_off_gets_next_batch_from_the_ot
     let last = c.member(0).last_committed();
     assert!(last >= SeqNo(1));
     assert_eq!(c.member(2).last_committed(), SeqNo(0));
+    // The others hold their NEXT-BATCHes for Exec(2) back (no time passed in this exchange)...
+    let got = |c: &Cluster, n: u64| {
+        c.next_batches
+            .get(&SeqNo(n))
+            .is_some_and(|m| m.contains_key(&ReplicaId(2)))
+    };
+    for n in 1..=last.0 {
+        assert!(!got(&c, n), "seqno {n}: held back");
+    }
+    // ... and their next tick sends them, Order(2)'s COMMIT still missing.
+    c.run(c.config.knobs.view_change_timeout_us / 4);
     for n in 1..=last.0 {
         for e in 0..c.q.n_exec {
             assert!(c.exec_agreed(SeqNo(n), ReplicaId(e as u32)), "seqno {n} exec {e}");
@@ -82,6 +100,31 @@ fn an_execution_member_whose_order_member_is_cut_off_gets_next_batch_from_the_ot
         assert_eq!(senders, vec![ReplicaId(0), ReplicaId(1), ReplicaId(3)]);
     }
     assert!(c.stat(0, "next_batch_remote") >= last.0);
+    // A slot a stable checkpoint discards: its held-back NEXT-BATCH goes when the checkpoint
+    // becomes stable (afterwards Exec(2) would need the whole checkpoint).
+    c.submit(0);
+    c.pump();
+    let cp = c.member(0).last_committed();
+    assert_eq!(cp, SeqNo(c.config.knobs.checkpoint_interval));
+    assert_eq!(c.member(0).low_watermark(), cp, "stable");
+    assert!(got(&c, cp.0), "sent before the slot was discarded");
+    // Under load: a held-back NEXT-BATCH goes at the first commit at least the hold time later.
+    let hold = c.config.knobs.view_change_timeout_us / crate::order::NEXT_BATCH_HOLD_FRACTION;
+    c.submit(1);
+    c.pump();
+    let held = c.member(0).last_committed();
+    assert_eq!(held, cp.next());
+    c.run(hold / 2);
+    c.submit(2);
+    c.pump();
+    assert_eq!(c.member(0).last_committed(), held.next());
+    assert!(!got(&c, held.0), "committed again within the hold time: still held");
+    c.run(hold);
+    c.submit(0);
+    c.pump();
+    assert_eq!(c.member(0).last_committed(), held.next().next());
+    assert!(got(&c, held.0), "sent at the first commit after the hold time");
+    assert!(!got(&c, held.0 + 2), "the newest one is held");
 }
 
 #[test]
