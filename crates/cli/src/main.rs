@@ -1,5 +1,9 @@
 //! The `upright` command: initialise a cluster, run replicas, show status, run a local demo.
 
+// The doc comments of the command-line arguments are `--help` text, where `<id>` is a
+// placeholder, not an HTML tag.
+#![allow(rustdoc::invalid_html_tags)]
+
 mod bench;
 mod demo;
 

@@ -1,6 +1,6 @@
 //! The client's protocol (UpRight thesis 5.1): request ids, preferred quorum then all,
 //! retransmission with a doubling timeout, and `r + 1` matching replies; plus the read-only path
-//! ([`read_only`]: all execution members at once, fall back to the ordered path).
+//! (`read_only`: all execution members at once, fall back to the ordered path).
 //!
 //! The client is closed-loop: one outstanding request. Operations invoked while one is
 //! outstanding wait in a bounded queue ([`CLIENT_QUEUE_MAX`]); further ones are refused with

@@ -6,7 +6,7 @@
 //! - [`replica`]: one replica process (its co-located stages on one task) and its metrics;
 //! - [`client`]: an async client API over the core's client protocol;
 //! - [`norep`]: the unreplicated NO-REP server, the benchmarks' baseline;
-//! - [`bench`]: `upright bench`, closed-loop benchmarks beside the NO-REP baseline.
+//! - [`bench`](mod@bench): `upright bench`, closed-loop benchmarks beside the NO-REP baseline.
 #![warn(missing_docs)]
 
 pub mod bench;

@@ -2,7 +2,7 @@
 //! checkpoints, catch-up of execution members).
 //!
 //! Layout by concept:
-//! - [`batches`]: NEXT-BATCH quorum collection per sequence number;
+//! - `batches`: NEXT-BATCH quorum collection per sequence number;
 //! - [`fetch`]: bodies of requests ordered by digest, fetched from the authentication stage;
 //! - `execute`: in-order execution of whole batches, replies, BATCH-COMPLETE, RETRANSMIT;
 //! - [`reply_cache`]: last reply per client and the full/digest reply rule;

@@ -1,10 +1,10 @@
 //! The order stage: PBFT agreement on batches (docs/PROTOCOL.md "Normal case" 3-4, "Checkpoints
 //! and the stage interlock", "Catch-up of execution members", "View change").
 //!
-//! Layout by concept: [`log`] (per-seqno slots), [`request_pool`] (matrix rows per entry),
+//! Layout by concept: `log` (per-seqno slots), `request_pool` (matrix rows per entry),
 //! `normal_case` (pre-prepare / prepare / commit, NEXT-BATCH, execution catch-up), [`checkpoint`]
 //! (tokens, votes, stable certificates, watermarks, order state transfer), [`view_change`]
-//! (VIEW-CHANGE / NEW-VIEW and the selection rules), [`persist`] (storage layout and recovery).
+//! (VIEW-CHANGE / NEW-VIEW and the selection rules), `persist` (storage layout and recovery).
 
 pub mod checkpoint;
 pub(crate) mod log;

@@ -1,7 +1,7 @@
 //! The Redis-protocol gateway: accepts RESP2/RESP3 connections and is an upright client (the
 //! UpRight client shim, run beside the applications that trust it).
 //!
-//! Concurrency: a small pool of upright clients ([`pool`]), one per client identity given, serving
+//! Concurrency: a small pool of upright clients (`pool`), one per client identity given, serving
 //! one list of connections with commands waiting. An idle pool member sends everything the waiting
 //! connections queued as one upright operation (a batch of commands) and waits for the
 //! quorum-certified result; a connection is in at most one operation at a time, so its commands,
@@ -9,7 +9,7 @@
 //! many commands of many connections. Upright clients are closed-loop (one outstanding request
 //! each), so the pool size bounds the operations in flight, not the connections. After an
 //! answer, a member gives the connections it answered a moment (woken by their submissions,
-//! bounded by [`pool::GATHER_WAIT`]) to queue their next commands, so they ride the next
+//! bounded by `pool::GATHER_WAIT`) to queue their next commands, so they ride the next
 //! operation together instead of taking turns.
 //!
 //! Reads: an operation made only of reads (GET, MGET, EXISTS, TTL, SCAN, ...; classified in one

@@ -76,7 +76,7 @@ struct QueueState {
 }
 
 /// One connection's commands for the cluster and their replies. The connection bounds both by
-/// the answers it may owe ([`super::conn::PENDING_MAX`]).
+/// the answers it may owe (`conn::PENDING_MAX`).
 pub struct Queue {
     state: Mutex<QueueState>,
     answered: Notify,
