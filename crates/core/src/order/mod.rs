@@ -40,7 +40,7 @@ const VIEW_CHANGE_BACKOFF_MAX: u32 = 10;
 /// enough for that member's own order member's COMMIT to arrive (then it is not sent), short
 /// enough that an execution member whose order member is cut off or in another view is not
 /// held up much under load (held-back messages are checked at each later commit, and all sent at
-/// the next tick; PROTOCOL.md step 5).
+/// the next tick; PROTOCOL.md step 4).
 pub const NEXT_BATCH_HOLD_FRACTION: u64 = 200;
 /// Most NEXT-BATCH messages resent in answer to one LAST-EXEC.
 pub const LAST_EXEC_RESEND_MAX: u64 = 32;

@@ -540,7 +540,8 @@ impl OrderStage {
                 if ClusterConfig::exec_members(&self.q).any(|p| p == own) {
                     self.send_to_exec(out, vec![own], message);
                 }
-                let owed = self.next_batch_missing(n, ClusterConfig::exec_members(&self.q));
+                let execs = ClusterConfig::exec_members(&self.q).filter_map(|p| p.replica());
+                let owed = self.next_batch_missing(n, execs);
                 if !owed.is_empty() {
                     self.next_batch_owed.insert(n, (now, owed));
                 }
@@ -566,7 +567,7 @@ impl OrderStage {
     /// COMMIT for committed slot `n` has not arrived here. Its co-located execution member needs
     /// no other NEXT-BATCH than ours (PROTOCOL.md step 5); another needs `q.next_batch()` of them
     /// when its own order member does not commit the batch (cut off, in another view, behind).
-    fn next_batch_missing(&self, n: SeqNo, execs: impl Iterator<Item = Principal>) -> Vec<ReplicaId> {
+    fn next_batch_missing(&self, n: SeqNo, execs: impl Iterator<Item = ReplicaId>) -> Vec<ReplicaId> {
         let Some(slot) = self.log.get(&n) else {
             return Vec::new();
         };
@@ -575,7 +576,6 @@ impl OrderStage {
             .committed
             .zip(slot.record.accepted.as_ref().map(|a| a.digest));
         execs
-            .filter_map(|p| p.replica())
             .filter(|r| *r != self.id && (vote.is_none() || slot.commits.get(r).copied() != vote))
             .collect()
     }
@@ -583,11 +583,11 @@ impl OrderStage {
     /// Sends the NEXT-BATCHes held back at least [`NEXT_BATCH_HOLD_FRACTION`] of the view-change
     /// timeout, and those of slots below `below` however long held (every slot at a tick; the
     /// slots a stable checkpoint is about to discard), to the execution members whose order
-    /// member's COMMIT still has not arrived. Held back because that COMMIT usually arrives just after this
-    /// member committed (a commit needs `n_order - u` of the `n_order` COMMITs): sent at once,
-    /// ~2.8 of every batch's NEXT-BATCHes crossed the network for nothing (u = r = 1). Checked at
-    /// this member's later commits and ticks; an execution member whose order member falls behind
-    /// for longer also catches up by asking with LAST-EXEC.
+    /// member's COMMIT still has not arrived. Held back because that COMMIT usually arrives just
+    /// after this member committed (a commit needs `n_order - u` of the `n_order` COMMITs): sent
+    /// at once, ~2.8 of every batch's NEXT-BATCHes crossed the network for nothing (u = r = 1).
+    /// Checked at this member's later commits and ticks; an execution member whose order member
+    /// falls behind for longer also catches up by asking with LAST-EXEC.
     pub(super) fn send_owed_next_batches(&mut self, now: Time, below: SeqNo, out: &mut Vec<Action>) {
         let hold = self.config.knobs.view_change_timeout_us / NEXT_BATCH_HOLD_FRACTION;
         while let Some(entry) = self.next_batch_owed.first_entry() {
@@ -595,7 +595,7 @@ impl OrderStage {
                 break;
             }
             let (n, (_, owed)) = entry.remove_entry();
-            let missing = self.next_batch_missing(n, owed.into_iter().map(Principal::Exec));
+            let missing = self.next_batch_missing(n, owed.into_iter());
             if missing.is_empty() {
                 self.stats.bump("next_batch_not_needed");
                 continue;
