@@ -34,6 +34,9 @@ pub const EVENTS_MAX: u64 = 20_000_000;
 pub const LAGGING_PROBABILITY: f64 = 0.3;
 /// Share of the workload's reads that take the read-only path (the others are ordered).
 pub const READ_ONLY_SHARE: f64 = 0.7;
+/// How long a client that reached the final phase waits before looking again whether every
+/// workload operation has been answered (its final reads start only then).
+pub const FINAL_READ_WAIT_US: Time = 1_000;
 /// Probability that a stage's flush hook is deferred after a delivery (so several deliveries
 /// share one flush, as in a host round); otherwise it runs right after the delivery.
 pub const FLUSH_DEFER_PROBABILITY: f64 = 0.3;
@@ -621,6 +624,13 @@ impl<P: Protocol> Sim<P> {
             return;
         }
         let final_read = self.now >= self.opts.workload_us;
+        if final_read && self.workload.workload_outstanding() {
+            // The final reads start once every workload operation is answered: a read that ran
+            // concurrently with a write may rightly miss it, and the durability checker takes
+            // the final reads as later than every acknowledged write.
+            self.push(self.now + FINAL_READ_WAIT_US, Event::ClientWake(c));
+            return;
+        }
         let op = if final_read {
             match self.workload.next_final_read(c) {
                 Some(op) => op,

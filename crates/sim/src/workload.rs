@@ -70,6 +70,12 @@ impl Workload {
         self.final_reads.get(&client).is_some_and(|&i| i >= self.keys.len()) && !self.busy(client)
     }
 
+    /// Whether some client still has an operation of the random workload (not a final read)
+    /// outstanding.
+    pub fn workload_outstanding(&self) -> bool {
+        self.outstanding.values().any(|&i| !self.history[i].final_read)
+    }
+
     /// Whether `client` has an operation outstanding.
     pub fn busy(&self, client: u32) -> bool {
         self.outstanding.contains_key(&client)
