@@ -32,6 +32,9 @@ pub enum Timer {
     ViewChange,
     /// Order: periodic housekeeping (resend of VIEW-CHANGE, checkpoint votes, fetches).
     OrderTick,
+    /// Order (backup): a PREPARE that left the primary out has not led to a commit in time; send
+    /// it to the primary too.
+    PrimaryHelp,
     /// Execution: retry fetches, LAST-EXEC and state transfer.
     ExecRetry,
 }

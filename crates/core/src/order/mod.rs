@@ -42,6 +42,19 @@ const VIEW_CHANGE_BACKOFF_MAX: u32 = 10;
 /// held up much under load (held-back messages are checked at each later commit, and all sent at
 /// the next tick; PROTOCOL.md step 4).
 pub const NEXT_BATCH_HOLD_FRACTION: u64 = 200;
+/// How long a backup waits, as a fraction of the view-change timeout (`view_change_timeout_us /
+/// 200`: 5 ms by default), for a slot whose PREPARE left the primary out to commit before it
+/// sends that PREPARE to the primary too (PROTOCOL.md step 3, "the primary's vote").
+pub const PRIMARY_HELP_HOLD_FRACTION: u64 = 200;
+/// A backup that includes the primary in its PREPAREs leaves it out again after this many
+/// consecutive commits at which every backup's COMMIT for the slot before had arrived: the stall
+/// was a passing delay, not a backup that is down (which would never complete a slot). Doubled
+/// (up to [`QUIET_AGAIN_AFTER_MAX`]) each time a stall follows within a view-change timeout of
+/// leaving it out again, so a backup that withholds its COMMIT now and then (Byzantine, or
+/// flapping) cannot make the others wait out the hold often; reset after a quiet timeout.
+pub const QUIET_AGAIN_AFTER: u64 = 8;
+/// Upper bound of the doubled [`QUIET_AGAIN_AFTER`].
+pub const QUIET_AGAIN_AFTER_MAX: u64 = 4096;
 /// Most NEXT-BATCH messages resent in answer to one LAST-EXEC.
 pub const LAST_EXEC_RESEND_MAX: u64 = 32;
 
@@ -117,6 +130,23 @@ pub struct OrderStage {
     /// member's COMMIT still has not arrived once held long enough (`send_owed_next_batches`);
     /// slots in the log only.
     next_batch_owed: BTreeMap<SeqNo, (Time, Vec<ReplicaId>)>,
+    /// Slots whose PREPARE this backup sent to the other backups only, with when
+    /// (`send_prepare`). If one has not committed here `PRIMARY_HELP_HOLD_FRACTION` of the
+    /// view-change timeout later, the PREPAREs go to the primary too (`Timer::PrimaryHelp`).
+    /// Committed slots leave it; at most the slots in the window.
+    quiet_prepares: BTreeMap<SeqNo, Time>,
+    /// Until this time every PREPARE goes to the primary too: a slot needed the primary's
+    /// COMMIT recently (a backup is down, slow or lying).
+    include_primary_until: Time,
+    /// Whether `Timer::PrimaryHelp` is set.
+    primary_help_armed: bool,
+    /// While the primary is included: consecutive committed slots whose previous slot has every
+    /// backup's COMMIT here (`note_backups_complete`).
+    backups_complete_streak: u64,
+    /// The streak that leaves the primary out again (`QUIET_AGAIN_AFTER`, doubled after a stall
+    /// that follows soon) and when it last did.
+    quiet_again_after: u64,
+    last_quiet_again: Option<Time>,
     /// After a restart, the installed view this member was in. Accepted batches are written
     /// lazily (the PRE-PREPARE or PREPARE goes out before the disk has them), so the member may
     /// have sent votes there that its storage no longer shows: it accepts and proposes nothing in
@@ -179,6 +209,12 @@ impl OrderStage {
             fetching: None,
             helped: BTreeMap::new(),
             next_batch_owed: BTreeMap::new(),
+            quiet_prepares: BTreeMap::new(),
+            include_primary_until: 0,
+            primary_help_armed: false,
+            backups_complete_streak: 0,
+            quiet_again_after: QUIET_AGAIN_AFTER,
+            last_quiet_again: None,
             abstain_through: (recovered.view_found && !recovered.view.changing).then_some(recovered.view.view),
             record_start: !recovered.view_found,
         };
@@ -388,6 +424,7 @@ impl OrderStage {
         });
         self.helped.clear();
         self.send_owed_next_batches(now, SeqNo(u64::MAX), out);
+        self.check_quiet_prepares(now, out);
         if self.changing {
             self.resend_view_change(out);
         } else {
@@ -427,6 +464,10 @@ impl Stage for OrderStage {
             }
             Input::Message(envelope) => self.on_message(now, &envelope, out),
             Input::Timer(Timer::OrderTick) => self.on_tick(now, out),
+            Input::Timer(Timer::PrimaryHelp) => {
+                self.primary_help_armed = false;
+                self.check_quiet_prepares(now, out);
+            }
             Input::Timer(Timer::BatchClose) => {
                 self.batch_timer_armed = false;
                 self.propose(now, true, out);

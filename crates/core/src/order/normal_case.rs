@@ -5,11 +5,15 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::mem;
 
 use super::log::{Prepared, Slot};
 use super::persist;
 use super::request_pool::{Candidate, Inserted};
-use super::{OrderStage, Snapshot, LAST_EXEC_RESEND_MAX, NEXT_BATCH_HOLD_FRACTION};
+use super::{
+    OrderStage, Snapshot, LAST_EXEC_RESEND_MAX, NEXT_BATCH_HOLD_FRACTION, PRIMARY_HELP_HOLD_FRACTION,
+    QUIET_AGAIN_AFTER, QUIET_AGAIN_AFTER_MAX,
+};
 use crate::config::{ClusterConfig, Sabotage};
 use crate::crypto::{Digest, MatrixRow, MatrixSignature};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, StageKind, View};
@@ -366,10 +370,124 @@ impl OrderStage {
         // (`abstain_through`), so it never votes for another batch where it may have voted.
         persist::write_lazily(out, persist::slot_key(seqno), &slot.record);
         self.stats.bump("pre_prepare_accepted");
-        self.send_to_order(out, Message::Prepare { view, seqno, digest });
+        self.send_prepare(now, seqno, digest, out);
         self.early_execute(seqno, out);
         self.check_prepared(now, seqno, out);
         true
+    }
+
+    /// Sends this backup's PREPARE for an accepted batch. While every backup keeps up, it goes to
+    /// the other backups only: the primary needs PREPAREs only to become prepared and send its own
+    /// COMMIT, and the `n_order - 1` backups' COMMITs already make the commit quorum
+    /// `n_order - u` (u >= 1). So in the normal case the primary receives no PREPARE, syncs no
+    /// prepared certificate and sends no COMMIT, and every other member commits on the backups'
+    /// COMMITs (the primary too). Safety does not depend on who receives a PREPARE: the prepared
+    /// and committed predicates are unchanged. If the slot has not committed here after the hold
+    /// (`Timer::PrimaryHelp`), the PREPAREs go to the primary too, and so does every PREPARE for
+    /// the next view-change timeout: the primary then prepares and its COMMIT completes the quorum
+    /// while a backup is down, slow or silent.
+    fn send_prepare(&mut self, now: Time, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
+        let view = self.view;
+        let message = Message::Prepare { view, seqno, digest };
+        let quiet = self.q.n_order > self.q.order_medium() && now >= self.include_primary_until;
+        if !quiet {
+            return self.send_to_order(out, message);
+        }
+        let primary = Principal::Order(self.primary_of(view));
+        let backups = self
+            .other_order_members()
+            .into_iter()
+            .filter(|p| *p != primary)
+            .collect();
+        self.send(out, backups, message, SealFor::Stage(StageKind::Order));
+        self.quiet_prepares.insert(seqno, now);
+        self.stats.bump("prepare_quiet");
+        if !self.primary_help_armed {
+            self.primary_help_armed = true;
+            out.push(Action::SetTimer {
+                timer: Timer::PrimaryHelp,
+                at: now + self.primary_help_hold(),
+            });
+        }
+    }
+
+    /// While the primary is included (after a stall): counts commits at which the slot before
+    /// the last committed one (if still in the log) holds every backup's COMMIT (same view and
+    /// digest); after `quiet_again_after` ([`QUIET_AGAIN_AFTER`] or more) in a row the primary is
+    /// left out again. A backup that is down never completes a slot, so then the primary stays
+    /// included until the span ends.
+    fn note_backups_complete(&mut self, now: Time) {
+        if now >= self.include_primary_until {
+            return;
+        }
+        let primary = self.primary_of(self.view);
+        // A slot a stable checkpoint already discarded tells nothing either way.
+        let Some(slot) = self.log.get(&SeqNo(self.last_committed.0.saturating_sub(1))) else {
+            return;
+        };
+        let vote = slot
+            .record
+            .committed
+            .zip(slot.record.accepted.as_ref().map(|a| a.digest));
+        let complete = vote.is_some()
+            && ClusterConfig::order_members(&self.q)
+                .filter_map(|p| p.replica())
+                .filter(|r| *r != primary && *r != self.id)
+                .all(|r| slot.commits.get(&r).copied() == vote);
+        self.backups_complete_streak = if complete { self.backups_complete_streak + 1 } else { 0 };
+        if self.backups_complete_streak >= self.quiet_again_after {
+            self.backups_complete_streak = 0;
+            self.include_primary_until = now;
+            self.last_quiet_again = Some(now);
+            self.stats.bump("prepare_quiet_again");
+        }
+    }
+
+    fn primary_help_hold(&self) -> Time {
+        (self.config.knobs.view_change_timeout_us / PRIMARY_HELP_HOLD_FRACTION).max(1)
+    }
+
+    /// `Timer::PrimaryHelp` (and every tick): drops the quiet slots committed here; if one is still
+    /// uncommitted after the hold, sends the PREPARE of every quiet slot to the primary and
+    /// includes the primary in every PREPARE for the next view-change timeout (counted
+    /// `prepare_primary_helped`). Otherwise sets the timer for the oldest one left.
+    pub(super) fn check_quiet_prepares(&mut self, now: Time, out: &mut Vec<Action>) {
+        self.quiet_prepares = self.quiet_prepares.split_off(&self.last_committed.next());
+        let hold = self.primary_help_hold();
+        let Some((_, &oldest)) = self.quiet_prepares.first_key_value() else {
+            return;
+        };
+        if oldest.saturating_add(hold) > now {
+            if !self.primary_help_armed {
+                self.primary_help_armed = true;
+                out.push(Action::SetTimer {
+                    timer: Timer::PrimaryHelp,
+                    at: oldest + hold,
+                });
+            }
+            return;
+        }
+        let span = self.config.knobs.view_change_timeout_us;
+        self.include_primary_until = now.saturating_add(span);
+        self.backups_complete_streak = 0;
+        // A stall soon after the last return to quiet PREPAREs: ask for a longer streak next time.
+        self.quiet_again_after = match self.last_quiet_again {
+            Some(at) if now < at.saturating_add(span) => (self.quiet_again_after * 2).min(QUIET_AGAIN_AFTER_MAX),
+            _ => QUIET_AGAIN_AFTER,
+        };
+        let (view, primary) = (self.view, Principal::Order(self.primary_of(self.view)));
+        for seqno in mem::take(&mut self.quiet_prepares).into_keys() {
+            let Some(accepted) = self.log.get(&seqno).and_then(|s| s.accepted_in(view)) else {
+                continue;
+            };
+            let message = Message::Prepare {
+                view,
+                seqno,
+                digest: accepted.digest,
+            };
+            self.stats.bump("prepare_primary_helped");
+            self.send(out, vec![primary], message, SealFor::Stage(StageKind::Order));
+        }
     }
 
     /// Checks view and window of an agreement message; helps members that are behind.
@@ -448,6 +566,7 @@ impl OrderStage {
             batch: None,
         });
         slot.commits.insert(me, (view, digest));
+        self.stats.bump("prepared");
         persist::write(out, persist::mark_key(seqno), &slot.record.mark());
         self.send_to_order(out, Message::Commit { view, seqno, digest });
         self.check_committed(now, seqno, out);
@@ -550,6 +669,10 @@ impl OrderStage {
         if !progressed {
             return;
         }
+        if !self.quiet_prepares.is_empty() {
+            self.quiet_prepares = self.quiet_prepares.split_off(&self.last_committed.next());
+        }
+        self.note_backups_complete(now);
         self.send_owed_next_batches(now, SeqNo(0), out);
         self.consecutive_view_changes = 0;
         if self.view_change_deadline.is_some() && !self.changing {
@@ -567,6 +690,10 @@ impl OrderStage {
     /// COMMIT for committed slot `n` has not arrived here. Its co-located execution member needs
     /// no other NEXT-BATCH than ours (PROTOCOL.md step 5); another needs `q.next_batch()` of them
     /// when its own order member does not commit the batch (cut off, in another view, behind).
+    /// The execution member co-located with the primary of the slot's commit view is never
+    /// missing: in the normal case that primary sends no COMMIT (`send_prepare`), yet it
+    /// pre-prepared the batch and commits it when the backups' COMMITs arrive, and if it falls
+    /// behind its execution member asks with LAST-EXEC.
     fn next_batch_missing(&self, n: SeqNo, execs: impl Iterator<Item = ReplicaId>) -> Vec<ReplicaId> {
         let Some(slot) = self.log.get(&n) else {
             return Vec::new();
@@ -577,6 +704,7 @@ impl OrderStage {
             .zip(slot.record.accepted.as_ref().map(|a| a.digest));
         execs
             .filter(|r| *r != self.id && (vote.is_none() || slot.commits.get(r).copied() != vote))
+            .filter(|r| vote.is_none_or(|(view, _)| *r != self.primary_of(view)))
             .collect()
     }
 

@@ -144,6 +144,7 @@ impl OrderStage {
         self.hint_primary(out);
         self.new_view = None;
         self.buffered.clear();
+        self.quiet_prepares.clear();
         if self.batch_timer_armed {
             self.batch_timer_armed = false;
             out.push(Action::CancelTimer {

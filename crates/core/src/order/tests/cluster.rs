@@ -403,6 +403,15 @@ impl Cluster {
         self.member(i).last_ordered.clone()
     }
 
+    /// The lowest committed prefix among `members`.
+    pub(super) fn min_committed_of(&self, members: &[usize]) -> SeqNo {
+        members
+            .iter()
+            .map(|i| self.member(*i).last_committed())
+            .min()
+            .unwrap_or_default()
+    }
+
     pub(super) fn stat(&self, i: usize, name: &str) -> u64 {
         self.member(i).stats().get(name)
     }
