@@ -1,5 +1,6 @@
-//! The client's protocol (UpRight thesis 5.1): request ids, preferred quorum then all,
-//! retransmission with a doubling timeout, and `r + 1` matching replies; plus the read-only path
+//! The client's protocol (UpRight thesis 5.1): request ids, preferred quorum then all (the
+//! preferred quorum moves on by one member at each retransmission), retransmission with a
+//! doubling timeout, and `r + 1` matching replies; plus the read-only path
 //! (`read_only`: all execution members at once, fall back to the ordered path).
 //!
 //! The client is closed-loop: one outstanding request. Operations invoked while one is
@@ -51,8 +52,26 @@ pub struct Client {
     read_only_count: u64,
     queue: VecDeque<(Bytes, bool)>,
     base_timeout_us: u64,
+    /// The first authentication member of the preferred quorum: `client mod n_auth` at first,
+    /// moved on by one at each retransmission, so a client whose preferred quorum holds a member
+    /// that is down (or does not forward) stops waiting for the retransmission timeout on every
+    /// request after at most `client_preferred()` of them.
+    preferred_start: usize,
+    /// Read-only operations take the ordered path until then: the last read-only attempt timed
+    /// out (an execution member is down or slow, so `q_r = n_exec` matching replies cannot come).
+    read_only_paused_until: Time,
+    /// The next pause after a read-only timeout: [`READ_ONLY_PAUSE_INITIAL_US`], doubled by each
+    /// timeout up to [`READ_ONLY_PAUSE_MAX_US`], back to the initial value when a read-only
+    /// attempt succeeds.
+    read_only_pause_us: u64,
     stats: Stats,
 }
+
+/// First pause of the read-only path after a read-only timeout.
+pub const READ_ONLY_PAUSE_INITIAL_US: u64 = 100_000;
+/// Longest pause of the read-only path: with an execution member down, one read in this long
+/// pays the read-only timeout before it is ordered.
+pub const READ_ONLY_PAUSE_MAX_US: u64 = 10_000_000;
 
 impl Client {
     /// A new client `id` of `config` with its key ring; its first request id is 1.
@@ -81,6 +100,9 @@ impl Client {
             read_only_count: 0,
             queue: VecDeque::new(),
             base_timeout_us,
+            preferred_start: id.0 as usize % quorums.n_auth,
+            read_only_paused_until: 0,
+            read_only_pause_us: READ_ONLY_PAUSE_INITIAL_US,
             stats: Stats::default(),
         })
     }
@@ -107,7 +129,9 @@ impl Client {
         let Some((operation, read_only)) = self.queue.pop_front() else {
             return;
         };
-        if read_only && self.start_read_only(now, operation.clone(), out) {
+        if read_only && now < self.read_only_paused_until {
+            self.stats.bump("read_only_paused");
+        } else if read_only && self.start_read_only(now, operation.clone(), out) {
             return;
         }
         self.start_ordered(now, operation, out);
@@ -131,9 +155,10 @@ impl Client {
             message,
             SealFor::Stage(crate::ids::StageKind::Auth),
         ));
-        // First send: the preferred quorum, n_auth - u members starting at c mod n_auth.
+        // First send: the preferred quorum, n_auth - u members from `preferred_start` (at first
+        // c mod n_auth).
         let n = self.quorums.n_auth;
-        let start = self.id.0 as usize % n;
+        let start = self.preferred_start;
         let to = (0..self.quorums.client_preferred())
             .map(|k| Principal::Auth(ReplicaId(((start + k) % n) as u32)))
             .collect();
@@ -161,6 +186,10 @@ impl Client {
             return;
         };
         self.stats.bump("retransmissions");
+        // The preferred quorum did not get this request ordered in time: one of its members may
+        // be down, so later requests start at the next member (the n_auth - u window then leaves
+        // out another one; after at most n_auth - u moves it leaves out the one that is down).
+        self.preferred_start = (self.preferred_start + 1) % self.quorums.n_auth;
         let to = ClusterConfig::auth_members(&self.quorums).collect();
         out.push(Action::Send {
             to,
@@ -407,6 +436,44 @@ mod tests {
             assert!(at - now <= 4_000_000, "capped");
             now = at;
         }
+    }
+
+    /// Auth(1) is down, and client 0's preferred quorum (3 of 4 members from Auth(0)) holds it:
+    /// each request that times out moves the quorum on by one, until it leaves Auth(1) out; then
+    /// requests go to that window at once, with no further retransmission.
+    #[test]
+    fn the_preferred_quorum_moves_on_after_a_retransmission() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = client(&f, 0);
+        let auth = |ids: &[u32]| ids.iter().map(|&i| Principal::Auth(ReplicaId(i))).collect::<Vec<_>>();
+        let mut now = 0;
+        let mut windows = Vec::new();
+        for round in 1..=4u64 {
+            let actions = step(&mut c, now, invoke(b"op"));
+            let Action::Send { to, .. } = &actions[0] else {
+                panic!("no send")
+            };
+            windows.push(to.clone());
+            if to.contains(&Principal::Auth(ReplicaId(1))) {
+                // Auth(1) never forwards it: the client retransmits to everyone.
+                now += 500_000;
+                let actions = step(&mut c, now, Input::Timer(Timer::ClientRetransmit));
+                assert!(matches!(&actions[0], Action::Send { to, .. } if to.len() == 4));
+            }
+            let body = ReplyBody::Full(Bytes::from_static(b"done"));
+            step(&mut c, now, Input::Message(reply(&f, 0, 0, round, body.clone())));
+            let actions = step(&mut c, now, Input::Message(reply(&f, 2, 0, round, body)));
+            assert!(
+                actions.iter().any(|a| matches!(a, Action::Deliver { .. })),
+                "round {round} delivered"
+            );
+            now += 1_000;
+        }
+        assert_eq!(windows[0], auth(&[0, 1, 2]));
+        assert_eq!(windows[1], auth(&[1, 2, 3]));
+        assert_eq!(windows[2], auth(&[2, 3, 0]));
+        assert_eq!(windows[3], auth(&[2, 3, 0]), "stays on the window that works");
+        assert_eq!(c.stats().get("retransmissions"), 2);
     }
 
     #[test]

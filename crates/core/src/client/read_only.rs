@@ -3,7 +3,10 @@
 //! [`Quorums::read_only`](crate::quorum::Quorums::read_only) matching replies, each carrying the
 //! full result, from distinct execution members. If the replies cannot match any more, or the
 //! quorum is not complete within `knobs.read_only_timeout_us`, the same operation goes down the
-//! ordered path as a normal request; the application gets exactly one result either way.
+//! ordered path as a normal request; the application gets exactly one result either way. After a
+//! timeout the client orders its reads for a pause (100 ms, doubling with each timeout in a row up
+//! to 10 s, reset by a read-only success), so a member that is down does not cost every read the
+//! timeout.
 //!
 //! Nonces: a READ-ONLY request carries a nonce, not an ordered request id (ordered ids must stay
 //! gapless for the order stage). The nonce is `last_request_id * 2^16 + k` for the `k`-th read
@@ -155,6 +158,7 @@ impl Client {
             });
             self.stats.bump("read_only_delivered");
             self.stats.bump("delivered");
+            self.read_only_pause_us = super::READ_ONLY_PAUSE_INITIAL_US;
             self.start_next(now, out);
             return;
         }
@@ -165,9 +169,13 @@ impl Client {
         }
     }
 
-    /// The read-only timer expired before a quorum matched.
+    /// The read-only timer expired before a quorum matched: an execution member is probably down
+    /// or slow, so the next read-only operations take the ordered path for a while (doubling with
+    /// each timeout in a row) instead of each paying the timeout first.
     pub(super) fn read_only_timeout(&mut self, now: Time, out: &mut Vec<Action>) {
         self.stats.bump("read_only_timeout");
+        self.read_only_paused_until = now.saturating_add(self.read_only_pause_us);
+        self.read_only_pause_us = (self.read_only_pause_us * 2).min(super::READ_ONLY_PAUSE_MAX_US);
         self.fall_back(now, out);
     }
 
@@ -342,6 +350,61 @@ mod tests {
         step(&mut c, 5, reply(&f, 1, 1, full(b"v"), true));
         let actions = step(&mut c, 6, reply(&f, 2, 1, full(b"v"), true));
         assert_eq!(delivered(&actions), vec![Bytes::from_static(b"v")]);
+    }
+
+    fn read_only_sent(actions: &[Action]) -> bool {
+        actions.iter().any(|a| {
+            matches!(a, Action::Send { envelope, .. } if matches!(envelope.message, Message::ReadOnlyRequest { .. }))
+        })
+    }
+
+    /// Execution member 2 is down, so no read-only quorum (all three) can form: the first read
+    /// pays the timeout, the reads within the pause are ordered at once, the pause doubles with
+    /// each timeout in a row, and a read-only success resets it.
+    #[test]
+    fn a_read_only_timeout_pauses_the_read_only_path_with_doubling() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = client(&f);
+        let timeout = Knobs::default().read_only_timeout_us;
+        let mut ordered = 0u64;
+        // Answers the outstanding ordered request from execution members 0 and 1.
+        let mut answer = |c: &mut Client, now: Time| {
+            ordered += 1;
+            step(c, now, reply(&f, 0, ordered, full(b"v"), false));
+            let actions = step(c, now, reply(&f, 1, ordered, full(b"v"), false));
+            assert_eq!(delivered(&actions).len(), 1);
+        };
+        let mut now = 0;
+        assert!(read_only_sent(&invoke_ro(&mut c, now)));
+        now += timeout;
+        let actions = step(&mut c, now, Input::Timer(Timer::ClientRetransmit));
+        assert!(ordered_request(&actions).is_some(), "fell back");
+        answer(&mut c, now);
+        // Within the pause (100 ms): ordered at once.
+        now += 50_000;
+        let actions = invoke_ro(&mut c, now);
+        assert!(!read_only_sent(&actions) && ordered_request(&actions).is_some());
+        answer(&mut c, now);
+        assert_eq!(c.stats().get("read_only_paused"), 1);
+        // After it: read-only again, another timeout, and now a 200 ms pause.
+        now += 60_000;
+        assert!(read_only_sent(&invoke_ro(&mut c, now)));
+        now += timeout;
+        step(&mut c, now, Input::Timer(Timer::ClientRetransmit));
+        answer(&mut c, now);
+        now += 150_000;
+        assert!(!read_only_sent(&invoke_ro(&mut c, now)), "still paused at 150 ms");
+        answer(&mut c, now);
+        now += 60_000;
+        // Member 2 is back: the read-only attempt succeeds and the pause is reset to 100 ms.
+        assert!(read_only_sent(&invoke_ro(&mut c, now)));
+        let nonce = (ordered << 16) + 1;
+        for e in 0..3 {
+            step(&mut c, now, reply(&f, e, nonce, full(b"v"), true));
+        }
+        assert_eq!(c.stats().get("read_only_delivered"), 1);
+        assert_eq!(c.read_only_pause_us, crate::client::READ_ONLY_PAUSE_INITIAL_US);
+        assert_eq!(c.stats().get("read_only_timeout"), 2);
     }
 
     #[test]
