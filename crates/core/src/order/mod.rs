@@ -133,7 +133,8 @@ pub struct OrderStage {
     /// Slots whose PREPARE this backup sent to the other backups only, with when
     /// (`send_prepare`). If one has not committed here `PRIMARY_HELP_HOLD_FRACTION` of the
     /// view-change timeout later, the PREPAREs go to the primary too (`Timer::PrimaryHelp`).
-    /// Committed slots leave it; at most the slots in the window.
+    /// Committed slots leave it when that timer fires or at a tick (not on the commit path),
+    /// so it holds at most the slots accepted within one hold, all in the window.
     quiet_prepares: BTreeMap<SeqNo, Time>,
     /// Until this time every PREPARE goes to the primary too: a slot needed the primary's
     /// COMMIT recently (a backup is down, slow or lying).

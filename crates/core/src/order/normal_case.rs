@@ -402,11 +402,17 @@ impl OrderStage {
         self.send(out, backups, message, SealFor::Stage(StageKind::Order));
         self.quiet_prepares.insert(seqno, now);
         self.stats.bump("prepare_quiet");
+        self.arm_primary_help(now + self.primary_help_hold(), out);
+    }
+
+    /// Sets `Timer::PrimaryHelp` unless it is already set (it then fires no later than `at`:
+    /// it was set for an older quiet slot).
+    fn arm_primary_help(&mut self, at: Time, out: &mut Vec<Action>) {
         if !self.primary_help_armed {
             self.primary_help_armed = true;
             out.push(Action::SetTimer {
                 timer: Timer::PrimaryHelp,
-                at: now + self.primary_help_hold(),
+                at,
             });
         }
     }
@@ -458,14 +464,7 @@ impl OrderStage {
             return;
         };
         if oldest.saturating_add(hold) > now {
-            if !self.primary_help_armed {
-                self.primary_help_armed = true;
-                out.push(Action::SetTimer {
-                    timer: Timer::PrimaryHelp,
-                    at: oldest + hold,
-                });
-            }
-            return;
+            return self.arm_primary_help(oldest + hold, out);
         }
         let span = self.config.knobs.view_change_timeout_us;
         self.include_primary_until = now.saturating_add(span);
@@ -668,9 +667,6 @@ impl OrderStage {
         }
         if !progressed {
             return;
-        }
-        if !self.quiet_prepares.is_empty() {
-            self.quiet_prepares = self.quiet_prepares.split_off(&self.last_committed.next());
         }
         self.note_backups_complete(now);
         self.send_owed_next_batches(now, SeqNo(0), out);

@@ -15,6 +15,12 @@ use crate::stage::{Action, Event, Input, Stage, Storage, Time, Timer};
 /// Decides whether a message from `from` to `to` is delivered.
 pub(super) type Filter = Box<dyn FnMut(Principal, Principal, &Message) -> bool>;
 
+/// A filter that cuts order member `member` off: it neither sends nor receives.
+pub(super) fn cut_off(member: u32) -> Filter {
+    let m = Principal::Order(ReplicaId(member));
+    Box::new(move |from, to, _| from != m && to != m)
+}
+
 pub(super) const CLIENTS: u32 = 3;
 
 pub(super) struct Cluster {

@@ -6,7 +6,7 @@ mod cluster;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use self::cluster::{small_knobs, Cluster, CLIENTS};
+use self::cluster::{cut_off, small_knobs, Cluster, CLIENTS};
 use crate::config::Knobs;
 use crate::crypto::{Digest, MatrixSignature};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
@@ -84,7 +84,7 @@ fn normal_case_commits_for_each_configuration() {
 fn an_execution_member_whose_order_member_is_cut_off_gets_next_batch_from_the_others() {
     let mut c = Cluster::new(1, 1, small_knobs());
     // Order(2) neither sends nor receives: it commits nothing, so Exec(2) depends on the others.
-    c.filter = Box::new(|from, to, _| from != Principal::Order(ReplicaId(2)) && to != Principal::Order(ReplicaId(2)));
+    c.filter = cut_off(2);
     for client in 0..CLIENTS {
         c.submit(client);
     }
@@ -152,7 +152,7 @@ fn backups_include_the_primary_only_while_a_backup_is_missing() {
     let hold = primary_help_hold(&c);
     let span = c.config.knobs.view_change_timeout_us;
     // Member 3 down: the first batch waits for the hold, then commits with the primary's COMMIT.
-    c.filter = Box::new(|from, to, _| from != Principal::Order(ReplicaId(3)) && to != Principal::Order(ReplicaId(3)));
+    c.filter = cut_off(3);
     c.submit(0);
     c.pump();
     assert_eq!(c.min_committed_of(&[0, 1, 2]), SeqNo(0));
@@ -186,13 +186,7 @@ fn backups_include_the_primary_only_while_a_backup_is_missing() {
     c.filter = Box::new(|_, _, _| true);
     c.run(span / 2);
     let prepared_before = c.stat(0, "prepared");
-    let mut n = 0;
-    while c.stat(1, "prepare_quiet_again") == 0 {
-        n += 1;
-        assert!(n <= 4 * crate::order::QUIET_AGAIN_AFTER, "never left out again");
-        c.submit((n % CLIENTS as u64) as u32);
-        c.pump();
-    }
+    commit_until_quiet_again(&mut c, 4 * crate::order::QUIET_AGAIN_AFTER);
     let quiet_before = c.stat(1, "prepare_quiet");
     for k in 0..3u64 {
         c.submit((k % CLIENTS as u64) as u32);
@@ -210,20 +204,13 @@ fn backups_include_the_primary_only_while_a_backup_is_missing() {
     assert_eq!(c.stat(1, "prepare_primary_helped"), 2, "no stall with every backup up");
     // A stall soon after that (member 3 flapping, or withholding its COMMIT on purpose): the
     // primary is asked in again, and leaving it out takes twice the streak this time.
-    c.filter = Box::new(|from, to, _| from != Principal::Order(ReplicaId(3)) && to != Principal::Order(ReplicaId(3)));
+    c.filter = cut_off(3);
     c.submit(1);
     c.run(hold);
     assert_eq!(c.stat(1, "prepare_primary_helped"), 3);
     c.filter = Box::new(|_, _, _| true);
     c.run(span / 4);
-    let again_before = c.stat(1, "prepare_quiet_again");
-    let mut slots = 0;
-    while c.stat(1, "prepare_quiet_again") == again_before {
-        slots += 1;
-        assert!(slots <= 8 * crate::order::QUIET_AGAIN_AFTER, "never left out again");
-        c.submit((slots % CLIENTS as u64) as u32);
-        c.pump();
-    }
+    let slots = commit_until_quiet_again(&mut c, 8 * crate::order::QUIET_AGAIN_AFTER);
     assert!(
         slots >= 2 * crate::order::QUIET_AGAIN_AFTER,
         "doubled streak: {slots} slots"
@@ -593,7 +580,7 @@ fn restart_during_view_change_resumes_it_without_going_back() {
     c.submit(0);
     c.pump();
     c.crash(0);
-    c.filter = Box::new(|from, to, _| from != Principal::Order(ReplicaId(0)) && to != Principal::Order(ReplicaId(0)));
+    c.filter = cut_off(0);
     let pending = c.submit(1);
     // Member 2 starts a view change, crashes before the NEW-VIEW, and restarts.
     c.filter = Box::new(|from, to, _| {
@@ -606,7 +593,7 @@ fn restart_during_view_change_resumes_it_without_going_back() {
     c.start(2);
     assert!(c.member(2).is_changing_view());
     assert_eq!(c.member(2).view(), view);
-    c.filter = Box::new(|from, to, _| from != Principal::Order(ReplicaId(0)) && to != Principal::Order(ReplicaId(0)));
+    c.filter = cut_off(0);
     // The request rows were volatile at member 2; the authentication stage retransmits them.
     c.resubmit(&pending);
     c.run(20 * c.config.knobs.view_change_timeout_us);
@@ -801,7 +788,7 @@ fn lagging_member_catches_up_by_order_state_transfer() {
         ..small_knobs()
     };
     let mut c = Cluster::new(1, 1, knobs);
-    c.filter = Box::new(|from, to, _| from != Principal::Order(ReplicaId(3)) && to != Principal::Order(ReplicaId(3)));
+    c.filter = cut_off(3);
     for _ in 0..3 {
         for client in 0..CLIENTS {
             c.submit(client);
@@ -1047,6 +1034,20 @@ fn a_member_that_lost_its_lazy_accept_abstains_in_that_view() {
     c.run(20 * c.config.knobs.view_change_timeout_us);
     assert!(c.min_committed() > before, "progress with the restarted member");
     assert!(c.member(2).view() > View(0) && !c.member(2).is_abstaining());
+}
+
+/// Commits one batch at a time until member 1 leaves the primary out again; the batches it
+/// took (at most `bound`).
+fn commit_until_quiet_again(c: &mut Cluster, bound: u64) -> u64 {
+    let before = c.stat(1, "prepare_quiet_again");
+    let mut slots = 0;
+    while c.stat(1, "prepare_quiet_again") == before {
+        slots += 1;
+        assert!(slots <= bound, "never left out again");
+        c.submit((slots % CLIENTS as u64) as u32);
+        c.pump();
+    }
+    slots
 }
 
 /// How long a backup waits before it sends a quiet PREPARE to the primary too.
