@@ -321,8 +321,12 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Resul
     let keys = files::load_replica_keys(&cluster, id, &key_path)?;
     let storage = StorageOptions {
         fsync: cluster.file.fsync,
+        fsync_delay: StorageOptions::fsync_delay_from_env().map_err(FileError)?,
         ..StorageOptions::default()
     };
+    if !storage.fsync_delay.is_zero() {
+        tracing::warn!(delay = ?storage.fsync_delay, "TESTING: every fsync is followed by this delay (a slower disk)");
+    }
     let spec = ReplicaSpec {
         cluster,
         id,

@@ -73,6 +73,29 @@ pub struct StorageOptions {
     pub fsync: FsyncPolicy,
     /// Compact (snapshot + fresh log) once the log is larger than this.
     pub compact_log_bytes: u64,
+    /// Testing: added to every fsync (a sleep after it), to model a disk whose flush is slower
+    /// than this machine's (see [`FSYNC_DELAY_ENV`]). Zero in normal operation.
+    pub fsync_delay: Duration,
+}
+
+/// Environment variable that sets [`StorageOptions::fsync_delay`] of `upright replica` (and so of
+/// the demo's replicas), in microseconds: a stand-in for a slower disk in measurements.
+pub const FSYNC_DELAY_ENV: &str = "UPRIGHT_TEST_FSYNC_DELAY_US";
+
+impl StorageOptions {
+    /// The fsync delay asked for by [`FSYNC_DELAY_ENV`]: zero if unset, an error if it is not a
+    /// number of microseconds (at most one second).
+    pub fn fsync_delay_from_env() -> Result<Duration, String> {
+        let Ok(value) = std::env::var(FSYNC_DELAY_ENV) else {
+            return Ok(Duration::ZERO);
+        };
+        match value.trim().parse::<u64>() {
+            Ok(us) if us <= 1_000_000 => Ok(Duration::from_micros(us)),
+            _ => Err(format!(
+                "{FSYNC_DELAY_ENV}={value:?}: expected microseconds from 0 to 1000000"
+            )),
+        }
+    }
 }
 
 impl Default for StorageOptions {
@@ -80,6 +103,7 @@ impl Default for StorageOptions {
         StorageOptions {
             fsync: FsyncPolicy::Always,
             compact_log_bytes: 64 << 20,
+            fsync_delay: Duration::ZERO,
         }
     }
 }
@@ -227,6 +251,9 @@ impl StageLog {
         let took = if self.options.fsync == FsyncPolicy::Always {
             let start = Instant::now();
             self.file.sync_data()?;
+            if !self.options.fsync_delay.is_zero() {
+                std::thread::sleep(self.options.fsync_delay);
+            }
             let took = start.elapsed();
             self.stats.fsync_total += took;
             self.stats.fsync_max = self.stats.fsync_max.max(took);

@@ -5,6 +5,7 @@ fn opts() -> StorageOptions {
     StorageOptions {
         fsync: FsyncPolicy::Always,
         compact_log_bytes: 1 << 20,
+        ..StorageOptions::default()
     }
 }
 
@@ -126,6 +127,7 @@ fn compaction_keeps_the_state_and_shrinks_the_log() {
     let small = StorageOptions {
         fsync: FsyncPolicy::Never,
         compact_log_bytes: 4096,
+        ..StorageOptions::default()
     };
     let (mut log, _, _) = StageLog::open(dir.path(), small).unwrap();
     for i in 0..2000u32 {
@@ -303,6 +305,7 @@ fn writes_cross_chunk_boundaries_and_groups_larger_than_a_chunk_fit() {
     let big = StorageOptions {
         fsync: FsyncPolicy::Always,
         compact_log_bytes: 64 << 20,
+        ..StorageOptions::default()
     };
     let (mut log, _, _) = StageLog::open(dir.path(), big).unwrap();
     assert_eq!(log.stats().preallocations, 1, "the first chunk is allocated at open");
@@ -346,6 +349,7 @@ fn compaction_follows_the_data_size_and_starts_a_preallocated_log() {
     let small = StorageOptions {
         fsync: FsyncPolicy::Always,
         compact_log_bytes: 4096,
+        ..StorageOptions::default()
     };
     let (mut log, _, _) = StageLog::open(dir.path(), small).unwrap();
     log.append("a", Some(&b("1")));
@@ -423,6 +427,7 @@ fn small_always() -> StorageOptions {
     StorageOptions {
         fsync: FsyncPolicy::Always,
         compact_log_bytes: 16 << 10,
+        ..StorageOptions::default()
     }
 }
 
@@ -554,4 +559,23 @@ fn a_log_of_mostly_live_records_is_not_rewritten_at_the_bound_but_once_half_of_i
     let (_, storage, recovery) = StageLog::open(dir.path(), small_always()).unwrap();
     assert_eq!(recovery, Recovery::Clean);
     assert_eq!(storage, expected);
+}
+
+#[test]
+fn the_testing_fsync_delay_is_added_to_each_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow = StorageOptions {
+        fsync_delay: std::time::Duration::from_millis(20),
+        ..opts()
+    };
+    let (mut log, _, _) = StageLog::open(dir.path(), slow).unwrap();
+    log.append("order/x", Some(&Bytes::from_static(b"1")));
+    let took = log.sync().unwrap().expect("an eager persist is synced");
+    assert!(took >= std::time::Duration::from_millis(20), "took {took:?}");
+    log.append_lazily("order/y", Some(&Bytes::from_static(b"2")));
+    assert_eq!(
+        log.sync().unwrap(),
+        None,
+        "a lazy persist alone is written, not synced (no delay)"
+    );
 }
