@@ -51,6 +51,25 @@ impl Cluster {
         Ok(())
     }
 
+    /// The first replica process that has exited, with how it ended and the last line of its log
+    /// (a replica that fails at start-up says why there).
+    fn exited(&mut self) -> Option<(usize, String)> {
+        for (id, child) in self.children.iter_mut().enumerate() {
+            let Some(child) = child else { continue };
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(self.dir.join(format!("replica-{id}.log"))).unwrap_or_default();
+                let last = log
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("")
+                    .to_string();
+                return Some((id, format!("{status}; its log ends: {last}")));
+            }
+        }
+        None
+    }
+
     /// SIGKILL one replica.
     fn kill(&mut self, id: usize) {
         if let Some(mut child) = self.children[id].take() {
@@ -194,7 +213,20 @@ pub async fn run(
     } else {
         put(b"demo-ready", b"1")
     };
-    let ready = probe.invoke_timeout(first, false, Duration::from_secs(60)).await;
+    // A replica that stops at start-up (bad configuration, port taken) ends the wait at once.
+    let ready = tokio::select! {
+        ready = probe.invoke_timeout(first, false, Duration::from_secs(60)) => ready,
+        (id, how) = async {
+            loop {
+                if let Some(exited) = cluster.exited() {
+                    break exited;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        } => {
+            return Err(FileError(format!("replica {id} exited before the cluster served a request ({how})")));
+        }
+    };
     if let Err(e) = ready {
         return Err(FileError(format!(
             "the cluster did not serve a first request ({e}); see the replica logs in {}",

@@ -105,3 +105,26 @@ fn init_then_misconfigurations_are_one_line_errors() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
 }
+
+#[test]
+fn a_demo_whose_replicas_cannot_start_says_why_at_once() {
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_upright"))
+        .args(["demo", "--port", "0"])
+        .env("UPRIGHT_TEST_FSYNC_DELAY_US", "soon")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("exited before the cluster served a request")
+            && stderr.contains("UPRIGHT_TEST_FSYNC_DELAY_US=\"soon\": expected microseconds"),
+        "{stderr}"
+    );
+    // Not the 60 s readiness timeout.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
