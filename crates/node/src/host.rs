@@ -6,6 +6,14 @@
 //! persists (group commit: one fsync per log for all persists of all inputs handled since the last
 //! flush, always before any send that follows them). Messages between co-located stages go
 //! through an in-memory queue, also only after the sync.
+//!
+//! A send emitted while no eager persist (`Action::Persist`) waits for a sync depends on nothing
+//! the sync would make durable (docs/PROTOCOL.md, the durability rule; lazy persists never hold a
+//! send back). Such sends go *ahead* of the sync: [`Host::send_ahead`] and [`Host::flush`] route
+//! them first. A backup that receives a PRE-PREPARE together with a PREPARE is prepared in the same
+//! round: its PREPARE then goes out at once and only its COMMIT waits for the prepared
+//! certificate's fsync, instead of the PREPARE waiting too (which put a second fsync on the
+//! critical path of the backup that needs that PREPARE).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -71,6 +79,9 @@ pub struct HostStats {
     pub sent: u64,
     /// Envelopes delivered between co-located stages.
     pub local: u64,
+    /// Envelopes to other processes routed ahead of a sync that was due (they depended on no
+    /// unsynced eager persist).
+    pub sent_ahead: u64,
 }
 
 /// The stages of one replica, their logs and timers.
@@ -80,7 +91,12 @@ pub struct Host {
     /// (time, member, timer) for firing in order; `timer_at` for moving/cancelling.
     timers: BTreeMap<(Time, usize, Timer), ()>,
     timer_at: BTreeMap<(usize, Timer), Time>,
+    /// Sends emitted while no eager persist was waiting for a sync: they may go before it.
+    ahead: Vec<(usize, Vec<Principal>, Arc<Envelope>)>,
+    /// Sends emitted after an eager persist that is not synced yet: they go after the sync.
     outbox: Vec<(usize, Vec<Principal>, Arc<Envelope>)>,
+    /// An eager persist was emitted since the last sync (every later send waits for the sync).
+    eager_unsynced: bool,
     local: VecDeque<(usize, Arc<Envelope>)>,
     /// Progress from notes.
     pub progress: Progress,
@@ -96,7 +112,9 @@ impl Host {
             members,
             timers: BTreeMap::new(),
             timer_at: BTreeMap::new(),
+            ahead: Vec::new(),
             outbox: Vec::new(),
+            eager_unsynced: false,
             local: VecDeque::new(),
             progress: Progress::default(),
             stats: HostStats::default(),
@@ -172,8 +190,14 @@ impl Host {
     fn perform(&mut self, index: usize, out: Vec<Action>) {
         for action in out {
             match action {
-                Action::Persist { key, value } => self.members[index].log.append(&key, value.as_ref()),
+                Action::Persist { key, value } => {
+                    self.members[index].log.append(&key, value.as_ref());
+                    self.eager_unsynced = true;
+                }
                 Action::PersistLazily { key, value } => self.members[index].log.append_lazily(&key, value.as_ref()),
+                // Emission order is kept: while `eager_unsynced` is false the outbox is empty (it is
+                // drained right after each sync), so every send ahead precedes every send behind.
+                Action::Send { to, envelope } if !self.eager_unsynced => self.ahead.push((index, to, envelope)),
                 Action::Send { to, envelope } => self.outbox.push((index, to, envelope)),
                 Action::SetTimer { timer, at } => {
                     if let Some(old) = self.timer_at.insert((index, timer), at) {
@@ -211,12 +235,35 @@ impl Host {
         }
     }
 
-    /// Ends a round: calls every member's flush hook, makes buffered persists durable (one sync
-    /// per dirty log), then performs the collected sends; deliveries to co-located stages are
-    /// handled here too (each followed by another flush hook), repeating until no work is left.
+    /// Starts ending a round: calls every member's flush hook and routes the sends that depend on
+    /// no unsynced persist. Returns whether it routed any to another process while a sync is due:
+    /// the caller may then let those be written (the transport writes from its own tasks) before
+    /// [`Host::flush`] blocks on the sync. Calling [`Host::flush`] alone is equally correct.
+    pub fn send_ahead(&mut self, now: Time, router: &mut dyn Router) -> bool {
+        self.flush_members(now);
+        let sent = self.stats.sent;
+        self.route_ahead(router);
+        self.eager_unsynced && self.stats.sent > sent
+    }
+
+    fn route_ahead(&mut self, router: &mut dyn Router) {
+        let sent = self.stats.sent;
+        for (index, to, envelope) in std::mem::take(&mut self.ahead) {
+            self.route(index, to, envelope, router);
+        }
+        if self.eager_unsynced {
+            self.stats.sent_ahead += self.stats.sent - sent;
+        }
+    }
+
+    /// Ends a round: calls every member's flush hook, routes the sends that depend on no unsynced
+    /// persist, makes buffered persists durable (one sync per dirty log), then performs the other
+    /// sends; deliveries to co-located stages are handled here too (each followed by another flush
+    /// hook), repeating until no work is left.
     pub fn flush(&mut self, now: Time, router: &mut dyn Router) -> std::io::Result<()> {
         for _ in 0..LOCAL_ROUNDS_MAX {
             self.flush_members(now);
+            self.route_ahead(router);
             self.sync_logs()?;
             for (index, to, envelope) in std::mem::take(&mut self.outbox) {
                 self.route(index, to, envelope, router);
@@ -245,6 +292,7 @@ impl Host {
         if synced {
             self.stats.group_commits += 1;
         }
+        self.eager_unsynced = false;
         Ok(())
     }
 

@@ -90,6 +90,11 @@ impl Status {
         gauge("sent_total", "Envelopes sent to other processes.", self.host.sent);
         gauge("local_total", "Envelopes between co-located stages.", self.host.local);
         gauge(
+            "sent_ahead_total",
+            "Envelopes sent ahead of a sync they did not depend on.",
+            self.host.sent_ahead,
+        );
+        gauge(
             "corrupt_storage_recoveries",
             "Stages started empty after finding corrupt storage.",
             self.corrupt_recoveries,

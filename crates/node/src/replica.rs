@@ -317,6 +317,12 @@ async fn event_loop(
         for (_, envelope) in inbox.pop_round_robin(INPUTS_PER_ROUND_MAX) {
             host.deliver(now, envelope);
         }
+        // Sends that do not depend on this round's sync (a PREPARE next to the COMMIT that does)
+        // are handed to the connection tasks first, and a yield lets them write before the sync
+        // blocks this thread.
+        if host.send_ahead(now, router) {
+            tokio::task::yield_now().await;
+        }
         host.flush(now, router).map_err(io)?;
         // More input waiting: let the connection tasks write this round's sends (and read) first.
         // Nothing waiting: the wait above parks this task, which runs them anyway; a yield here

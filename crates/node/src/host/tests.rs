@@ -234,3 +234,133 @@ fn the_flush_hook_sends_once_per_round_after_the_round_is_durable() {
         .count();
     assert_eq!(to_client, 2);
 }
+
+/// An order-like member: each message makes it send a "PREPARE" to replica 1 (no persist), then
+/// persist a "certificate" eagerly and send a "COMMIT" to replica 2 that depends on it; or, with
+/// `lazy`, persist lazily and send to replica 1 only.
+struct Preparer {
+    stats: Stats,
+    lazy: bool,
+    handled: u64,
+}
+
+impl Stage for Preparer {
+    fn principal(&self) -> Principal {
+        Principal::Order(ReplicaId(0))
+    }
+    fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
+        let Input::Message(_) = input else { return };
+        self.handled += 1;
+        let key = format!("order/{}", self.handled);
+        if self.lazy {
+            out.push(Action::PersistLazily {
+                key,
+                value: Some(Bytes::from_static(b"accepted")),
+            });
+            out.push(Action::Send {
+                to: vec![Principal::Order(ReplicaId(1))],
+                envelope: env(self.principal(), now),
+            });
+            return;
+        }
+        out.push(Action::Send {
+            to: vec![Principal::Order(ReplicaId(1))],
+            envelope: env(self.principal(), now),
+        });
+        out.push(Action::Persist {
+            key,
+            value: Some(Bytes::from_static(b"prepared")),
+        });
+        out.push(Action::Send {
+            to: vec![Principal::Order(ReplicaId(2))],
+            envelope: env(self.principal(), now),
+        });
+    }
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
+
+fn preparer_host(dir: &std::path::Path, lazy: bool) -> (Host, Checker) {
+    let path = dir.join("order");
+    let (log, _, _) = StageLog::open(&path, StorageOptions::default()).unwrap();
+    let members = vec![Member {
+        kind: StageKind::Order,
+        stage: Box::new(Preparer {
+            stats: Stats::default(),
+            lazy,
+            handled: 0,
+        }),
+        log,
+    }];
+    let router = Checker {
+        dirs: vec![path],
+        sends: Vec::new(),
+    };
+    (Host::new(ReplicaId(0), members), router)
+}
+
+fn prepare_message() -> Arc<Envelope> {
+    // A kind the host routes to the order member.
+    Arc::new(Envelope::new(
+        Principal::Order(ReplicaId(1)),
+        Message::Prepare {
+            view: upright_core::ids::View(0),
+            seqno: SeqNo(1),
+            digest: upright_core::crypto::Digest::default(),
+        },
+        Seal::None,
+    ))
+}
+
+#[test]
+fn a_send_emitted_before_an_eager_persist_goes_ahead_of_the_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut host, mut router) = preparer_host(dir.path(), false);
+    host.start(0);
+    host.deliver(1, prepare_message());
+    assert!(host.send_ahead(1, &mut router), "a send went ahead while a sync is due");
+    assert_eq!(
+        router.sends,
+        vec![(Process::Replica(ReplicaId(1)), vec![0])],
+        "before the sync"
+    );
+    host.flush(1, &mut router).unwrap();
+    assert_eq!(
+        router.sends[1],
+        (Process::Replica(ReplicaId(2)), vec![1]),
+        "the send after the persist waited for it"
+    );
+    assert_eq!(host.stats.sent_ahead, 1);
+    // Two inputs in one round: the first one's persist holds back every later send, the second
+    // input's "PREPARE" too (emission order is kept).
+    host.deliver(2, prepare_message());
+    host.deliver(2, prepare_message());
+    host.flush(2, &mut router).unwrap();
+    let round: Vec<_> = router.sends[2..].to_vec();
+    assert_eq!(
+        round,
+        vec![
+            (Process::Replica(ReplicaId(1)), vec![1]),
+            (Process::Replica(ReplicaId(2)), vec![3]),
+            (Process::Replica(ReplicaId(1)), vec![3]),
+            (Process::Replica(ReplicaId(2)), vec![3]),
+        ]
+    );
+    assert_eq!(host.stats.sent_ahead, 2);
+    assert_eq!(host.stats.group_commits, 2);
+}
+
+#[test]
+fn with_only_lazy_persists_nothing_waits_and_nothing_counts_as_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut host, mut router) = preparer_host(dir.path(), true);
+    host.start(0);
+    host.deliver(1, prepare_message());
+    assert!(!host.send_ahead(1, &mut router), "no sync is due: no reason to yield");
+    assert_eq!(router.sends, vec![(Process::Replica(ReplicaId(1)), vec![0])]);
+    host.flush(1, &mut router).unwrap();
+    assert_eq!(router.sends.len(), 1);
+    assert_eq!(host.stats.sent_ahead, 0);
+    assert_eq!(host.stats.group_commits, 0, "lazy persists are written, not synced");
+}
