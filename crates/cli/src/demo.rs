@@ -213,8 +213,13 @@ pub async fn run(
     } else {
         put(b"demo-ready", b"1")
     };
-    // A replica that stops at start-up (bad configuration, port taken) ends the wait at once.
+    // A replica that stops at start-up (bad configuration, port taken) ends the wait at once; so
+    // does Ctrl-C or SIGTERM (the replicas are stopped and the directory removed, as later).
     let ready = tokio::select! {
+        _ = crate::stop_requested() => {
+            drop(cluster);
+            return Ok(ExitCode::SUCCESS);
+        }
         ready = probe.invoke_timeout(first, false, Duration::from_secs(60)) => ready,
         (id, how) = async {
             loop {
