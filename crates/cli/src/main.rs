@@ -325,7 +325,7 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Resul
         ..StorageOptions::default()
     };
     if !storage.fsync_delay.is_zero() {
-        tracing::warn!(delay = ?storage.fsync_delay, "TESTING: every fsync is followed by this delay (a slower disk)");
+        tracing::warn!(delay = ?storage.fsync_delay, "TESTING: every log sync (group commit) is followed by this delay (a slower disk)");
     }
     let spec = ReplicaSpec {
         cluster,

@@ -95,8 +95,6 @@ pub struct Host {
     ahead: Vec<(usize, Vec<Principal>, Arc<Envelope>)>,
     /// Sends emitted after an eager persist that is not synced yet: they go after the sync.
     outbox: Vec<(usize, Vec<Principal>, Arc<Envelope>)>,
-    /// An eager persist was emitted since the last sync (every later send waits for the sync).
-    eager_unsynced: bool,
     local: VecDeque<(usize, Arc<Envelope>)>,
     /// Progress from notes.
     pub progress: Progress,
@@ -114,7 +112,6 @@ impl Host {
             timer_at: BTreeMap::new(),
             ahead: Vec::new(),
             outbox: Vec::new(),
-            eager_unsynced: false,
             local: VecDeque::new(),
             progress: Progress::default(),
             stats: HostStats::default(),
@@ -190,14 +187,11 @@ impl Host {
     fn perform(&mut self, index: usize, out: Vec<Action>) {
         for action in out {
             match action {
-                Action::Persist { key, value } => {
-                    self.members[index].log.append(&key, value.as_ref());
-                    self.eager_unsynced = true;
-                }
+                Action::Persist { key, value } => self.members[index].log.append(&key, value.as_ref()),
                 Action::PersistLazily { key, value } => self.members[index].log.append_lazily(&key, value.as_ref()),
-                // Emission order is kept: while `eager_unsynced` is false the outbox is empty (it is
-                // drained right after each sync), so every send ahead precedes every send behind.
-                Action::Send { to, envelope } if !self.eager_unsynced => self.ahead.push((index, to, envelope)),
+                // Emission order is kept: while no sync is due the outbox is empty (it is drained
+                // right after each sync), so every send ahead precedes every send behind.
+                Action::Send { to, envelope } if !self.sync_due() => self.ahead.push((index, to, envelope)),
                 Action::Send { to, envelope } => self.outbox.push((index, to, envelope)),
                 Action::SetTimer { timer, at } => {
                     if let Some(old) = self.timer_at.insert((index, timer), at) {
@@ -241,19 +235,27 @@ impl Host {
     /// [`Host::flush`] blocks on the sync. Calling [`Host::flush`] alone is equally correct.
     pub fn send_ahead(&mut self, now: Time, router: &mut dyn Router) -> bool {
         self.flush_members(now);
-        let sent = self.stats.sent;
-        self.route_ahead(router);
-        self.eager_unsynced && self.stats.sent > sent
+        self.route_ahead(router) > 0
     }
 
-    fn route_ahead(&mut self, router: &mut dyn Router) {
+    /// Whether a member's log holds an eager persist not yet synced (sends emitted now wait).
+    fn sync_due(&self) -> bool {
+        self.members.iter().any(|m| m.log.needs_sync())
+    }
+
+    /// Routes the sends emitted while no sync was due; returns how many envelopes went to other
+    /// processes ahead of a sync that is due now (counted in `sent_ahead`).
+    fn route_ahead(&mut self, router: &mut dyn Router) -> u64 {
         let sent = self.stats.sent;
         for (index, to, envelope) in std::mem::take(&mut self.ahead) {
             self.route(index, to, envelope, router);
         }
-        if self.eager_unsynced {
-            self.stats.sent_ahead += self.stats.sent - sent;
+        if !self.sync_due() {
+            return 0;
         }
+        let ahead = self.stats.sent - sent;
+        self.stats.sent_ahead += ahead;
+        ahead
     }
 
     /// Ends a round: calls every member's flush hook, routes the sends that depend on no unsynced
@@ -292,7 +294,6 @@ impl Host {
         if synced {
             self.stats.group_commits += 1;
         }
-        self.eager_unsynced = false;
         Ok(())
     }
 

@@ -73,8 +73,9 @@ pub struct StorageOptions {
     pub fsync: FsyncPolicy,
     /// Compact (snapshot + fresh log) once the log is larger than this.
     pub compact_log_bytes: u64,
-    /// Testing: added to every fsync (a sleep after it), to model a disk whose flush is slower
-    /// than this machine's (see [`FSYNC_DELAY_ENV`]). Zero in normal operation.
+    /// Testing: a sleep after the fsync of every [`StageLog::sync`] (group commit), to model a
+    /// disk whose flush is slower than this machine's (see [`FSYNC_DELAY_ENV`]). Compaction's own
+    /// syncs are not delayed. Zero in normal operation.
     pub fsync_delay: Duration,
 }
 
@@ -235,6 +236,12 @@ impl StageLog {
     /// Whether there are buffered persists (eager or lazy).
     pub fn is_dirty(&self) -> bool {
         !self.pending.is_empty()
+    }
+
+    /// Whether an eager persist is buffered: the next [`StageLog::sync`] fsyncs (per policy), and
+    /// a send emitted now depends on it.
+    pub fn needs_sync(&self) -> bool {
+        self.must_sync
     }
 
     /// Writes the buffered persists and, if one of them is eager, (per policy) fsyncs once for all
