@@ -117,12 +117,16 @@ impl Default for Knobs {
             pipeline_window: 1,
             checkpoint_interval: 64,
             log_window: 128,
-            // A request of up to 1 KiB rides inline through the order stage (logged with the batch):
-            // by digest it would cost the execution stage a FETCH round trip to an authentication
-            // member and that member a body write before forwarding. 1 KiB holds the ~40 small
-            // commands a Redis gateway operation carries at 16-40 connections; 4 KiB values still
-            // travel by digest.
-            inline_request_bytes_max: 1024,
+            // A request of up to 16 KiB rides inline through the order stage (logged with the
+            // batch): by digest it would cost the execution stage a FETCH round trip to an
+            // authentication member and that member a body write before forwarding. 16 KiB holds
+            // a Redis gateway operation of 16 SETs of values up to ~1,000 bytes. Measured at 16
+            // connections (docs/PERFORMANCE.md, session 12): with 100-byte values (2 KiB
+            // operations) inline SET ran 15-26% faster than by digest; with 1,000-3,000-byte
+            // values (16-48 KiB) the two were even within the noise, one way or the other from
+            // run to run; at 4,000 bytes (64 KiB) inline was 15% slower (the primary sends the
+            // whole body to every backup).
+            inline_request_bytes_max: 16 * 1024,
             request_bytes_max: 1 << 20,
             reply_bytes_max: 1 << 20,
             client_retransmit_initial_us: 500_000,

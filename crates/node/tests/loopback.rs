@@ -122,7 +122,7 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
     let setup = ClientFile::load(&dir.path().join("client-0.toml")).unwrap();
     let client = start_client(setup, None).unwrap();
     // Longer than the inline limit: the body travels by digest, so the auth member must keep it.
-    let put = Bytes::from(b"first operation".repeat(100));
+    let put = Bytes::from(b"first operation".repeat(cluster.config.knobs.inline_request_bytes_max / 15 + 1));
     assert!(put.len() > cluster.config.knobs.inline_request_bytes_max);
     let c = client.clone();
     tokio::spawn(async move { c.invoke(put, false).await });

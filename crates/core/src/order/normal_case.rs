@@ -11,8 +11,8 @@ use super::log::{Prepared, Slot};
 use super::persist;
 use super::request_pool::{Candidate, Inserted};
 use super::{
-    OrderStage, Snapshot, LAST_EXEC_RESEND_MAX, NEXT_BATCH_HOLD_FRACTION, PRIMARY_HELP_HOLD_FRACTION,
-    QUIET_AGAIN_AFTER, QUIET_AGAIN_AFTER_MAX,
+    OrderStage, Snapshot, BATCH_INLINE_BYTES_MAX, LAST_EXEC_RESEND_MAX, NEXT_BATCH_HOLD_FRACTION,
+    PRIMARY_HELP_HOLD_FRACTION, QUIET_AGAIN_AFTER, QUIET_AGAIN_AFTER_MAX,
 };
 use crate::config::{ClusterConfig, Sabotage};
 use crate::crypto::{Digest, MatrixRow, MatrixSignature};
@@ -174,19 +174,27 @@ impl OrderStage {
     /// Up to `max` of them, one per client, taking clients in turn from just after the last
     /// client of the previous batch: with more ready clients than fit in a batch, none waits for
     /// more than `clients / max` batches (in id order, low ids could starve the others).
+    /// After the first, they also stop at [`BATCH_INLINE_BYTES_MAX`] bytes of inline bodies. The
+    /// flag says the batch is full (either bound was reached), so it need not wait to fill.
     /// Borrowed from the pool: nothing is cloned until a batch is built from them.
-    pub(super) fn ready_entries(&self, p: &Projection, max: usize) -> Vec<&Candidate> {
+    pub(super) fn ready_entries(&self, p: &Projection, max: usize) -> (Vec<&Candidate>, bool) {
         let mut ready = Vec::with_capacity(max.min(64));
+        let mut inline_bytes = 0;
         for client in self.pool.clients_after(self.batch_cursor) {
             if ready.len() >= max {
                 break;
             }
             let next = self.projected_last(p, client).next();
             if let Some(entry) = self.pool.ready(client, next, self.q.matrix_collect()) {
+                inline_bytes += entry.inline_bytes();
+                if !ready.is_empty() && inline_bytes > BATCH_INLINE_BYTES_MAX {
+                    return (ready, true);
+                }
                 ready.push(entry);
             }
         }
-        ready
+        let full = ready.len() >= max;
+        (ready, full)
     }
 
     // ---- primary ----
@@ -206,11 +214,11 @@ impl OrderStage {
                 return;
             }
             let p = self.projection(n);
-            let ready = self.ready_entries(&p, size_max);
+            let (ready, full) = self.ready_entries(&p, size_max);
             if ready.is_empty() {
                 return;
             }
-            if ready.len() < size_max && delay_us > 0 && !close {
+            if !full && delay_us > 0 && !close {
                 if !self.batch_timer_armed {
                     self.batch_timer_armed = true;
                     out.push(Action::SetTimer {

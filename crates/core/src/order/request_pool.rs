@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::config::ClusterConfig;
 use crate::crypto::{Digest, MatrixRow, MatrixSignature};
 use crate::ids::{ClientId, RequestId};
-use crate::message::{RequestEntry, SignedEntry};
+use crate::message::{RequestBody, RequestEntry, SignedEntry};
 
 /// How far beyond its last ordered request a client's requests are kept (clients have one
 /// outstanding request; a little slack covers a member that lags behind the commit point).
@@ -26,6 +26,14 @@ impl Candidate {
     /// `entry.digest()`.
     pub fn digest(&self) -> Digest {
         self.digest
+    }
+
+    /// Bytes of the operation carried in the entry (0 for a body ordered by digest).
+    pub fn inline_bytes(&self) -> usize {
+        match &self.entry.body {
+            RequestBody::Inline(op) => op.len(),
+            RequestBody::Digest(_) => 0,
+        }
     }
 
     /// The entry with all collected rows (in signer order) as its matrix signature.
@@ -188,7 +196,6 @@ mod tests {
     use super::*;
     use crate::crypto::Authenticator;
     use crate::ids::ReplicaId;
-    use crate::message::RequestBody;
 
     /// A pool for clients 1 and 2.
     fn pool() -> RequestPool {

@@ -249,7 +249,7 @@ impl OrderStage {
             return true;
         }
         let p = self.projection(self.next_accept());
-        !self.ready_entries(&p, 1).is_empty()
+        !self.ready_entries(&p, 1).0.is_empty()
     }
 
     /// Arms the view-change timer of a member with pending work, cancels it when none is left.

@@ -297,12 +297,18 @@ impl Cluster {
 
     /// A client request as every authentication member forwards it (with a valid row each).
     pub(super) fn submit(&mut self, client: u32) -> RequestEntry {
+        let rid = self.next_rid.get(&ClientId(client)).map_or(1, |r| r + 1);
+        self.submit_body(client, format!("op {client} {rid}").into_bytes())
+    }
+
+    /// [`Cluster::submit`] with `operation` as the inline body.
+    pub(super) fn submit_body(&mut self, client: u32, operation: Vec<u8>) -> RequestEntry {
         let rid = self.next_rid.entry(ClientId(client)).or_insert(0);
         *rid += 1;
         let entry = RequestEntry {
             client: ClientId(client),
             request_id: RequestId(*rid),
-            body: RequestBody::Inline(format!("op {client} {rid}").into_bytes().into()),
+            body: RequestBody::Inline(operation.into()),
         };
         self.resubmit(&entry);
         entry

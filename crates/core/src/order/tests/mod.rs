@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use self::cluster::{cut_off, small_knobs, Cluster, CLIENTS};
+use super::BATCH_INLINE_BYTES_MAX;
 use crate::config::Knobs;
 use crate::crypto::{Digest, MatrixSignature};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
@@ -962,6 +963,45 @@ fn a_primary_with_more_ready_clients_than_a_batch_holds_serves_them_in_turn() {
     );
     assert_eq!(served(&c, (ClientId(1), RequestId(1))), Some(SeqNo(2)));
     assert_eq!(served(&c, (ClientId(0), RequestId(2))), Some(SeqNo(3)));
+}
+
+#[test]
+fn a_batch_holds_at_most_its_byte_bound_of_inline_bodies_and_then_goes_without_waiting() {
+    let knobs = Knobs {
+        batch_size_max: 8,
+        pipeline_window: 1,
+        // A batch that is not full waits this long for more requests: only a full one goes at once.
+        batch_delay_us: 1_000_000,
+        inline_request_bytes_max: 1 << 20,
+        request_bytes_max: 1 << 20,
+        // Longer than the delay: backups do not suspect the primary while a batch waits.
+        view_change_timeout_us: 10_000_000,
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(1, 1, knobs);
+    let big = BATCH_INLINE_BYTES_MAX * 3 / 5;
+    c.submit(0);
+    c.submit_body(1, vec![1; big]);
+    c.submit_body(2, vec![2; big]);
+    c.pump();
+    // Client 2's body would take batch 1 over the bound: the batch is full with two entries and
+    // is ordered without waiting out the delay.
+    let batches: Vec<_> = c.ordered.values().cloned().collect();
+    assert_eq!(
+        batches,
+        vec![vec![(ClientId(0), RequestId(1)), (ClientId(1), RequestId(1))]],
+        "{:?}",
+        c.ordered
+    );
+    // Alone, client 2's request is below both bounds, so batch 2 waits for the delay.
+    c.run(999_000);
+    assert_eq!(c.ordered.len(), 1);
+    c.run(2_000);
+    assert_eq!(c.ordered.get(&SeqNo(2)), Some(&vec![(ClientId(2), RequestId(1))]));
+    // A single entry above the bound still goes (alone): the bound applies after the first entry.
+    c.submit_body(0, vec![3; (1 << 20) - 16]);
+    c.run(1_000_000);
+    assert_eq!(c.ordered.get(&SeqNo(3)), Some(&vec![(ClientId(0), RequestId(2))]));
 }
 
 #[test]
