@@ -62,8 +62,8 @@ impl ExecStage {
         }
     }
 
-    /// Registers and requests (FETCH to auth member `client mod n_auth`) the missing bodies of
-    /// agreed batches, in sequence order, within the fetch bound.
+    /// Registers and requests (FETCH to auth member `(client + fetch_from) mod n_auth`) the
+    /// missing bodies of agreed batches, in sequence order, within the fetch bound.
     pub(super) fn request_bodies(&mut self, out: &mut Vec<Action>) {
         let next = self.last_executed.next();
         let mut fetches = Vec::new();
@@ -87,7 +87,8 @@ impl ExecStage {
             }
         }
         for (client, request_id, operation_digest) in fetches {
-            let to = Principal::Auth(ReplicaId((client.0 as u64 % self.q.n_auth as u64) as u32));
+            let first = (client.0 as u64 + self.fetch_from as u64) % self.q.n_auth as u64;
+            let to = Principal::Auth(ReplicaId(first as u32));
             let message = Message::Fetch {
                 client,
                 request_id,
@@ -98,9 +99,14 @@ impl ExecStage {
         }
     }
 
-    /// Retry tick: every missing body is asked of all authentication members.
+    /// Retry tick: every missing body is asked of all authentication members, and later fetches
+    /// go first to the next member (the one asked first may be down).
     pub(super) fn retry_fetches(&mut self, out: &mut Vec<Action>) {
         let missing: Vec<_> = self.fetcher.missing().copied().collect();
+        if !missing.is_empty() {
+            self.fetch_from = (self.fetch_from + 1) % self.q.n_auth as u32;
+            self.stats.bump("fetch_first_moved");
+        }
         for (client, request_id, operation_digest) in missing {
             let message = Message::Fetch {
                 client,

@@ -65,6 +65,10 @@ pub struct ExecStage {
     replies: ReplyCache,
     batches: BatchCollector,
     fetcher: Fetcher,
+    /// A body is fetched first from authentication member `(client + fetch_from) mod n_auth`;
+    /// moved on by one at each retry tick that finds a body still missing, so a member that is
+    /// down (or does not answer) costs one retry interval, not one per fetch.
+    fetch_from: u32,
     checkpoints: CheckpointStore,
     load_votes: LoadVotes,
     transfer: Option<Transfer>,
@@ -103,6 +107,7 @@ impl ExecStage {
             // every exec member has one): see `batches`.
             batches: BatchCollector::new(q.next_batch(), Some(id), buffered_max),
             fetcher: Fetcher::default(),
+            fetch_from: 0,
             checkpoints: CheckpointStore::default(),
             load_votes: LoadVotes::default(),
             transfer: None,

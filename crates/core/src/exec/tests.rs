@@ -485,6 +485,70 @@ fn digest_bodies_are_fetched_and_verified() {
 }
 
 #[test]
+fn fetches_move_on_from_an_auth_member_that_did_not_answer() {
+    let net = Net::small();
+    let mut stage = net.kv_stage(0);
+    let client = ClientId(8);
+    let body = |request_id: u64| {
+        let op = KvOperation::Put {
+            key: format!("big{request_id}").into(),
+            value: Bytes::from(vec![b'x'; 100]),
+        }
+        .encode();
+        let entry = RequestEntry {
+            client,
+            request_id: RequestId(request_id),
+            body: RequestBody::Digest(Digest::of(&op)),
+        };
+        (op, entry)
+    };
+    let fetched_from = |out: &[Action]| -> Vec<Vec<Principal>> {
+        sent(out)
+            .into_iter()
+            .filter(|(_, m)| matches!(m, Message::Fetch { .. }))
+            .map(|(to, _)| to)
+            .collect()
+    };
+    let command = |request_id: u64, operation: Bytes| Message::Command {
+        client,
+        request_id: RequestId(request_id),
+        operation,
+    };
+    let (op1, e1) = body(1);
+    let (op2, e2) = body(2);
+    let (op3, e3) = body(3);
+    let batches = chain(vec![vec![e1], vec![e2], vec![e3]]);
+    // First to auth member client mod n_auth = 0, which does not answer.
+    let out = net.deliver(&mut stage, &batches[0]);
+    assert_eq!(fetched_from(&out), vec![vec![Principal::Auth(ReplicaId(0))]]);
+    // The retry tick asks everyone, and moves the first choice on.
+    let mut out = Vec::new();
+    stage.handle(300_000, Input::Timer(crate::stage::Timer::ExecRetry), &mut out);
+    assert_eq!(fetched_from(&out).len(), 1);
+    assert_eq!(fetched_from(&out)[0].len(), 4);
+    assert_eq!(stage.stats().get("fetch_first_moved"), 1);
+    let mut out = Vec::new();
+    let me = stage.me();
+    let from_1 = |m| net.input(Principal::Auth(ReplicaId(1)), m, SealFor::One(me));
+    stage.handle(300_001, from_1(command(1, op1)), &mut out);
+    assert_eq!(executed(&out), vec![SeqNo(1)]);
+    // The next body is asked of member 1 first.
+    let out = net.deliver(&mut stage, &batches[1]);
+    assert_eq!(fetched_from(&out), vec![vec![Principal::Auth(ReplicaId(1))]]);
+    let mut out = Vec::new();
+    stage.handle(300_002, from_1(command(2, op2)), &mut out);
+    assert_eq!(executed(&out), vec![SeqNo(2)]);
+    // A retry tick with nothing missing leaves the choice where it is.
+    stage.handle(600_000, Input::Timer(crate::stage::Timer::ExecRetry), &mut Vec::new());
+    assert_eq!(stage.stats().get("fetch_first_moved"), 1);
+    let out = net.deliver(&mut stage, &batches[2]);
+    assert_eq!(fetched_from(&out), vec![vec![Principal::Auth(ReplicaId(1))]]);
+    let mut out = Vec::new();
+    stage.handle(600_001, from_1(command(3, op3)), &mut out);
+    assert_eq!(executed(&out), vec![SeqNo(3)]);
+}
+
+#[test]
 fn reply_is_full_from_the_designated_member_and_for_small_results() {
     let net = Net::small();
     let long = LONG_RESULT;
