@@ -126,6 +126,13 @@ fn redis_cli_round_trips(port: u16) {
     for (args, want) in cases {
         assert_eq!(cli(port, args), *want, "redis-cli {args:?}");
     }
+    // A value above the inline bound (16 KiB) is ordered by digest and fetched by the execution
+    // members; one below it rides in the batch.
+    for (key, len) in [("cli:big", 40_000), ("cli:mid", 2_000)] {
+        let value: String = (0..len).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        assert_eq!(cli(port, &["SET", key, &value]), "OK");
+        assert_eq!(cli(port, &["GET", key]), value, "GET {key}");
+    }
     // RESP3 through HELLO.
     let hello = cli(port, &["-3", "HELLO", "3"]);
     assert!(hello.contains("proto") && hello.contains('3'), "{hello}");
