@@ -58,9 +58,10 @@ pub const QUIET_AGAIN_AFTER_MAX: u64 = 4096;
 /// Most NEXT-BATCH messages resent in answer to one LAST-EXEC.
 pub const LAST_EXEC_RESEND_MAX: u64 = 32;
 /// Most bytes of inline request bodies the primary puts in one batch after its first entry
-/// (PROTOCOL.md step 3): with inline bodies of up to `inline_request_bytes_max` (16 KiB by
-/// default) and `batch_size_max` (128) entries, a batch, and the log window that holds batches
-/// until a stable checkpoint, would otherwise grow to 2 MiB and 256 MiB.
+/// (PROTOCOL.md step 3). With inline bodies of up to `inline_request_bytes_max` (16 KiB by
+/// default) and `batch_size_max` (128) entries a batch could otherwise reach 2 MiB, and the 128
+/// slots of the log window 256 MiB; with it, a batch stays within 1 MiB plus one body (or the
+/// configured inline bound times `batch_size_max`, if that is less).
 pub const BATCH_INLINE_BYTES_MAX: usize = 1 << 20;
 
 /// The committed prefix's state at a checkpoint sequence number, kept until the checkpoint is
