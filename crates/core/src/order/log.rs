@@ -77,11 +77,16 @@ pub(crate) struct SlotMark {
 impl SlotRecord {
     /// The mark describing this record's prepared certificate and commit decision.
     pub fn mark(&self) -> SlotMark {
-        let accepted = self.accepted.as_ref().map(|a| a.digest);
         SlotMark {
             prepared: self.prepared.as_ref().map(|p| (p.view, p.digest)),
-            committed: self.committed.zip(accepted),
+            committed: self.commit_vote(),
         }
+    }
+
+    /// `(view, digest)` of the commit decision: the view it committed in and the accepted batch's
+    /// digest, as a matching COMMIT carries them.
+    pub fn commit_vote(&self) -> Option<(View, Digest)> {
+        self.committed.zip(self.accepted.as_ref().map(|a| a.digest))
     }
 
     /// Merges a mark read back from storage. A mark is written after the record it refers to, and

@@ -439,10 +439,7 @@ impl OrderStage {
         let Some(slot) = self.log.get(&SeqNo(self.last_committed.0.saturating_sub(1))) else {
             return;
         };
-        let vote = slot
-            .record
-            .committed
-            .zip(slot.record.accepted.as_ref().map(|a| a.digest));
+        let vote = slot.record.commit_vote();
         let complete = vote.is_some()
             && ClusterConfig::order_members(&self.q)
                 .filter_map(|p| p.replica())
@@ -702,10 +699,7 @@ impl OrderStage {
         let Some(slot) = self.log.get(&n) else {
             return Vec::new();
         };
-        let vote = slot
-            .record
-            .committed
-            .zip(slot.record.accepted.as_ref().map(|a| a.digest));
+        let vote = slot.record.commit_vote();
         execs
             .filter(|r| *r != self.id && (vote.is_none() || slot.commits.get(r).copied() != vote))
             .filter(|r| vote.is_none_or(|(view, _)| *r != self.primary_of(view)))
