@@ -38,6 +38,9 @@ use crate::transport::{dial_clients, Counters, Dialer, HelloList, Inbox, CLIENTS
 const REPLY_FRAME_MAX: usize = upright_core::message::MESSAGE_BYTES_MAX;
 /// Most invocations waiting for the client task.
 const COMMANDS_MAX: usize = 1024;
+/// Where a client task's sleep waits while its stage has no timer set (kept registered so that
+/// setting a timer moves it instead of registering a new one).
+const IDLE_SLEEP: Duration = Duration::from_secs(3600);
 
 /// Why an invocation failed.
 #[derive(Debug, thiserror::Error)]
@@ -324,12 +327,25 @@ impl ClientTask {
                 return;
             }
         }
+        // One sleep for the whole loop, moved to each turn's deadline: a new one per turn made the
+        // runtime wake itself through its eventfd (see the replica's `event_loop`); the Redis
+        // gateway did two such writes per operation, now 0.13. `armed`: the sleep stands for the
+        // stage's timer (otherwise it waits an hour ahead and is not selected).
+        let sleep = tokio::time::sleep(IDLE_SLEEP);
+        tokio::pin!(sleep);
+        let mut armed = false;
         loop {
-            let far = tokio::time::Instant::now() + Duration::from_secs(3600);
-            let wake = match self.timer {
-                Some(at) => self.clock.instant_of(at),
-                None => far,
-            };
+            match self.timer.map(|at| self.clock.instant_of(at)) {
+                Some(wake) if !armed || sleep.deadline() != wake => {
+                    sleep.as_mut().reset(wake);
+                    armed = true;
+                }
+                None if armed || sleep.is_elapsed() => {
+                    sleep.as_mut().reset(tokio::time::Instant::now() + IDLE_SLEEP);
+                    armed = false;
+                }
+                _ => {}
+            }
             tokio::select! {
                 command = rx.recv() => {
                     let Some(Invoke { operation, read_only, reply }) = command else { return };
@@ -344,7 +360,8 @@ impl ClientTask {
                     }
                 }
                 _ = self.inbox.notified() => {}
-                _ = tokio::time::sleep_until(wake) => {
+                _ = &mut sleep, if armed => {
+                    armed = false;
                     self.timer = None;
                     let now = self.clock.now();
                     if self.step(now, Input::Timer(Timer::ClientRetransmit)).is_err() {

@@ -295,6 +295,13 @@ async fn event_loop(
     host.flush(clock.now(), router).map_err(io)?;
     let mut next_publish = tokio::time::Instant::now();
     tokio::pin!(shutdown);
+    // One sleep for the whole loop, moved to each round's deadline. A new `sleep_until` per
+    // round registered a fresh timer after the runtime had parked with none, and the runtime then
+    // woke itself through its eventfd (a write and an extra `epoll_wait`). Moving the deadline
+    // earlier still does that (a new hold timer per batch): on the Redis SET benchmark a backup
+    // went from 0.87 to 0.75 such writes per batch.
+    let sleep = tokio::time::sleep_until(next_publish);
+    tokio::pin!(sleep);
     loop {
         // Publish on a deadline, not only when idle, so status stays fresh under sustained load.
         if tokio::time::Instant::now() >= next_publish {
@@ -303,10 +310,13 @@ async fn event_loop(
         }
         let wake = host.next_timer().map(|at| clock.instant_of(at));
         let wake = wake.map_or(next_publish, |w| w.min(next_publish));
+        if sleep.deadline() != wake {
+            sleep.as_mut().reset(wake);
+        }
         if inbox.is_empty() {
             tokio::select! {
                 _ = inbox.notified() => {}
-                _ = tokio::time::sleep_until(wake) => {}
+                _ = &mut sleep => {}
                 _ = &mut shutdown => return Ok(()),
             }
         } else if futures_poll_ready(&mut shutdown).await {
