@@ -74,6 +74,11 @@ pub const READ_ONLY_PAUSE_INITIAL_US: u64 = 100_000;
 pub const READ_ONLY_PAUSE_MAX_US: u64 = 10_000_000;
 
 impl Client {
+    /// This client's id.
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+
     /// A new client `id` of `config` with its key ring; its first request id is 1.
     pub fn new(config: Arc<ClusterConfig>, id: ClientId, keys: Arc<KeyRing>) -> Result<Client, ConfigError> {
         Client::resume(config, id, keys, RequestId(0))

@@ -187,6 +187,7 @@ pub fn start_client(setup: ClientSetup, state_file: Option<PathBuf>) -> Result<C
 /// order of `setups`; clients of one connection group (up to [`CLIENTS_PER_CONNECTION_MAX`])
 /// share their transport counters. Nothing starts if any setup is unusable.
 pub fn start_clients(setups: Vec<(ClientSetup, Option<PathBuf>)>) -> Result<Vec<ClientHandle>, FileError> {
+    crate::timeline::start("client");
     let mut prepared = Vec::with_capacity(setups.len());
     let mut ids = BTreeSet::new();
     for (setup, state_file) in setups {
@@ -371,6 +372,7 @@ impl ClientTask {
             }
             let now = self.clock.now();
             for (_, envelope) in self.inbox.pop_round_robin(usize::MAX) {
+                crate::timeline::message("client-recv", &envelope.message, crate::timeline::peer(&envelope.from));
                 if self.step(now, Input::Message(envelope)).is_err() {
                     return;
                 }
@@ -393,6 +395,9 @@ impl ClientTask {
                         self.persist_request(*request_id, operation)?;
                     }
                     let frame = Arc::new(upright_core::codec::encode(&envelope));
+                    if let Message::ClientRequest { client, request_id, .. } = &envelope.message {
+                        crate::timeline::event("client-send", u64::from(client.0), request_id.0, to.len() as u64);
+                    }
                     for principal in to {
                         if let Some(replica) = principal.replica().and_then(|r| self.replicas.get(&r)) {
                             replica.send(frame.clone());
@@ -402,6 +407,7 @@ impl ClientTask {
                 Action::SetTimer { at, .. } => self.timer = Some(at),
                 Action::CancelTimer { .. } => self.timer = None,
                 Action::Deliver { request_id, result } => {
+                    crate::timeline::event("client-deliver", u64::from(self.client.id().0), request_id.0, 0);
                     self.note_answered(request_id);
                     if let Some(reply) = self.waiting.pop_front() {
                         let _ = reply.send(result);

@@ -24,6 +24,7 @@ use upright_core::message::Envelope;
 use upright_core::stage::{Action, Event, Input, Stage, Time, Timer};
 
 use crate::storage::StageLog;
+use crate::timeline;
 use crate::transport::stage_for;
 
 /// Most local (co-located) deliveries handled in one flush before yielding back to the network.
@@ -146,6 +147,7 @@ impl Host {
         let Some(index) = self.member_of(kind) else {
             return self.drop_input("host_dropped_stage_not_hosted");
         };
+        timeline::message("recv", &envelope.message, timeline::peer(&envelope.from));
         self.handle(now, index, Input::Message(envelope));
     }
 
@@ -274,6 +276,7 @@ impl Host {
                 return Ok(());
             };
             self.stats.local += 1;
+            timeline::message("local", &envelope.message, 0);
             self.handle(now, index, Input::Message(envelope));
         }
         Ok(())
@@ -284,7 +287,10 @@ impl Host {
         for member in &mut self.members {
             if member.log.is_dirty() {
                 let was = member.log.stats().syncs;
-                if let Some(took) = member.log.sync()? {
+                timeline::event("sync-start", 0, 0, 0);
+                let took = member.log.sync()?;
+                timeline::event("sync-end", 0, 0, 0);
+                if let Some(took) = took {
                     self.stats.fsync_total += took;
                     self.stats.fsync_max = self.stats.fsync_max.max(took);
                 }
@@ -314,6 +320,7 @@ impl Host {
                 continue; // one copy per process: the receiver dispatches by message kind
             }
             remote_done.push(process);
+            timeline::message("send", &envelope.message, timeline::peer(&principal));
             let frame = frame.get_or_insert_with(|| Arc::new(upright_core::codec::encode(&envelope)));
             router.send(process, frame.clone());
             self.stats.sent += 1;

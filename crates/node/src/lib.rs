@@ -17,4 +17,5 @@ pub mod metrics;
 pub mod norep;
 pub mod replica;
 pub mod storage;
+pub mod timeline;
 pub mod transport;

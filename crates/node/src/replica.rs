@@ -198,6 +198,7 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
     let cluster = spec.cluster.clone();
     let config = cluster.config.clone();
     let me = ReplicaId(spec.id);
+    crate::timeline::start(&format!("replica-{}", spec.id));
     let entry = cluster.file.replica(spec.id)?.clone();
     let keys = Arc::new(KeyRing::new(&config, Process::Replica(me), &spec.keys));
     let Built {
@@ -277,7 +278,9 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
         counters: counters.clone(),
     };
     let host = Host::new(me, members);
-    event_loop(host, &mut router, inbox, status, counters, corrupt > 0, shutdown).await
+    let result = event_loop(host, &mut router, inbox, status, counters, corrupt > 0, shutdown).await;
+    crate::timeline::flush();
+    result
 }
 
 async fn event_loop(
@@ -323,6 +326,7 @@ async fn event_loop(
             return Ok(());
         }
         let now = clock.now();
+        crate::timeline::event("wake", inbox.len() as u64, 0, 0);
         host.fire_timers(now);
         for (_, envelope) in inbox.pop_round_robin(INPUTS_PER_ROUND_MAX) {
             host.deliver(now, envelope);

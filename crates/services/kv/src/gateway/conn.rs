@@ -91,7 +91,7 @@ pub(super) async fn run(stream: TcpStream, id: u64, pool: Arc<Pool>, shared: Arc
         buf.reserve(READ_CHUNK);
         match read.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(_) => {}
+            Ok(n) => upright_node::timeline::event("gateway-read", n as u64, id, 0),
         }
     }
     batch.submit(&pool, &queue); // commands sent before a QUIT or a protocol error still run
@@ -163,6 +163,7 @@ async fn write_answers(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Pending
 async fn flush(write: &mut OwnedWriteHalf, out: &mut Vec<u8>) -> std::io::Result<()> {
     if !out.is_empty() {
         write.write_all(out).await?;
+        upright_node::timeline::event("gateway-write", out.len() as u64, 0, 0);
         out.clear();
     }
     Ok(())

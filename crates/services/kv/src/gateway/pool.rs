@@ -291,6 +291,7 @@ async fn member(client: ClientHandle, shared: Arc<PoolShared>, stats: Arc<Shared
             continue;
         };
         let n = op.commands.len();
+        upright_node::timeline::event("gateway-op", n as u64, 0, 0);
         let result = invoke(&client, crate::encode_operation(&op.commands), op.reads_only).await;
         Shared::bump(&stats.operations);
         let replies = match result {
@@ -300,6 +301,7 @@ async fn member(client: ClientHandle, shared: Arc<PoolShared>, stats: Arc<Shared
             },
             Err(e) => vec![Reply::err(format!("ERR upright: no result from the cluster ({e})")); n],
         };
+        upright_node::timeline::event("gateway-answer", n as u64, 0, 0);
         let mut replies = replies.into_iter();
         for (queue, count) in &op.owners {
             queue.answer(replies.by_ref().take(*count), &shared, queue);
