@@ -173,37 +173,46 @@ pub fn message(direction: &str, m: &Message, peer: u64) {
     }
 }
 
+/// Switches the timeline off and forgets its file (tests: the switch is process-wide).
+#[cfg(test)]
+fn stop() {
+    ON.store(false, Ordering::Relaxed);
+    *RECORDER.lock().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The switch is process-wide, so other tests running meanwhile may add lines of their own:
+    /// only this test's lines are looked at.
     #[test]
     fn events_are_lines_of_monotonic_time_name_and_three_numbers() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(!is_on());
-        event("ignored-while-off", 1, 2, 3);
+        event("timeline-test-while-off", 1, 2, 3);
         start_in(dir.path(), "replica-7");
         start_in(Path::new("/nonexistent"), "second-start-keeps-the-first");
         assert!(is_on());
-        event("wake", 4, 0, 0);
-        message(
-            "recv",
-            &Message::Prepare {
-                view: upright_core::ids::View(0),
-                seqno: upright_core::ids::SeqNo(42),
-                digest: upright_core::crypto::Digest::default(),
-            },
-            1002,
-        );
+        event("timeline-test-wake", 4, 0, 0);
+        let prepare = Message::Prepare {
+            view: upright_core::ids::View(0),
+            seqno: upright_core::ids::SeqNo(4242),
+            digest: upright_core::crypto::Digest::default(),
+        };
+        message("recv", &prepare, 1002);
         flush();
+        stop();
+        assert!(!is_on());
         let path = dir.path().join(format!("replica-7-{}.timeline", std::process::id()));
         let text = std::fs::read_to_string(path).unwrap();
-        let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
-        assert_eq!(lines.len(), 2, "{text}");
-        assert_eq!(&lines[0][1..], ["wake", "4", "0", "0"]);
-        assert_eq!(&lines[1][1..], ["recv-prepare", "42", "0", "1002"]);
-        let t0: u64 = lines[0][0].parse().unwrap();
-        let t1: u64 = lines[1][0].parse().unwrap();
-        assert!(t0 > 0 && t1 >= t0);
+        let find = |rest: &str| -> u64 {
+            let line = text.lines().find(|l| l.split_once(' ').map(|(_, r)| r) == Some(rest));
+            let line = line.unwrap_or_else(|| panic!("no line `<time> {rest}` in:\n{text}"));
+            line.split(' ').next().unwrap().parse().unwrap()
+        };
+        let wake = find("timeline-test-wake 4 0 0");
+        let recv = find("recv-prepare 4242 0 1002");
+        assert!(wake > 0 && recv >= wake);
+        assert!(!text.contains("timeline-test-while-off"));
     }
 }
