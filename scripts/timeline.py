@@ -89,7 +89,7 @@ def main(directory):
         if e == "auth-item":
             rows[(a, b)].append(t)
     for i in range(3):
-        show(f"{primary} auth row #{i + 1} from a peer", [sorted(rows[k])[i] - sent[k] for k in keys if len(rows[k]) > i])
+        show(f"{primary} auth row #{i + 1} (its own or a peer's)", [sorted(rows[k])[i] - sent[k] for k in keys if len(rows[k]) > i])
     seq = lambda k: entry[k]
     for r in replicas:
         if r == primary:
