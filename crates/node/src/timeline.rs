@@ -10,7 +10,8 @@
 //! ```
 //!
 //! All processes of one machine share that clock, so the files of a local cluster merge into one
-//! timeline. `scripts/timeline.py <dir>` prints where a request's time goes, hop by hop
+//! timeline (one file per process: a process that hosts clients and then a replica keeps the
+//! first label). `scripts/timeline.py <dir>` prints where a request's time goes, hop by hop
 //! (docs/PERFORMANCE.md has a reading of it). Lines are buffered and appended in blocks of
 //! [`BLOCK_BYTES`]; a process that is killed loses its last block, which a measurement can
 //! ignore. While on, an event costs about a microsecond (a lock and a formatted line), which slows
@@ -25,7 +26,9 @@
 //! | `auth-item` (after `*-auth-request`) | client id | request id | peer |
 //! | `wake` (a replica's event loop starts a round) | inputs waiting | 0 | 0 |
 //! | `sync-start`, `sync-end` (a log's write and fsync) | 0 | 0 | 0 |
-//! | `client-send`, `client-recv-<kind>`, `client-deliver` | client id | request id | replica (recv) |
+//! | `client-send` (a new request or a retransmission) | client id | request id | replicas sent to |
+//! | `client-recv-<kind>` (e.g. `client-recv-reply`) | as for `recv-<kind>` | | sending replica |
+//! | `client-deliver` (the client accepted a result) | client id | request id | 0 |
 //!
 //! Services add their own. The Redis gateway: `gateway-op` (an operation of `a` commands goes to
 //! the cluster), `gateway-answer` (its result is back), `gateway-write` (`a` reply bytes written
