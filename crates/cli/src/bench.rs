@@ -40,6 +40,10 @@ pub struct BenchArgs {
     /// Log sync policy of the replicas: always (the protocol's rule) or never (benchmark only).
     #[arg(long, default_value = "always")]
     fsync: String,
+    /// The replicas' idle spin in microseconds (cluster.toml's idle_spin_us; 0: sleep at once).
+    #[arg(long, default_value_t = upright_node::spin::IDLE_SPIN_DEFAULT_US,
+          value_parser = clap::value_parser!(u64).range(0..=upright_node::files::IDLE_SPIN_US_MAX))]
+    idle_spin_us: u64,
     /// Skip the NO-REP baseline.
     #[arg(long)]
     no_baseline: bool,
@@ -109,6 +113,7 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
         duration: parse_duration(&args.duration)?,
         warmup: parse_duration(&args.warmup)?,
         fsync,
+        idle_spin_us: args.idle_spin_us,
         baseline: !args.no_baseline,
     })
 }

@@ -104,7 +104,12 @@ fn free_port() -> Result<u16, FileError> {
 
 /// Writes the demo's config into `dir` and starts the replicas with the replicated service
 /// `service` (`kv` or `redis`).
-pub fn start_local_cluster_with(dir: &Path, clients: u32, service: &str) -> Result<Cluster, FileError> {
+pub fn start_local_cluster_with(
+    dir: &Path,
+    clients: u32,
+    service: &str,
+    idle_spin_us: u64,
+) -> Result<Cluster, FileError> {
     let mut ports = Vec::new();
     for _ in 0..REPLICAS {
         ports.push((free_port()?, free_port()?, free_port()?));
@@ -119,6 +124,7 @@ pub fn start_local_cluster_with(dir: &Path, clients: u32, service: &str) -> Resu
         ports: Some(ports),
         knobs: None,
         fsync: Default::default(),
+        idle_spin_us,
     };
     files::init_cluster(&plan, dir)?;
     let exe = std::env::current_exe().map_err(|e| FileError(format!("cannot find own executable: {e}")))?;
@@ -170,6 +176,7 @@ pub async fn run(
     clients: u32,
     service: &str,
     gateway: Gateway,
+    idle_spin_us: u64,
 ) -> Result<ExitCode, FileError> {
     let Gateway { port, pool: pool_size } = gateway;
     let redis = service == "redis";
@@ -185,7 +192,7 @@ pub async fn run(
         .tempdir()
         .map_err(|e| FileError(format!("cannot create a temporary directory: {e}")))?;
     let dir = temp.path().to_path_buf();
-    let mut cluster = start_local_cluster_with(&dir, clients.max(1) + 1, service)?;
+    let mut cluster = start_local_cluster_with(&dir, clients.max(1) + 1, service, idle_spin_us)?;
     let cfg = files::Cluster::load(&dir.join("cluster.toml"))?.file;
     let what = if redis {
         "Redis-compatible KV service"

@@ -130,6 +130,11 @@ enum Command {
         /// Upright clients in the Redis gateway's pool (operations in flight at once).
         #[arg(long, default_value_t = demo::GATEWAY_POOL, value_parser = clap::value_parser!(u32).range(1..=64))]
         gateway_pool: u32,
+        /// How long each replica spins (yielding its CPU to other threads) after it runs out of
+        /// input, before it sleeps, in microseconds; 0 sleeps at once (cluster.toml's idle_spin_us).
+        #[arg(long, default_value_t = upright_node::spin::IDLE_SPIN_DEFAULT_US,
+              value_parser = clap::value_parser!(u64).range(0..=upright_node::files::IDLE_SPIN_US_MAX))]
+        idle_spin_us: u64,
     },
     /// Benchmark a local cluster beside the NO-REP baseline: throughput, latency, CPU per operation.
     Bench(bench::BenchArgs),
@@ -175,6 +180,7 @@ fn main() -> ExitCode {
             port,
             service,
             gateway_pool,
+            idle_spin_us,
         } => {
             init_logging("warn");
             let service = if smoke { "kv" } else { service.as_str() };
@@ -185,7 +191,7 @@ fn main() -> ExitCode {
             // One thread, like a replica: the Redis gateway is one event loop. With two workers,
             // its connection tasks woke each other across threads (futex) and the workers
             // took turns on one core: 30% more gateway CPU per operation (docs/PERFORMANCE.md).
-            single_thread_runtime().block_on(demo::run(smoke, seconds, clients, service, gateway))
+            single_thread_runtime().block_on(demo::run(smoke, seconds, clients, service, gateway, idle_spin_us))
         }
         Command::Bench(args) => {
             init_logging("warn");
@@ -291,6 +297,7 @@ fn init(
         ports: None,
         knobs: None,
         fsync: Default::default(),
+        idle_spin_us: upright_node::spin::IDLE_SPIN_DEFAULT_US,
     };
     let cluster = files::init_cluster(&plan, out)?;
     println!(
@@ -322,6 +329,11 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Resul
     let storage = StorageOptions {
         fsync: cluster.file.fsync,
         fsync_delay: StorageOptions::fsync_delay_from_env().map_err(FileError)?,
+        sync_spin: if cluster.file.idle_spin_us == 0 {
+            std::time::Duration::ZERO
+        } else {
+            upright_node::spin::SYNC_SPIN_MAX
+        },
         ..StorageOptions::default()
     };
     if !storage.fsync_delay.is_zero() {

@@ -71,6 +71,7 @@ impl TestCluster {
             ports: Some((0..4).map(|_| (free_port(), free_port(), free_port())).collect()),
             knobs: Some(knobs),
             fsync: Default::default(),
+            idle_spin_us: upright_node::spin::IDLE_SPIN_DEFAULT_US,
         };
         let cluster = files::init_cluster(&plan, dir.path()).unwrap();
         let mut c = TestCluster {

@@ -73,6 +73,11 @@ pub struct ClusterFile {
     /// Sync policy of the logs.
     #[serde(default)]
     pub fsync: FsyncPolicy,
+    /// Microseconds a replica's event loop spins (yielding the CPU to any other runnable thread)
+    /// after it runs out of input, before it sleeps; while it is not 0, log syncs are waited for
+    /// the same way (up to `crate::spin::SYNC_SPIN_MAX`). 0: sleep at once. See `crate::spin`.
+    #[serde(default = "default_idle_spin_us")]
+    pub idle_spin_us: u64,
     /// Protocol knobs (all defaults if absent).
     #[serde(default)]
     pub knobs: Option<Knobs>,
@@ -117,9 +122,22 @@ pub fn resolve(addr: &str) -> Result<SocketAddr, FileError> {
         .ok_or_else(|| FileError(format!("cannot resolve address {addr:?}")))
 }
 
+fn default_idle_spin_us() -> u64 {
+    crate::spin::IDLE_SPIN_DEFAULT_US
+}
+
+/// Largest accepted `idle_spin_us`: spinning longer than this between messages only burns CPU.
+pub const IDLE_SPIN_US_MAX: u64 = 10_000;
+
 impl ClusterFile {
     /// Builds the core configuration and validates it.
     pub fn to_config(&self) -> Result<ClusterConfig, FileError> {
+        if self.idle_spin_us > IDLE_SPIN_US_MAX {
+            return err(format!(
+                "idle_spin_us = {} is too large (at most {IDLE_SPIN_US_MAX}; 0 turns spinning off)",
+                self.idle_spin_us
+            ));
+        }
         let mut replicas = Vec::new();
         for r in &self.replicas {
             replicas.push(ReplicaInfo {
@@ -364,6 +382,8 @@ pub struct InitPlan {
     pub knobs: Option<Knobs>,
     /// Sync policy.
     pub fsync: FsyncPolicy,
+    /// The cluster file's `idle_spin_us` (`crate::spin::IDLE_SPIN_DEFAULT_US` unless measuring).
+    pub idle_spin_us: u64,
 }
 
 /// Writes `cluster.toml`, `keys/replica-<i>.key` and `client-<c>.toml` into `out`.
@@ -421,6 +441,7 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         r: plan.r,
         data_dir: "data".into(),
         fsync: plan.fsync,
+        idle_spin_us: plan.idle_spin_us,
         knobs: plan.knobs.clone(),
         replicas,
         clients,
@@ -461,6 +482,7 @@ mod tests {
             ports: None,
             knobs: None,
             fsync: FsyncPolicy::Always,
+            idle_spin_us: crate::spin::IDLE_SPIN_DEFAULT_US,
         }
     }
 
@@ -516,5 +538,30 @@ mod tests {
             .unwrap()
             .to_string()
             .contains("needs 4 replicas"));
+    }
+
+    #[test]
+    fn idle_spin_defaults_when_absent_and_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        init_cluster(&plan(), dir.path()).unwrap();
+        let path = dir.path().join("cluster.toml");
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.contains("idle_spin_us = 100"), "init writes the default: {text}");
+        // A file written before the setting existed gets the default.
+        let without: String = text
+            .lines()
+            .filter(|l| !l.starts_with("idle_spin_us"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        fs::write(&path, &without).unwrap();
+        assert_eq!(
+            Cluster::load(&path).unwrap().file.idle_spin_us,
+            crate::spin::IDLE_SPIN_DEFAULT_US
+        );
+        fs::write(&path, text.replace("idle_spin_us = 100", "idle_spin_us = 0")).unwrap();
+        assert_eq!(Cluster::load(&path).unwrap().file.idle_spin_us, 0);
+        fs::write(&path, text.replace("idle_spin_us = 100", "idle_spin_us = 20000")).unwrap();
+        let msg = Cluster::load(&path).unwrap_err().to_string();
+        assert!(msg.contains("idle_spin_us = 20000 is too large"), "{msg}");
     }
 }

@@ -16,6 +16,7 @@ pub mod host;
 pub mod metrics;
 pub mod norep;
 pub mod replica;
+pub mod spin;
 pub mod storage;
 pub mod timeline;
 pub mod transport;

@@ -278,11 +278,23 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
         counters: counters.clone(),
     };
     let host = Host::new(me, members);
-    let result = event_loop(host, &mut router, inbox, status, counters, corrupt > 0, shutdown).await;
+    let idle_spin = Duration::from_micros(cluster.file.idle_spin_us);
+    let result = event_loop(
+        host,
+        &mut router,
+        inbox,
+        status,
+        counters,
+        corrupt > 0,
+        idle_spin,
+        shutdown,
+    )
+    .await;
     crate::timeline::flush();
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn event_loop(
     mut host: Host,
     router: &mut NetRouter,
@@ -290,6 +302,7 @@ async fn event_loop(
     status: Arc<Mutex<Status>>,
     counters: Arc<Counters>,
     lost_storage: bool,
+    idle_spin: Duration,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), FileError> {
     let mut clock = Clock::new();
@@ -315,6 +328,19 @@ async fn event_loop(
         let wake = wake.map_or(next_publish, |w| w.min(next_publish));
         if sleep.deadline() != wake {
             sleep.as_mut().reset(wake);
+        }
+        // Out of input: spin a little before sleeping (crate::spin). Each turn yields the CPU to
+        // any other runnable thread, then lets the runtime poll the sockets without blocking, so
+        // the connection tasks fill the inbox; a due timer ends the spin too. It spins after
+        // every round, also one that only answered a client: spinning only after rounds that
+        // sent to another replica (when a reply is expected soon) measured 18% slower, the
+        // CPUs then going idle between the client's operations.
+        if inbox.is_empty() && !idle_spin.is_zero() {
+            let until = std::time::Instant::now() + idle_spin;
+            while inbox.is_empty() && std::time::Instant::now() < until && tokio::time::Instant::now() < wake {
+                crate::spin::yield_cpu();
+                tokio::task::yield_now().await;
+            }
         }
         if inbox.is_empty() {
             tokio::select! {

@@ -63,6 +63,8 @@ pub struct Target {
     pub knobs: Knobs,
     /// Log sync policy.
     pub fsync: FsyncPolicy,
+    /// The replicas' `idle_spin_us`.
+    pub idle_spin_us: u64,
     /// Client identities to create.
     pub clients: u32,
     /// Run the NO-REP server instead of replicas.
@@ -98,6 +100,7 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
         ports: Some(ports),
         knobs: Some(target.knobs.clone()),
         fsync: target.fsync,
+        idle_spin_us: target.idle_spin_us,
     };
     files::init_cluster(&plan, dir)?;
     let config = dir.join("cluster.toml").display().to_string();

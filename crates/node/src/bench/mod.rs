@@ -56,6 +56,8 @@ pub struct BenchOptions {
     pub warmup: Duration,
     /// Log sync policy of the replicas.
     pub fsync: FsyncPolicy,
+    /// The replicas' `idle_spin_us` (`crate::spin`).
+    pub idle_spin_us: u64,
     /// Measure the NO-REP baseline.
     pub baseline: bool,
 }
@@ -165,6 +167,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
             r: 0,
             knobs: Knobs::default(),
             fsync: FsyncPolicy::Never,
+            idle_spin_us: options.idle_spin_us,
             clients: most,
             norep: true,
         };
@@ -178,6 +181,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
                 r,
                 knobs: bench_knobs(options, batch_size),
                 fsync: options.fsync,
+                idle_spin_us: options.idle_spin_us,
                 clients: most,
                 norep: false,
             };

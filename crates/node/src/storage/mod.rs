@@ -77,6 +77,11 @@ pub struct StorageOptions {
     /// disk whose flush is slower than this machine's (see [`FSYNC_DELAY_ENV`]). Compaction's own
     /// syncs are not delayed. Zero in normal operation.
     pub fsync_delay: Duration,
+    /// How long [`StageLog::sync`] waits for its `fdatasync` by spinning before it sleeps
+    /// (`crate::spin::sync_data`). Zero (the default): a direct `fdatasync` on the calling thread.
+    /// `upright replica` sets [`crate::spin::SYNC_SPIN_MAX`] unless the cluster file's
+    /// `idle_spin_us` is 0.
+    pub sync_spin: Duration,
 }
 
 /// Environment variable that sets [`StorageOptions::fsync_delay`] of `upright replica` (and so of
@@ -105,6 +110,7 @@ impl Default for StorageOptions {
             fsync: FsyncPolicy::Always,
             compact_log_bytes: 64 << 20,
             fsync_delay: Duration::ZERO,
+            sync_spin: Duration::ZERO,
         }
     }
 }
@@ -257,7 +263,7 @@ impl StageLog {
         }
         let took = if self.options.fsync == FsyncPolicy::Always {
             let start = Instant::now();
-            self.file.sync_data()?;
+            self.file.sync_data(self.options.sync_spin)?;
             if !self.options.fsync_delay.is_zero() {
                 std::thread::sleep(self.options.fsync_delay);
             }

@@ -16,6 +16,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Allocation chunk of a log file: the file is extended by whole chunks ahead of its data. Small
 /// enough that the many short-lived clusters of the tests allocate little (allocation writes no
@@ -27,7 +29,8 @@ static WARNED: AtomicBool = AtomicBool::new(false);
 
 /// An open log file with the length of its allocated space.
 pub(super) struct LogFile {
-    file: File,
+    /// Shared with the sync thread while a spinning sync runs (`crate::spin::sync_data`).
+    file: Arc<File>,
     /// The file's length: data plus allocated space ahead of it (zeros).
     allocated: u64,
     /// False once the file system refused to preallocate: the file grows by each write.
@@ -47,7 +50,7 @@ impl LogFile {
             .open(path)?;
         let allocated = file.metadata()?.len();
         Ok(LogFile {
-            file,
+            file: Arc::new(file),
             allocated,
             preallocate: true,
             allocations: 0,
@@ -64,7 +67,7 @@ impl LogFile {
             .truncate(true)
             .open(path)?;
         let mut log = LogFile {
-            file,
+            file: Arc::new(file),
             allocated: 0,
             preallocate: true,
             allocations: 0,
@@ -107,9 +110,10 @@ impl LogFile {
         Ok(())
     }
 
-    /// `fdatasync`.
-    pub(super) fn sync_data(&self) -> io::Result<()> {
-        self.file.sync_data()
+    /// `fdatasync`, waited for by spinning up to `spin` (`crate::spin::sync_data`; zero: a
+    /// direct `fdatasync`).
+    pub(super) fn sync_data(&self, spin: Duration) -> io::Result<()> {
+        crate::spin::sync_data(&self.file, spin)
     }
 
     /// Cuts the file to `len` (removing a torn record and the space after it) and allocates again
@@ -218,7 +222,7 @@ mod tests {
                 for i in 0..2000u64 {
                     let t = std::time::Instant::now();
                     log.write_at(&record, i * record.len() as u64).unwrap();
-                    log.sync_data().unwrap();
+                    log.sync_data(Duration::ZERO).unwrap();
                     took.push(t.elapsed());
                 }
                 let total = start.elapsed();
@@ -254,7 +258,7 @@ mod tests {
                             log.reserve(1).unwrap();
                             for i in 0..600u64 {
                                 log.write_at(&[0x42u8; 300], i * 300).unwrap();
-                                log.sync_data().unwrap();
+                                log.sync_data(Duration::ZERO).unwrap();
                             }
                         })
                     })

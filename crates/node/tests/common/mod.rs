@@ -33,6 +33,7 @@ pub fn make_cluster(dir: &Path, name: &str) -> Cluster {
         ports: Some(ports),
         knobs: None,
         fsync: Default::default(),
+        idle_spin_us: upright_node::spin::IDLE_SPIN_DEFAULT_US,
     };
     files::init_cluster(&plan, dir).unwrap()
 }
