@@ -11,9 +11,13 @@
 //! same way ([`sync_data`]):
 //!
 //! - every turn of the spin calls `sched_yield`, so any other runnable thread on the CPU (another
-//!   replica, a client) runs first: the spin uses only time the CPU would otherwise spend idle;
-//! - it is bounded: after the window the thread sleeps as before, so an idle cluster costs nothing
-//!   and a busy one rarely spins at all (input is waiting whenever it looks).
+//!   replica, a client) runs first: the spin mostly uses time the CPU would otherwise spend idle,
+//!   though not only (on a CPU-bound machine it still costs some throughput, see below);
+//! - it is bounded: after the window the thread sleeps as before, so an idle cluster costs
+//!   nothing.
+//!
+//! The syncs of every log in the process go through one sync thread, one after another, as the
+//! host issues them anyway.
 //!
 //! Measured with `redis-benchmark -t set -c 16` against `upright demo`, alternated rounds:
 //! docs/PERFORMANCE.md, "Session 15: idle spinning" (SET +15-18%; at saturation ~5% less
