@@ -66,8 +66,8 @@ const SYNCED: u8 = 1;
 const FAILED: u8 = 2;
 
 /// The process's sync thread: runs each job's `fdatasync` in turn.
-fn sync_thread() -> Option<&'static Mutex<Sender<Job>>> {
-    static SENDER: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
+fn sync_thread() -> Option<&'static Sender<Job>> {
+    static SENDER: OnceLock<Option<Sender<Job>>> = OnceLock::new();
     SENDER
         .get_or_init(|| {
             let (tx, rx) = channel::<Job>();
@@ -88,7 +88,7 @@ fn sync_thread() -> Option<&'static Mutex<Sender<Job>>> {
                     }
                 })
                 .ok()
-                .map(|_| Mutex::new(tx))
+                .map(|_| tx)
         })
         .as_ref()
 }
@@ -111,7 +111,7 @@ pub fn sync_data(file: &Arc<File>, spin: Duration) -> io::Result<()> {
         file: file.clone(),
         done: done.clone(),
     };
-    if sender.lock().unwrap_or_else(|p| p.into_inner()).send(job).is_err() {
+    if sender.send(job).is_err() {
         return file.sync_data();
     }
     let start = Instant::now();
