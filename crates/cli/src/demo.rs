@@ -1,4 +1,4 @@
-//! `upright demo`: a local cluster of 4 replicas (u = r = 1) on loopback, each a child process,
+//! `upright demo`: a local cluster of 4 replicas (u = r = 1) on this host (over Unix-domain sockets, or loopback TCP with `--tcp`), each a child process,
 //! with generated config and keys in a temporary directory. `--smoke` runs a client workload,
 //! SIGKILLs one replica and restarts it mid-run, then reads every acknowledged write back.
 
@@ -102,13 +102,24 @@ fn free_port() -> Result<u16, FileError> {
     Err(FileError("no free loopback port between 20000 and 32000".into()))
 }
 
+/// How the demo's processes reach each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Unix-domain sockets in the demo's directory (the default: every process is on this host).
+    Unix,
+    /// Loopback TCP ports, as a cluster spread over machines would use.
+    Tcp,
+}
+
 /// Writes the demo's config into `dir` and starts the replicas with the replicated service
-/// `service` (`kv` or `redis`).
+/// `service` (`kv` or `redis`). With [`Transport::Unix`], the replica and client listeners are
+/// Unix-domain sockets in `dir`, unless its path is too long for one (then TCP).
 pub fn start_local_cluster_with(
     dir: &Path,
     clients: u32,
     service: &str,
     idle_spin_us: u64,
+    transport: Transport,
 ) -> Result<Cluster, FileError> {
     let mut ports = Vec::new();
     for _ in 0..REPLICAS {
@@ -125,6 +136,7 @@ pub fn start_local_cluster_with(
         knobs: None,
         fsync: Default::default(),
         idle_spin_us,
+        unix_dir: (transport == Transport::Unix && unix_paths_fit(dir)).then(|| dir.to_path_buf()),
     };
     files::init_cluster(&plan, dir)?;
     let exe = std::env::current_exe().map_err(|e| FileError(format!("cannot find own executable: {e}")))?;
@@ -169,6 +181,12 @@ pub struct Gateway {
     pub pool: u32,
 }
 
+/// Whether the socket paths the demo would put in `dir` fit a Unix-domain socket address.
+fn unix_paths_fit(dir: &Path) -> bool {
+    let longest = dir.join(format!("replica-{}.sock", REPLICAS - 1));
+    longest.as_os_str().len() <= upright_node::transport::UNIX_PATH_BYTES_MAX
+}
+
 /// Runs the demo.
 pub async fn run(
     smoke: bool,
@@ -177,6 +195,7 @@ pub async fn run(
     service: &str,
     gateway: Gateway,
     idle_spin_us: u64,
+    transport: Transport,
 ) -> Result<ExitCode, FileError> {
     let Gateway { port, pool: pool_size } = gateway;
     let redis = service == "redis";
@@ -192,14 +211,23 @@ pub async fn run(
         .tempdir()
         .map_err(|e| FileError(format!("cannot create a temporary directory: {e}")))?;
     let dir = temp.path().to_path_buf();
-    let mut cluster = start_local_cluster_with(&dir, clients.max(1) + 1, service, idle_spin_us)?;
+    let mut cluster = start_local_cluster_with(&dir, clients.max(1) + 1, service, idle_spin_us, transport)?;
     let cfg = files::Cluster::load(&dir.join("cluster.toml"))?.file;
     let what = if redis {
         "Redis-compatible KV service"
     } else {
         "in-memory KV service"
     };
-    println!("upright demo: 4 replicas (u = 1, r = 1) on loopback, {what}");
+    let over = if cfg
+        .replicas
+        .iter()
+        .all(|r| r.replica_addr.starts_with(upright_node::transport::UNIX_PREFIX))
+    {
+        "Unix-domain sockets"
+    } else {
+        "loopback TCP"
+    };
+    println!("upright demo: 4 replicas (u = 1, r = 1) on this host over {over}, {what}");
     for r in &cfg.replicas {
         println!(
             "  replica {}: replicas {}  clients {}  metrics http://{}/metrics  log {}/replica-{}.log",
@@ -371,7 +399,13 @@ async fn smoke_run(dir: &Path, cluster: &mut Cluster, seconds: u64, clients: u32
     );
     println!("read back: {} writes checked, {unreadable} reads failed", acked.len());
     println!("lost acknowledged writes: {lost}");
-    if lost == 0 && unreadable == 0 && !acked.is_empty() {
+    // The restarted replica must still be running (it rebinds its listeners: over Unix-domain
+    // sockets, the files its killed predecessor left).
+    let exited = cluster.exited();
+    if let Some((id, how)) = &exited {
+        println!("replica {id} exited: {how}");
+    }
+    if lost == 0 && unreadable == 0 && !acked.is_empty() && exited.is_none() {
         Ok(ExitCode::SUCCESS)
     } else {
         println!("smoke FAILED (replica logs in {})", dir.display());

@@ -109,7 +109,7 @@ enum Command {
         #[arg(num_args = 2..=3)]
         args: Vec<String>,
     },
-    /// Start a local 4-replica cluster (u = r = 1) on loopback; runs until Ctrl-C.
+    /// Start a local 4-replica cluster (u = r = 1) on this host; runs until Ctrl-C.
     Demo {
         /// Run a client workload with a replica SIGKILLed and restarted, report, and exit.
         #[arg(long)]
@@ -135,6 +135,10 @@ enum Command {
         #[arg(long, default_value_t = upright_node::spin::IDLE_SPIN_DEFAULT_US,
               value_parser = clap::value_parser!(u64).range(0..=upright_node::files::IDLE_SPIN_US_MAX))]
         idle_spin_us: u64,
+        /// Connect the replicas and the gateway over loopback TCP ports, as a cluster spread over
+        /// machines would, instead of Unix-domain sockets in the demo's directory.
+        #[arg(long)]
+        tcp: bool,
     },
     /// Benchmark a local cluster beside the NO-REP baseline: throughput, latency, CPU per operation.
     Bench(bench::BenchArgs),
@@ -181,6 +185,7 @@ fn main() -> ExitCode {
             service,
             gateway_pool,
             idle_spin_us,
+            tcp,
         } => {
             init_logging("warn");
             let service = if smoke { "kv" } else { service.as_str() };
@@ -191,7 +196,20 @@ fn main() -> ExitCode {
             // One thread, like a replica: the Redis gateway is one event loop. With two workers,
             // its connection tasks woke each other across threads (futex) and the workers
             // took turns on one core: 30% more gateway CPU per operation (docs/PERFORMANCE.md).
-            single_thread_runtime().block_on(demo::run(smoke, seconds, clients, service, gateway, idle_spin_us))
+            let transport = if tcp {
+                demo::Transport::Tcp
+            } else {
+                demo::Transport::Unix
+            };
+            single_thread_runtime().block_on(demo::run(
+                smoke,
+                seconds,
+                clients,
+                service,
+                gateway,
+                idle_spin_us,
+                transport,
+            ))
         }
         Command::Bench(args) => {
             init_logging("warn");
@@ -298,6 +316,7 @@ fn init(
         knobs: None,
         fsync: Default::default(),
         idle_spin_us: upright_node::spin::IDLE_SPIN_DEFAULT_US,
+        unix_dir: None,
     };
     let cluster = files::init_cluster(&plan, out)?;
     println!(

@@ -128,3 +128,22 @@ fn a_demo_whose_replicas_cannot_start_says_why_at_once() {
         started.elapsed()
     );
 }
+
+/// `upright demo --smoke` over Unix-domain sockets (the demo's default): the SIGKILLed replica
+/// leaves its socket files behind, and the restarted one must replace them and keep running
+/// (the smoke run fails if a replica has exited), with nothing acknowledged lost.
+#[test]
+fn the_demo_smoke_run_over_unix_sockets_survives_a_sigkill_and_restart() {
+    let out = Command::new(env!("CARGO_BIN_EXE_upright"))
+        .args(["demo", "--smoke", "--seconds", "3", "--clients", "2"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("over Unix-domain sockets"), "{stdout}");
+    assert!(stdout.contains("replicas unix:/"), "{stdout}");
+    assert!(stdout.contains("replica 1 restarted"), "{stdout}");
+    assert!(stdout.contains("lost acknowledged writes: 0"), "{stdout}");
+    assert!(!stdout.contains("exited"), "{stdout}");
+}

@@ -72,6 +72,7 @@ impl TestCluster {
             knobs: Some(knobs),
             fsync: Default::default(),
             idle_spin_us: upright_node::spin::IDLE_SPIN_DEFAULT_US,
+            unix_dir: None,
         };
         let cluster = files::init_cluster(&plan, dir.path()).unwrap();
         let mut c = TestCluster {

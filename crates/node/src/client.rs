@@ -30,7 +30,7 @@ use upright_core::ids::{ClientId, Process, ReplicaId, RequestId};
 use upright_core::message::Message;
 use upright_core::stage::{Action, Input, Stage, Time, Timer};
 
-use crate::files::{resolve, ClientSetup, FileError};
+use crate::files::{endpoint, ClientSetup, FileError};
 use crate::replica::Clock;
 use crate::transport::{dial_clients, Counters, Dialer, HelloList, Inbox, CLIENTS_PER_CONNECTION_MAX};
 
@@ -264,7 +264,7 @@ fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>,
         .file
         .replicas
         .iter()
-        .map(|entry| Ok((ReplicaId(entry.id), resolve(&entry.client_addr)?)))
+        .map(|entry| Ok((ReplicaId(entry.id), endpoint(&entry.client_addr)?)))
         .collect::<Result<Vec<_>, FileError>>()?;
     let mut replicas = BTreeMap::new();
     for (to, addr) in addrs {

@@ -11,6 +11,8 @@
 use std::fs;
 use std::io::Write;
 use std::net::SocketAddr;
+
+use crate::transport::Endpoint;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -113,13 +115,24 @@ fn public_keys(x: &str, e: &str, who: &str) -> Result<PublicKeys, FileError> {
     })
 }
 
-/// Resolves `host:port` (names allowed) to one socket address.
+/// Resolves `host:port` (names allowed) to one socket address: for listeners that are TCP only
+/// (the metrics endpoint). Replica and client listeners take [`endpoint`].
 pub fn resolve(addr: &str) -> Result<SocketAddr, FileError> {
     use std::net::ToSocketAddrs;
+    if addr.starts_with(crate::transport::UNIX_PREFIX) {
+        return err(format!("{addr:?}: this listener is HTTP over TCP; give host:port"));
+    }
     addr.to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
         .ok_or_else(|| FileError(format!("cannot resolve address {addr:?}")))
+}
+
+/// Parses a replica or client listener's address: `host:port` (names allowed) or
+/// `unix:/absolute/path` for a Unix-domain socket (processes on one host;
+/// `crate::transport::Endpoint`).
+pub fn endpoint(addr: &str) -> Result<Endpoint, FileError> {
+    Endpoint::parse(addr).map_err(FileError)
 }
 
 fn default_idle_spin_us() -> u64 {
@@ -384,6 +397,10 @@ pub struct InitPlan {
     pub fsync: FsyncPolicy,
     /// The cluster file's `idle_spin_us` (`crate::spin::IDLE_SPIN_DEFAULT_US` unless measuring).
     pub idle_spin_us: u64,
+    /// For a cluster on one host: the replica and client listeners are Unix-domain sockets in
+    /// this directory (`replica-<i>.sock`, `clients-<i>.sock`) instead of TCP ports; metrics stay
+    /// on TCP.
+    pub unix_dir: Option<PathBuf>,
 }
 
 /// Writes `cluster.toml`, `keys/replica-<i>.key` and `client-<c>.toml` into `out`.
@@ -412,10 +429,23 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         };
         let keys = fresh_keys();
         let (x25519, ed25519) = key(&keys);
+        let (replica_addr, client_addr) = match &plan.unix_dir {
+            Some(dir) => {
+                let socket = |name: String| {
+                    let addr = format!("{}{}", crate::transport::UNIX_PREFIX, dir.join(name).display());
+                    endpoint(&addr).map(|_| addr)
+                };
+                (
+                    socket(format!("replica-{i}.sock"))?,
+                    socket(format!("clients-{i}.sock"))?,
+                )
+            }
+            None => (format!("{host}:{rp}"), format!("{host}:{cp}")),
+        };
         replicas.push(ReplicaEntry {
             id: i as u32,
-            replica_addr: format!("{host}:{rp}"),
-            client_addr: format!("{host}:{cp}"),
+            replica_addr,
+            client_addr,
             metrics_addr: format!("{host}:{mp}"),
             x25519,
             ed25519,
@@ -483,7 +513,36 @@ mod tests {
             knobs: None,
             fsync: FsyncPolicy::Always,
             idle_spin_us: crate::spin::IDLE_SPIN_DEFAULT_US,
+            unix_dir: None,
         }
+    }
+
+    #[test]
+    fn a_single_host_plan_gets_unix_socket_listeners_and_metrics_stay_tcp() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = InitPlan {
+            unix_dir: Some(dir.path().to_path_buf()),
+            ..plan()
+        };
+        init_cluster(&local, dir.path()).unwrap();
+        let cluster = Cluster::load(&dir.path().join("cluster.toml")).unwrap();
+        let entry = cluster.file.replica(2).unwrap();
+        let sock = |name: &str| format!("unix:{}", dir.path().join(name).display());
+        assert_eq!(entry.replica_addr, sock("replica-2.sock"));
+        assert_eq!(entry.client_addr, sock("clients-2.sock"));
+        assert_eq!(
+            endpoint(&entry.client_addr).unwrap(),
+            Endpoint::Unix(dir.path().join("clients-2.sock"))
+        );
+        assert_eq!(entry.metrics_addr, "127.0.0.1:7202");
+        let e = resolve(&entry.replica_addr).unwrap_err().to_string();
+        assert!(e.contains("HTTP over TCP; give host:port"), "{e}");
+        let long = InitPlan {
+            unix_dir: Some(PathBuf::from(format!("/{}", "d".repeat(120)))),
+            ..plan()
+        };
+        let e = init_cluster(&long, dir.path()).err().unwrap().to_string();
+        assert!(e.contains("at most 107 bytes"), "{e}");
     }
 
     #[test]

@@ -20,9 +20,9 @@ use upright_core::kv::KvService;
 use upright_core::message::{Envelope, Message, ReplyBody, SealFor};
 use upright_core::service::{BatchContext, Service, ServiceRequest};
 
-use crate::files::{resolve, Cluster, FileError};
+use crate::files::{endpoint, Cluster, FileError};
 use crate::replica::{client_frame_max, Clock, INPUTS_PER_ROUND_MAX};
-use crate::transport::{serve, ClientRoutes, Counters, Inbox};
+use crate::transport::{serve, ClientRoutes, Counters, Inbox, Listener};
 
 /// Runs the NO-REP server of `cluster` (which must have `u = r = 0`) until `shutdown` completes.
 pub async fn run_norep_server(
@@ -41,8 +41,8 @@ pub async fn run_norep_server(
     let counters = Arc::new(Counters::default());
     let inbox = Arc::new(Inbox::new(counters.clone()));
     let routes = Arc::new(ClientRoutes::default());
-    let addr = resolve(&entry.client_addr)?;
-    let listener = tokio::net::TcpListener::bind(addr)
+    let addr = endpoint(&entry.client_addr)?;
+    let listener = Listener::bind(&addr)
         .await
         .map_err(|e| FileError(format!("cannot listen on {addr} (clients): {e}")))?;
     tokio::spawn(serve(

@@ -18,11 +18,11 @@ use upright_core::message::MESSAGE_BYTES_MAX;
 use upright_core::order::OrderStage;
 use upright_core::stage::{Stage, Storage, Time};
 
-use crate::files::{resolve, Cluster, FileError};
+use crate::files::{endpoint, resolve, Cluster, FileError};
 use crate::host::{Host, Member, Router};
 use crate::metrics::{serve_http, Status};
 use crate::storage::{Recovery, StageLog, StorageOptions};
-use crate::transport::{dial_peer, serve, ClientRoutes, Counters, Dialer, Hello, Inbox, PeerLinks};
+use crate::transport::{dial_peer, serve, ClientRoutes, Counters, Dialer, Hello, Inbox, Listener, PeerLinks};
 
 /// Most inbound envelopes handled between two flushes (bounds the group-commit batch).
 pub const INPUTS_PER_ROUND_MAX: usize = 256;
@@ -181,7 +181,13 @@ pub fn build_members(spec: &ReplicaSpec, keys: &Arc<KeyRing>) -> Result<Built, F
     })
 }
 
-async fn bind(addr: &str, what: &str) -> Result<TcpListener, FileError> {
+async fn bind(addr: &str, what: &str) -> Result<Listener, FileError> {
+    Listener::bind(&endpoint(addr)?)
+        .await
+        .map_err(|e| FileError(format!("cannot listen on {addr} ({what}): {e}")))
+}
+
+async fn bind_tcp(addr: &str, what: &str) -> Result<TcpListener, FileError> {
     let resolved = resolve(addr)?;
     TcpListener::bind(resolved)
         .await
@@ -211,7 +217,7 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
     let routes = Arc::new(ClientRoutes::default());
     let replica_listener = bind(&entry.replica_addr, "replicas").await?;
     let client_listener = bind(&entry.client_addr, "clients").await?;
-    let metrics_listener = bind(&entry.metrics_addr, "metrics").await?;
+    let metrics_listener = bind_tcp(&entry.metrics_addr, "metrics").await?;
     let name = config.cluster_name.clone();
     // One connection per replica pair, dialled by the lower id and carrying both directions
     // (transport::PeerLinks): the queues for lower ids exist before the listener runs.
@@ -223,7 +229,7 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
             peers.insert(id, links.register(Process::Replica(id), counters.clone()));
         } else if peer.id > spec.id {
             let hello = Hello::new(&keys, &name, Process::Replica(id));
-            let addr = resolve(&peer.replica_addr)?;
+            let addr = endpoint(&peer.replica_addr)?;
             let dialer = dial_peer(
                 addr,
                 hello,

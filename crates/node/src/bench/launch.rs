@@ -101,6 +101,7 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
         knobs: Some(target.knobs.clone()),
         fsync: target.fsync,
         idle_spin_us: target.idle_spin_us,
+        unix_dir: None,
     };
     files::init_cluster(&plan, dir)?;
     let config = dir.join("cluster.toml").display().to_string();

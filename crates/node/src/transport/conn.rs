@@ -2,18 +2,16 @@
 //! into the inbox, writing from a bounded queue.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use upright_core::crypto::KeyRing;
 use upright_core::ids::{ClientId, Process};
 
+use super::endpoint::{Endpoint, Listener, ReadHalf, Stream, WriteHalf};
 use super::mux::{ClientFrame, ClientRoutes, HelloList, HELLO_LIST_BYTES_MAX};
 use super::{read_frame, write_frame, write_tagged_frame, Counters, FrameReader, Hello, Inbox, HELLO_BYTES_MAX};
 
@@ -80,7 +78,7 @@ impl PeerLinks {
     fn attach(
         &self,
         peer: Process,
-        writer: OwnedWriteHalf,
+        writer: WriteHalf,
         hello_bytes: Vec<u8>,
         counters: Arc<Counters>,
     ) -> Option<JoinHandle<()>> {
@@ -98,7 +96,7 @@ impl PeerLinks {
 /// our frames to it; the peer answers with its own hello on the same connection and then writes
 /// its frames to us there ([`PeerLinks`]), which go into `inbox`.
 pub fn dial_peer(
-    addr: SocketAddr,
+    addr: Endpoint,
     hello: Hello,
     keys: Arc<KeyRing>,
     inbox: Arc<Inbox>,
@@ -131,7 +129,7 @@ pub fn dial_peer(
 /// The dialling side's reader: the peer's hello (it must name the peer we dialled and be meant for
 /// us), then its frames.
 async fn read_from_peer(
-    mut reader: OwnedReadHalf,
+    mut reader: ReadHalf,
     peer: Process,
     keys: Arc<KeyRing>,
     cluster_name: String,
@@ -154,7 +152,7 @@ async fn read_from_peer(
 }
 
 /// The first frame of a connection (at most `bound` bytes), within [`HELLO_TIMEOUT`].
-async fn read_hello_frame(reader: &mut OwnedReadHalf, bound: usize) -> Result<Vec<u8>, &'static str> {
+async fn read_hello_frame(reader: &mut ReadHalf, bound: usize) -> Result<Vec<u8>, &'static str> {
     match tokio::time::timeout(HELLO_TIMEOUT, read_frame(reader, bound)).await {
         Ok(Ok(body)) => Ok(body),
         _ => Err("net_closed_bad_hello"),
@@ -171,9 +169,9 @@ fn checked_hello(body: &[u8], keys: &KeyRing, cluster_name: &str) -> Result<Hell
 /// Dials `addr` (and redials on failure), writes `hello_bytes` as the first frame of every
 /// connection, then writes the queued frames; `read` spawns the task that reads the connection
 /// (its end closes the connection, which is then redialled).
-pub(super) fn dial_with<F>(addr: SocketAddr, hello_bytes: Vec<u8>, read: F, counters: Arc<Counters>) -> Dialer
+pub(super) fn dial_with<F>(addr: Endpoint, hello_bytes: Vec<u8>, read: F, counters: Arc<Counters>) -> Dialer
 where
-    F: Fn(OwnedReadHalf) -> JoinHandle<()> + Send + 'static,
+    F: Fn(ReadHalf) -> JoinHandle<()> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE_MAX);
     tokio::spawn(run_dial(addr, hello_bytes, rx, read, counters.clone()));
@@ -181,17 +179,17 @@ where
 }
 
 async fn run_dial<F>(
-    addr: SocketAddr,
+    addr: Endpoint,
     hello_bytes: Vec<u8>,
     mut rx: mpsc::Receiver<Frame>,
     read: F,
     counters: Arc<Counters>,
 ) where
-    F: Fn(OwnedReadHalf) -> JoinHandle<()> + Send + 'static,
+    F: Fn(ReadHalf) -> JoinHandle<()> + Send + 'static,
 {
     let mut backoff = BACKOFF_MIN;
     loop {
-        let stream = match TcpStream::connect(addr).await {
+        let stream = match Stream::connect(&addr).await {
             Ok(stream) => stream,
             Err(_) => {
                 counters.bump("net_connect_failures");
@@ -200,7 +198,6 @@ async fn run_dial<F>(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
         let (reader, writer) = stream.into_split();
         let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
         if write_frame(&mut writer, &hello_bytes).await.is_err() || writer.flush().await.is_err() {
@@ -256,7 +253,7 @@ impl Outgoing for ClientFrame {
     }
 }
 
-async fn write_one<T: Outgoing>(writer: &mut BufWriter<OwnedWriteHalf>, frame: &T) -> std::io::Result<()> {
+async fn write_one<T: Outgoing>(writer: &mut BufWriter<WriteHalf>, frame: &T) -> std::io::Result<()> {
     match frame.tag() {
         Some(tag) => write_tagged_frame(writer, &tag, frame.body()).await,
         None => write_frame(writer, frame.body()).await,
@@ -265,7 +262,7 @@ async fn write_one<T: Outgoing>(writer: &mut BufWriter<OwnedWriteHalf>, frame: &
 
 /// Writes `first` and whatever else is already queued, then flushes once.
 async fn write_batch<T: Outgoing>(
-    writer: &mut BufWriter<OwnedWriteHalf>,
+    writer: &mut BufWriter<WriteHalf>,
     first: T,
     rx: &mut mpsc::Receiver<T>,
 ) -> std::io::Result<()> {
@@ -299,7 +296,7 @@ impl Peers {
 /// Reads frames until the connection fails or misbehaves. Every frame that one read brought in is
 /// decoded and queued with one inbox operation, each envelope under its sender's process (so the
 /// inbox's per-peer bounds and turns stay per client on a shared connection).
-async fn read_loop(reader: OwnedReadHalf, peers: Peers, inbox: Arc<Inbox>, max_frame: usize, counters: Arc<Counters>) {
+async fn read_loop(reader: ReadHalf, peers: Peers, inbox: Arc<Inbox>, max_frame: usize, counters: Arc<Counters>) {
     let mut frames = FrameReader::new(reader, max_frame);
     let mut batch = Vec::new();
     loop {
@@ -341,7 +338,7 @@ async fn read_loop(reader: OwnedReadHalf, peers: Peers, inbox: Arc<Inbox>, max_f
 /// it tagged with the client's id.
 #[allow(clippy::too_many_arguments)] // the listener's whole context, passed once at start-up
 pub async fn serve(
-    listener: TcpListener,
+    listener: Listener,
     keys: Arc<KeyRing>,
     cluster_name: String,
     admit: fn(Process) -> bool,
@@ -363,7 +360,7 @@ pub async fn serve(
     });
     let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let Ok(stream) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
@@ -394,7 +391,7 @@ struct Listening {
 impl Listening {
     /// Reads and checks the first frame: one hello (replica listener) or a hello list (client
     /// listener). The error names the counter to bump; the connection is then closed.
-    async fn greet(&self, reader: &mut OwnedReadHalf) -> Result<Peers, &'static str> {
+    async fn greet(&self, reader: &mut ReadHalf) -> Result<Peers, &'static str> {
         let bound = if self.routes.is_some() {
             HELLO_LIST_BYTES_MAX
         } else {
@@ -413,8 +410,7 @@ impl Listening {
     }
 }
 
-async fn accept_one(stream: TcpStream, context: &Listening) {
-    let _ = stream.set_nodelay(true);
+async fn accept_one(stream: Stream, context: &Listening) {
     let (mut reader, writer) = stream.into_split();
     let peers = match context.greet(&mut reader).await {
         Ok(peers) => peers,
@@ -463,7 +459,7 @@ async fn accept_one(stream: TcpStream, context: &Listening) {
 /// Writes our hello, then the frames queued for the peer that dialled this connection. The queue
 /// is held while writing; a newer connection's writer waits until this one has stopped (its
 /// connection ended, or the newer one replaced it: [`PeerLinks::attach`]).
-async fn write_link(writer: OwnedWriteHalf, hello_bytes: Vec<u8>, queue: LinkQueue, counters: Arc<Counters>) {
+async fn write_link(writer: WriteHalf, hello_bytes: Vec<u8>, queue: LinkQueue, counters: Arc<Counters>) {
     let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
     if write_frame(&mut writer, &hello_bytes).await.is_err() || writer.flush().await.is_err() {
         return;
@@ -474,13 +470,13 @@ async fn write_link(writer: OwnedWriteHalf, hello_bytes: Vec<u8>, queue: LinkQue
 }
 
 /// Writes the frames routed to a client connection, each tagged with its client's id.
-async fn write_loop(writer: OwnedWriteHalf, mut rx: mpsc::Receiver<ClientFrame>) {
+async fn write_loop(writer: WriteHalf, mut rx: mpsc::Receiver<ClientFrame>) {
     let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
     write_queued(&mut writer, &mut rx).await;
 }
 
 /// Writes what `rx` delivers, in batches, until it closes or a write fails.
-async fn write_queued<T: Outgoing>(writer: &mut BufWriter<OwnedWriteHalf>, rx: &mut mpsc::Receiver<T>) {
+async fn write_queued<T: Outgoing>(writer: &mut BufWriter<WriteHalf>, rx: &mut mpsc::Receiver<T>) {
     while let Some(frame) = rx.recv().await {
         if write_batch(writer, frame, rx).await.is_err() {
             return;

@@ -11,19 +11,17 @@
 //! replica instead of one per client.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::mpsc;
 use upright_core::crypto::KeyRing;
 use upright_core::ids::{ClientId, Process, ReplicaId};
 use upright_core::message::Envelope;
 
 use super::conn::{dial_with, Frame};
-use super::{Counters, Dialer, FrameReader, Hello, Inbox};
+use super::{Counters, Dialer, Endpoint, FrameReader, Hello, Inbox, ReadHalf};
 
 /// Most clients one connection may carry (the length of a hello list).
 pub const CLIENTS_PER_CONNECTION_MAX: usize = 1024;
@@ -135,7 +133,7 @@ impl ClientRoutes {
 /// all of them (their envelopes name their sender). Frames read back are split by their client-id
 /// prefix and queued in that client's inbox in `inboxes`, as coming from `replica`.
 pub fn dial_clients(
-    addr: SocketAddr,
+    addr: Endpoint,
     replica: ReplicaId,
     hellos: &HelloList,
     inboxes: Arc<BTreeMap<ClientId, Arc<Inbox>>>,
@@ -187,7 +185,7 @@ fn demux_frame(
 /// Reads a client connection until it fails or misbehaves: every frame one read brought in is
 /// split by client and queued with one inbox operation per client.
 async fn demux_loop(
-    reader: OwnedReadHalf,
+    reader: ReadHalf,
     replica: Process,
     inboxes: Arc<BTreeMap<ClientId, Arc<Inbox>>>,
     max_frame: usize,

@@ -2,6 +2,7 @@
 //! who may send on a shared connection, and the client side's split of tagged replies), and the
 //! one connection a replica pair shares for both directions ([`PeerLinks`]).
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -12,7 +13,9 @@ use upright_core::ids::{Principal, SeqNo};
 use upright_core::message::{Message, Seal};
 
 use super::*;
-use crate::transport::{dial_peer, read_frame, serve, write_frame, write_tagged_frame, PeerLinks, HELLO_BYTES_MAX};
+use crate::transport::{
+    dial_peer, read_frame, serve, write_frame, write_tagged_frame, Listener, PeerLinks, HELLO_BYTES_MAX,
+};
 
 const NAME: &str = "mux";
 
@@ -72,17 +75,30 @@ struct Server {
     counters: Arc<Counters>,
 }
 
-/// A listener of replica `me` on a free loopback port: its address, inbox and counters.
+/// A free loopback TCP port.
+fn tcp_any() -> Endpoint {
+    Endpoint::Tcp("127.0.0.1:0".parse().unwrap())
+}
+
+fn tcp(at: &Endpoint) -> SocketAddr {
+    match at {
+        Endpoint::Tcp(addr) => *addr,
+        Endpoint::Unix(path) => panic!("not TCP: {}", path.display()),
+    }
+}
+
+/// A listener of replica `me` at `at`: its address, inbox and counters.
 async fn listen(
     keys: &Keys,
     me: u32,
+    at: Endpoint,
     admit: fn(Process) -> bool,
     routes: Option<Arc<ClientRoutes>>,
     links: Option<Arc<PeerLinks>>,
     counters: Arc<Counters>,
-) -> (SocketAddr, Arc<Inbox>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+) -> (Endpoint, Arc<Inbox>) {
+    let listener = Listener::bind(&at).await.unwrap();
+    let addr = listener.local_endpoint().unwrap();
     let inbox = Arc::new(Inbox::new(counters.clone()));
     let keys = Arc::new(keys.replica(me));
     let name = NAME.into();
@@ -104,9 +120,9 @@ async fn server(keys: &Keys) -> Server {
     let counters = Arc::new(Counters::default());
     let routes = Arc::new(ClientRoutes::default());
     let admit = |p| matches!(p, Process::Client(_));
-    let (addr, inbox) = listen(keys, 0, admit, Some(routes.clone()), None, counters.clone()).await;
+    let (addr, inbox) = listen(keys, 0, tcp_any(), admit, Some(routes.clone()), None, counters.clone()).await;
     Server {
-        addr,
+        addr: tcp(&addr),
         inbox,
         routes,
         counters,
@@ -226,7 +242,7 @@ async fn replies_reach_the_right_client_of_a_shared_connection() {
     let (c1, c2) = (keys.client(1), keys.client(2));
     let hellos = HelloList::new([&c1, &c2], NAME, ReplicaId(0));
     let dialer = dial_clients(
-        server.addr,
+        Endpoint::Tcp(server.addr),
         ReplicaId(0),
         &hellos,
         inboxes.clone(),
@@ -266,7 +282,14 @@ async fn the_client_side_drops_unknown_ids_and_foreign_senders_and_closes_on_gar
     let inbox = Arc::new(Inbox::new(counters.clone()));
     let inboxes = Arc::new(BTreeMap::from([(ClientId(1), inbox.clone())]));
     let hellos = HelloList::new([&keys.client(1)], NAME, ReplicaId(0));
-    let _dialer = dial_clients(addr, ReplicaId(0), &hellos, inboxes, 1 << 16, counters.clone());
+    let _dialer = dial_clients(
+        Endpoint::Tcp(addr),
+        ReplicaId(0),
+        &hellos,
+        inboxes,
+        1 << 16,
+        counters.clone(),
+    );
     let (mut s, _) = listener.accept().await.unwrap();
     let first = read_frame(&mut s, HELLO_LIST_BYTES_MAX).await.unwrap();
     let clients = HelloList::check(&first, &keys.replica(0), NAME, |p| matches!(p, Process::Client(_))).unwrap();
@@ -290,17 +313,17 @@ async fn the_client_side_drops_unknown_ids_and_foreign_senders_and_closes_on_gar
 
 /// Replica 1's replica listener with a link registered for replica 0: its inbox, counters, and the
 /// sending end of the link.
-async fn linked_replica(keys: &Keys) -> (SocketAddr, Arc<Inbox>, Arc<Counters>, Dialer) {
+async fn linked_replica(keys: &Keys, at: Endpoint) -> (Endpoint, Arc<Inbox>, Arc<Counters>, Dialer) {
     let counters = Arc::new(Counters::default());
     let links = Arc::new(PeerLinks::default());
     let to_0 = links.register(Process::Replica(ReplicaId(0)), counters.clone());
     let admit = |p| matches!(p, Process::Replica(_));
-    let (addr, inbox) = listen(keys, 1, admit, None, Some(links), counters.clone()).await;
+    let (addr, inbox) = listen(keys, 1, at, admit, None, Some(links), counters.clone()).await;
     (addr, inbox, counters, to_0)
 }
 
 /// Replica 0 dialling replica 1 at `addr`: its inbox, counters and sending end.
-fn replica_0_dials_1(keys: &Keys, addr: SocketAddr) -> (Arc<Inbox>, Arc<Counters>, Dialer) {
+fn replica_0_dials_1(keys: &Keys, addr: Endpoint) -> (Arc<Inbox>, Arc<Counters>, Dialer) {
     let counters = Arc::new(Counters::default());
     let inbox = Arc::new(Inbox::new(counters.clone()));
     let hello = Hello::new(&keys.replica(0), NAME, Process::Replica(ReplicaId(1)));
@@ -319,11 +342,12 @@ fn from_replica(inbox: &Inbox) -> Vec<(Process, u64)> {
     inbox.pop_round_robin(10).iter().map(|(p, e)| (*p, seqno(e))).collect()
 }
 
-#[tokio::test]
-async fn a_replica_pair_shares_one_connection_for_both_directions() {
-    let keys = Keys::new();
-    let (addr, inbox_1, counters_1, to_0) = linked_replica(&keys).await;
-    let (inbox_0, counters_0, to_1) = replica_0_dials_1(&keys, addr);
+/// Replica 1 listening at `at` and replica 0 dialling it: one frame each way over the one
+/// connection. Replica 0's inbox and counters, and both sending ends (replica 1's to replica 0
+/// first; dropping replica 0's closes the connection).
+async fn pair_exchanges_both_ways(keys: &Keys, at: Endpoint) -> (Arc<Inbox>, Arc<Counters>, Dialer, Dialer) {
+    let (addr, inbox_1, counters_1, to_0) = linked_replica(keys, at).await;
+    let (inbox_0, counters_0, to_1) = replica_0_dials_1(keys, addr);
     to_1.send(Arc::new(envelope(Principal::Order(ReplicaId(0)), 1)));
     to_0.send(Arc::new(envelope(Principal::Order(ReplicaId(1)), 2)));
     eventually("0 -> 1", || inbox_1.len() == 1).await;
@@ -332,10 +356,24 @@ async fn a_replica_pair_shares_one_connection_for_both_directions() {
     assert_eq!(from_replica(&inbox_0), vec![(Process::Replica(ReplicaId(1)), 2)]);
     assert_eq!(counters_0.get("net_connects"), 1, "one connection");
     assert_eq!(counters_1.get("net_links"), 1);
+    (inbox_0, counters_0, to_0, to_1)
+}
+
+#[tokio::test]
+async fn a_replica_pair_shares_one_connection_for_both_directions() {
+    let keys = Keys::new();
+    let (inbox_0, counters_0, to_0, _to_1) = pair_exchanges_both_ways(&keys, tcp_any()).await;
     // An envelope from anyone but the peer is dropped on the dialling side too.
     to_0.send(Arc::new(envelope(Principal::Order(ReplicaId(2)), 3)));
     eventually("the drop", || counters_0.get("net_dropped_wrong_sender") == 1).await;
     assert!(inbox_0.is_empty());
+}
+
+#[tokio::test]
+async fn a_replica_pair_links_over_a_unix_socket() {
+    let keys = Keys::new();
+    let dir = tempfile::tempdir().unwrap();
+    pair_exchanges_both_ways(&keys, Endpoint::Unix(dir.path().join("replica-1.sock"))).await;
 }
 
 #[tokio::test]
@@ -357,14 +395,15 @@ async fn the_dialler_checks_the_peer_hello_and_the_newest_connection_takes_the_l
         closed(&mut s).await
     });
     let keys = Keys::new();
-    let (inbox, counters, _to_1) = replica_0_dials_1(&keys, addr);
+    let (inbox, counters, _to_1) = replica_0_dials_1(&keys, Endpoint::Tcp(addr));
     assert!(impostor.await.unwrap(), "the dialler closed the connection");
     assert_eq!(counters.get("net_closed_bad_hello"), 1);
     assert!(inbox.is_empty());
 
     // Replica 1's side: a second connection from replica 0 (the first one never closed, as after
     // a partition) takes the link; frames go out on it.
-    let (addr, _, counters_1, to_0) = linked_replica(&keys).await;
+    let (addr, _, counters_1, to_0) = linked_replica(&keys, tcp_any()).await;
+    let addr = tcp(&addr);
     let hello = upright_core::codec::to_bytes(&Hello::new(&keys.replica(0), NAME, Process::Replica(ReplicaId(1))));
     let mut first = TcpStream::connect(addr).await.unwrap();
     write_frame(&mut first, &hello).await.unwrap();

@@ -34,6 +34,7 @@ pub fn make_cluster(dir: &Path, name: &str) -> Cluster {
         knobs: None,
         fsync: Default::default(),
         idle_spin_us: upright_node::spin::IDLE_SPIN_DEFAULT_US,
+        unix_dir: None,
     };
     files::init_cluster(&plan, dir).unwrap()
 }
