@@ -1,5 +1,6 @@
-//! `upright demo`: a local cluster of 4 replicas (u = r = 1) on this host (over Unix-domain sockets, or loopback TCP with `--tcp`), each a child process,
-//! with generated config and keys in a temporary directory. `--smoke` runs a client workload,
+//! `upright demo`: a local cluster of 4 replicas (u = r = 1) on this host, each a child process,
+//! talking over Unix-domain sockets (loopback TCP with `--tcp`), with generated config and keys
+//! in a temporary directory. `--smoke` runs a client workload,
 //! SIGKILLs one replica and restarts it mid-run, then reads every acknowledged write back.
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,5 @@
-//! TCP transport: length-prefixed frames carrying `upright_core::codec` envelopes.
+//! Transport: length-prefixed frames carrying `upright_core::codec` envelopes, over TCP or, between
+//! processes of one host, Unix-domain sockets ([`Endpoint`]; the same frames and checks on both).
 //!
 //! Each connection starts with a hello naming the sending process and the intended receiver,
 //! MACed with their pairwise key, so a connection is tied to its peers; every envelope that
