@@ -13,6 +13,7 @@ use hdrhistogram::Histogram;
 use upright_core::kv::{KvOperation, KvReply};
 use upright_node::client::{start_client, start_clients, ClientHandle};
 use upright_node::files::{self, ClientFile, FileError, InitPlan};
+use upright_node::transport::Endpoint;
 
 /// Replicas of the demo cluster.
 const REPLICAS: usize = 4;
@@ -182,10 +183,11 @@ pub struct Gateway {
     pub pool: u32,
 }
 
-/// Whether the socket paths the demo would put in `dir` fit a Unix-domain socket address.
+/// Whether the socket paths the demo would put in `dir` make valid addresses (the longest one
+/// fits a Unix-domain socket address).
 fn unix_paths_fit(dir: &Path) -> bool {
-    let longest = dir.join(format!("replica-{}.sock", REPLICAS - 1));
-    longest.as_os_str().len() <= upright_node::transport::UNIX_PATH_BYTES_MAX
+    let longest = Endpoint::Unix(dir.join(format!("replica-{}.sock", REPLICAS - 1)));
+    files::endpoint(&longest.to_string()).is_ok()
 }
 
 /// Runs the demo.

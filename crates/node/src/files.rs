@@ -11,8 +11,6 @@
 use std::fs;
 use std::io::Write;
 use std::net::SocketAddr;
-
-use crate::transport::Endpoint;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -22,6 +20,7 @@ use upright_core::crypto::SecretKeys;
 use upright_core::ids::{ClientId, Process, ReplicaId};
 
 use crate::storage::FsyncPolicy;
+use crate::transport::Endpoint;
 
 /// A configuration problem, one line.
 #[derive(Debug, thiserror::Error)]
@@ -118,14 +117,10 @@ fn public_keys(x: &str, e: &str, who: &str) -> Result<PublicKeys, FileError> {
 /// Resolves `host:port` (names allowed) to one socket address: for listeners that are TCP only
 /// (the metrics endpoint). Replica and client listeners take [`endpoint`].
 pub fn resolve(addr: &str) -> Result<SocketAddr, FileError> {
-    use std::net::ToSocketAddrs;
     if addr.starts_with(crate::transport::UNIX_PREFIX) {
         return err(format!("{addr:?}: this listener is HTTP over TCP; give host:port"));
     }
-    addr.to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| FileError(format!("cannot resolve address {addr:?}")))
+    crate::transport::resolve_tcp(addr).map_err(FileError)
 }
 
 /// Parses a replica or client listener's address: `host:port` (names allowed) or
@@ -432,7 +427,7 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         let (replica_addr, client_addr) = match &plan.unix_dir {
             Some(dir) => {
                 let socket = |name: String| {
-                    let addr = format!("{}{}", crate::transport::UNIX_PREFIX, dir.join(name).display());
+                    let addr = Endpoint::Unix(dir.join(name)).to_string();
                     endpoint(&addr).map(|_| addr)
                 };
                 (

@@ -208,10 +208,10 @@ mod tests {
 
     /// `n` writes of `record` bytes, each followed by `fdatasync`; the sorted durations.
     fn timed_syncs(path: &Path, space: Space, record: usize, n: u64) -> Vec<Duration> {
-        let mut log = LogFile::create(&path.with_extension("zeros")).unwrap();
-        let file = match space {
-            Space::Zeros => log.file.clone(),
-            Space::Appending | Space::Fallocated => {
+        let mut log = matches!(space, Space::Zeros).then(|| LogFile::create(path).unwrap());
+        let file = match &log {
+            Some(log) => log.file.clone(),
+            None => {
                 let f = File::options()
                     .read(true)
                     .write(true)
@@ -235,10 +235,9 @@ mod tests {
         for i in 0..n {
             let t = std::time::Instant::now();
             let at = i * record as u64;
-            if let Space::Zeros = space {
-                log.write_at(&bytes, at).unwrap();
-            } else {
-                file.write_all_at(&bytes, at).unwrap();
+            match &mut log {
+                Some(log) => log.write_at(&bytes, at).unwrap(),
+                None => file.write_all_at(&bytes, at).unwrap(),
             }
             file.sync_data().unwrap();
             took.push(t.elapsed());

@@ -57,13 +57,19 @@ impl Endpoint {
             }
             return Ok(Endpoint::Unix(path.to_path_buf()));
         }
-        use std::net::ToSocketAddrs;
-        addr.to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
+        resolve_tcp(addr)
             .map(Endpoint::Tcp)
-            .ok_or_else(|| format!("cannot resolve address {addr:?} (host:port or unix:/path)"))
+            .map_err(|e| format!("{e} (host:port or unix:/path)"))
     }
+}
+
+/// Resolves `host:port` (names allowed) to its first socket address.
+pub fn resolve_tcp(addr: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    addr.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| format!("cannot resolve address {addr:?}"))
 }
 
 impl fmt::Display for Endpoint {

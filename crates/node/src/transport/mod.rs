@@ -33,7 +33,7 @@ use upright_core::ids::{Principal, Process, StageKind};
 use upright_core::message::Message;
 
 pub use conn::{dial_peer, serve, Dialer, PeerLinks, CONNECTIONS_MAX, OUTBOUND_QUEUE_MAX};
-pub use endpoint::{Endpoint, Listener, ReadHalf, Stream, WriteHalf, UNIX_PATH_BYTES_MAX, UNIX_PREFIX};
+pub use endpoint::{resolve_tcp, Endpoint, Listener, ReadHalf, Stream, WriteHalf, UNIX_PATH_BYTES_MAX, UNIX_PREFIX};
 pub use frame::{read_frame, write_frame, write_tagged_frame, FrameError, FrameReader, READ_CHUNK_BYTES};
 pub use inbox::{Inbox, INBOX_PER_PEER_MAX};
 pub use mux::{
