@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use upright_core::kv::{KvOperation, KvReply};
-use upright_node::client::{start_client, start_clients, ClientHandle};
+use upright_node::client::{start_client, ClientHandle};
 use upright_node::files::{self, ClientFile, FileError, InitPlan};
 use upright_node::transport::Endpoint;
 
@@ -166,10 +166,8 @@ fn client(dir: &Path, c: u32) -> Result<ClientHandle, FileError> {
 /// directory fsync on the async runtime's threads for every operation (that blocking I/O made the
 /// gateway about 5x slower than the bench client, which keeps none).
 fn gateway_clients(dir: &Path, n: u32) -> Result<Vec<ClientHandle>, FileError> {
-    let setups = (0..n)
-        .map(|c| Ok((ClientFile::load(&dir.join(format!("client-{c}.toml")))?, None)))
-        .collect::<Result<Vec<_>, FileError>>()?;
-    start_clients(setups)
+    use upright_node::gateway::clients::{start, RequestIds};
+    start(&dir.join("client-0.toml"), n, RequestIds::Volatile)
 }
 
 /// The default pool size of the Redis gateway.

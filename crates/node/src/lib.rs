@@ -5,6 +5,8 @@
 //! - [`transport`]: length-prefixed frames over TCP, per-peer bounded queues, fair inbound service;
 //! - [`replica`]: one replica process (its co-located stages on one task) and its metrics;
 //! - [`client`]: an async client API over the core's client protocol;
+//! - [`gateway`]: what every protocol gateway shares: the pool of upright clients that packs many
+//!   connections' commands into one operation, and its client identities;
 //! - [`norep`]: the unreplicated NO-REP server, the benchmarks' baseline;
 //! - [`bench`](mod@bench): `upright bench`, closed-loop benchmarks beside the NO-REP baseline.
 #![warn(missing_docs)]
@@ -12,6 +14,7 @@
 pub mod bench;
 pub mod client;
 pub mod files;
+pub mod gateway;
 pub mod host;
 pub mod metrics;
 pub mod norep;

@@ -10,8 +10,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc::{self, error::TryRecvError, error::TrySendError};
 
 use super::local::{self, Session};
-use super::pool::{self, Pool, Queue};
-use super::Shared;
+use super::{is_read, Queue, Shared};
 use crate::command::{self, Place};
 use crate::reply::Reply;
 use crate::resp;
@@ -42,13 +41,13 @@ struct Batch {
 }
 
 impl Batch {
-    fn submit(&mut self, pool: &Pool, queue: &Arc<Queue>) {
-        pool.submit(queue, &mut self.commands, self.reads_only);
+    fn submit(&mut self, shared: &Shared, queue: &Arc<Queue>) {
+        shared.pool.submit(queue, &mut self.commands, self.reads_only);
         self.reads_only = true;
     }
 }
 
-pub(super) async fn run(stream: TcpStream, id: u64, pool: Arc<Pool>, shared: Arc<Shared>) {
+pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
     let (mut read, write) = stream.into_split();
     let queue = Arc::new(Queue::default());
@@ -77,7 +76,7 @@ pub(super) async fn run(stream: TcpStream, id: u64, pool: Arc<Pool>, shared: Arc
                 Err(TrySendError::Closed(_)) => break 'conn,
             };
             if let Some(pending) = pending {
-                batch.submit(&pool, &queue);
+                batch.submit(&shared, &queue);
                 if tx.send(pending).await.is_err() {
                     break 'conn;
                 }
@@ -87,14 +86,14 @@ pub(super) async fn run(stream: TcpStream, id: u64, pool: Arc<Pool>, shared: Arc
                 break 'conn;
             }
         }
-        batch.submit(&pool, &queue);
+        batch.submit(&shared, &queue);
         buf.reserve(READ_CHUNK);
         match read.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => upright_node::timeline::event("gateway-read", n as u64, id, 0),
         }
     }
-    batch.submit(&pool, &queue); // commands sent before a QUIT or a protocol error still run
+    batch.submit(&shared, &queue); // commands sent before a QUIT or a protocol error still run
     queue.closed();
     drop(tx);
     let _ = writer.await;
@@ -111,7 +110,7 @@ fn dispatch(argv: Vec<Bytes>, session: &mut Session, batch: &mut Batch, shared: 
             (Pending::Ready(reply.to_resp(session.proto)), close)
         }
         Ok(spec) => {
-            batch.reads_only &= pool::is_read(spec);
+            batch.reads_only &= is_read(spec);
             batch.commands.push(argv);
             (Pending::Cluster(session.proto), false)
         }

@@ -278,8 +278,8 @@ fn info(shared: &Shared, session: &Session) -> String {
         n(&shared.commands),
         n(&shared.rejected),
         n(&shared.protocol_errors),
-        shared.pool_size,
-        n(&shared.operations),
+        shared.pool.size(),
+        shared.pool.operations(),
         session.proto,
     )
 }

@@ -1,7 +1,8 @@
 //! The Redis-protocol gateway: accepts RESP2/RESP3 connections and is an upright client (the
 //! UpRight client shim, run beside the applications that trust it).
 //!
-//! Concurrency: a small pool of upright clients (`pool`), one per client identity given, serving
+//! Concurrency: a small pool of upright clients ([`upright_node::gateway::Pool`], shared by every
+//! gateway), one per client identity given, serving
 //! one list of connections with commands waiting. An idle pool member sends everything the waiting
 //! connections queued as one upright operation (a batch of commands) and waits for the
 //! quorum-certified result; a connection is in at most one operation at a time, so its commands,
@@ -9,27 +10,73 @@
 //! many commands of many connections. Upright clients are closed-loop (one outstanding request
 //! each), so the pool size bounds the operations in flight, not the connections. After an
 //! answer, a member gives the connections it answered a moment (woken by their submissions,
-//! bounded by `pool::GATHER_WAIT`) to queue their next commands, so they ride the next
+//! bounded by [`upright_node::gateway::pool::GATHER_WAIT`]) to queue their next commands, so they ride the next
 //! operation together instead of taking turns.
 //!
 //! Reads: an operation made only of reads (GET, MGET, EXISTS, TTL, SCAN, ...; classified in one
-//! place, [`pool::is_read`]) takes the read-only path: every execution member answers it from its
+//! place, [`is_read`]) takes the read-only path: every execution member answers it from its
 //! current state and the client accepts the answer only if all of them match; otherwise (a
 //! member slow, down or lying) the same operation is ordered. An operation with any write is
 //! ordered.
 
 mod conn;
 mod local;
-mod pool;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use tokio::net::TcpListener;
 use upright_node::client::ClientHandle;
+use upright_node::gateway::{Pool, Protocol};
 
-pub use pool::{is_read, Pool, Queue};
+use crate::command::CommandSpec;
+use crate::reply::Reply;
+use crate::COMMANDS_PER_OPERATION_MAX;
+
+/// Most argument bytes of one operation (below the cluster's `request_bytes_max` default of
+/// 1 MiB, with room for the encoding's overhead; one command is at most
+/// [`crate::resp::COMMAND_BYTES_MAX`]).
+pub const OPERATION_ARG_BYTES_MAX: usize = 768 * 1024;
+
+/// Whether a command only reads the store. The one place the gateway classifies commands as
+/// reads or writes.
+pub fn is_read(spec: &CommandSpec) -> bool {
+    spec.is_read()
+}
+
+/// How Redis commands travel through the gateway pool: a command is its argument vector, an
+/// operation the postcard-encoded list of them ([`crate::encode_operation`]), its result the list
+/// of their replies.
+pub struct Redis;
+
+impl Protocol for Redis {
+    type Command = Vec<Bytes>;
+    type Answer = Reply;
+    const COMMANDS_MAX: usize = COMMANDS_PER_OPERATION_MAX;
+    const BYTES_MAX: usize = OPERATION_ARG_BYTES_MAX;
+
+    /// Its arguments plus an allowance for the encoding.
+    fn command_bytes(argv: &Vec<Bytes>) -> usize {
+        argv.iter().map(|a| a.len() + 8).sum()
+    }
+
+    fn encode(commands: &[Vec<Bytes>]) -> Bytes {
+        crate::encode_operation(commands)
+    }
+
+    fn decode(result: &[u8], commands: usize) -> Option<Vec<Reply>> {
+        crate::decode_replies(result).filter(|replies| replies.len() == commands)
+    }
+
+    fn failed(why: &str) -> Reply {
+        Reply::err(format!("ERR upright: {why}"))
+    }
+}
+
+/// A connection's queue in the Redis gateway's pool.
+pub type Queue = upright_node::gateway::Queue<Redis>;
 
 /// Most simultaneous connections; further ones are closed at once.
 pub const CONNECTIONS_MAX: u64 = 4096;
@@ -41,11 +88,10 @@ pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Shared {
     started: Instant,
     port: u16,
-    pool_size: usize,
+    pool: Pool<Redis>,
     connected: AtomicU64,
     total_connections: AtomicU64,
     commands: AtomicU64,
-    operations: AtomicU64,
     rejected: AtomicU64,
     protocol_errors: AtomicU64,
 }
@@ -64,15 +110,13 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
     let shared = Arc::new(Shared {
         started: Instant::now(),
         port,
-        pool_size: clients.len(),
+        pool: Pool::start(clients, OPERATION_TIMEOUT),
         connected: AtomicU64::new(0),
         total_connections: AtomicU64::new(0),
         commands: AtomicU64::new(0),
-        operations: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
         protocol_errors: AtomicU64::new(0),
     });
-    let pool = Arc::new(Pool::start(clients, shared.clone()));
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -88,12 +132,37 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
             continue;
         }
         let id = Shared::bump(&shared.total_connections);
-        let pool = pool.clone();
         let shared = shared.clone();
         tokio::spawn(async move {
             Shared::bump(&shared.connected);
-            conn::run(stream, id, pool, shared.clone()).await;
+            conn::run(stream, id, shared.clone()).await;
             shared.connected.fetch_sub(1, Ordering::Relaxed);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification() {
+        assert!(is_read(crate::command::lookup(b"GET").unwrap()));
+        assert!(is_read(crate::command::lookup(b"mget").unwrap()));
+        assert!(!is_read(crate::command::lookup(b"set").unwrap()));
+        assert!(!is_read(crate::command::lookup(b"getdel").unwrap()));
+    }
+
+    #[test]
+    fn results_of_the_wrong_length_are_malformed() {
+        let replies = vec![Reply::text("a"), Reply::text("b")];
+        let bytes = crate::encode_replies(&replies);
+        assert_eq!(Redis::decode(&bytes, 2), Some(replies));
+        assert_eq!(Redis::decode(&bytes, 3), None);
+        assert_eq!(Redis::decode(b"\xff\xff", 1), None);
+        assert_eq!(
+            Redis::failed("no result from the cluster (timed out)"),
+            Reply::err("ERR upright: no result from the cluster (timed out)")
+        );
     }
 }

@@ -20,23 +20,14 @@
 
 use std::collections::VecDeque;
 use std::mem;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::sync::Notify;
-use upright_node::client::{ClientError, ClientHandle};
 
-use super::{Shared, OPERATION_TIMEOUT};
-use crate::command::CommandSpec;
-use crate::reply::Reply;
-use crate::COMMANDS_PER_OPERATION_MAX;
-
-/// Most argument bytes of one operation (below the cluster's `request_bytes_max` default of
-/// 1 MiB, with room for the encoding's overhead; one command is at most
-/// [`crate::resp::COMMAND_BYTES_MAX`]).
-pub const OPERATION_ARG_BYTES_MAX: usize = 768 * 1024;
+use super::Protocol;
+use crate::client::ClientHandle;
 
 /// Longest a member waits, after its operation is answered, for the connections it answered to
 /// queue their next commands (see the module documentation). The runtime's timer counts in whole
@@ -44,49 +35,49 @@ pub const OPERATION_ARG_BYTES_MAX: usize = 768 * 1024;
 /// back promptly, and such a client is not waited for again until it does.
 pub const GATHER_WAIT: Duration = Duration::from_millis(1);
 
-/// Whether a command only reads the store. The one place the gateway classifies commands as
-/// reads or writes.
-pub fn is_read(spec: &CommandSpec) -> bool {
-    spec.is_read()
-}
-
-/// The operation's bytes a command adds (its arguments plus an allowance for the encoding).
-fn command_bytes(argv: &[Bytes]) -> usize {
-    argv.iter().map(|a| a.len() + 8).sum()
-}
-
 /// Locks a mutex; the gateway never panics while holding one, so poisoning is not expected, and
 /// the data stays consistent if it happens.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-#[derive(Default)]
-struct QueueState {
+struct QueueState<P: Protocol> {
     /// Commands not yet sent, in order.
-    commands: Vec<Vec<Bytes>>,
-    /// Argument bytes of `commands` (as [`command_bytes`] counts them).
+    commands: Vec<P::Command>,
+    /// Bytes of `commands` (as [`Protocol::command_bytes`] counts them).
     bytes: usize,
     /// Whether every queued command is a read.
     reads_only: bool,
     /// Ready (in the pool's list) or in an operation: the connection must not be listed again.
     busy: bool,
-    /// Replies received from the cluster, not yet taken by the connection's writer, in order.
-    replies: VecDeque<Reply>,
+    /// Answers received from the cluster, not yet taken by the connection's writer, in order.
+    replies: VecDeque<P::Answer>,
 }
 
-/// One connection's commands for the cluster and their replies. The connection bounds both by
-/// the answers it may owe (`conn::PENDING_MAX`).
-pub struct Queue {
-    state: Mutex<QueueState>,
+impl<P: Protocol> Default for QueueState<P> {
+    fn default() -> QueueState<P> {
+        QueueState {
+            commands: Vec::new(),
+            bytes: 0,
+            reads_only: false,
+            busy: false,
+            replies: VecDeque::new(),
+        }
+    }
+}
+
+/// One connection's commands for the cluster and their answers. The connection bounds both by
+/// the answers it may owe.
+pub struct Queue<P: Protocol> {
+    state: Mutex<QueueState<P>>,
     answered: Notify,
     /// Whether the connection queued its next commands within [`GATHER_WAIT`] of its last answer
     /// (or has not been answered yet): only such connections are waited for.
     prompt: AtomicBool,
 }
 
-impl Default for Queue {
-    fn default() -> Queue {
+impl<P: Protocol> Default for Queue<P> {
+    fn default() -> Queue<P> {
         Queue {
             state: Mutex::default(),
             answered: Notify::new(),
@@ -95,7 +86,7 @@ impl Default for Queue {
     }
 }
 
-impl Queue {
+impl<P: Protocol> Queue<P> {
     /// The connection will queue nothing more (it closed): members stop waiting for it.
     pub fn closed(&self) {
         self.prompt.store(false, Ordering::Relaxed);
@@ -106,8 +97,8 @@ impl Queue {
         lock(&self.state).busy
     }
 
-    /// The next reply, in command order; waits until the cluster answered.
-    pub async fn next_reply(&self) -> Reply {
+    /// The next answer, in command order; waits until the cluster answered.
+    pub async fn next_reply(&self) -> P::Answer {
         loop {
             if let Some(reply) = self.try_reply() {
                 return reply;
@@ -116,12 +107,12 @@ impl Queue {
         }
     }
 
-    /// The next reply if it is already here.
-    pub fn try_reply(&self) -> Option<Reply> {
+    /// The next answer if it is already here.
+    pub fn try_reply(&self) -> Option<P::Answer> {
         lock(&self.state).replies.pop_front()
     }
 
-    fn answer(&self, replies: impl Iterator<Item = Reply>, pool: &PoolShared, me: &Arc<Queue>) {
+    fn answer(&self, replies: impl Iterator<Item = P::Answer>, pool: &PoolShared<P>, me: &Arc<Queue<P>>) {
         let mut state = lock(&self.state);
         state.replies.extend(replies);
         let more = !state.commands.is_empty();
@@ -134,47 +125,77 @@ impl Queue {
     }
 }
 
-struct PoolShared {
+struct PoolShared<P: Protocol> {
     /// Connections with queued commands and none at the cluster, oldest first.
-    ready: Mutex<VecDeque<Arc<Queue>>>,
+    ready: Mutex<VecDeque<Arc<Queue<P>>>>,
     /// Wakes an idle member.
     work: Notify,
+    /// Operations sent to the cluster (answered or failed).
+    operations: AtomicU64,
 }
 
-impl PoolShared {
-    fn make_ready(&self, queue: Arc<Queue>) {
+impl<P: Protocol> PoolShared<P> {
+    fn new() -> PoolShared<P> {
+        PoolShared {
+            ready: Mutex::new(VecDeque::new()),
+            work: Notify::new(),
+            operations: AtomicU64::new(0),
+        }
+    }
+
+    fn make_ready(&self, queue: Arc<Queue<P>>) {
         lock(&self.ready).push_back(queue);
         self.work.notify_one();
     }
 }
 
 /// The pool: one task per upright client, all serving one list of ready connections.
-pub struct Pool {
-    shared: Arc<PoolShared>,
+pub struct Pool<P: Protocol> {
+    shared: Arc<PoolShared<P>>,
+    size: usize,
 }
 
-impl Pool {
-    /// Starts one member task per client handle (each a distinct client identity).
-    pub fn start(clients: Vec<ClientHandle>, stats: Arc<Shared>) -> Pool {
-        let shared = Arc::new(PoolShared {
-            ready: Mutex::new(VecDeque::new()),
-            work: Notify::new(),
-        });
+impl<P: Protocol> std::fmt::Debug for Pool<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("size", &self.size)
+            .field("operations", &self.operations())
+            .finish()
+    }
+}
+
+impl<P: Protocol> Pool<P> {
+    /// Starts one member task per client handle (each a distinct client identity); an operation
+    /// not answered within `timeout` fails each of its commands with [`Protocol::failed`].
+    pub fn start(clients: Vec<ClientHandle>, timeout: Duration) -> Pool<P> {
+        assert!(!clients.is_empty(), "a gateway pool needs at least one upright client");
+        let shared = Arc::new(PoolShared::new());
+        let size = clients.len();
         for client in clients {
-            tokio::spawn(member(client, shared.clone(), stats.clone()));
+            tokio::spawn(member(client, shared.clone(), timeout));
         }
-        Pool { shared }
+        Pool { shared, size }
     }
 
-    /// Queues commands of connection `queue` (in order; `reads_only` if all of them are reads,
-    /// see [`is_read`]).
-    pub fn submit(&self, queue: &Arc<Queue>, commands: &mut Vec<Vec<Bytes>>, reads_only: bool) {
+    /// Upright clients (members) in the pool: the most operations in flight at once.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Operations the pool has sent to the cluster so far.
+    pub fn operations(&self) -> u64 {
+        self.shared.operations.load(Ordering::Relaxed)
+    }
+
+    /// Queues commands of connection `queue` (in order; `reads_only` if all of them only read,
+    /// as the protocol classifies them).
+    pub fn submit(&self, queue: &Arc<Queue<P>>, commands: &mut Vec<P::Command>, reads_only: bool) {
         if commands.is_empty() {
             return;
         }
         let mut state = lock(&queue.state);
         state.reads_only = reads_only && (state.commands.is_empty() || state.reads_only);
-        state.bytes += commands.iter().map(|c| command_bytes(c)).sum::<usize>();
+        state.bytes += commands.iter().map(P::command_bytes).sum::<usize>();
         state.commands.append(commands);
         let list = !state.busy;
         state.busy = true;
@@ -186,31 +207,39 @@ impl Pool {
 }
 
 /// One operation being put together: the commands and whose they are.
-#[derive(Default)]
-struct Operation {
-    commands: Vec<Vec<Bytes>>,
+struct Operation<P: Protocol> {
+    commands: Vec<P::Command>,
     bytes: usize,
     reads_only: bool,
     /// Each connection in the operation and how many of its commands, in operation order.
-    owners: Vec<(Arc<Queue>, usize)>,
+    owners: Vec<(Arc<Queue<P>>, usize)>,
 }
 
-impl Operation {
+impl<P: Protocol> Operation<P> {
+    fn new() -> Operation<P> {
+        Operation {
+            commands: Vec::new(),
+            bytes: 0,
+            reads_only: false,
+            owners: Vec::new(),
+        }
+    }
+
     fn full(&self) -> bool {
-        self.commands.len() >= COMMANDS_PER_OPERATION_MAX || self.bytes >= OPERATION_ARG_BYTES_MAX
+        self.commands.len() >= P::COMMANDS_MAX || self.bytes >= P::BYTES_MAX
     }
 
     /// Moves as many of the connection's queued commands as fit (at least its first if the
     /// operation is empty): how many it moved and whether any are left. Leftovers stay queued
     /// and go after this operation is answered.
-    fn take_from(&mut self, queue: &Arc<Queue>) -> (usize, bool) {
+    fn take_from(&mut self, queue: &Arc<Queue<P>>) -> (usize, bool) {
         let mut state = lock(&queue.state);
         let (mut n, mut bytes) = (0, 0);
         if self.fits(state.commands.len(), state.bytes) {
             (n, bytes) = (state.commands.len(), state.bytes);
         } else {
             for c in &state.commands {
-                let b = command_bytes(c);
+                let b = P::command_bytes(c);
                 let first = self.commands.is_empty() && n == 0; // an operation carries at least one
                 if !first && !self.fits(n + 1, bytes + b) {
                     break;
@@ -235,13 +264,13 @@ impl Operation {
     }
 
     fn fits(&self, n: usize, bytes: usize) -> bool {
-        self.commands.len() + n <= COMMANDS_PER_OPERATION_MAX && self.bytes + bytes <= OPERATION_ARG_BYTES_MAX
+        self.commands.len() + n <= P::COMMANDS_MAX && self.bytes + bytes <= P::BYTES_MAX
     }
 }
 
 /// Takes ready connections into one operation until it is full; `None` if none is ready.
-fn gather(shared: &PoolShared) -> Option<Operation> {
-    let mut op = Operation::default();
+fn gather<P: Protocol>(shared: &PoolShared<P>) -> Option<Operation<P>> {
+    let mut op = Operation::new();
     let mut ready = lock(&shared.ready);
     while !op.full() {
         let Some(queue) = ready.pop_front() else { break };
@@ -263,7 +292,7 @@ fn gather(shared: &PoolShared) -> Option<Operation> {
 /// Waits until every prompt connection of `answered` has queued commands again, or until
 /// `deadline`; woken by the submissions themselves. Afterwards a connection is prompt if it had
 /// queued again by the end of the wait.
-async fn await_return(shared: &PoolShared, answered: &[Arc<Queue>], deadline: tokio::time::Instant) {
+async fn await_return<P: Protocol>(shared: &PoolShared<P>, answered: &[Arc<Queue<P>>], deadline: tokio::time::Instant) {
     while !answered.iter().all(|q| !q.prompt.load(Ordering::Relaxed) || q.busy()) {
         if tokio::time::timeout_at(deadline, shared.work.notified()).await.is_err() {
             break;
@@ -275,9 +304,9 @@ async fn await_return(shared: &PoolShared, answered: &[Arc<Queue>], deadline: to
     }
 }
 
-async fn member(client: ClientHandle, shared: Arc<PoolShared>, stats: Arc<Shared>) {
+async fn member<P: Protocol>(client: ClientHandle, shared: Arc<PoolShared<P>>, timeout: Duration) {
     // The connections of the last operation, and when it was answered.
-    let mut answered: Vec<Arc<Queue>> = Vec::new();
+    let mut answered: Vec<Arc<Queue<P>>> = Vec::new();
     let mut answered_at = tokio::time::Instant::now();
     loop {
         // Nothing to gather while nothing is ready: the first command queued wakes this member,
@@ -291,17 +320,27 @@ async fn member(client: ClientHandle, shared: Arc<PoolShared>, stats: Arc<Shared
             continue;
         };
         let n = op.commands.len();
-        upright_node::timeline::event("gateway-op", n as u64, 0, 0);
-        let result = invoke(&client, crate::encode_operation(&op.commands), op.reads_only).await;
-        Shared::bump(&stats.operations);
+        crate::timeline::event("gateway-op", n as u64, 0, 0);
+        // An operation of reads only takes the read-only path (the client accepts only matching
+        // answers from every execution member and otherwise orders it, so the result is
+        // linearizable either way); anything with a write is ordered.
+        let result = client
+            .invoke_timeout(P::encode(&op.commands), op.reads_only, timeout)
+            .await;
+        shared.operations.fetch_add(1, Ordering::Relaxed);
         let replies = match result {
-            Ok(bytes) => match crate::decode_replies(&bytes) {
+            Ok(bytes) => match P::decode(&bytes, n) {
                 Some(replies) if replies.len() == n => replies,
-                _ => vec![Reply::err("ERR upright: the cluster returned a malformed result"); n],
+                _ => (0..n)
+                    .map(|_| P::failed("the cluster returned a malformed result"))
+                    .collect(),
             },
-            Err(e) => vec![Reply::err(format!("ERR upright: no result from the cluster ({e})")); n],
+            Err(e) => {
+                let why = format!("no result from the cluster ({e})");
+                (0..n).map(|_| P::failed(&why)).collect()
+            }
         };
-        upright_node::timeline::event("gateway-answer", n as u64, 0, 0);
+        crate::timeline::event("gateway-answer", n as u64, 0, 0);
         let mut replies = replies.into_iter();
         for (queue, count) in &op.owners {
             queue.answer(replies.by_ref().take(*count), &shared, queue);
@@ -311,56 +350,72 @@ async fn member(client: ClientHandle, shared: Arc<PoolShared>, stats: Arc<Shared
     }
 }
 
-/// Sends one operation: an operation of reads only takes the read-only path (every execution
-/// member answers from its state; the client accepts only matching answers from all of them and
-/// otherwise orders the operation, so the result is linearizable either way); anything with a
-/// write is ordered.
-async fn invoke(client: &ClientHandle, operation: Bytes, reads_only: bool) -> Result<Bytes, ClientError> {
-    client.invoke_timeout(operation, reads_only, OPERATION_TIMEOUT).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn pool() -> Pool {
-        Pool {
-            shared: Arc::new(PoolShared {
-                ready: Mutex::new(VecDeque::new()),
-                work: Notify::new(),
-            }),
+    use bytes::Bytes;
+
+    /// Commands are argument vectors, answers strings; the limits are the Redis gateway's.
+    struct Test;
+
+    impl Protocol for Test {
+        type Command = Vec<Bytes>;
+        type Answer = String;
+        const COMMANDS_MAX: usize = 512;
+        const BYTES_MAX: usize = 768 * 1024;
+
+        fn command_bytes(argv: &Vec<Bytes>) -> usize {
+            argv.iter().map(|a| a.len() + 8).sum()
         }
+
+        fn encode(commands: &[Vec<Bytes>]) -> Bytes {
+            Bytes::from(commands.concat().concat())
+        }
+
+        fn decode(_result: &[u8], _commands: usize) -> Option<Vec<String>> {
+            None
+        }
+
+        fn failed(why: &str) -> String {
+            why.to_string()
+        }
+    }
+
+    type Q = Queue<Test>;
+
+    fn pool() -> Pool<Test> {
+        Pool {
+            shared: Arc::new(PoolShared::new()),
+            size: 1,
+        }
+    }
+
+    fn txt(s: &str) -> String {
+        s.to_string()
     }
 
     fn cmd(words: &[&str]) -> Vec<Bytes> {
         words.iter().map(|w| Bytes::copy_from_slice(w.as_bytes())).collect()
     }
 
-    fn submit(pool: &Pool, queue: &Arc<Queue>, commands: &[&[&str]], reads_only: bool) {
+    fn submit(pool: &Pool<Test>, queue: &Arc<Q>, commands: &[&[&str]], reads_only: bool) {
         let mut batch: Vec<Vec<Bytes>> = commands.iter().map(|c| cmd(c)).collect();
         pool.submit(queue, &mut batch, reads_only);
         assert!(batch.is_empty());
     }
 
-    fn answer(pool: &Pool, op: &Operation, texts: &[&str]) {
-        let mut replies = texts.iter().map(Reply::text);
+    fn answer(pool: &Pool<Test>, op: &Operation<Test>, texts: &[&str]) {
+        let mut replies = texts.iter().map(|t| t.to_string());
         for (queue, count) in &op.owners {
             queue.answer(replies.by_ref().take(*count), &pool.shared, queue);
         }
     }
 
     #[test]
-    fn classification() {
-        assert!(is_read(crate::command::lookup(b"GET").unwrap()));
-        assert!(is_read(crate::command::lookup(b"mget").unwrap()));
-        assert!(!is_read(crate::command::lookup(b"set").unwrap()));
-        assert!(!is_read(crate::command::lookup(b"getdel").unwrap()));
-    }
-
-    #[test]
     fn connections_share_one_operation_in_order() {
         let pool = pool();
-        let (a, b) = (Arc::new(Queue::default()), Arc::new(Queue::default()));
+        let (a, b) = (Arc::new(Q::default()), Arc::new(Q::default()));
         submit(&pool, &a, &[&["get", "x"], &["get", "y"]], true);
         submit(&pool, &b, &[&["set", "x", "1"]], false);
         let op = gather(&pool.shared).unwrap();
@@ -372,21 +427,21 @@ mod tests {
         assert_eq!(op.owners.iter().map(|(_, n)| *n).collect::<Vec<_>>(), vec![2, 1]);
         assert!(gather(&pool.shared).is_none());
         answer(&pool, &op, &["1", "2", "3"]);
-        assert_eq!(a.try_reply(), Some(Reply::text("1")));
-        assert_eq!(a.try_reply(), Some(Reply::text("2")));
+        assert_eq!(a.try_reply(), Some(txt("1")));
+        assert_eq!(a.try_reply(), Some(txt("2")));
         assert_eq!(a.try_reply(), None);
-        assert_eq!(b.try_reply(), Some(Reply::text("3")));
+        assert_eq!(b.try_reply(), Some(txt("3")));
         assert!(gather(&pool.shared).is_none());
     }
 
     #[test]
     fn reads_only_when_every_command_reads() {
         let pool = pool();
-        let (a, b) = (Arc::new(Queue::default()), Arc::new(Queue::default()));
+        let (a, b) = (Arc::new(Q::default()), Arc::new(Q::default()));
         submit(&pool, &a, &[&["get", "x"]], true);
         submit(&pool, &b, &[&["mget", "x", "y"]], true);
         assert!(gather(&pool.shared).unwrap().reads_only);
-        let c = Arc::new(Queue::default());
+        let c = Arc::new(Q::default());
         submit(&pool, &c, &[&["get", "x"]], true);
         submit(&pool, &c, &[&["incr", "x"]], false);
         assert!(!gather(&pool.shared).unwrap().reads_only);
@@ -395,7 +450,7 @@ mod tests {
     #[test]
     fn a_connection_is_in_one_operation_at_a_time() {
         let pool = pool();
-        let a = Arc::new(Queue::default());
+        let a = Arc::new(Q::default());
         submit(&pool, &a, &[&["set", "k", "1"]], false);
         let first = gather(&pool.shared).unwrap();
         submit(&pool, &a, &[&["set", "k", "2"]], false);
@@ -405,36 +460,36 @@ mod tests {
         let second = gather(&pool.shared).unwrap();
         assert_eq!(second.commands, vec![cmd(&["set", "k", "2"])]);
         answer(&pool, &second, &["OK2"]);
-        assert_eq!(a.try_reply(), Some(Reply::text("OK")));
-        assert_eq!(a.try_reply(), Some(Reply::text("OK2")));
+        assert_eq!(a.try_reply(), Some(txt("OK")));
+        assert_eq!(a.try_reply(), Some(txt("OK2")));
         assert!(gather(&pool.shared).is_none());
     }
 
     #[test]
     fn operations_respect_the_command_limit() {
         let pool = pool();
-        let (a, b) = (Arc::new(Queue::default()), Arc::new(Queue::default()));
-        let many: Vec<Vec<Bytes>> = (0..COMMANDS_PER_OPERATION_MAX + 5)
+        let (a, b) = (Arc::new(Q::default()), Arc::new(Q::default()));
+        let many: Vec<Vec<Bytes>> = (0..Test::COMMANDS_MAX + 5)
             .map(|i| cmd(&["get", &i.to_string()]))
             .collect();
         pool.submit(&a, &mut many.clone(), true);
         submit(&pool, &b, &[&["get", "b"]], true);
         let first = gather(&pool.shared).unwrap();
-        assert_eq!(first.commands, many[..COMMANDS_PER_OPERATION_MAX]);
+        assert_eq!(first.commands, many[..Test::COMMANDS_MAX]);
         // `b` was not reached; `a`'s rest waits for the answer.
         let second = gather(&pool.shared).unwrap();
         assert_eq!(second.commands, vec![cmd(&["get", "b"])]);
         assert!(gather(&pool.shared).is_none());
-        let texts: Vec<String> = (0..COMMANDS_PER_OPERATION_MAX).map(|i| i.to_string()).collect();
+        let texts: Vec<String> = (0..Test::COMMANDS_MAX).map(|i| i.to_string()).collect();
         answer(&pool, &first, &texts.iter().map(String::as_str).collect::<Vec<_>>());
         let third = gather(&pool.shared).unwrap();
-        assert_eq!(third.commands, many[COMMANDS_PER_OPERATION_MAX..]);
+        assert_eq!(third.commands, many[Test::COMMANDS_MAX..]);
     }
 
     #[test]
     fn operations_respect_the_byte_limit() {
         let pool = pool();
-        let (a, b) = (Arc::new(Queue::default()), Arc::new(Queue::default()));
+        let (a, b) = (Arc::new(Q::default()), Arc::new(Q::default()));
         let big = "v".repeat(500 * 1024);
         submit(&pool, &a, &[&["set", "a", &big]], false);
         submit(&pool, &b, &[&["set", "b", &big]], false);
@@ -442,12 +497,12 @@ mod tests {
         assert_eq!(first.commands.len(), 1);
         let second = gather(&pool.shared).unwrap();
         assert_eq!(second.commands, vec![cmd(&["set", "b", &big])]);
-        assert!(first.bytes <= OPERATION_ARG_BYTES_MAX && second.bytes <= OPERATION_ARG_BYTES_MAX);
+        assert!(first.bytes <= Test::BYTES_MAX && second.bytes <= Test::BYTES_MAX);
     }
 
     /// A connection whose one command was sent and answered.
-    fn answered_once(pool: &Pool) -> Arc<Queue> {
-        let a = Arc::new(Queue::default());
+    fn answered_once(pool: &Pool<Test>) -> Arc<Q> {
+        let a = Arc::new(Q::default());
         submit(pool, &a, &[&["get", "x"]], true);
         let op = gather(&pool.shared).unwrap();
         answer(pool, &op, &["v"]);
@@ -461,7 +516,7 @@ mod tests {
     #[tokio::test]
     async fn the_connections_just_answered_share_the_next_operation() {
         let pool = pool();
-        let (a, b) = (Arc::new(Queue::default()), Arc::new(Queue::default()));
+        let (a, b) = (Arc::new(Q::default()), Arc::new(Q::default()));
         submit(&pool, &a, &[&["set", "a", "1"]], false);
         let first = gather(&pool.shared).unwrap();
         submit(&pool, &b, &[&["set", "b", "1"]], false); // queues while `a` is at the cluster
@@ -472,7 +527,7 @@ mod tests {
             let (shared, a) = (pool.shared.clone(), a.clone());
             async move {
                 tokio::task::yield_now().await;
-                Pool { shared }.submit(&a, &mut vec![cmd(&["set", "a", "2"])], false);
+                Pool { shared, size: 1 }.submit(&a, &mut vec![cmd(&["set", "a", "2"])], false);
             }
         });
         let started = std::time::Instant::now();
@@ -516,7 +571,7 @@ mod tests {
     async fn a_closed_connection_is_not_waited_for() {
         let pool = pool();
         let a = answered_once(&pool);
-        let b = Arc::new(Queue::default());
+        let b = Arc::new(Q::default());
         a.closed();
         submit(&pool, &b, &[&["get", "y"]], true);
         let started = std::time::Instant::now();
@@ -528,7 +583,7 @@ mod tests {
     #[tokio::test]
     async fn a_waiting_writer_is_woken_by_the_answer() {
         let pool = pool();
-        let a = Arc::new(Queue::default());
+        let a = Arc::new(Q::default());
         submit(&pool, &a, &[&["get", "x"]], true);
         let op = gather(&pool.shared).unwrap();
         let waiter = tokio::spawn({
@@ -537,6 +592,6 @@ mod tests {
         });
         tokio::task::yield_now().await;
         answer(&pool, &op, &["v"]);
-        assert_eq!(waiter.await.unwrap(), Reply::text("v"));
+        assert_eq!(waiter.await.unwrap(), txt("v"));
     }
 }
