@@ -109,6 +109,24 @@ enum Command {
         #[arg(num_args = 2..=3)]
         args: Vec<String>,
     },
+    /// Serve Redis clients (RESP2/RESP3) from a running cluster whose replicas run
+    /// `--service redis`; runs until Ctrl-C or SIGTERM. The gateway is a client of the cluster: run
+    /// it beside the applications it serves.
+    Redis {
+        /// Client config of the pool's first member (client-<c>.toml from `upright init`); a pool
+        /// of N also uses client-<c+1>.toml .. client-<c+N-1>.toml beside it. Each member keeps its
+        /// request id in client-<id>.last-request-id beside its file.
+        #[arg(long)]
+        client: PathBuf,
+        /// Address to serve Redis clients on (host:port).
+        #[arg(long, default_value = "127.0.0.1:6379")]
+        listen: String,
+        /// Upright clients in the gateway's pool: the most operations in flight at once (one
+        /// client identity each).
+        #[arg(long, default_value_t = demo::GATEWAY_POOL,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(upright_node::gateway::clients::POOL_MAX)))]
+        pool: u32,
+    },
     /// Start a local 4-replica cluster (u = r = 1) on this host; runs until Ctrl-C.
     Demo {
         /// Run a client workload with a replica SIGKILLed and restarted, report, and exit.
@@ -177,6 +195,11 @@ fn main() -> ExitCode {
         } => replica(&config, id, key, &service),
         Command::Status { config } => runtime().block_on(status(&config)),
         Command::Kv { client, args } => runtime().block_on(kv(&client, &args)),
+        Command::Redis { client, listen, pool } => {
+            init_logging("warn");
+            // One thread, as in the demo: the gateway is one event loop.
+            single_thread_runtime().block_on(redis(&client, &listen, pool))
+        }
         Command::Demo {
             smoke,
             seconds,
@@ -449,6 +472,39 @@ async fn kv(client: &Path, args: &[String]) -> Result<ExitCode, FileError> {
         Some(KvReply::Value(None)) => println!("(absent)"),
         Some(KvReply::Done) => println!("ok"),
         _ => println!("invalid operation"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `upright redis`: the Redis-protocol gateway against the cluster of `client`'s file.
+async fn redis(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileError> {
+    use upright_node::gateway::clients::{self, RequestIds};
+    let members = clients::load(client, pool)?;
+    let cluster = &members[0].1.cluster;
+    let (name, replicas) = (cluster.config.cluster_name.clone(), cluster.file.replicas.len());
+    let (u, r) = (cluster.config.u, cluster.config.r);
+    let first = members[0].1.id.0;
+    drop(members);
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+        FileError(format!(
+            "cannot listen on {listen} for Redis clients ({e}); choose another with --listen"
+        ))
+    })?;
+    let addr = listener.local_addr().map_err(|e| FileError(e.to_string()))?;
+    let handles = clients::start(client, pool, RequestIds::Durable)?;
+    println!(
+        "Redis protocol (RESP2/RESP3) on {addr}, served by cluster {name:?} ({replicas} replicas, u = {u}, r = {r})"
+    );
+    println!(
+        "  gateway: {pool} upright client(s) (clients {first}..{}); a result is accepted only from matching replies of enough replicas, so a lying replica cannot change it",
+        first + pool - 1
+    );
+    println!("press Ctrl-C to stop");
+    tokio::select! {
+        result = upright_kv::gateway::serve(listener, handles) => {
+            result.map_err(|e| FileError(format!("the gateway stopped: {e}")))?;
+        }
+        _ = stop_requested() => {}
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -41,6 +41,17 @@ fn init_then_misconfigurations_are_one_line_errors() {
     ]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("cluster.toml"));
+    // The Redis gateway: a pool needs one client identity per member, from the files beside the first.
+    let client = format!("{out}/client-0.toml");
+    one_line_error(
+        &["redis", "--client", &client, "--pool", "3"],
+        "a pool of 3 needs client identities 0..2",
+    );
+    one_line_error(&["redis", "--client", &format!("{out}/nope.toml")], "cannot read");
+    one_line_error(
+        &["redis", "--client", &client, "--listen", "nonsense"],
+        "cannot listen on nonsense",
+    );
     let config = format!("{out}/cluster.toml");
     one_line_error(
         &[

@@ -9,12 +9,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn have(cmd: &str) -> bool {
-    Command::new(cmd)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+#[path = "common/redis_cli.rs"]
+mod redis_cli;
+use redis_cli::{cli, have};
 
 fn free_port() -> u16 {
     let start = std::process::id().wrapping_mul(7919) % 10_000;
@@ -78,16 +75,6 @@ fn start_demo(port: u16) -> Demo {
         }
     }
     Demo { child, log_dir }
-}
-
-fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("run redis-cli");
-    assert!(out.status.success(), "redis-cli {args:?} failed: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim_end().to_string()
 }
 
 fn redis_cli_round_trips(port: u16) {

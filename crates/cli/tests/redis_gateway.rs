@@ -1,0 +1,165 @@
+//! `upright redis` serving redis-cli from a cluster set up the way a user sets one up: `upright
+//! init`, four `upright replica --service redis` processes (replica 2 a Byzantine stand-in that
+//! corrupts its stored values and replies), and the standalone gateway. The gateway is then
+//! SIGKILLed and restarted: its pool members continue their request ids from their files, so the
+//! cluster keeps answering them (a reused id would be taken for a replay and never executed).
+//!
+//! Needs `redis-cli` (Debian `redis-tools`, which `.ci/run` installs); skipped, loudly, without it.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "common/redis_cli.rs"]
+mod redis_cli;
+use redis_cli::{cli, have};
+
+/// A child process that is SIGKILLed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn port_free(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// A base port below Linux's ephemeral range whose replica, client and metrics ports (`base + i`,
+/// `base + 100 + i`, `base + 200 + i` for four replicas) and `base + 300` (the gateway) are free.
+fn free_base() -> u16 {
+    let start = std::process::id().wrapping_mul(7919) % 90;
+    (0..90)
+        .map(|i| 22_000 + ((start + i) % 90) as u16 * 100 * 4)
+        .find(|&b| (0..4).all(|i| [b + i, b + 100 + i, b + 200 + i].into_iter().all(port_free)) && port_free(b + 300))
+        .expect("free loopback ports")
+}
+
+fn upright(dir: &Path, args: &[&str], log: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_upright"));
+    command.args(args).stdin(Stdio::null());
+    let log = std::fs::File::create(dir.join(log)).unwrap();
+    command.stdout(log.try_clone().unwrap()).stderr(log);
+    command
+}
+
+/// Starts the gateway and waits for its banner.
+fn start_gateway(dir: &Path, port: u16) -> Proc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_upright"))
+        .args(["redis", "--client"])
+        .arg(dir.join("client-0.toml"))
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--pool", "2"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start upright redis");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next().expect("a banner line").unwrap();
+    println!("gateway: {first}");
+    assert!(
+        first.starts_with(&format!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}")),
+        "{first}"
+    );
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| println!("gateway: {l}")));
+    Proc(child)
+}
+
+/// Retries a command until the cluster has elected and answered (replicas start in any order).
+fn cli_when_up(port: u16, args: &[&str], want: &str) {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = cli(port, args);
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < until, "redis-cli {args:?}: {got:?}, wanted {want:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn redis_cli_through_upright_redis_against_an_initialised_cluster() {
+    if !have("redis-cli") {
+        eprintln!(
+            "\n\n*** SKIPPED upright redis test: redis-cli is not installed (apt-get install redis-tools) ***\n\n"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let base = free_base();
+    let out = Command::new(env!("CARGO_BIN_EXE_upright"))
+        .args([
+            "init",
+            "--replicas",
+            "4",
+            "--u",
+            "1",
+            "--r",
+            "1",
+            "--hosts",
+            "127.0.0.1",
+            "--clients",
+            "4",
+        ])
+        .args(["--base-port", &base.to_string(), "--out"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "upright init: {out:?}");
+    let config = dir.join("cluster.toml").display().to_string();
+    let _replicas: Vec<Proc> = (0..4)
+        .map(|id| {
+            let mut c = upright(
+                dir,
+                &[
+                    "replica",
+                    "--config",
+                    &config,
+                    "--id",
+                    &id.to_string(),
+                    "--service",
+                    "redis",
+                ],
+                &format!("replica-{id}.log"),
+            );
+            c.env("UPRIGHT_TEST_CORRUPT_REPLICA", "2");
+            Proc(c.spawn().unwrap())
+        })
+        .collect();
+    let port = base + 300;
+    let gateway = start_gateway(dir, port);
+    cli_when_up(port, &["SET", "gw:a", "hello"], "OK");
+    assert_eq!(cli(port, &["GET", "gw:a"]), "hello");
+    assert_eq!(cli(port, &["APPEND", "gw:a", " world"]), "11");
+    assert_eq!(cli(port, &["INCRBY", "gw:n", "5"]), "5");
+    assert_eq!(cli(port, &["MGET", "gw:a", "gw:none", "gw:n"]), "hello world\n\n5");
+    assert_eq!(cli(port, &["PING"]), "PONG");
+    let info = cli(port, &["INFO"]);
+    assert!(info.contains("upright_client_pool:2"), "{info}");
+
+    // SIGKILL the gateway mid-life and start it again: its members' next ids follow the ones the
+    // cluster has executed, so new writes are executed, not ignored as replays.
+    drop(gateway);
+    for member in ["client-0", "client-1"] {
+        assert!(
+            dir.join(format!("{member}.last-request-id")).exists(),
+            "{member} keeps its request id"
+        );
+    }
+    let _gateway = start_gateway(dir, port);
+    cli_when_up(port, &["INCRBY", "gw:n", "5"], "10");
+    assert_eq!(cli(port, &["SET", "gw:after", "restart"]), "OK");
+    assert_eq!(cli(port, &["GET", "gw:after"]), "restart");
+    assert_eq!(cli(port, &["GET", "gw:a"]), "hello world");
+
+    // The Byzantine stand-in really ran.
+    let log = std::fs::read_to_string(dir.join("replica-2.log")).unwrap();
+    assert!(log.contains("corrupts its stored values and replies"), "{log}");
+}
