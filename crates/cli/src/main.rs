@@ -386,16 +386,17 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Resul
         id,
         keys,
         storage,
+        service: if service == "redis" {
+            let corrupt = upright_kv::replica::corrupt_requested(id);
+            if corrupt {
+                tracing::warn!("TESTING: this replica corrupts its stored values and replies (Byzantine stand-in)");
+            }
+            upright_kv::replica::service(corrupt)
+        } else {
+            upright_core::stages::kv_service()
+        },
         stages: None,
     };
-    let mut spec = spec;
-    if service == "redis" {
-        let corrupt = upright_kv::replica::corrupt_requested(id);
-        if corrupt {
-            tracing::warn!("TESTING: this replica corrupts its stored values and replies (Byzantine stand-in)");
-        }
-        spec.stages = Some(upright_kv::replica::stages(spec.cluster.config.clone(), id, corrupt));
-    }
     // One thread: the stages are one state machine per replica anyway, and on a small machine
     // hosting several processes cross-thread wake-ups cost more than they buy.
     // The replica runs as a spawned task, not as the `block_on` future itself: waking that future

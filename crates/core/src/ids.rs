@@ -36,6 +36,17 @@ pub enum StageKind {
     Exec,
 }
 
+impl StageKind {
+    /// Replica `replica`'s member of this stage.
+    pub fn member(self, replica: ReplicaId) -> Principal {
+        match self {
+            StageKind::Auth => Principal::Auth(replica),
+            StageKind::Order => Principal::Order(replica),
+            StageKind::Exec => Principal::Exec(replica),
+        }
+    }
+}
+
 /// Anyone who sends or receives protocol messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Principal {

@@ -7,6 +7,7 @@
 //! - [`crypto`], [`message`], [`codec`]: digests, MACs, authenticators, matrix signatures,
 //!   signatures; every message and its bounded wire codec;
 //! - [`stage`]: the `handle(now, input) -> actions` shape; [`service`]: the application trait;
+//!   [`stages`]: the one factory of every principal's stage for any service;
 //! - [`client`], [`auth`], [`order`], [`exec`]: the four roles; [`kv`]: an in-memory key-value
 //!   service used by the simulator and tests.
 #![warn(missing_docs)]
@@ -19,6 +20,7 @@ pub mod message;
 pub mod quorum;
 pub mod service;
 pub mod stage;
+pub mod stages;
 
 pub mod auth;
 pub mod client;

@@ -1,5 +1,5 @@
 //! One replica process: opens its stages' logs, builds Auth, Order and (if `id < n_exec`) Exec with
-//! the in-memory KV service, listens for replicas, clients and metrics, dials its peers, and runs
+//! the spec's service (through the one factory, [`upright_core::stages::build`]), listens for replicas, clients and metrics, dials its peers, and runs
 //! the [`Host`] on one task: network inputs round-robin per peer, timers, group commit, sends.
 
 use std::collections::BTreeMap;
@@ -8,15 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpListener;
-use upright_core::auth::AuthStage;
 use upright_core::config::ConfigError;
 use upright_core::crypto::{KeyRing, SecretKeys};
-use upright_core::exec::ExecStage;
 use upright_core::ids::{Process, ReplicaId, StageKind};
-use upright_core::kv::KvService;
 use upright_core::message::MESSAGE_BYTES_MAX;
-use upright_core::order::OrderStage;
 use upright_core::stage::{Stage, Storage, Time};
+use upright_core::stages::ServiceFactory;
 
 use crate::files::{endpoint, resolve, Cluster, FileError};
 use crate::host::{Host, Member, Router};
@@ -39,8 +36,11 @@ pub struct ReplicaSpec {
     pub keys: SecretKeys,
     /// Log settings (fsync policy from the config unless overridden).
     pub storage: StorageOptions,
-    /// Builds the stages; `None` = the real Auth, Order and Exec (with the in-memory KV service).
-    /// Tests substitute stand-ins here.
+    /// The replicated service its execution member runs (every replica of a cluster runs the
+    /// same one); [`upright_core::stages::kv_service`] is the core's in-memory KV.
+    pub service: ServiceFactory,
+    /// Stand-in stages instead of the real Auth, Order and Exec (tests only); `None` builds the
+    /// real ones.
     pub stages: Option<StageFactory>,
 }
 
@@ -160,17 +160,11 @@ pub fn build_members(spec: &ReplicaSpec, keys: &Arc<KeyRing>) -> Result<Built, F
             format!("{recovery:?}").replace(['\n', ' '], ""),
         );
         let bad = |e: ConfigError| FileError(e.to_string());
-        let stage: Box<dyn Stage + Send> = match (&spec.stages, kind) {
-            (Some(factory), kind) => factory(kind, &storage, keys.clone()).map_err(bad)?,
-            (None, StageKind::Auth) => {
-                Box::new(AuthStage::new(config.clone(), id, keys.clone(), &storage).map_err(bad)?)
+        let stage: Box<dyn Stage + Send> = match &spec.stages {
+            Some(factory) => factory(kind, &storage, keys.clone()).map_err(bad)?,
+            None => {
+                upright_core::stages::build(&config, kind.member(id), keys, &storage, &spec.service).map_err(bad)?
             }
-            (None, StageKind::Order) => {
-                Box::new(OrderStage::new(config.clone(), id, keys.clone(), &storage).map_err(bad)?)
-            }
-            (None, StageKind::Exec) => Box::new(
-                ExecStage::new(config.clone(), id, keys.clone(), &storage, Box::new(KvService::new())).map_err(bad)?,
-            ),
         };
         members.push(Member { kind, stage, log });
     }

@@ -73,6 +73,7 @@ fn start_replica(cluster: &Cluster, id: u32, seen: Seen) {
         id,
         keys,
         storage: StorageOptions::default(),
+        service: upright_core::stages::kv_service(),
         stages: Some(factory),
     };
     tokio::spawn(async move { run_replica(spec, std::future::pending()).await.unwrap() });

@@ -49,6 +49,7 @@ pub fn start_replicas(cluster: &Cluster) {
             id,
             keys: files::load_replica_keys(cluster, id, &cluster.key_path(id)).unwrap(),
             storage: StorageOptions::default(),
+            service: upright_core::stages::kv_service(),
             stages: None,
         };
         tokio::spawn(async move { run_replica(spec, std::future::pending()).await.unwrap() });

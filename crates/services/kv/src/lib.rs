@@ -47,16 +47,11 @@ pub fn decode_replies(bytes: &[u8]) -> Option<Vec<reply::Reply>> {
     upright_core::codec::from_bytes(bytes).ok()
 }
 
-/// Replica-side wiring: the stage factory that runs this store as the execution stage's service.
+/// Replica-side wiring: the service factory that runs this store as the execution stage's service.
 pub mod replica {
     use std::sync::Arc;
 
-    use upright_core::auth::AuthStage;
-    use upright_core::config::ClusterConfig;
-    use upright_core::exec::ExecStage;
-    use upright_core::ids::{ReplicaId, StageKind};
-    use upright_core::order::OrderStage;
-    use upright_node::replica::StageFactory;
+    use upright_core::stages::ServiceFactory;
 
     use crate::store::RedisStore;
 
@@ -69,22 +64,14 @@ pub mod replica {
         std::env::var(CORRUPT_REPLICA_ENV).is_ok_and(|v| v.trim() == id.to_string())
     }
 
-    /// The real Auth, Order and Exec stages with the Redis-compatible store as the service.
-    pub fn stages(config: Arc<ClusterConfig>, id: u32, corrupt: bool) -> StageFactory {
-        Arc::new(move |kind, storage, keys| {
-            let me = ReplicaId(id);
-            Ok(match kind {
-                StageKind::Auth => Box::new(AuthStage::new(config.clone(), me, keys, storage)?),
-                StageKind::Order => Box::new(OrderStage::new(config.clone(), me, keys, storage)?),
-                StageKind::Exec => {
-                    let store = if corrupt {
-                        RedisStore::corrupting()
-                    } else {
-                        RedisStore::new()
-                    };
-                    Box::new(ExecStage::new(config.clone(), me, keys, storage, Box::new(store))?)
-                }
-            })
+    /// The Redis-compatible store as a replica's service (`corrupt`: the lying stand-in).
+    pub fn service(corrupt: bool) -> ServiceFactory {
+        Arc::new(move || {
+            if corrupt {
+                Box::new(RedisStore::corrupting())
+            } else {
+                Box::new(RedisStore::new())
+            }
         })
     }
 }

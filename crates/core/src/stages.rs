@@ -1,0 +1,43 @@
+//! One factory for the stages of any principal, whatever the service: the simulator and the
+//! runtime both build a replica's authentication, order and execution members (and the simulator
+//! its clients) here, so the stages the simulator proves are the stages that run.
+
+use std::sync::Arc;
+
+use crate::auth::AuthStage;
+use crate::client::Client;
+use crate::config::{ClusterConfig, ConfigError};
+use crate::crypto::KeyRing;
+use crate::exec::ExecStage;
+use crate::ids::Principal;
+use crate::order::OrderStage;
+use crate::service::Service;
+use crate::stage::{Stage, Storage};
+
+/// Makes a fresh instance of the replicated service (its state is then restored from the
+/// execution member's checkpoint, if it has one). Every replica of a cluster must run the same
+/// service.
+pub type ServiceFactory = Arc<dyn Fn() -> Box<dyn Service + Send> + Send + Sync>;
+
+/// The factory of the core's in-memory key-value service ([`crate::kv::KvService`]).
+pub fn kv_service() -> ServiceFactory {
+    Arc::new(|| Box::new(crate::kv::KvService::new()))
+}
+
+/// The stage of `principal`, restored from `storage` (empty for a client or a fresh member);
+/// an execution member runs a service made by `service`.
+pub fn build(
+    config: &Arc<ClusterConfig>,
+    principal: Principal,
+    keys: &Arc<KeyRing>,
+    storage: &Storage,
+    service: &ServiceFactory,
+) -> Result<Box<dyn Stage + Send>, ConfigError> {
+    let (config, keys) = (config.clone(), keys.clone());
+    Ok(match principal {
+        Principal::Client(c) => Box::new(Client::new(config, c, keys)?),
+        Principal::Auth(r) => Box::new(AuthStage::new(config, r, keys, storage)?),
+        Principal::Order(r) => Box::new(OrderStage::new(config, r, keys, storage)?),
+        Principal::Exec(r) => Box::new(ExecStage::new(config, r, keys, storage, service())?),
+    })
+}
