@@ -7,6 +7,7 @@
 //! Layout: [`events`] (queue and timers), [`network`], [`storage`], [`faults`] (fault plan and
 //! budget), [`byzantine`] (Byzantine behaviours), [`workload`] and [`history`] (clients),
 //! [`checkers`], [`sim`] (the run), [`report`], [`options`], [`protocol`] (which stage code runs),
+//! [`service`] (which replicated service runs, and its mapping onto the checkers' model),
 //! [`toy`] (a toy protocol that tests the machinery).
 #![warn(missing_docs)]
 
@@ -19,6 +20,7 @@ pub mod network;
 pub mod options;
 pub mod protocol;
 pub mod report;
+pub mod service;
 pub mod sim;
 pub mod storage;
 pub mod sweep;
@@ -27,4 +29,5 @@ pub mod workload;
 
 pub use options::{SabotageMode, SimOptions};
 pub use report::{SimReport, Summary};
+pub use service::ServiceKind;
 pub use sim::{run, Sim};

@@ -20,7 +20,8 @@ struct Args {
     /// Byzantine failures tolerated.
     #[arg(long, default_value_t = 1)]
     r: usize,
-    /// Run a deliberately broken protocol: short-quorum, skip-mac, early-execute or weak-read-quorum.
+    /// Run a deliberately broken protocol or service: short-quorum, skip-mac, early-execute,
+    /// weak-read-quorum or corrupt-service.
     #[arg(long)]
     sabotage: Option<String>,
     /// Virtual seconds of client workload per seed.
@@ -29,6 +30,10 @@ struct Args {
     /// Correct clients.
     #[arg(long, default_value_t = 3)]
     clients: u32,
+    /// The replicated service: `kv` (the core's in-memory KV) or `redis` (the Redis-compatible
+    /// store `upright replica --service redis` runs, driven by Redis commands).
+    #[arg(long, default_value = "kv", value_parser = ["kv", "redis"])]
+    service: String,
     /// Print every violation (otherwise the first of each failing seed).
     #[arg(long)]
     verbose: bool,
@@ -43,7 +48,8 @@ fn main() {
         None => None,
         Some((_, Some(mode))) => Some(mode),
         Some((name, None)) => {
-            eprintln!("unknown --sabotage {name}; expected short-quorum, skip-mac, early-execute or weak-read-quorum");
+            let names: Vec<&str> = SabotageMode::ALL.iter().map(|m| m.name()).collect();
+            eprintln!("unknown --sabotage {name}; expected one of {}", names.join(", "));
             std::process::exit(2);
         }
     };
@@ -60,6 +66,7 @@ fn main() {
         opts.workload_us = (args.seconds * 1e6) as u64;
         opts.clients = args.clients;
         opts.sabotage = sabotage;
+        opts.service = upright_sim::ServiceKind::parse(&args.service).expect("clap checked the name");
         let report = upright_sim::run(opts.clone());
         if args.verbose {
             println!(

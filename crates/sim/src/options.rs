@@ -2,6 +2,8 @@
 
 use upright_core::config::{Knobs, Sabotage};
 
+use crate::service::ServiceKind;
+
 /// A deliberately broken protocol mode (`--sabotage NAME`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SabotageMode {
@@ -13,15 +15,20 @@ pub enum SabotageMode {
     EarlyExecute,
     /// Accept read-only results on `r + 1` matching replies instead of all execution members.
     WeakReadQuorum,
+    /// Every execution member runs a service that stores wrong values (a bug all replicas share,
+    /// so only the model of the service's commands can see it): the Redis store's corrupting
+    /// stand-in, or a KV that stores every put's value with a byte appended.
+    CorruptService,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 4] = [
+    pub const ALL: [SabotageMode; 5] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
         SabotageMode::WeakReadQuorum,
+        SabotageMode::CorruptService,
     ];
 
     /// Its command-line name.
@@ -31,6 +38,7 @@ impl SabotageMode {
             SabotageMode::SkipMac => "skip-mac",
             SabotageMode::EarlyExecute => "early-execute",
             SabotageMode::WeakReadQuorum => "weak-read-quorum",
+            SabotageMode::CorruptService => "corrupt-service",
         }
     }
 
@@ -39,13 +47,15 @@ impl SabotageMode {
         SabotageMode::ALL.into_iter().find(|m| m.name() == name)
     }
 
-    /// The knob value.
-    pub fn knob(self) -> Sabotage {
+    /// The protocol knob that breaks the protocol, if this mode breaks the protocol (not the
+    /// service).
+    pub fn knob(self) -> Option<Sabotage> {
         match self {
-            SabotageMode::ShortQuorum => Sabotage::ShortQuorum,
-            SabotageMode::SkipMac => Sabotage::SkipMac,
-            SabotageMode::EarlyExecute => Sabotage::EarlyExecute,
-            SabotageMode::WeakReadQuorum => Sabotage::WeakReadQuorum,
+            SabotageMode::ShortQuorum => Some(Sabotage::ShortQuorum),
+            SabotageMode::SkipMac => Some(Sabotage::SkipMac),
+            SabotageMode::EarlyExecute => Some(Sabotage::EarlyExecute),
+            SabotageMode::WeakReadQuorum => Some(Sabotage::WeakReadQuorum),
+            SabotageMode::CorruptService => None,
         }
     }
 }
@@ -74,6 +84,8 @@ pub struct SimOptions {
     pub faults: bool,
     /// A deliberately broken protocol.
     pub sabotage: Option<SabotageMode>,
+    /// The replicated service the execution members run.
+    pub service: ServiceKind,
 }
 
 impl SimOptions {
@@ -90,6 +102,7 @@ impl SimOptions {
             think_us: (1_000, 20_000),
             faults: true,
             sabotage: None,
+            service: ServiceKind::Kv,
         }
     }
 
@@ -115,7 +128,7 @@ impl SimOptions {
             state_chunk_bytes: 256,
             // Simulated one-way delays are up to 5 ms (plus injected ones).
             read_only_timeout_us: 20_000,
-            sabotage: self.sabotage.map(SabotageMode::knob),
+            sabotage: self.sabotage.and_then(SabotageMode::knob),
             ..Knobs::default()
         }
     }
@@ -128,6 +141,16 @@ impl SimOptions {
         );
         if let Some(s) = self.sabotage {
             cmd.push_str(&format!(" --sabotage {}", s.name()));
+        }
+        if self.service != ServiceKind::Kv {
+            cmd.push_str(&format!(" --service {}", self.service.name()));
+        }
+        let defaults = SimOptions::new(self.seed, self.u, self.r);
+        if self.workload_us != defaults.workload_us {
+            cmd.push_str(&format!(" --seconds {}", self.workload_us as f64 / 1e6));
+        }
+        if self.clients != defaults.clients {
+            cmd.push_str(&format!(" --clients {}", self.clients));
         }
         cmd
     }

@@ -3,15 +3,12 @@
 
 use std::sync::Arc;
 
-use upright_core::auth::AuthStage;
-use upright_core::client::Client;
 use upright_core::config::{ClusterConfig, ConfigError};
 use upright_core::crypto::KeyRing;
-use upright_core::exec::ExecStage;
 use upright_core::ids::Principal;
-use upright_core::kv::KvService;
-use upright_core::order::OrderStage;
 use upright_core::stage::{Stage, Storage};
+
+use crate::service::ServiceKind;
 
 /// Builds the stage for a principal (clients get empty storage).
 pub trait Protocol {
@@ -25,9 +22,15 @@ pub trait Protocol {
     ) -> Result<Box<dyn Stage>, ConfigError>;
 }
 
-/// The real upright stages with the key-value service.
+/// The real upright stages, built by the runtime's factory ([`upright_core::stages::build`]),
+/// with the execution members running `service`.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Upright;
+pub struct Upright {
+    /// The replicated service.
+    pub service: ServiceKind,
+    /// Sabotage: every execution member runs a service that stores wrong values.
+    pub corrupt: bool,
+}
 
 impl Protocol for Upright {
     fn stage(
@@ -37,12 +40,7 @@ impl Protocol for Upright {
         keys: &Arc<KeyRing>,
         storage: &Storage,
     ) -> Result<Box<dyn Stage>, ConfigError> {
-        let (config, keys) = (config.clone(), keys.clone());
-        Ok(match principal {
-            Principal::Client(c) => Box::new(Client::new(config, c, keys)?),
-            Principal::Auth(r) => Box::new(AuthStage::new(config, r, keys, storage)?),
-            Principal::Order(r) => Box::new(OrderStage::new(config, r, keys, storage)?),
-            Principal::Exec(r) => Box::new(ExecStage::new(config, r, keys, storage, Box::new(KvService::new()))?),
-        })
+        let stage = upright_core::stages::build(config, principal, keys, storage, &self.service.factory(self.corrupt))?;
+        Ok(stage)
     }
 }

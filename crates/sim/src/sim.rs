@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use upright_core::codec;
@@ -25,6 +26,7 @@ use crate::network::Network;
 use crate::options::{SabotageMode, SimOptions};
 use crate::protocol::Protocol;
 use crate::report::SimReport;
+use crate::service::ServiceKind;
 use crate::storage::ReplicaStorage;
 use crate::workload::Workload;
 
@@ -98,7 +100,11 @@ fn principal_bytes(p: Principal) -> [u8; 5] {
 
 /// Runs one seed of the real protocol.
 pub fn run(opts: SimOptions) -> SimReport {
-    Sim::new(opts, crate::protocol::Upright).run()
+    let protocol = crate::protocol::Upright {
+        service: opts.service,
+        corrupt: opts.sabotage == Some(SabotageMode::CorruptService),
+    };
+    Sim::new(opts, protocol).run()
 }
 
 impl<P: Protocol> Sim<P> {
@@ -214,13 +220,15 @@ impl<P: Protocol> Sim<P> {
     fn plan(opts: &SimOptions, rng: &mut ChaCha8Rng, shape: PlanShape) -> FaultPlan {
         match opts.sabotage {
             _ if !opts.faults => FaultPlan::quiet(shape),
-            Some(mode) if opts.r > 0 && mode != SabotageMode::WeakReadQuorum => {
+            Some(mode)
+                if opts.r > 0 && !matches!(mode, SabotageMode::WeakReadQuorum | SabotageMode::CorruptService) =>
+            {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
                 // quorum and commit rules, a sender forger (with wrong replies) for the MAC check.
                 let behaviour = match mode {
                     SabotageMode::ShortQuorum | SabotageMode::EarlyExecute => Behaviour::EquivocatingPrimary,
                     SabotageMode::SkipMac => Behaviour::ForgeSender,
-                    SabotageMode::WeakReadQuorum => unreachable!("guarded above"),
+                    SabotageMode::WeakReadQuorum | SabotageMode::CorruptService => unreachable!("guarded above"),
                 };
                 FaultPlan::with_byzantine(shape, [(0, behaviour)].into_iter().collect())
             }
@@ -611,10 +619,11 @@ impl<P: Protocol> Sim<P> {
                 key: "byz".into(),
                 value: format!("{}", self.rng.random::<u64>()).into(),
             };
+            let operation = self.opts.service.encode(&op, &mut self.rng);
             self.client_input(
                 c,
                 Input::Invoke {
-                    operation: op.encode(),
+                    operation,
                     read_only: false,
                 },
             );
@@ -640,14 +649,18 @@ impl<P: Protocol> Sim<P> {
             self.workload.random_op(&mut self.rng, c)
         };
         let read_only = op.is_read_only() && self.rng.random_bool(READ_ONLY_SHARE);
-        let operation = self.workload.invoke(c, op, self.now, final_read);
+        let operation = self.opts.service.encode(&op, &mut self.rng);
+        self.workload.invoke(c, op, self.now, final_read);
         self.client_input(c, Input::Invoke { operation, read_only });
     }
 
-    fn on_deliver(&mut self, c: u32, result: bytes::Bytes) {
+    fn on_deliver(&mut self, c: u32, result: Bytes) {
         if Some(c) == self.byz_client {
             self.byz_client_busy = false;
-        } else if self.workload.complete(c, self.now, result) {
+        } else if self
+            .workload
+            .complete(c, self.now, |op| model_reply(self.opts.service, op, result))
+        {
             self.ops_completed += 1;
         } else {
             self.errors
@@ -696,6 +709,18 @@ impl<P: Protocol> Sim<P> {
             read_only_fallbacks: correct_client_total("read_only_fallback"),
         }
     }
+}
+
+/// The result in the model's encoding ([`KvReply`]); empty (undecodable: the linearizability
+/// checker reports it) if it does not translate.
+fn model_reply(service: ServiceKind, op: &KvOperation, result: Bytes) -> Bytes {
+    if service == ServiceKind::Kv {
+        return result;
+    }
+    service
+        .decode(op, &result)
+        .map(|reply| reply.encode())
+        .unwrap_or_default()
 }
 
 fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {

@@ -34,6 +34,19 @@ impl Sweep {
         text
     }
 
+    /// The seed-sweep tests' verdict on `seeds` seeds of a configuration with `r` Byzantine
+    /// faults: no violation, every fault class the configuration should inject injected, and at
+    /// least 20 operations completed per seed. Prints the summary line; panics with the failures
+    /// (and their replay commands) otherwise.
+    pub fn assert_clean(&self, r: usize, seeds: u64) {
+        let line = self.summary.line(&expected_classes(r));
+        println!("{line}");
+        assert!(self.failures.is_empty(), "{}\n{line}", self.describe_failures(3));
+        let missing = self.missing_classes(r);
+        assert!(missing.is_empty(), "fault classes never injected: {missing:?}\n{line}");
+        assert!(self.summary.ops_completed > seeds * 20, "too little work done: {line}");
+    }
+
     /// Total fault counts.
     pub fn counts(&self) -> &FaultCounts {
         &self.summary.counts

@@ -81,9 +81,8 @@ impl Workload {
         self.outstanding.contains_key(&client)
     }
 
-    /// Records an invocation; returns the encoded operation.
-    pub fn invoke(&mut self, client: u32, op: KvOperation, now: Time, final_read: bool) -> Bytes {
-        let encoded = op.encode();
+    /// Records an invocation.
+    pub fn invoke(&mut self, client: u32, op: KvOperation, now: Time, final_read: bool) {
         self.outstanding.insert(client, self.history.len());
         self.history.push(Operation {
             client,
@@ -92,13 +91,14 @@ impl Workload {
             response: None,
             final_read,
         });
-        encoded
     }
 
-    /// Records a delivered result; false if nothing was outstanding (a protocol error).
-    pub fn complete(&mut self, client: u32, now: Time, result: Bytes) -> bool {
+    /// Records a delivered result, in the model's encoding as `translate` makes it from the
+    /// operation; false if nothing was outstanding (a protocol error).
+    pub fn complete(&mut self, client: u32, now: Time, translate: impl FnOnce(&KvOperation) -> Bytes) -> bool {
         match self.outstanding.remove(&client) {
             Some(i) => {
+                let result = translate(&self.history[i].op);
                 self.history[i].response = Some((now, result));
                 true
             }
@@ -127,11 +127,11 @@ mod tests {
         while let Some(op) = w.next_final_read(1) {
             w.invoke(1, op, 5, true);
             assert!(!w.finished(1));
-            assert!(w.complete(1, 6, Bytes::new()));
+            assert!(w.complete(1, 6, |_| Bytes::new()));
             finals += 1;
         }
         assert_eq!(finals, 3);
         assert!(w.finished(1));
-        assert!(!w.complete(1, 7, Bytes::new()));
+        assert!(!w.complete(1, 7, |_| Bytes::new()));
     }
 }

@@ -1,7 +1,7 @@
 //! Every `--sabotage` mode makes the checkers report violations.
 
 use upright_sim::sweep::sweep;
-use upright_sim::{SabotageMode, SimOptions};
+use upright_sim::{SabotageMode, ServiceKind, SimOptions};
 
 /// Seeds tried per mode; each mode must be caught in at least one.
 const SEEDS: u64 = 20;
@@ -11,21 +11,28 @@ fn caught(mode: SabotageMode) {
 }
 
 fn caught_with(mode: SabotageMode, u: usize, r: usize) {
+    caught_running(mode, u, r, ServiceKind::Kv);
+}
+
+fn caught_running(mode: SabotageMode, u: usize, r: usize, service: ServiceKind) {
     let result = sweep(0, SEEDS, |seed| {
         let mut opts = SimOptions::new(seed, u, r);
         opts.sabotage = Some(mode);
+        opts.service = service;
         opts.workload_us = 1_500_000;
         opts
     });
     assert!(
         result.summary.violations > 0,
-        "--sabotage {} was not caught in {SEEDS} seeds: {}",
+        "--sabotage {} (--service {}) was not caught in {SEEDS} seeds: {}",
         mode.name(),
+        service.name(),
         result.summary.line(&[])
     );
     println!(
-        "{}: {} of {SEEDS} seeds caught; first: {}",
+        "{} (--service {}): {} of {SEEDS} seeds caught; first: {}",
         mode.name(),
+        service.name(),
         result.summary.violations,
         result.describe_failures(1)
     );
@@ -52,4 +59,20 @@ fn early_execute_is_caught() {
 #[test]
 fn weak_read_quorum_is_caught() {
     caught_with(SabotageMode::WeakReadQuorum, 1, 0);
+}
+
+/// A service bug every replica shares: agreement holds and every quorum matches, so only the model
+/// of the service's commands (linearizability, durability) can catch it.
+#[test]
+fn a_corrupt_service_is_caught_for_each_service() {
+    caught_running(SabotageMode::CorruptService, 1, 1, ServiceKind::Kv);
+    caught_running(SabotageMode::CorruptService, 1, 1, ServiceKind::Redis);
+}
+
+/// The protocol's sabotage modes are caught with the Redis store as the service too.
+#[test]
+fn protocol_sabotage_is_caught_running_the_redis_store() {
+    caught_running(SabotageMode::ShortQuorum, 1, 1, ServiceKind::Redis);
+    caught_running(SabotageMode::EarlyExecute, 1, 1, ServiceKind::Redis);
+    caught_running(SabotageMode::WeakReadQuorum, 1, 0, ServiceKind::Redis);
 }

@@ -7,10 +7,5 @@ use upright_sim::SimOptions;
 #[test]
 fn five_hundred_seeds_u1_r0() {
     let result = sweep(0, 500, |seed| SimOptions::new(seed, 1, 0));
-    let line = result.summary.line(&upright_sim::faults::expected_classes(0));
-    println!("{line}");
-    assert!(result.failures.is_empty(), "{}\n{line}", result.describe_failures(3));
-    let missing = result.missing_classes(0);
-    assert!(missing.is_empty(), "fault classes never injected: {missing:?}\n{line}");
-    assert!(result.summary.ops_completed > 500 * 20, "too little work done: {line}");
+    result.assert_clean(0, 500);
 }

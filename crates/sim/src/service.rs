@@ -1,0 +1,276 @@
+//! Which replicated service the simulated cluster runs (`--service kv|redis`), and how the
+//! checkers' key-value model maps onto it.
+//!
+//! The workload, the histories and the checkers speak the model of [`KvOperation`] and
+//! [`KvReply`] (get, put, append, delete of byte strings). [`ServiceKind::Kv`] runs the core's
+//! in-memory KV, whose operations are the model's. [`ServiceKind::Redis`] runs the Redis store
+//! users run (`upright replica --service redis`): each model operation becomes one upright
+//! operation of Redis commands, drawn from several equivalent forms (GET or MGET; SET, SET with a
+//! far expiry, MSET, GETSET or SETEX; APPEND followed by GET; DEL, UNLINK or GETDEL), and each
+//! result is translated back into the model's reply, checking on the way that the commands agree
+//! with each other (APPEND's length with the value GET returns). A result that does not translate
+//! becomes an undecodable reply, which the linearizability checker reports.
+
+use bytes::Bytes;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+
+use upright_core::kv::{KvOperation, KvReply, KvService};
+use upright_core::service::{BatchContext, RestoreError, Service, ServiceRequest};
+use upright_core::stages::{kv_service, ServiceFactory};
+use upright_kv::reply::Reply;
+
+/// Seconds of a far expiry: no batch of a simulated run reaches it.
+const FAR_EXPIRY_S: &str = "100000000";
+
+/// The service the simulated execution members run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ServiceKind {
+    /// The core's in-memory KV ([`upright_core::kv::KvService`]).
+    #[default]
+    Kv,
+    /// The Redis-compatible store ([`upright_kv::store::RedisStore`]).
+    Redis,
+}
+
+impl ServiceKind {
+    /// Every kind.
+    pub const ALL: [ServiceKind; 2] = [ServiceKind::Kv, ServiceKind::Redis];
+
+    /// Its command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServiceKind::Kv => "kv",
+            ServiceKind::Redis => "redis",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn parse(name: &str) -> Option<ServiceKind> {
+        ServiceKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Makes the service instances of the execution members; `corrupt` (sabotage only): a
+    /// service that stores wrong values.
+    pub fn factory(self, corrupt: bool) -> ServiceFactory {
+        match (self, corrupt) {
+            (ServiceKind::Kv, false) => kv_service(),
+            (ServiceKind::Kv, true) => Arc::new(|| Box::new(CorruptKv(KvService::new()))),
+            (ServiceKind::Redis, corrupt) => upright_kv::replica::service(corrupt),
+        }
+    }
+
+    /// The operation's bytes, in one of its equivalent forms (drawn with `rng`).
+    pub fn encode(self, op: &KvOperation, rng: &mut ChaCha8Rng) -> Bytes {
+        match self {
+            ServiceKind::Kv => op.encode(),
+            ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, rng.random_range(0..5))),
+        }
+    }
+
+    /// The model's reply to `op` from the service's result; `None` if the result does not fit.
+    pub fn decode(self, op: &KvOperation, result: &[u8]) -> Option<KvReply> {
+        match self {
+            ServiceKind::Kv => KvReply::decode(result),
+            ServiceKind::Redis => redis_reply(op, &upright_kv::decode_replies(result)?),
+        }
+    }
+}
+
+/// Sabotage: the KV with a byte appended to every value it is asked to put.
+struct CorruptKv(KvService);
+
+impl Service for CorruptKv {
+    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest]) -> Vec<Bytes> {
+        let wrong: Vec<ServiceRequest> = requests
+            .iter()
+            .map(|request| match KvOperation::decode(&request.operation) {
+                Some(KvOperation::Put { key, value }) => ServiceRequest {
+                    operation: KvOperation::Put {
+                        key,
+                        value: Bytes::from([&value[..], b"!"].concat()),
+                    }
+                    .encode(),
+                    ..request.clone()
+                },
+                _ => request.clone(),
+            })
+            .collect();
+        self.0.execute(context, &wrong)
+    }
+
+    fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
+        self.0.execute_read_only(operation)
+    }
+
+    fn checkpoint(&self) -> Bytes {
+        self.0.checkpoint()
+    }
+
+    fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
+        self.0.restore(checkpoint)
+    }
+}
+
+fn argv(words: &[&[u8]]) -> Vec<Bytes> {
+    words.iter().map(|w| Bytes::copy_from_slice(w)).collect()
+}
+
+/// The Redis commands of `op` in form `form` (any number; taken modulo the forms of `op`).
+fn redis_commands(op: &KvOperation, form: u32) -> Vec<Vec<Bytes>> {
+    let far = FAR_EXPIRY_S.as_bytes();
+    match op {
+        KvOperation::Get { key } => match form % 2 {
+            0 => vec![argv(&[b"GET", key])],
+            _ => vec![argv(&[b"MGET", key])],
+        },
+        KvOperation::Put { key, value } => match form % 5 {
+            0 => vec![argv(&[b"SET", key, value])],
+            1 => vec![argv(&[b"SET", key, value, b"EX", far])],
+            2 => vec![argv(&[b"MSET", key, value])],
+            3 => vec![argv(&[b"GETSET", key, value])],
+            _ => vec![argv(&[b"SETEX", key, far, value])],
+        },
+        KvOperation::Append { key, value } => vec![argv(&[b"APPEND", key, value]), argv(&[b"GET", key])],
+        KvOperation::Delete { key } => match form % 3 {
+            0 => vec![argv(&[b"DEL", key])],
+            1 => vec![argv(&[b"UNLINK", key])],
+            _ => vec![argv(&[b"GETDEL", key])],
+        },
+    }
+}
+
+/// A bulk string or nil as the model's value.
+fn value(reply: &Reply) -> Option<Option<Bytes>> {
+    match reply {
+        Reply::Bulk(v) => Some(Some(v.clone())),
+        Reply::Nil => Some(None),
+        _ => None,
+    }
+}
+
+/// The model's reply from the Redis replies to `op`'s commands.
+fn redis_reply(op: &KvOperation, replies: &[Reply]) -> Option<KvReply> {
+    match (op, replies) {
+        (KvOperation::Get { .. }, [Reply::Array(items)]) if items.len() == 1 => Some(KvReply::Value(value(&items[0])?)),
+        (KvOperation::Get { .. }, [one]) => Some(KvReply::Value(value(one)?)),
+        (KvOperation::Put { .. }, [Reply::Status(ok)]) if ok == "OK" => Some(KvReply::Done),
+        (KvOperation::Put { .. }, [old]) => value(old).map(|_| KvReply::Done), // GETSET: the old value
+        (KvOperation::Append { .. }, [Reply::Int(len), Reply::Bulk(joined)]) => {
+            (*len >= 0 && *len as usize == joined.len()).then(|| KvReply::Value(Some(joined.clone())))
+        }
+        (KvOperation::Delete { .. }, [Reply::Int(0 | 1)]) => Some(KvReply::Done),
+        (KvOperation::Delete { .. }, [old]) => value(old).map(|_| KvReply::Done), // GETDEL
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use upright_core::ids::{ClientId, RequestId, SeqNo};
+
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    /// Runs `ops` in order on a fresh service of `kind`, each in every form, through the real store.
+    fn run(kind: ServiceKind, ops: &[(KvOperation, KvReply)]) {
+        for form in 0..5 {
+            let mut service = kind.factory(false)();
+            let mut rng = ChaCha8Rng::seed_from_u64(form);
+            for (i, (op, want)) in ops.iter().enumerate() {
+                let operation = match kind {
+                    ServiceKind::Kv => kind.encode(op, &mut rng),
+                    ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, form as u32)),
+                };
+                let context = BatchContext {
+                    seqno: SeqNo(i as u64 + 1),
+                    time_us: 1_000 * (i as u64 + 1),
+                    seed: [0; 32],
+                };
+                let request = ServiceRequest {
+                    client: ClientId(0),
+                    request_id: RequestId(i as u64 + 1),
+                    operation,
+                };
+                let result = service.execute(&context, std::slice::from_ref(&request)).remove(0);
+                assert_eq!(
+                    kind.decode(op, &result).as_ref(),
+                    Some(want),
+                    "{kind:?} form {form}: {op:?}"
+                );
+            }
+        }
+    }
+
+    fn history() -> Vec<(KvOperation, KvReply)> {
+        vec![
+            (KvOperation::Get { key: b("k") }, KvReply::Value(None)),
+            (
+                KvOperation::Put {
+                    key: b("k"),
+                    value: b("a"),
+                },
+                KvReply::Done,
+            ),
+            (
+                KvOperation::Append {
+                    key: b("k"),
+                    value: b("b"),
+                },
+                KvReply::Value(Some(b("ab"))),
+            ),
+            (KvOperation::Get { key: b("k") }, KvReply::Value(Some(b("ab")))),
+            (
+                KvOperation::Append {
+                    key: b("n"),
+                    value: b("x"),
+                },
+                KvReply::Value(Some(b("x"))),
+            ),
+            (KvOperation::Delete { key: b("k") }, KvReply::Done),
+            (KvOperation::Get { key: b("k") }, KvReply::Value(None)),
+        ]
+    }
+
+    #[test]
+    fn every_form_of_every_operation_gives_the_models_reply() {
+        run(ServiceKind::Kv, &history());
+        run(ServiceKind::Redis, &history());
+    }
+
+    #[test]
+    fn inconsistent_or_foreign_redis_results_do_not_translate() {
+        let append = KvOperation::Append {
+            key: b("k"),
+            value: b("b"),
+        };
+        let lie = [Reply::Int(5), Reply::Bulk(b("ab"))];
+        assert_eq!(
+            redis_reply(&append, &lie),
+            None,
+            "APPEND's length must match GET's value"
+        );
+        let get = KvOperation::Get { key: b("k") };
+        assert_eq!(redis_reply(&get, &[Reply::Int(1)]), None);
+        assert_eq!(redis_reply(&get, &[Reply::err("ERR x")]), None);
+        assert_eq!(ServiceKind::Redis.decode(&get, b"\xff\xff\xff"), None);
+        let put = KvOperation::Put {
+            key: b("k"),
+            value: b("v"),
+        };
+        assert_eq!(redis_reply(&put, &[Reply::Status("QUEUED".into())]), None);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for kind in ServiceKind::ALL {
+            assert_eq!(ServiceKind::parse(kind.name()), Some(kind));
+        }
+        assert_eq!(ServiceKind::parse("zk"), None);
+    }
+}
