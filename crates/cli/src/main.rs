@@ -397,6 +397,11 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Resul
         },
         stages: None,
     };
+    let mut spec = spec;
+    if upright_node::replica::forge_pushes_requested(id) {
+        tracing::warn!("TESTING: this replica forges every message its service pushes (Byzantine stand-in)");
+        spec.service = upright_node::replica::forging_pushes(spec.service);
+    }
     // One thread: the stages are one state machine per replica anyway, and on a small machine
     // hosting several processes cross-thread wake-ups cost more than they buy.
     // The replica runs as a spawned task, not as the `block_on` future itself: waking that future

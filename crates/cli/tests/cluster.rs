@@ -30,6 +30,8 @@ struct TestCluster {
     children: Vec<Option<Child>>,
     /// A replica that runs inside a network namespace, and that namespace's name.
     in_netns: Option<(usize, String)>,
+    /// Environment variables of every replica process.
+    env: Vec<(&'static str, String)>,
 }
 
 /// A free loopback port below Linux's ephemeral range (32768+), so the replicas' own outgoing
@@ -80,8 +82,20 @@ impl TestCluster {
             cluster,
             children: (0..4).map(|_| None).collect(),
             in_netns,
+            env: Vec::new(),
         };
         for id in 0..4 {
+            c.spawn(id);
+        }
+        c
+    }
+
+    /// Like [`TestCluster::start`], with `env` set for every replica process.
+    fn start_with_env(env: Vec<(&'static str, String)>) -> TestCluster {
+        let mut c = TestCluster::start_on(vec!["127.0.0.1".into()], None);
+        c.env = env;
+        for id in 0..4 {
+            c.kill(id);
             c.spawn(id);
         }
         c
@@ -106,6 +120,7 @@ impl TestCluster {
             }
             _ => Command::new(env!("CARGO_BIN_EXE_upright")),
         };
+        command.envs(self.env.iter().map(|(k, v)| (*k, v.as_str())));
         let child = command
             .args(["replica", "--config"])
             .arg(self.path().join("cluster.toml"))
@@ -520,5 +535,61 @@ fn hostile_peer_changes_nothing() {
         let addr = files::resolve(&c.cluster.file.replica(0).unwrap().metrics_addr).unwrap();
         let metrics = http_get(addr, "/metrics").await.unwrap();
         assert!(metrics.contains("net_closed_bad_hello"), "{metrics}");
+    });
+}
+
+/// Pushed messages across real processes: client 0 watches keys (an ordered GET sets a one-shot
+/// watch) and client 1 writes them; replica 1 forges every push its service makes
+/// (`UPRIGHT_TEST_FORGE_PUSHES=1`). Client 0 must receive exactly the honest pushes, each once,
+/// numbered 1, 2, 3, ... in order, with no gap.
+#[test]
+fn pushed_messages_arrive_once_in_order_despite_a_replica_forging_them() {
+    use upright_core::kv::KvEvent;
+    use upright_node::client::PushEvent;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    rt().block_on(async {
+        let c = TestCluster::start_with_env(vec![(upright_node::replica::FORGE_PUSHES_ENV, "1".into())]);
+        let (watcher, writer) = (c.client(0), c.client(1));
+        let mut pushes = watcher.pushes().expect("the push stream");
+        assert!(watcher.pushes().is_none(), "the stream is taken once");
+        const N: u64 = 20;
+        for i in 1..=N {
+            let key = format!("watched-{i}");
+            assert_eq!(get(&watcher, &key).await, None, "{}", c.logs());
+            assert!(put(&writer, &key, &format!("v{i}")).await, "{}", c.logs());
+            let event = tokio::time::timeout(OP_TIMEOUT, pushes.recv())
+                .await
+                .unwrap_or_else(|_| panic!("push {i} did not arrive\n{}", c.logs()))
+                .expect("stream open");
+            let PushEvent::Message { seq, payload } = event else {
+                panic!("push {i}: {event:?}");
+            };
+            assert_eq!(seq, i, "pushes arrive numbered in order");
+            assert_eq!(
+                KvEvent::decode(&payload),
+                Some(KvEvent {
+                    key: Bytes::from(key),
+                    value: Some(Bytes::from(format!("v{i}"))),
+                }),
+                "push {i} is the honest one"
+            );
+        }
+        // Nothing more: no duplicate, no forged copy, no gap.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(pushes.try_recv().is_err(), "an extra push arrived");
+        let log = std::fs::read_to_string(c.path().join("replica-1.log")).unwrap();
+        assert!(log.contains("forges every message its service pushes"), "{log}");
+        let addr = files::resolve(&c.cluster.file.replica(1).unwrap().metrics_addr).unwrap();
+        let metrics = http_get(addr, "/metrics").await.unwrap_or_default();
+        let forged: u64 = metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("upright_pushes_total{replica=\"1\"} ")?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0);
+        assert!(forged >= N, "replica 1 pushed its forgeries ({forged})\n{metrics}");
     });
 }

@@ -7,6 +7,7 @@
 //! outstanding wait in a bounded queue ([`CLIENT_QUEUE_MAX`]); further ones are refused with
 //! [`Action::Deliver`] never coming (the host checks [`Client::can_invoke`] first).
 
+mod pushes;
 mod read_only;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -21,8 +22,10 @@ use crate::message::{Envelope, Message, ReplyBody, SealFor};
 use crate::quorum::Quorums;
 use crate::stage::{Action, Input, Stage, Stats, Time, Timer};
 
+use pushes::PushInbox;
 use read_only::ReadOnlyAttempt;
 
+pub use pushes::PUSH_POLL_US;
 pub use read_only::READ_ONLY_NONCES_PER_REQUEST_ID;
 
 /// Most operations waiting behind the outstanding one.
@@ -64,6 +67,8 @@ pub struct Client {
     /// timeout up to [`READ_ONLY_PAUSE_MAX_US`], back to the initial value when a read-only
     /// attempt succeeds.
     read_only_pause_us: u64,
+    /// Pushed messages: acceptance, order, gaps.
+    pushes: PushInbox,
     stats: Stats,
 }
 
@@ -108,6 +113,7 @@ impl Client {
             preferred_start: id.0 as usize % quorums.n_auth,
             read_only_paused_until: 0,
             read_only_pause_us: READ_ONLY_PAUSE_INITIAL_US,
+            pushes: PushInbox::default(),
             stats: Stats::default(),
         })
     }
@@ -207,22 +213,65 @@ impl Client {
         });
     }
 
-    fn on_reply(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
-        let Message::Reply {
-            request_id,
-            result,
-            read_only,
-        } = &envelope.message
-        else {
-            self.stats.bump("dropped_unexpected_message");
-            return;
-        };
+    fn on_message(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
         let exec = match envelope.from {
             Principal::Exec(r) if (r.0 as usize) < self.quorums.n_exec => r,
             _ => {
                 self.stats.bump("dropped_wrong_sender");
                 return;
             }
+        };
+        match &envelope.message {
+            Message::Reply { .. } => self.on_reply(now, exec, envelope, out),
+            Message::Push { seq, payload } => {
+                if self.sealed_for_me(envelope) {
+                    self.on_push(now, exec, *seq, payload, out);
+                }
+            }
+            Message::PushGap { next, resume_at } => {
+                if self.sealed_for_me(envelope) {
+                    self.on_push_gap(exec, *next, *resume_at, out);
+                }
+            }
+            _ => self.stats.bump("dropped_unexpected_message"),
+        }
+    }
+
+    /// Sends `message` to every execution member, sealed with an authenticator for that stage
+    /// (a read-only request, a PUSH-RESUME).
+    fn send_to_exec(&self, message: Message, out: &mut Vec<Action>) {
+        let envelope = Envelope::seal(
+            &self.keys,
+            &self.quorums,
+            Principal::Client(self.id),
+            message,
+            SealFor::Stage(crate::ids::StageKind::Exec),
+        );
+        out.push(Action::Send {
+            to: ClusterConfig::exec_members(&self.quorums).collect(),
+            envelope: Arc::new(envelope),
+        });
+    }
+
+    /// Whether the envelope's seal verifies for this client (a bad one is counted).
+    fn sealed_for_me(&mut self, envelope: &Envelope) -> bool {
+        let ok = envelope
+            .open(&self.keys, Principal::Client(self.id), self.config.knobs.sabotage)
+            .is_ok();
+        if !ok {
+            self.stats.bump("dropped_bad_seal");
+        }
+        ok
+    }
+
+    fn on_reply(&mut self, now: Time, exec: ReplicaId, envelope: &Envelope, out: &mut Vec<Action>) {
+        let Message::Reply {
+            request_id,
+            result,
+            read_only,
+        } = &envelope.message
+        else {
+            unreachable!("dispatched on message kind");
         };
         // Cheap checks before the MAC: a reply this client would ignore whatever its seal (request
         // already delivered, another request id, a member already heard on the read-only path)
@@ -231,11 +280,7 @@ impl Client {
             self.stats.bump(reason);
             return;
         }
-        if envelope
-            .open(&self.keys, Principal::Client(self.id), self.config.knobs.sabotage)
-            .is_err()
-        {
-            self.stats.bump("dropped_bad_seal");
+        if !self.sealed_for_me(envelope) {
             return;
         }
         if *read_only {
@@ -343,8 +388,9 @@ impl Stage for Client {
             // On the read-only path the same timer is the read-only timeout.
             Input::Timer(Timer::ClientRetransmit) if self.read_only.is_some() => self.read_only_timeout(now, out),
             Input::Timer(Timer::ClientRetransmit) => self.retransmit(now, out),
+            Input::Timer(Timer::PushResume) => self.push_resume(now, out),
             Input::Timer(_) => {}
-            Input::Message(envelope) => self.on_reply(now, &envelope, out),
+            Input::Message(envelope) => self.on_message(now, &envelope, out),
         }
     }
 

@@ -212,6 +212,7 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
         },
         Message::StateManifest { chunk_digests, .. } => limit(chunk_digests.len() <= STATE_CHUNKS_MAX, "manifest"),
         Message::StateChunk { data, .. } => limit(data.len() <= STATE_CHUNK_BYTES_MAX, "state chunk"),
+        Message::Push { payload, .. } => limit(payload.len() <= crate::limits::PUSH_BYTES_MAX, "push"),
         Message::Prepare { .. }
         | Message::Commit { .. }
         | Message::Checkpoint(_)
@@ -222,6 +223,8 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
         | Message::LastExecuted { .. }
         | Message::Fetch { .. }
         | Message::FetchState { .. }
-        | Message::PrimaryHint { .. } => Ok(()),
+        | Message::PrimaryHint { .. }
+        | Message::PushResume { .. }
+        | Message::PushGap { .. } => Ok(()),
     }
 }

@@ -1,15 +1,46 @@
 //! An in-memory key-value [`Service`] used by the simulator and tests.
 //!
 //! Operations and replies are postcard-encoded [`KvOperation`] / [`KvReply`]. The checkpoint is
-//! the sorted map, so equal states give byte-identical checkpoints.
+//! the sorted map and the watches, so equal states give byte-identical checkpoints.
+//!
+//! Watches (one-shot, as ZooKeeper's): an ordered `Get` of a key makes its client a watcher of
+//! that key; the next write to the key (by anyone) pushes a [`KvEvent`] with the key's new value
+//! to every watcher but the writer, and ends those watches. A `Get` on the read-only path changes
+//! nothing, so it sets no watch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::codec;
-use crate::service::{BatchContext, RestoreError, Service, ServiceRequest};
+use crate::ids::ClientId;
+use crate::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
+
+/// Most keys with watches at once; a `Get` past it sets no watch (deterministically: every
+/// replica has the same watches).
+pub const WATCHED_KEYS_MAX: usize = 65_536;
+
+/// What a watch pushes: the key and its value after the write (`None`: deleted).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvEvent {
+    /// The key written.
+    pub key: Bytes,
+    /// Its new value.
+    pub value: Option<Bytes>,
+}
+
+impl KvEvent {
+    /// Encodes the event as a push payload.
+    pub fn encode(&self) -> Bytes {
+        Bytes::from(codec::to_bytes(self))
+    }
+
+    /// Decodes a push payload.
+    pub fn decode(bytes: &[u8]) -> Option<KvEvent> {
+        codec::from_bytes(bytes).ok()
+    }
+}
 
 /// A key-value operation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +115,8 @@ impl KvReply {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KvService {
     map: BTreeMap<Bytes, Bytes>,
+    /// Key -> the clients watching it (see the module documentation).
+    watches: BTreeMap<Bytes, BTreeSet<ClientId>>,
 }
 
 impl KvService {
@@ -115,6 +148,32 @@ impl KvService {
         }
     }
 
+    /// Applies one operation of `client` with watches: an ordered `Get` sets a watch, a write
+    /// pushes the key's new value to its watchers (but the writer) and ends their watches.
+    pub fn apply_watched(&mut self, client: ClientId, operation: &KvOperation, effects: &mut Effects) -> KvReply {
+        let reply = self.apply(operation);
+        match operation {
+            KvOperation::Get { key } => {
+                if self.watches.contains_key(key) || self.watches.len() < WATCHED_KEYS_MAX {
+                    self.watches.entry(key.clone()).or_default().insert(client);
+                }
+            }
+            KvOperation::Put { key, .. } | KvOperation::Append { key, .. } | KvOperation::Delete { key } => {
+                if let Some(watchers) = self.watches.remove(key) {
+                    let event = KvEvent {
+                        key: key.clone(),
+                        value: self.map.get(key).cloned(),
+                    }
+                    .encode();
+                    for watcher in watchers.into_iter().filter(|&w| w != client) {
+                        effects.push(watcher, event.clone());
+                    }
+                }
+            }
+        }
+        reply
+    }
+
     /// Number of keys.
     pub fn len(&self) -> usize {
         self.map.len()
@@ -127,11 +186,11 @@ impl KvService {
 }
 
 impl Service for KvService {
-    fn execute(&mut self, _context: &BatchContext, requests: &[ServiceRequest]) -> Vec<Bytes> {
+    fn execute(&mut self, _context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
         requests
             .iter()
             .map(|request| match KvOperation::decode(&request.operation) {
-                Some(operation) => self.apply(&operation).encode(),
+                Some(operation) => self.apply_watched(request.client, &operation, effects).encode(),
                 None => KvReply::Invalid.encode(),
             })
             .collect()
@@ -146,13 +205,23 @@ impl Service for KvService {
 
     fn checkpoint(&self) -> Bytes {
         let pairs: Vec<(&Bytes, &Bytes)> = self.map.iter().collect();
-        Bytes::from(codec::to_bytes(&pairs))
+        let watches: Vec<(&Bytes, Vec<ClientId>)> = self
+            .watches
+            .iter()
+            .map(|(k, w)| (k, w.iter().copied().collect()))
+            .collect();
+        Bytes::from(codec::to_bytes(&(pairs, watches)))
     }
 
     fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
-        let pairs: Vec<(Bytes, Bytes)> =
+        type Checkpoint = (Vec<(Bytes, Bytes)>, Vec<(Bytes, Vec<ClientId>)>);
+        let (pairs, watches): Checkpoint =
             codec::from_bytes(checkpoint).map_err(|e| RestoreError(format!("kv checkpoint: {e}")))?;
+        if watches.len() > WATCHED_KEYS_MAX {
+            return Err(RestoreError(format!("kv checkpoint: {} watched keys", watches.len())));
+        }
         self.map = pairs.into_iter().collect();
+        self.watches = watches.into_iter().map(|(k, w)| (k, w.into_iter().collect())).collect();
         Ok(())
     }
 }
@@ -179,11 +248,47 @@ mod tests {
             }),
             KvReply::Value(Some("1x".into()))
         );
+        let mut effects = Effects::default();
+        kv.apply_watched(ClientId(7), &KvOperation::Get { key: "z".into() }, &mut effects);
         let cp = kv.checkpoint();
         let mut other = KvService::new();
         other.restore(&cp).unwrap();
         assert_eq!(other, kv);
         assert_eq!(other.checkpoint(), cp);
         assert!(other.restore(b"\xff\xff").is_err());
+    }
+
+    #[test]
+    fn a_write_pushes_to_the_watchers_of_its_key_once() {
+        let mut kv = KvService::new();
+        let mut fx = Effects::default();
+        let get = |k: &str| KvOperation::Get {
+            key: Bytes::copy_from_slice(k.as_bytes()),
+        };
+        let put = |k: &str, v: &str| KvOperation::Put {
+            key: Bytes::copy_from_slice(k.as_bytes()),
+            value: Bytes::copy_from_slice(v.as_bytes()),
+        };
+        kv.apply_watched(ClientId(1), &get("a"), &mut fx);
+        kv.apply_watched(ClientId(2), &get("a"), &mut fx);
+        kv.apply_watched(ClientId(3), &get("b"), &mut fx);
+        assert!(fx.pushes().is_empty(), "reads push nothing");
+        kv.apply_watched(ClientId(2), &put("a", "x"), &mut fx);
+        let pushes = fx.take_pushes();
+        assert_eq!(pushes.len(), 1, "the writer is not told of its own write");
+        assert_eq!(pushes[0].client, ClientId(1));
+        assert_eq!(
+            KvEvent::decode(&pushes[0].payload),
+            Some(KvEvent {
+                key: "a".into(),
+                value: Some("x".into())
+            })
+        );
+        kv.apply_watched(ClientId(3), &put("a", "y"), &mut fx);
+        assert!(fx.pushes().is_empty(), "a watch fires once");
+        kv.apply_watched(ClientId(1), &KvOperation::Delete { key: "b".into() }, &mut fx);
+        let pushes = fx.take_pushes();
+        assert_eq!((pushes.len(), pushes[0].client), (1, ClientId(3)));
+        assert_eq!(KvEvent::decode(&pushes[0].payload).unwrap().value, None);
     }
 }

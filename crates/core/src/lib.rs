@@ -4,6 +4,7 @@
 //!
 //! Layout, by concept (names follow the papers):
 //! - [`ids`], [`config`], [`quorum`]: who is who, the fault model `(u, r)` and every quorum size;
+//!   [`limits`]: named limits;
 //! - [`crypto`], [`message`], [`codec`]: digests, MACs, authenticators, matrix signatures,
 //!   signatures; every message and its bounded wire codec;
 //! - [`stage`]: the `handle(now, input) -> actions` shape; [`service`]: the application trait;
@@ -16,6 +17,7 @@ pub mod codec;
 pub mod config;
 pub mod crypto;
 pub mod ids;
+pub mod limits;
 pub mod message;
 pub mod quorum;
 pub mod service;

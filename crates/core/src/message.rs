@@ -462,6 +462,31 @@ pub enum Message {
         /// The operation.
         operation: Bytes,
     },
+    // ---- execution <-> client (pushed messages, PROTOCOL.md "Pushed messages") ----
+    /// PUSH: the `seq`-th message the service pushed to the receiving client (numbered from 1 per
+    /// client). MAC.
+    Push {
+        /// Its number among the pushes to this client.
+        seq: u64,
+        /// What the service pushed (at most [`crate::limits::PUSH_BYTES_MAX`] bytes).
+        payload: Bytes,
+    },
+    /// PUSH-RESUME: the client asks for its pushes from `next` on (it missed some). Sealed with an
+    /// authenticator for the execution stage.
+    PushResume {
+        /// The client.
+        client: ClientId,
+        /// The first push it has not received.
+        next: u64,
+    },
+    /// PUSH-GAP: the pushes to the receiving client from `next` up to `resume_at` (excluded) are
+    /// no longer kept; the next one kept is `resume_at`. MAC.
+    PushGap {
+        /// The first push the client asked for.
+        next: u64,
+        /// The oldest push still kept (or the next to be emitted, if none is kept).
+        resume_at: u64,
+    },
     // ---- order -> co-located authentication ----
     /// PRIMARY-HINT: the order member's view, so its co-located authentication member sends new
     /// AUTH-REQs to that view's primary at once and to the other order members only if still

@@ -91,6 +91,13 @@ impl Quorums {
         self.n_exec + self.r + 1 - self.reply()
     }
 
+    /// Matching copies of a pushed message (same sequence number and payload) from distinct
+    /// execution members before a client accepts it, and of a push gap: `r + 1`, so at least one
+    /// correct member, which emits only what the agreed execution emitted, sent it.
+    pub fn push(&self) -> usize {
+        self.r + 1
+    }
+
     /// Matching NEXT-BATCH messages an execution member needs for a committed batch: `r + 1`
     /// (one correct order member saw the commit quorum).
     pub fn next_batch(&self) -> usize {

@@ -1,4 +1,11 @@
 //! The application interface (UpRight thesis Appendix B, reduced): a deterministic service.
+//!
+//! Besides replies, executing a batch may push messages to clients ([`Effects::push`]: a
+//! ZooKeeper watch event, a Redis pub/sub message). Every correct execution member emits the same
+//! pushes in the same order (execution is deterministic); each client numbers the pushes meant for
+//! it from 1, accepts one only when `r + 1` execution members sent the same, and receives them in
+//! order, exactly once, or an explicit gap where they are no longer kept (docs/PROTOCOL.md,
+//! "Pushed messages").
 
 use bytes::Bytes;
 
@@ -27,6 +34,39 @@ pub struct ServiceRequest {
     pub operation: Bytes,
 }
 
+/// A message the service pushes to a client while executing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Push {
+    /// The client it is for.
+    pub client: ClientId,
+    /// What it says (at most [`crate::limits::PUSH_BYTES_MAX`] bytes; longer ones are dropped and
+    /// counted by the execution stage).
+    pub payload: Bytes,
+}
+
+/// What executing a batch does besides its replies, collected in emission order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    pushes: Vec<Push>,
+}
+
+impl Effects {
+    /// Pushes `payload` to `client` after this batch's replies.
+    pub fn push(&mut self, client: ClientId, payload: Bytes) {
+        self.pushes.push(Push { client, payload });
+    }
+
+    /// The pushes, in the order they were emitted.
+    pub fn pushes(&self) -> &[Push] {
+        &self.pushes
+    }
+
+    /// Takes the pushes, leaving none.
+    pub fn take_pushes(&mut self) -> Vec<Push> {
+        std::mem::take(&mut self.pushes)
+    }
+}
+
 /// Error restoring a checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("checkpoint could not be restored: {0}")]
@@ -37,8 +77,9 @@ pub struct RestoreError(pub String);
 /// Determinism is the contract: given the same sequence of batches (with their contexts), every
 /// replica must return the same replies and produce byte-identical checkpoints.
 pub trait Service {
-    /// Executes a whole batch in order, returning one reply per request.
-    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest]) -> Vec<Bytes>;
+    /// Executes a whole batch in order, returning one reply per request; pushes to clients go
+    /// into `effects`, in order.
+    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes>;
 
     /// Answers a read-only operation from the current state, or `None` if the operation is not
     /// read-only (the client then uses the ordered path).

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::crypto::Digest;
-use crate::ids::{Principal, RequestId, SeqNo, View};
+use crate::ids::{ClientId, Principal, RequestId, SeqNo, View};
 use crate::message::Envelope;
 
 /// Microseconds on the host's monotonic clock. The simulator's clock starts at 0; each member's
@@ -24,6 +24,8 @@ pub type Time = u64;
 pub enum Timer {
     /// Client: retransmit the outstanding request.
     ClientRetransmit,
+    /// Client: ask the execution members for pushes it may have missed (PUSH-RESUME).
+    PushResume,
     /// Authentication: periodic housekeeping (retransmission pacing).
     AuthTick,
     /// Order: close the batch being filled.
@@ -107,6 +109,22 @@ pub enum Action {
         /// The result.
         result: Bytes,
     },
+    /// Client only: pushed message `seq` (numbered from 1 for this client), accepted on
+    /// `q.push()` matching copies; delivered in order, each once.
+    DeliverPush {
+        /// Its number.
+        seq: u64,
+        /// What the service pushed.
+        payload: Bytes,
+    },
+    /// Client only: pushes `missed_from .. resume_at` are no longer kept by the execution
+    /// members and will not be delivered; the next delivered is `resume_at`.
+    PushGap {
+        /// The first push missed.
+        missed_from: u64,
+        /// The next push that will be delivered.
+        resume_at: u64,
+    },
     /// Something the host may record (metrics, logs, the simulator's checkers); no effect.
     Note(Event),
 }
@@ -139,6 +157,15 @@ pub enum Event {
         seqno: SeqNo,
         /// History digest.
         history: Digest,
+    },
+    /// Execution: the service pushed message `seq` to `client`; `digest` is its payload's.
+    Pushed {
+        /// The client.
+        client: ClientId,
+        /// Its number among the pushes to this client.
+        seq: u64,
+        /// Digest of the payload.
+        digest: Digest,
     },
     /// Execution: checkpoint taken at `seqno` with this state digest.
     Checkpointed {

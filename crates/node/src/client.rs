@@ -56,6 +56,60 @@ pub enum ClientError {
     TimedOut,
 }
 
+/// Pushed messages waiting for the application (see [`ClientHandle::pushes`]); when it falls this
+/// far behind, further pushes are dropped and reported to it as a [`PushEvent::Gap`].
+pub const PUSH_QUEUE_MAX: usize = 1024;
+
+/// What the cluster pushed to this client, in order (docs/PROTOCOL.md "Pushed messages").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PushEvent {
+    /// Push `seq` (numbered from 1), accepted on `r + 1` matching copies.
+    Message {
+        /// Its number.
+        seq: u64,
+        /// What the service pushed.
+        payload: Bytes,
+    },
+    /// Pushes `missed_from .. resume_at` will not come: the execution members no longer keep
+    /// them, or the application did not take them in time.
+    Gap {
+        /// The first missed push.
+        missed_from: u64,
+        /// The next push that will come.
+        resume_at: u64,
+    },
+}
+
+/// The client task's side of the push queue: a gap for pushes the application did not take.
+struct PushOut {
+    tx: mpsc::Sender<PushEvent>,
+    /// Pushes dropped because the queue was full, not yet reported: `(first, next)`.
+    dropped: Option<(u64, u64)>,
+}
+
+impl PushOut {
+    fn send(&mut self, event: PushEvent) {
+        let (first, next) = match &event {
+            PushEvent::Message { seq, .. } => (*seq, seq + 1),
+            PushEvent::Gap { missed_from, resume_at } => (*missed_from, *resume_at),
+        };
+        if let Some((from, _)) = self.dropped {
+            let gap = PushEvent::Gap {
+                missed_from: from,
+                resume_at: first,
+            };
+            if self.tx.try_send(gap).is_err() {
+                self.dropped = Some((from, next));
+                return;
+            }
+            self.dropped = None;
+        }
+        if self.tx.try_send(event).is_err() {
+            self.dropped = Some((first, next));
+        }
+    }
+}
+
 struct Invoke {
     operation: Bytes,
     read_only: bool,
@@ -67,9 +121,17 @@ struct Invoke {
 pub struct ClientHandle {
     tx: mpsc::Sender<Invoke>,
     counters: Arc<Counters>,
+    pushes: Arc<std::sync::Mutex<Option<mpsc::Receiver<PushEvent>>>>,
 }
 
 impl ClientHandle {
+    /// The stream of messages the cluster pushes to this client, in order, each once (or a gap
+    /// where some are lost); the first call gets it, later calls `None`. Pushes that arrive while
+    /// nobody takes them wait in a queue of [`PUSH_QUEUE_MAX`].
+    pub fn pushes(&self) -> Option<mpsc::Receiver<PushEvent>> {
+        self.pushes.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
     /// Invokes an operation and waits for its result (accepted on a reply quorum).
     pub async fn invoke(&self, operation: Bytes, read_only: bool) -> Result<Bytes, ClientError> {
         let (reply, rx) = oneshot::channel();
@@ -275,7 +337,12 @@ fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>,
     let mut handles = Vec::with_capacity(group.len());
     for (setup, prepared) in group {
         let (tx, rx) = mpsc::channel(COMMANDS_MAX);
+        let (push_tx, push_rx) = mpsc::channel(PUSH_QUEUE_MAX);
         let task = ClientTask {
+            pushes: PushOut {
+                tx: push_tx,
+                dropped: None,
+            },
             client: prepared.client,
             replicas: replicas.clone(),
             inbox: inboxes[&setup.id].clone(),
@@ -289,6 +356,7 @@ fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>,
         handles.push(ClientHandle {
             tx,
             counters: counters.clone(),
+            pushes: Arc::new(std::sync::Mutex::new(Some(push_rx))),
         });
     }
     Ok(handles)
@@ -296,6 +364,7 @@ fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>,
 
 struct ClientTask {
     client: Client,
+    pushes: PushOut,
     replicas: BTreeMap<ReplicaId, Dialer>,
     inbox: Arc<Inbox>,
     state_file: Option<PathBuf>,
@@ -412,6 +481,10 @@ impl ClientTask {
                     if let Some(reply) = self.waiting.pop_front() {
                         let _ = reply.send(result);
                     }
+                }
+                Action::DeliverPush { seq, payload } => self.pushes.send(PushEvent::Message { seq, payload }),
+                Action::PushGap { missed_from, resume_at } => {
+                    self.pushes.send(PushEvent::Gap { missed_from, resume_at })
                 }
                 Action::Persist { .. } | Action::PersistLazily { .. } | Action::Note(_) => {}
             }

@@ -63,6 +63,8 @@ pub struct Progress {
     pub exec_checkpoint: u64,
     /// State transfers completed.
     pub state_loads: u64,
+    /// Messages the service pushed to clients since start.
+    pub pushes: u64,
 }
 
 /// Host-side counters and timings.
@@ -207,7 +209,7 @@ impl Host {
                     }
                 }
                 Action::Note(event) => self.note(event),
-                Action::Deliver { .. } => {}
+                Action::Deliver { .. } | Action::DeliverPush { .. } | Action::PushGap { .. } => {}
             }
         }
     }
@@ -228,6 +230,7 @@ impl Host {
                 p.executed = seqno.0;
                 p.state_loads += 1;
             }
+            Event::Pushed { .. } => p.pushes += 1,
         }
     }
 

@@ -71,6 +71,7 @@ impl Status {
         gauge("executed_seqno", "Last executed batch.", p.executed);
         gauge("exec_checkpoint", "Last execution checkpoint.", p.exec_checkpoint);
         gauge("state_transfers_total", "Completed state transfers.", p.state_loads);
+        gauge("pushes_total", "Messages the service pushed to clients.", p.pushes);
         gauge(
             "inbox_depth",
             "Envelopes waiting to be handled.",

@@ -18,7 +18,7 @@ use upright_core::crypto::{KeyRing, SecretKeys};
 use upright_core::ids::{ClientId, Principal, Process, ReplicaId, RequestId, SeqNo};
 use upright_core::kv::KvService;
 use upright_core::message::{Envelope, Message, ReplyBody, SealFor};
-use upright_core::service::{BatchContext, Service, ServiceRequest};
+use upright_core::service::{BatchContext, Effects, Service, ServiceRequest};
 
 use crate::files::{endpoint, Cluster, FileError};
 use crate::replica::{client_frame_max, Clock, INPUTS_PER_ROUND_MAX};
@@ -160,7 +160,8 @@ impl NoRep {
                 time_us: self.clock.now(),
                 seed: [0; 32],
             };
-            let results = self.service.execute(&context, &batch);
+            // NO-REP serves the benchmark's puts and gets, whose pushes (watches) it does not send.
+            let results = self.service.execute(&context, &batch, &mut Effects::default());
             for (request, result) in batch.iter().zip(results) {
                 self.last.insert(request.client, (request.request_id, result.clone()));
                 answers.push((request.client, request.request_id, result));

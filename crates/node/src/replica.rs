@@ -7,11 +7,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use tokio::net::TcpListener;
 use upright_core::config::ConfigError;
 use upright_core::crypto::{KeyRing, SecretKeys};
 use upright_core::ids::{Process, ReplicaId, StageKind};
 use upright_core::message::MESSAGE_BYTES_MAX;
+use upright_core::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
 use upright_core::stage::{Stage, Storage, Time};
 use upright_core::stages::ServiceFactory;
 
@@ -42,6 +44,45 @@ pub struct ReplicaSpec {
     /// Stand-in stages instead of the real Auth, Order and Exec (tests only); `None` builds the
     /// real ones.
     pub stages: Option<StageFactory>,
+}
+
+/// Environment variable (testing only): a replica whose id it names alters the payload of every
+/// message its service pushes, standing in for a Byzantine replica that forges pushes (the
+/// numbering stays right, so the forgeries compete with the honest pushes for acceptance).
+pub const FORGE_PUSHES_ENV: &str = "UPRIGHT_TEST_FORGE_PUSHES";
+
+/// Whether replica `id` is told by [`FORGE_PUSHES_ENV`] to forge its pushes (testing only).
+pub fn forge_pushes_requested(id: u32) -> bool {
+    std::env::var(FORGE_PUSHES_ENV).is_ok_and(|v| v.trim() == id.to_string())
+}
+
+/// Testing only: `service` with every pushed payload altered (see [`FORGE_PUSHES_ENV`]).
+pub fn forging_pushes(service: ServiceFactory) -> ServiceFactory {
+    struct Forging(Box<dyn Service + Send>);
+    impl Service for Forging {
+        fn execute(
+            &mut self,
+            context: &BatchContext,
+            requests: &[ServiceRequest],
+            effects: &mut Effects,
+        ) -> Vec<Bytes> {
+            let replies = self.0.execute(context, requests, effects);
+            for push in effects.take_pushes() {
+                effects.push(push.client, Bytes::from([&push.payload[..], b"<forged>"].concat()));
+            }
+            replies
+        }
+        fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
+            self.0.execute_read_only(operation)
+        }
+        fn checkpoint(&self) -> Bytes {
+            self.0.checkpoint()
+        }
+        fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
+            self.0.restore(checkpoint)
+        }
+    }
+    Arc::new(move || Box::new(Forging(service())))
 }
 
 /// Builds the stage of one kind from its recovered storage and the replica's key ring.

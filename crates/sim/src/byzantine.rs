@@ -22,6 +22,9 @@ use upright_core::stage::Time;
 
 use crate::faults::{Behaviour, FaultCounts};
 
+/// The fault class counted for each forged push (the wrong-replies behaviour forges pushes).
+pub const FORGED_PUSH_CLASS: &str = "byz_forged_push";
+
 /// Envelopes kept for replay.
 pub const REPLAY_BUFFER_MAX: usize = 64;
 /// Equivocations remembered (to send matching PREPARE/COMMITs for each variant).
@@ -186,6 +189,23 @@ impl Byzantine {
                         read_only: *read_only,
                     };
                     out.extend(self.reseal(from, &message, &envelope.seal, &remote));
+                }
+                Message::Push { seq, payload } => {
+                    // A forged push under the same number, and now and then a false claim that
+                    // the next pushes are gone.
+                    counts.bump(FORGED_PUSH_CLASS);
+                    let forged = Message::Push {
+                        seq: *seq,
+                        payload: Bytes::from([&payload[..], b"<forged>"].concat()),
+                    };
+                    out.extend(self.reseal(from, &forged, &envelope.seal, &remote));
+                    if rng.random_bool(0.3) {
+                        let gap = Message::PushGap {
+                            next: *seq,
+                            resume_at: seq + 5,
+                        };
+                        out.extend(self.reseal(from, &gap, &envelope.seal, &remote));
+                    }
                 }
                 _ => out.push(honest),
             },

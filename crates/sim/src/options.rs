@@ -15,6 +15,8 @@ pub enum SabotageMode {
     EarlyExecute,
     /// Accept read-only results on `r + 1` matching replies instead of all execution members.
     WeakReadQuorum,
+    /// Accept pushed messages on one copy instead of `r + 1` matching ones.
+    WeakPushQuorum,
     /// Every execution member runs a service that stores wrong values (a bug all replicas share,
     /// so only the model of the service's commands can see it): the Redis store's corrupting
     /// stand-in, or a KV that stores every put's value with a byte appended.
@@ -23,11 +25,12 @@ pub enum SabotageMode {
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 5] = [
+    pub const ALL: [SabotageMode; 6] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
         SabotageMode::WeakReadQuorum,
+        SabotageMode::WeakPushQuorum,
         SabotageMode::CorruptService,
     ];
 
@@ -38,6 +41,7 @@ impl SabotageMode {
             SabotageMode::SkipMac => "skip-mac",
             SabotageMode::EarlyExecute => "early-execute",
             SabotageMode::WeakReadQuorum => "weak-read-quorum",
+            SabotageMode::WeakPushQuorum => "weak-push-quorum",
             SabotageMode::CorruptService => "corrupt-service",
         }
     }
@@ -55,6 +59,7 @@ impl SabotageMode {
             SabotageMode::SkipMac => Some(Sabotage::SkipMac),
             SabotageMode::EarlyExecute => Some(Sabotage::EarlyExecute),
             SabotageMode::WeakReadQuorum => Some(Sabotage::WeakReadQuorum),
+            SabotageMode::WeakPushQuorum => Some(Sabotage::WeakPushQuorum),
             SabotageMode::CorruptService => None,
         }
     }

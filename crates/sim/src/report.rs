@@ -27,6 +27,10 @@ pub struct SimReport {
     pub read_only_delivered: u64,
     /// Read-only attempts of correct clients that fell back to the ordered path.
     pub read_only_fallbacks: u64,
+    /// Pushed messages correct clients received.
+    pub pushes_delivered: u64,
+    /// Push gaps correct clients were told of.
+    pub push_gaps: u64,
 }
 
 /// Totals over many seeds.
@@ -44,6 +48,10 @@ pub struct Summary {
     pub read_only_delivered: u64,
     /// Read-only fallbacks to the ordered path, summed.
     pub read_only_fallbacks: u64,
+    /// Pushes delivered to correct clients, summed.
+    pub pushes_delivered: u64,
+    /// Push gaps delivered to correct clients, summed.
+    pub push_gaps: u64,
 }
 
 impl Summary {
@@ -55,6 +63,8 @@ impl Summary {
         self.ops_completed += report.ops_completed;
         self.read_only_delivered += report.read_only_delivered;
         self.read_only_fallbacks += report.read_only_fallbacks;
+        self.pushes_delivered += report.pushes_delivered;
+        self.push_gaps += report.push_gaps;
     }
 
     /// The final line: `seeds: N, violations: V, loss: X, duplication: X, ...` with every class in
@@ -70,8 +80,8 @@ impl Summary {
             }
         }
         line.push_str(&format!(
-            ", read_only_delivered: {}, read_only_fallbacks: {}",
-            self.read_only_delivered, self.read_only_fallbacks
+            ", read_only_delivered: {}, read_only_fallbacks: {}, pushes_delivered: {}, push_gaps: {}",
+            self.read_only_delivered, self.read_only_fallbacks, self.pushes_delivered, self.push_gaps
         ));
         line
     }

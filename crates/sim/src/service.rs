@@ -17,7 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 
 use upright_core::kv::{KvOperation, KvReply, KvService};
-use upright_core::service::{BatchContext, RestoreError, Service, ServiceRequest};
+use upright_core::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
 use upright_core::stages::{kv_service, ServiceFactory};
 use upright_kv::reply::Reply;
 
@@ -82,7 +82,7 @@ impl ServiceKind {
 struct CorruptKv(KvService);
 
 impl Service for CorruptKv {
-    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest]) -> Vec<Bytes> {
+    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
         let wrong: Vec<ServiceRequest> = requests
             .iter()
             .map(|request| match KvOperation::decode(&request.operation) {
@@ -97,7 +97,7 @@ impl Service for CorruptKv {
                 _ => request.clone(),
             })
             .collect();
-        self.0.execute(context, &wrong)
+        self.0.execute(context, &wrong, effects)
     }
 
     fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
@@ -197,7 +197,9 @@ mod tests {
                     request_id: RequestId(i as u64 + 1),
                     operation,
                 };
-                let result = service.execute(&context, std::slice::from_ref(&request)).remove(0);
+                let result = service
+                    .execute(&context, std::slice::from_ref(&request), &mut Effects::default())
+                    .remove(0);
                 assert_eq!(
                     kind.decode(op, &result).as_ref(),
                     Some(want),

@@ -19,6 +19,7 @@ use upright_core::stage::{Action, Input, Stage, Time};
 
 use crate::byzantine::{inconsistent_authenticator, Byzantine, Outgoing};
 use crate::checkers::agreement::Agreement;
+use crate::checkers::pushes::Pushes;
 use crate::checkers::{durability, linearizability, liveness};
 use crate::events::{Event, EventQueue, Timers};
 use crate::faults::{Behaviour, FaultCounts, FaultPlan, FaultStep, PlanShape};
@@ -80,6 +81,7 @@ pub struct Sim<P: Protocol> {
     trace_events: bool,
     workload: Workload,
     agreement: Agreement,
+    pushes: Pushes,
     trace: blake3::Hasher,
     errors: Vec<String>,
     events: u64,
@@ -196,6 +198,7 @@ impl<P: Protocol> Sim<P> {
             workload: Workload::new(opts.keys),
             counts: FaultCounts::default(),
             agreement: Agreement::default(),
+            pushes: Pushes::default(),
             trace: blake3::Hasher::new(),
             queue: EventQueue::default(),
             timers: Timers::default(),
@@ -228,6 +231,8 @@ impl<P: Protocol> Sim<P> {
                 let behaviour = match mode {
                     SabotageMode::ShortQuorum | SabotageMode::EarlyExecute => Behaviour::EquivocatingPrimary,
                     SabotageMode::SkipMac => Behaviour::ForgeSender,
+                    // Forged pushes come from a replica that sends wrong replies.
+                    SabotageMode::WeakPushQuorum => Behaviour::WrongReplies,
                     SabotageMode::WeakReadQuorum | SabotageMode::CorruptService => unreachable!("guarded above"),
                 };
                 FaultPlan::with_byzantine(shape, [(0, behaviour)].into_iter().collect())
@@ -542,12 +547,25 @@ impl<P: Protocol> Sim<P> {
                         self.on_deliver(c.0, result);
                     }
                 }
+                Action::DeliverPush { seq, payload } => {
+                    if let (Principal::Client(c), true) = (p, self.is_correct(p)) {
+                        self.pushes.delivered(c, seq, &payload);
+                    }
+                }
+                Action::PushGap { missed_from, resume_at } => {
+                    if let (Principal::Client(c), true) = (p, self.is_correct(p)) {
+                        self.pushes.gap(c, missed_from, resume_at);
+                    }
+                }
                 Action::Note(event) => {
                     if self.trace_events {
                         let byzantine: Vec<&u32> = self.byzantine.keys().collect();
                         eprintln!("{:>9} {p:?} {event:?} (byzantine replicas: {byzantine:?})", self.now);
                     }
                     if self.is_correct(p) {
+                        if let upright_core::stage::Event::Pushed { client, seq, digest } = event {
+                            self.pushes.emitted(p, self.now, client, seq, digest);
+                        }
                         self.agreement.observe(p, &event);
                     }
                 }
@@ -680,6 +698,7 @@ impl<P: Protocol> Sim<P> {
         violations.extend(self.agreement.violations().iter().cloned());
         violations.extend(linearizability::check(history));
         violations.extend(durability::check(history));
+        violations.extend(self.pushes.check(&self.correct_clients, self.opts.heal_at()));
         if self.errors.is_empty() {
             // A run stopped by a panic cannot make progress; the panic is the finding.
             violations.extend(liveness::check(history, &self.correct_clients, self.opts.heal_at()));
@@ -707,6 +726,8 @@ impl<P: Protocol> Sim<P> {
             end_us: self.now,
             read_only_delivered: correct_client_total("read_only_delivered"),
             read_only_fallbacks: correct_client_total("read_only_fallback"),
+            pushes_delivered: self.pushes.delivered_count(),
+            push_gaps: self.pushes.gap_count(),
         }
     }
 }

@@ -45,6 +45,11 @@ impl Sweep {
         let missing = self.missing_classes(r);
         assert!(missing.is_empty(), "fault classes never injected: {missing:?}\n{line}");
         assert!(self.summary.ops_completed > seeds * 20, "too little work done: {line}");
+        // Where the service pushed and replicas lied, some lied in pushes too.
+        if r > 0 && self.summary.pushes_delivered > 0 {
+            let forged = self.summary.counts.get(crate::byzantine::FORGED_PUSH_CLASS);
+            assert!(forged > 0, "pushes flowed but none was forged: {line}");
+        }
     }
 
     /// Total fault counts.

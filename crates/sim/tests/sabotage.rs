@@ -76,3 +76,10 @@ fn protocol_sabotage_is_caught_running_the_redis_store() {
     caught_running(SabotageMode::EarlyExecute, 1, 1, ServiceKind::Redis);
     caught_running(SabotageMode::WeakReadQuorum, 1, 0, ServiceKind::Redis);
 }
+
+/// Pushes accepted on one copy: the replica that sends wrong replies forges pushes, and the push
+/// checker must see a forged one delivered.
+#[test]
+fn weak_push_quorum_is_caught() {
+    caught(SabotageMode::WeakPushQuorum);
+}

@@ -16,14 +16,13 @@
 //! request, the next read takes the ordered path (which moves `last_request_id` on).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::config::Sabotage;
 use crate::crypto::Digest;
-use crate::ids::{Principal, ReplicaId, RequestId, StageKind};
-use crate::message::{Envelope, Message, ReplyBody, SealFor};
+use crate::ids::{ReplicaId, RequestId};
+use crate::message::{Message, ReplyBody};
 use crate::stage::{Action, Time, Timer};
 
 use super::Client;
@@ -84,17 +83,7 @@ impl Client {
             request_id: RequestId(nonce),
             operation: operation.clone(),
         };
-        let envelope = Envelope::seal(
-            &self.keys,
-            &self.quorums,
-            Principal::Client(self.id),
-            message,
-            SealFor::Stage(StageKind::Exec),
-        );
-        out.push(Action::Send {
-            to: crate::config::ClusterConfig::exec_members(&self.quorums).collect(),
-            envelope: Arc::new(envelope),
-        });
+        self.send_to_exec(message, out);
         out.push(Action::SetTimer {
             timer: Timer::ClientRetransmit,
             at: now + self.config.knobs.read_only_timeout_us,
@@ -189,9 +178,12 @@ impl Client {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::config::Knobs;
-    use crate::ids::ClientId;
+    use crate::ids::{ClientId, Principal};
+    use crate::message::{Envelope, SealFor};
     use crate::stage::{Input, Stage};
     use crate::testing::{fixture, Fixture};
 

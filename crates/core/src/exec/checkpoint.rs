@@ -38,6 +38,8 @@ pub struct ExecCheckpoint {
     pub service: Bytes,
     /// Reply cache: last request id and reply per client, sorted by client.
     pub replies: Vec<(ClientId, RequestId, Bytes)>,
+    /// Pushed messages: per client, the next number and the kept pushes, sorted by client.
+    pub pushes: Vec<(ClientId, super::pushes::ClientPushes)>,
 }
 
 /// An encoded checkpoint with its manifest and digest, as stored and served to peers.
@@ -169,6 +171,7 @@ impl ExecStage {
             time_us: self.last_time_us,
             service: self.service.checkpoint(),
             replies: self.replies.to_sorted(),
+            pushes: self.pushes.to_sorted(),
         };
         let blob = Bytes::from(codec::to_bytes(&checkpoint));
         let stored = StoredCheckpoint::new(checkpoint.seqno, blob, self.config.knobs.state_chunk_bytes);
@@ -218,6 +221,7 @@ impl ExecStage {
     pub(super) fn restore_checkpoint(&mut self, checkpoint: &ExecCheckpoint) -> Result<(), RestoreError> {
         self.service.restore(&checkpoint.service)?;
         self.replies.restore(&checkpoint.replies);
+        self.pushes.restore(&checkpoint.pushes);
         self.last_executed = checkpoint.seqno;
         self.history = checkpoint.history;
         self.last_time_us = checkpoint.time_us;

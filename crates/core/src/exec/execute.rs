@@ -14,7 +14,7 @@ use crate::config::ClusterConfig;
 use crate::crypto::Digest;
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo};
 use crate::message::{batch_seed, history_digest, Message, RequestBody, RequestEntry, SealFor};
-use crate::service::{BatchContext, ServiceRequest};
+use crate::service::{BatchContext, Effects, ServiceRequest};
 use crate::stage::{Action, Event, Time};
 
 impl ExecStage {
@@ -219,7 +219,8 @@ impl ExecStage {
                 time_us: batch.time_us,
                 seed: batch_seed(&batch.history),
             };
-            let results = self.service.execute(&context, &requests);
+            let mut effects = Effects::default();
+            let results = self.service.execute(&context, &requests, &mut effects);
             assert_eq!(
                 results.len(),
                 requests.len(),
@@ -229,6 +230,7 @@ impl ExecStage {
                 self.send_reply(request.client, request.request_id, &result, false, out);
                 self.replies.record(request.client, request.request_id, result);
             }
+            self.send_pushes(effects.take_pushes(), out);
             self.stats.bump("requests_executed");
         }
         self.last_executed = batch.seqno;

@@ -8,12 +8,14 @@
 //! - [`reply_cache`]: last reply per client and the full/digest reply rule;
 //! - [`checkpoint`]: the execution checkpoint, its chunking, digest and storage;
 //! - `state_transfer`: LOAD-CP quorum, fetching a checkpoint from peers, serving ours;
-//! - `read_only`: READ-ONLY requests answered at once from the current state, outside the order.
+//! - `read_only`: READ-ONLY requests answered at once from the current state, outside the order;
+//! - [`pushes`]: messages the service pushes to clients, numbered per client, kept for resends.
 
 mod batches;
 pub mod checkpoint;
 mod execute;
 pub mod fetch;
+pub mod pushes;
 mod read_only;
 pub mod reply_cache;
 mod state_transfer;
@@ -40,6 +42,7 @@ use crate::stage::{Action, Input, Stage, Stats, Storage, Time, Timer};
 use batches::BatchCollector;
 use checkpoint::CheckpointStore;
 use fetch::Fetcher;
+use pushes::PushLog;
 use read_only::ReadOnlyNonces;
 use reply_cache::ReplyCache;
 use state_transfer::{LoadVotes, Transfer};
@@ -76,6 +79,8 @@ pub struct ExecStage {
     progress_mark: SeqNo,
     /// Read-only path: newest read-only nonce answered per client.
     read_only_nonces: ReadOnlyNonces,
+    /// Pushed messages: numbering and the kept ones.
+    pushes: PushLog,
 }
 
 impl ExecStage {
@@ -113,6 +118,7 @@ impl ExecStage {
             transfer: None,
             progress_mark: SeqNo(0),
             read_only_nonces: ReadOnlyNonces::default(),
+            pushes: PushLog::default(),
             config,
         };
         stage.recover(storage);
@@ -190,6 +196,10 @@ impl ExecStage {
         if matches!(envelope.message, Message::ReadOnlyRequest { .. }) {
             // From a client, not a member: its own checks (sender, seal, nonce) come first.
             self.on_read_only_request(envelope, out);
+            return;
+        }
+        if matches!(envelope.message, Message::PushResume { .. }) {
+            self.on_push_resume(envelope, out);
             return;
         }
         if !self.seal_ok(envelope) {

@@ -13,7 +13,7 @@ use crate::ids::{ClientId, Principal, Process, ReplicaId, RequestId, SeqNo, Stag
 use crate::kv::{KvOperation, KvReply, KvService};
 use crate::message::{batch_digest, history_digest, Envelope, Message, ReplyBody, RequestBody, RequestEntry, SealFor};
 use crate::quorum::Quorums;
-use crate::service::{BatchContext, RestoreError, Service, ServiceRequest};
+use crate::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
 use crate::stage::{Action, Event, Input, Stage, Storage};
 
 /// Client used by most tests.
@@ -235,10 +235,10 @@ pub(super) struct SpyService {
 }
 
 impl Service for SpyService {
-    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest]) -> Vec<Bytes> {
+    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
         let ids = requests.iter().map(|r| (r.client, r.request_id)).collect();
         self.calls.lock().unwrap().push((context.seqno, ids));
-        self.kv.execute(context, requests)
+        self.kv.execute(context, requests, effects)
     }
     fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
         self.kv.execute_read_only(operation)
@@ -722,4 +722,66 @@ fn last_executed_is_sent_on_start_and_when_not_progressing() {
     assert!(sent(&out)
         .iter()
         .all(|(_, m)| !matches!(m, Message::LastExecuted { .. })));
+}
+
+/// A watch set by client 8's ordered GET fires when client 7 writes the key: every execution
+/// member sends the same numbered PUSH to client 8, and the push log travels in the checkpoint.
+#[test]
+fn a_write_pushes_to_the_watcher_numbered_the_same_at_every_member() {
+    let net = Net::small();
+    let watcher = ClientId(8);
+    let get = inline(watcher, 1, KvOperation::Get { key: "a".into() });
+    let batches = chain(vec![vec![get], vec![put(1, "a", "1")], vec![put(2, "a", "2")], vec![]]);
+    let mut pushes_at = Vec::new();
+    let mut checkpoints = Vec::new();
+    for member in 0..3 {
+        let mut stage = net.kv_stage(member);
+        let out: Vec<Action> = batches.iter().flat_map(|b| net.deliver(&mut stage, b)).collect();
+        let pushes: Vec<(Vec<Principal>, u64, Bytes)> = sent(&out)
+            .into_iter()
+            .filter_map(|(to, m)| match m {
+                Message::Push { seq, payload } => Some((to, seq, payload)),
+                _ => None,
+            })
+            .collect();
+        pushes_at.push(pushes);
+        let digests: Vec<Digest> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Note(Event::Checkpointed { state_digest, .. }) => Some(*state_digest),
+                _ => None,
+            })
+            .collect();
+        checkpoints.push(digests);
+    }
+    let expected = crate::kv::KvEvent {
+        key: "a".into(),
+        value: Some("1".into()),
+    };
+    assert_eq!(
+        pushes_at[0],
+        vec![(vec![Principal::Client(watcher)], 1, expected.encode())],
+        "one push, for the first write only (a watch fires once)"
+    );
+    assert!(
+        pushes_at.iter().all(|p| *p == pushes_at[0]),
+        "every member pushes the same"
+    );
+    assert_eq!(checkpoints[0].len(), 1, "checkpoint at batch 4");
+    assert!(checkpoints.iter().all(|c| *c == checkpoints[0]));
+    let mut stage = net.kv_stage(0);
+    for b in &batches {
+        net.deliver(&mut stage, b);
+    }
+    let next = stage.pushes.to_sorted();
+    assert_eq!(
+        next,
+        vec![(
+            watcher,
+            super::pushes::ClientPushes {
+                next_seq: 2,
+                kept: [(1, expected.encode())].into()
+            }
+        )]
+    );
 }

@@ -152,8 +152,9 @@ pub fn stage_for(message: &Message) -> Option<StageKind> {
         | FetchState { .. }
         | StateManifest { .. }
         | StateChunk { .. }
-        | ReadOnlyRequest { .. } => Some(StageKind::Exec),
-        Reply { .. } => None,
+        | ReadOnlyRequest { .. }
+        | PushResume { .. } => Some(StageKind::Exec),
+        Reply { .. } | Push { .. } | PushGap { .. } => None,
     }
 }
 

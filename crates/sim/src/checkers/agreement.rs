@@ -43,7 +43,7 @@ impl Agreement {
                     *state_digest,
                 );
             }
-            Event::ViewInstalled { .. } | Event::CheckpointStable { .. } => {}
+            Event::ViewInstalled { .. } | Event::CheckpointStable { .. } | Event::Pushed { .. } => {}
         }
     }
 

@@ -223,7 +223,9 @@ impl Cluster {
                 }
                 self.events.push((i, event));
             }
-            Action::Deliver { .. } => panic!("order stage delivered to a client"),
+            Action::Deliver { .. } | Action::DeliverPush { .. } | Action::PushGap { .. } => {
+                panic!("order stage delivered to a client")
+            }
         }
     }
 

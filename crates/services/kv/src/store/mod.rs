@@ -12,7 +12,7 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use upright_core::service::{BatchContext, RestoreError, Service, ServiceRequest};
+use upright_core::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
 
 use crate::command;
 use crate::reply::Reply;
@@ -247,7 +247,7 @@ fn encode_bounded(replies: impl Iterator<Item = Reply>) -> Bytes {
 type CheckpointRows = Vec<(Bytes, Bytes, Option<u64>)>;
 
 impl Service for RedisStore {
-    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest]) -> Vec<Bytes> {
+    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], _effects: &mut Effects) -> Vec<Bytes> {
         self.advance(context.time_us);
         requests
             .iter()

@@ -1,6 +1,6 @@
 use bytes::Bytes;
 use upright_core::ids::{ClientId, RequestId, SeqNo};
-use upright_core::service::{BatchContext, Service, ServiceRequest};
+use upright_core::service::{BatchContext, Effects, Service, ServiceRequest};
 
 use super::RedisStore;
 use crate::reply::Reply;
@@ -186,7 +186,7 @@ fn batch(s: &mut RedisStore, time_us: u64, seq: u64, commands: &[&[&str]]) -> Ve
         request_id: RequestId(seq),
         operation: crate::encode_operation(&argvs),
     };
-    let out = s.execute(&ctx, &[req]);
+    let out = s.execute(&ctx, &[req], &mut Effects::default());
     crate::decode_replies(&out[0]).unwrap()
 }
 
@@ -222,7 +222,7 @@ fn checkpoints_are_deterministic_and_restore_exactly() {
         request_id: RequestId(3),
         operation: Bytes::from_static(b"\xff\xff"),
     };
-    let out = c.execute(&ctx, &[req]);
+    let out = c.execute(&ctx, &[req], &mut Effects::default());
     assert!(matches!(&crate::decode_replies(&out[0]).unwrap()[0], Reply::Error(_)));
 }
 
@@ -275,6 +275,7 @@ fn read_only_path_answers_reads_like_the_ordered_path_and_refuses_writes() {
             request_id: RequestId(1),
             operation: op,
         }],
+        &mut Effects::default(),
     );
     assert_eq!(read_only, ordered[0], "byte-identical replies on both paths");
     let replies = crate::decode_replies(&read_only).unwrap();
