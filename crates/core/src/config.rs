@@ -94,6 +94,13 @@ pub struct Knobs {
     /// replies before it falls back to the ordered path for the same operation.
     #[serde(default = "default_read_only_timeout_us")]
     pub read_only_timeout_us: u64,
+    /// An idle primary orders an empty batch (a heartbeat) once this long has passed since the
+    /// last batch's agreed time, checked every `view_change_timeout_us / 4`, so agreed time
+    /// keeps moving and services are woken at the times they asked for ([`crate::service`]).
+    /// Backups refuse an empty batch less than half of it after the previous batch. 0: no
+    /// heartbeats (an idle cluster's agreed time stands still).
+    #[serde(default = "default_heartbeat_interval_us")]
+    pub heartbeat_interval_us: u64,
     /// Testing only: a deliberately broken protocol (see [`Sabotage`]).
     pub sabotage: Option<Sabotage>,
 }
@@ -101,6 +108,15 @@ pub struct Knobs {
 /// Default of [`Knobs::read_only_timeout_us`]: 5 ms (a read-only round trip on a LAN is well under
 /// 1 ms; a slower one is cheaper to retry on the ordered path than to wait for).
 pub const READ_ONLY_TIMEOUT_US_DEFAULT: u64 = 5_000;
+
+/// Default of [`Knobs::heartbeat_interval_us`]: 500 ms, a wake-up resolution of well under a
+/// second (ZooKeeper session timeouts are seconds) for one agreement round and log sync per
+/// interval on an idle cluster.
+pub const HEARTBEAT_INTERVAL_US_DEFAULT: u64 = 500_000;
+
+fn default_heartbeat_interval_us() -> u64 {
+    HEARTBEAT_INTERVAL_US_DEFAULT
+}
 
 fn default_read_only_timeout_us() -> u64 {
     READ_ONLY_TIMEOUT_US_DEFAULT
@@ -140,6 +156,7 @@ impl Default for Knobs {
             auth_retransmit_interval_us: 4_000_000,
             state_chunk_bytes: 64 * 1024,
             read_only_timeout_us: READ_ONLY_TIMEOUT_US_DEFAULT,
+            heartbeat_interval_us: HEARTBEAT_INTERVAL_US_DEFAULT,
             sabotage: None,
         }
     }
@@ -280,6 +297,13 @@ impl ClusterConfig {
         if k.checkpoint_interval == 0 {
             return bad("checkpoint_interval", 0, "must be at least 1");
         }
+        if k.heartbeat_interval_us != 0 && k.heartbeat_interval_us < 1_000 {
+            return bad(
+                "heartbeat_interval_us",
+                k.heartbeat_interval_us,
+                "must be 0 (off) or at least 1000",
+            );
+        }
         if k.log_window != 2 * k.checkpoint_interval {
             return bad("log_window", k.log_window, "must be 2 * checkpoint_interval");
         }
@@ -409,6 +433,12 @@ mod tests {
         let mut c = base();
         c.knobs.read_only_timeout_us = 0;
         assert!(error(&c).contains("read_only_timeout_us"));
+        c.knobs.read_only_timeout_us = READ_ONLY_TIMEOUT_US_DEFAULT;
+        c.knobs.heartbeat_interval_us = 999;
+        assert!(error(&c).contains("heartbeat_interval_us"));
+        c.knobs.heartbeat_interval_us = 0;
+        assert!(c.validate().is_ok(), "0 turns heartbeats off");
+        c.knobs.read_only_timeout_us = 0;
         c.knobs.read_only_timeout_us = c.knobs.client_retransmit_max_us + 1;
         assert!(error(&c).contains("read_only_timeout_us"));
         let mut c = base();

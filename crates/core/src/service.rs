@@ -81,6 +81,21 @@ pub trait Service {
     /// into `effects`, in order.
     fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes>;
 
+    /// The agreed time (microseconds, as [`BatchContext::time_us`]) at which the service wants
+    /// [`Service::wake`] called, if any: session expiry, a timer. Asked before every batch;
+    /// the default asks for nothing.
+    fn wake_at(&self) -> Option<u64> {
+        None
+    }
+
+    /// Called with the first batch whose agreed time reached [`Service::wake_at`], before that
+    /// batch's requests. When the cluster is idle the order stage still orders empty heartbeat
+    /// batches (`Knobs::heartbeat_interval_us`), so a wake-up comes within about one interval
+    /// of its time. Part of the deterministic execution: it may change the state and push.
+    fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {
+        let _ = (context, effects);
+    }
+
     /// Answers a read-only operation from the current state, or `None` if the operation is not
     /// read-only (the client then uses the ordered path).
     fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes>;

@@ -133,6 +133,9 @@ impl SimOptions {
             state_chunk_bytes: 256,
             // Simulated one-way delays are up to 5 ms (plus injected ones).
             read_only_timeout_us: 20_000,
+            // Shorter than the clients' pauses now and then, so heartbeats interleave with
+            // requests and faults (ticks come every view_change_timeout_us / 4 = 50 ms).
+            heartbeat_interval_us: 40_000,
             sabotage: self.sabotage.and_then(SabotageMode::knob),
             ..Knobs::default()
         }

@@ -31,6 +31,8 @@ pub struct SimReport {
     pub pushes_delivered: u64,
     /// Push gaps correct clients were told of.
     pub push_gaps: u64,
+    /// Heartbeat batches ordered, as counted by the order members up at the end of the run.
+    pub heartbeats: u64,
 }
 
 /// Totals over many seeds.
@@ -52,6 +54,8 @@ pub struct Summary {
     pub pushes_delivered: u64,
     /// Push gaps delivered to correct clients, summed.
     pub push_gaps: u64,
+    /// Heartbeat batches ordered, summed.
+    pub heartbeats: u64,
 }
 
 impl Summary {
@@ -65,6 +69,7 @@ impl Summary {
         self.read_only_fallbacks += report.read_only_fallbacks;
         self.pushes_delivered += report.pushes_delivered;
         self.push_gaps += report.push_gaps;
+        self.heartbeats += report.heartbeats;
     }
 
     /// The final line: `seeds: N, violations: V, loss: X, duplication: X, ...` with every class in
@@ -80,8 +85,8 @@ impl Summary {
             }
         }
         line.push_str(&format!(
-            ", read_only_delivered: {}, read_only_fallbacks: {}, pushes_delivered: {}, push_gaps: {}",
-            self.read_only_delivered, self.read_only_fallbacks, self.pushes_delivered, self.push_gaps
+            ", read_only_delivered: {}, read_only_fallbacks: {}, pushes_delivered: {}, push_gaps: {}, heartbeats: {}",
+            self.read_only_delivered, self.read_only_fallbacks, self.pushes_delivered, self.push_gaps, self.heartbeats
         ));
         line
     }

@@ -716,7 +716,12 @@ impl<P: Protocol> Sim<P> {
                 .map(|s| s.stats().get(name))
                 .sum()
         };
+        let heartbeats = stage_stats
+            .iter()
+            .map(|(_, s)| s.get("heartbeat_sent").copied().unwrap_or(0))
+            .sum();
         SimReport {
+            heartbeats,
             stage_stats,
             seed: self.opts.seed,
             violations,

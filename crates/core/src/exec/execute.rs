@@ -210,34 +210,43 @@ impl ExecStage {
         requests
     }
 
-    /// Executes one batch (the next in sequence, bodies present, history checked).
+    /// Executes one batch (the next in sequence, bodies present, history checked). A batch with
+    /// an agreed time (every batch but a view change's null batch, whose time is 0; a heartbeat
+    /// is an empty batch with a time) first wakes the service if its time reached the service's
+    /// `wake_at`; then the requests run; pushes go out after the replies.
     fn execute_batch(&mut self, batch: AgreedBatch, out: &mut Vec<Action>) {
         let requests = self.requests_to_execute(&batch, out);
-        if !requests.is_empty() {
+        let mut effects = Effects::default();
+        if batch.time_us > 0 {
             let context = BatchContext {
                 seqno: batch.seqno,
                 time_us: batch.time_us,
                 seed: batch_seed(&batch.history),
             };
-            let mut effects = Effects::default();
-            let results = self.service.execute(&context, &requests, &mut effects);
-            assert_eq!(
-                results.len(),
-                requests.len(),
-                "the service must return one reply per request"
-            );
-            for (request, result) in requests.iter().zip(results) {
-                self.send_reply(request.client, request.request_id, &result, false, out);
-                self.replies.record(request.client, request.request_id, result);
+            if self.service.wake_at().is_some_and(|at| batch.time_us >= at) {
+                self.service.wake(&context, &mut effects);
+                self.stats.bump("service_woken");
             }
-            self.send_pushes(effects.take_pushes(), out);
-            self.stats.bump("requests_executed");
+            if !requests.is_empty() {
+                let results = self.service.execute(&context, &requests, &mut effects);
+                assert_eq!(
+                    results.len(),
+                    requests.len(),
+                    "the service must return one reply per request"
+                );
+                for (request, result) in requests.iter().zip(results) {
+                    self.send_reply(request.client, request.request_id, &result, false, out);
+                    self.replies.record(request.client, request.request_id, result);
+                }
+                self.stats.bump("requests_executed");
+            }
+            self.last_time_us = batch.time_us;
+        } else {
+            assert!(requests.is_empty(), "a batch without a time is a null batch");
         }
+        self.send_pushes(effects.take_pushes(), out);
         self.last_executed = batch.seqno;
         self.history = batch.history;
-        if !batch.entries.is_empty() {
-            self.last_time_us = batch.time_us;
-        }
         let completed = batch.entries.iter().map(|e| (e.client, e.request_id)).collect();
         let message = Message::BatchComplete {
             seqno: batch.seqno,

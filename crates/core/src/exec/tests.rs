@@ -228,10 +228,12 @@ pub(super) fn replies(out: &[Action], client: ClientId) -> Vec<(RequestId, Reply
         .collect()
 }
 
-/// A service that records every batch it executes, around a key-value store.
+/// A service that records every batch it executes, around a key-value store; with an alarm set,
+/// it asks to be woken then, and pushes "rang" to [`CLIENT`] when it is.
 pub(super) struct SpyService {
     pub kv: KvService,
     pub calls: Calls,
+    pub alarm: Option<u64>,
 }
 
 impl Service for SpyService {
@@ -249,6 +251,13 @@ impl Service for SpyService {
     fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
         self.kv.restore(checkpoint)
     }
+    fn wake_at(&self) -> Option<u64> {
+        self.alarm
+    }
+    fn wake(&mut self, _context: &BatchContext, effects: &mut Effects) {
+        self.alarm = None;
+        effects.push(CLIENT, Bytes::from_static(b"rang"));
+    }
 }
 
 pub(super) type Calls = Arc<Mutex<Vec<(SeqNo, Vec<(ClientId, RequestId)>)>>>;
@@ -261,6 +270,7 @@ fn spy_stage(net: &Net, id: u32) -> (ExecStage, Calls) {
     let spy = SpyService {
         kv: KvService::new(),
         calls: calls.clone(),
+        alarm: None,
     };
     (net.stage(id, &Storage::new(), Box::new(spy)), calls)
 }
@@ -784,4 +794,39 @@ fn a_write_pushes_to_the_watcher_numbered_the_same_at_every_member() {
             }
         )]
     );
+}
+
+/// The service is woken by the first batch whose agreed time reached its `wake_at`, an empty
+/// heartbeat batch included, before that batch's requests; a null batch (time 0) wakes nothing.
+#[test]
+fn the_service_is_woken_at_the_agreed_time_by_a_heartbeat_batch() {
+    let net = Net::small();
+    let alarm = SpyService {
+        kv: KvService::new(),
+        calls: Calls::default(),
+        alarm: Some(2_500),
+    };
+    let mut stage = net.stage(0, &Storage::new(), Box::new(alarm));
+    // Batches at times 1000 (a put), 2000 (heartbeat), 3000 (heartbeat), 4000 (a put).
+    let batches = chain(vec![vec![put(1, "a", "1")], vec![], vec![], vec![put(2, "a", "2")]]);
+    let pushes = |out: &[Action]| -> Vec<(u64, Bytes)> {
+        sent(out)
+            .into_iter()
+            .filter_map(|(_, m)| match m {
+                Message::Push { seq, payload } => Some((seq, payload)),
+                _ => None,
+            })
+            .collect()
+    };
+    let out: Vec<Action> = batches[..2].iter().flat_map(|b| net.deliver(&mut stage, b)).collect();
+    assert!(pushes(&out).is_empty(), "not yet: 2000 < 2500");
+    let out = net.deliver(&mut stage, &batches[2]);
+    assert_eq!(
+        pushes(&out),
+        vec![(1, Bytes::from_static(b"rang"))],
+        "woken by the heartbeat at 3000"
+    );
+    let out = net.deliver(&mut stage, &batches[3]);
+    assert!(pushes(&out).is_empty(), "woken once");
+    assert_eq!(stage.stats().get("service_woken"), 1);
 }

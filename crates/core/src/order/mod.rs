@@ -436,6 +436,7 @@ impl OrderStage {
             self.resend_view_change(out);
         } else {
             self.retransmit_agreement(out);
+            self.propose_heartbeat(now, out);
         }
         self.retransmit_checkpoint(out);
     }

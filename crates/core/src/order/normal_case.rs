@@ -56,9 +56,8 @@ impl OrderStage {
                 let current = self.projected_last(&p, e.entry.client);
                 p.overlay.insert(e.entry.client, current.max(e.entry.request_id));
             }
-            if !accepted.batch.entries.is_empty() {
-                p.max_time = p.max_time.max(accepted.batch.time_us);
-            }
+            // A null batch (view change) has time 0; a heartbeat's time counts.
+            p.max_time = p.max_time.max(accepted.batch.time_us);
             p.history = history_digest(&p.history, &accepted.digest);
         }
         p
@@ -245,16 +244,47 @@ impl OrderStage {
             if let Some(last) = batch.entries.last() {
                 self.batch_cursor = last.entry.client;
             }
-            let view = self.view;
-            let slot = self.log.entry(n).or_default();
-            slot.accept_digested(n, view, batch.clone(), digest);
-            // Lazily, like a backup's accept (see `try_accept`).
-            persist::write_lazily(out, persist::slot_key(n), &slot.record);
-            self.stats.bump("pre_prepare_sent");
-            self.send_to_order(out, Message::PrePrepare { view, seqno: n, batch });
-            self.early_execute(n, out);
-            self.check_prepared(now, n, out);
+            self.pre_prepare(now, n, batch, digest, out);
         }
+    }
+
+    /// Orders `batch` as `n` in the current view: accept it, log it, send PRE-PREPARE.
+    fn pre_prepare(&mut self, now: Time, n: SeqNo, batch: Batch, digest: Digest, out: &mut Vec<Action>) {
+        let view = self.view;
+        let slot = self.log.entry(n).or_default();
+        slot.accept_digested(n, view, batch.clone(), digest);
+        // Lazily, like a backup's accept (see `try_accept`).
+        persist::write_lazily(out, persist::slot_key(n), &slot.record);
+        self.stats.bump("pre_prepare_sent");
+        self.send_to_order(out, Message::PrePrepare { view, seqno: n, batch });
+        self.early_execute(n, out);
+        self.check_prepared(now, n, out);
+    }
+
+    /// Heartbeat (on OrderTick): an idle primary (no request waiting, no batch in flight) orders
+    /// an empty batch once `heartbeat_interval_us` has passed since the last batch's time, so
+    /// agreed time keeps moving for services that wait for it (session expiry, timers).
+    pub(super) fn propose_heartbeat(&mut self, now: Time, out: &mut Vec<Action>) {
+        let interval = self.config.knobs.heartbeat_interval_us;
+        if interval == 0 || !self.is_primary() || self.is_abstaining() || self.changing || !self.pool.is_empty() {
+            return;
+        }
+        let n = self.next_accept();
+        if n.0 - 1 != self.last_committed.0 || !self.in_window(n) {
+            return;
+        }
+        let p = self.projection(n);
+        if now < p.max_time.saturating_add(interval) {
+            return;
+        }
+        let time_us = now.max(p.max_time + 1);
+        let batch = Batch {
+            time_us,
+            entries: Vec::new(),
+        };
+        let digest = batch_digest(time_us, std::iter::empty());
+        self.stats.bump("heartbeat_sent");
+        self.pre_prepare(now, n, batch, digest, out);
     }
 
     // ---- backups ----
@@ -313,13 +343,21 @@ impl OrderStage {
     /// not at all for an entry already in the pool).
     fn validate_batch(&self, now: Time, seqno: SeqNo, batch: &Batch) -> Result<Digest, &'static str> {
         let knobs = &self.config.knobs;
+        let p = self.projection(seqno);
         if batch.entries.is_empty() {
-            return Err("drop_empty_batch");
+            // A heartbeat: only when heartbeats are on, and at most about one per interval, so a
+            // faulty primary cannot flood the log with empty batches.
+            let interval = knobs.heartbeat_interval_us;
+            if interval == 0 {
+                return Err("drop_empty_batch");
+            }
+            if batch.time_us < p.max_time.saturating_add(interval / 2) {
+                return Err("drop_heartbeat_too_soon");
+            }
         }
         if batch.entries.len() > knobs.batch_size_max {
             return Err("drop_batch_too_large");
         }
-        let p = self.projection(seqno);
         if batch.time_us <= p.max_time {
             return Err("drop_batch_time_not_increasing");
         }
@@ -601,9 +639,8 @@ impl OrderStage {
         let accepted = slot.record.accepted.as_ref().expect("a committed slot holds its batch");
         let history = history_digest(&self.history, &accepted.digest);
         slot.history = Some(history);
-        if !accepted.batch.entries.is_empty() {
-            self.max_time = self.max_time.max(accepted.batch.time_us);
-        }
+        // A null batch (view change) has time 0; a heartbeat's time counts.
+        self.max_time = self.max_time.max(accepted.batch.time_us);
         for e in &accepted.batch.entries {
             let last = self.last_ordered.entry(e.entry.client).or_default();
             *last = (*last).max(e.entry.request_id);

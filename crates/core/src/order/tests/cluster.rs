@@ -38,6 +38,8 @@ pub(super) struct Cluster {
     /// NEXT-BATCH senders per seqno (order member -> history).
     /// NEXT-BATCHes received: seqno -> execution member -> sending order member -> history.
     pub(super) next_batches: BTreeMap<SeqNo, BTreeMap<ReplicaId, BTreeMap<ReplicaId, Digest>>>,
+    /// The agreed time of each batch sent to execution.
+    pub(super) batch_times: BTreeMap<SeqNo, u64>,
     /// Requests seen in NEXT-BATCHes (seqno -> entries).
     pub(super) ordered: BTreeMap<SeqNo, Vec<(ClientId, RequestId)>>,
     pub(super) auto_tokens: bool,
@@ -92,6 +94,8 @@ pub(super) fn small_knobs() -> Knobs {
         log_window: 8,
         pipeline_window: 4,
         view_change_timeout_us: 100_000,
+        // The tests count batches; heartbeats have a test of their own.
+        heartbeat_interval_us: 0,
         ..Knobs::default()
     }
 }
@@ -119,6 +123,7 @@ impl Cluster {
             filter: Box::new(|_, _, _| true),
             committed: BTreeMap::new(),
             next_batches: BTreeMap::new(),
+            batch_times: BTreeMap::new(),
             ordered: BTreeMap::new(),
             auto_tokens: true,
             tokens_sent: BTreeSet::new(),
@@ -246,11 +251,13 @@ impl Cluster {
             seqno,
             history,
             entries,
+            time_us,
             ..
         } = &envelope.message
         else {
             return;
         };
+        self.batch_times.insert(*seqno, *time_us);
         self.next_batches
             .entry(*seqno)
             .or_default()

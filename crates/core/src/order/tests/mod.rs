@@ -1098,3 +1098,45 @@ fn primary_help_hold(c: &Cluster) -> u64 {
 fn batch_digest_of(c: &Cluster, entry: &RequestEntry) -> Digest {
     crate::message::batch_digest(c.now, std::iter::once(entry.digest()))
 }
+
+/// Heartbeats: an idle primary orders empty batches about once per `heartbeat_interval_us`, each
+/// with a later agreed time, and they commit like any batch; a request in flight holds them back;
+/// backups refuse an empty batch that comes too soon after the previous one (a faulty primary
+/// cannot flood the log).
+#[test]
+fn an_idle_primary_orders_heartbeats_that_move_agreed_time() {
+    let knobs = Knobs {
+        heartbeat_interval_us: 200_000,
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(1, 1, knobs);
+    c.run(1_000_000);
+    let sent = c.stat(0, "heartbeat_sent");
+    // Ticks every 25 ms; a heartbeat is due 200 ms after the last batch's time.
+    assert!((4..=5).contains(&sent), "{sent} heartbeats in 1 s");
+    assert_eq!(c.min_committed(), SeqNo(sent), "every heartbeat committed");
+    let times: Vec<u64> = c.batch_times.values().copied().collect();
+    assert_eq!(times.len() as u64, sent);
+    assert!(times.windows(2).all(|w| w[1] >= w[0] + 200_000), "{times:?}");
+    // A request ordered now is the next batch; no heartbeat while it is in flight.
+    c.submit(0);
+    c.pump();
+    assert_eq!(c.min_committed(), SeqNo(sent + 1));
+    // An empty batch too soon after the last one is refused by the backups.
+    let n = c.member(0).last_committed().next();
+    let last_time = *c.batch_times.values().last().unwrap();
+    let early = c.forge(
+        0,
+        Message::PrePrepare {
+            view: View(0),
+            seqno: n,
+            batch: Batch {
+                time_us: last_time + 1,
+                entries: Vec::new(),
+            },
+        },
+    );
+    c.deliver(1, early);
+    c.pump();
+    assert_eq!(c.stat(1, "drop_heartbeat_too_soon"), 1, "{:?}", c.member(1).stats());
+}
