@@ -593,3 +593,27 @@ fn pushed_messages_arrive_once_in_order_despite_a_replica_forging_them() {
         assert!(forged >= N, "replica 1 pushed its forgeries ({forged})\n{metrics}");
     });
 }
+
+/// Serializable reads across real processes (the `r + 1` quorum itself is unit-tested in
+/// `core::client::read_only`): with an execution replica stopped they return what was written.
+#[test]
+fn serializable_reads_answer_with_an_execution_replica_stopped() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    rt().block_on(async {
+        let c = TestCluster::start();
+        let client = c.client(0);
+        assert!(put(&client, "s", "1").await, "{}", c.logs());
+        c.signal(2, libc::SIGSTOP);
+        let get_s = KvOperation::Get { key: Bytes::from("s") }.encode();
+        for _ in 0..5 {
+            let result = client.invoke_serializable(get_s.clone()).await.unwrap();
+            assert_eq!(
+                KvReply::decode(&result),
+                Some(KvReply::Value(Some(Bytes::from("1")))),
+                "{}",
+                c.logs()
+            );
+        }
+        c.signal(2, libc::SIGCONT);
+    });
+}

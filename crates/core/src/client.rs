@@ -20,7 +20,7 @@ use crate::crypto::{Digest, KeyRing};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId};
 use crate::message::{Envelope, Message, ReplyBody, SealFor};
 use crate::quorum::Quorums;
-use crate::stage::{Action, Input, Stage, Stats, Time, Timer};
+use crate::stage::{Action, Input, ReadPath, Stage, Stats, Time, Timer};
 
 use pushes::PushInbox;
 use read_only::ReadOnlyAttempt;
@@ -53,7 +53,7 @@ pub struct Client {
     read_only: Option<ReadOnlyAttempt>,
     /// Read-only nonces used since `last_request_id` changed (see [`read_only`]).
     read_only_count: u64,
-    queue: VecDeque<(Bytes, bool)>,
+    queue: VecDeque<(Bytes, ReadPath)>,
     base_timeout_us: u64,
     /// The first authentication member of the preferred quorum: `client mod n_auth` at first,
     /// moved on by one at each retransmission, so a client whose preferred quorum holds a member
@@ -137,12 +137,12 @@ impl Client {
         if self.is_busy() {
             return;
         }
-        let Some((operation, read_only)) = self.queue.pop_front() else {
+        let Some((operation, path)) = self.queue.pop_front() else {
             return;
         };
-        if read_only && now < self.read_only_paused_until {
+        if path.is_read_only() && now < self.read_only_paused_until {
             self.stats.bump("read_only_paused");
-        } else if read_only && self.start_read_only(now, operation.clone(), out) {
+        } else if path.is_read_only() && self.start_read_only(now, operation.clone(), path, out) {
             return;
         }
         self.start_ordered(now, operation, out);
@@ -377,12 +377,12 @@ impl Stage for Client {
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
         match input {
             Input::Start => {}
-            Input::Invoke { operation, read_only } => {
+            Input::Invoke { operation, path } => {
                 if !self.can_invoke() || operation.len() > self.config.knobs.request_bytes_max {
                     self.stats.bump("invoke_refused");
                     return;
                 }
-                self.queue.push_back((operation, read_only));
+                self.queue.push_back((operation, path));
                 self.start_next(now, out);
             }
             // On the read-only path the same timer is the read-only timeout.
@@ -432,7 +432,7 @@ mod tests {
     fn invoke(op: &'static [u8]) -> Input {
         Input::Invoke {
             operation: Bytes::from_static(op),
-            read_only: false,
+            path: ReadPath::Ordered,
         }
     }
 

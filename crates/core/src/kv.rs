@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec;
 use crate::ids::ClientId;
-use crate::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
+use crate::service::{Access, BatchContext, Effects, RestoreError, Service, ServiceRequest};
 
 /// Most keys with watches at once; a `Get` past it sets no watch (deterministically: every
 /// replica has the same watches).
@@ -196,6 +196,16 @@ impl Service for KvService {
             .collect()
     }
 
+    /// One key: read by `Get`, written by the others (`Append` reads it too).
+    fn access(&self, operation: &[u8]) -> Option<Access> {
+        Some(match KvOperation::decode(operation)? {
+            KvOperation::Get { key } => Access::reading([key]),
+            KvOperation::Put { key, .. } | KvOperation::Append { key, .. } | KvOperation::Delete { key } => {
+                Access::writing([key])
+            }
+        })
+    }
+
     fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
         match KvOperation::decode(operation)? {
             KvOperation::Get { key } => Some(KvReply::Value(self.map.get(&key).cloned()).encode()),
@@ -256,6 +266,21 @@ mod tests {
         assert_eq!(other, kv);
         assert_eq!(other.checkpoint(), cp);
         assert!(other.restore(b"\xff\xff").is_err());
+    }
+
+    #[test]
+    fn access_names_the_key() {
+        let kv = KvService::new();
+        let get = KvOperation::Get { key: "a".into() }.encode();
+        assert_eq!(kv.access(&get), Some(Access::reading([Bytes::from("a")])));
+        let put = KvOperation::Put {
+            key: "b".into(),
+            value: "1".into(),
+        }
+        .encode();
+        let access = kv.access(&put).unwrap();
+        assert!(!access.is_read_only() && access.writes.contains(&Bytes::from("b")));
+        assert_eq!(kv.access(b"\xff\xff"), None, "malformed: unknown");
     }
 
     #[test]

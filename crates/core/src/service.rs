@@ -7,6 +7,8 @@
 //! order, exactly once, or an explicit gap where they are no longer kept (docs/PROTOCOL.md,
 //! "Pushed messages").
 
+use std::collections::BTreeSet;
+
 use bytes::Bytes;
 
 use crate::ids::{ClientId, RequestId, SeqNo};
@@ -67,6 +69,46 @@ impl Effects {
     }
 }
 
+/// The objects one operation may read and write, named by the service (ODRC's request analysis
+/// function). Conservative: the operation may touch fewer objects, never others. An object named
+/// only in `writes` may be read too.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Access {
+    /// Objects it may read.
+    pub reads: BTreeSet<Bytes>,
+    /// Objects it may write.
+    pub writes: BTreeSet<Bytes>,
+}
+
+impl Access {
+    /// An operation that reads `objects`.
+    pub fn reading(objects: impl IntoIterator<Item = Bytes>) -> Access {
+        Access {
+            reads: objects.into_iter().collect(),
+            writes: BTreeSet::new(),
+        }
+    }
+
+    /// An operation that writes `objects`.
+    pub fn writing(objects: impl IntoIterator<Item = Bytes>) -> Access {
+        Access {
+            reads: BTreeSet::new(),
+            writes: objects.into_iter().collect(),
+        }
+    }
+
+    /// Adds another operation's objects (the access of a sequence of operations).
+    pub fn merge(&mut self, other: Access) {
+        self.reads.extend(other.reads);
+        self.writes.extend(other.writes);
+    }
+
+    /// Whether the operation only reads.
+    pub fn is_read_only(&self) -> bool {
+        self.writes.is_empty()
+    }
+}
+
 /// Error restoring a checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("checkpoint could not be restored: {0}")]
@@ -80,6 +122,16 @@ pub trait Service {
     /// Executes a whole batch in order, returning one reply per request; pushes to clients go
     /// into `effects`, in order.
     fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes>;
+
+    /// The objects `operation` may read and write (ODRC's request analysis: the replicas can then
+    /// run it on fewer replicas and bring stale objects up to date on demand). `None`: unknown, or
+    /// it may touch anything (a malformed operation, a whole-store command). It must depend on
+    /// the operation's bytes only, never on the state, and may name more objects than the
+    /// operation touches, never fewer. Optional: the default says `None` for everything.
+    fn access(&self, operation: &[u8]) -> Option<Access> {
+        let _ = operation;
+        None
+    }
 
     /// The agreed time (microseconds, as [`BatchContext::time_us`]) at which the service wants
     /// [`Service::wake`] called, if any: session expiry, a timer. Asked before every batch;

@@ -44,6 +44,28 @@ pub enum Timer {
 /// A stage's durable storage as the host hands it back after a restart: key -> value.
 pub type Storage = BTreeMap<String, Bytes>;
 
+/// How a client's invoked operation is answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ReadPath {
+    /// Ordered through agreement (any operation; linearizable).
+    #[default]
+    Ordered,
+    /// The read-only path, linearizable: sent to every execution member and accepted only when
+    /// all of them answer the same ([`crate::quorum::Quorums::read_only`]); otherwise ordered.
+    ReadOnly,
+    /// The read-only path, serializable: accepted on `r + 1` matching answers
+    /// ([`crate::quorum::Quorums::reply`]), the state of at least one correct member, which may
+    /// miss writes acknowledged moments ago (ZooKeeper's reads); otherwise ordered.
+    Serializable,
+}
+
+impl ReadPath {
+    /// Whether the operation takes the read-only path.
+    pub fn is_read_only(self) -> bool {
+        self != ReadPath::Ordered
+    }
+}
+
 /// What a stage is told.
 #[derive(Clone, Debug)]
 pub enum Input {
@@ -57,8 +79,8 @@ pub enum Input {
     Invoke {
         /// The operation.
         operation: Bytes,
-        /// Whether it is read-only.
-        read_only: bool,
+        /// How it is answered.
+        path: ReadPath,
     },
 }
 

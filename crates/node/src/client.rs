@@ -28,7 +28,7 @@ use upright_core::client::Client;
 use upright_core::crypto::KeyRing;
 use upright_core::ids::{ClientId, Process, ReplicaId, RequestId};
 use upright_core::message::Message;
-use upright_core::stage::{Action, Input, Stage, Time, Timer};
+use upright_core::stage::{Action, Input, ReadPath, Stage, Time, Timer};
 
 use crate::files::{endpoint, ClientSetup, FileError};
 use crate::replica::Clock;
@@ -112,7 +112,7 @@ impl PushOut {
 
 struct Invoke {
     operation: Bytes,
-    read_only: bool,
+    path: ReadPath,
     reply: oneshot::Sender<Bytes>,
 }
 
@@ -132,15 +132,22 @@ impl ClientHandle {
         self.pushes.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    /// Invokes an operation and waits for its result (accepted on a reply quorum).
+    /// Invokes an operation and waits for its result (accepted on a reply quorum); `read_only`
+    /// takes the linearizable read-only path ([`ClientHandle::invoke_read_only`]).
     pub async fn invoke(&self, operation: Bytes, read_only: bool) -> Result<Bytes, ClientError> {
+        let path = if read_only {
+            ReadPath::ReadOnly
+        } else {
+            ReadPath::Ordered
+        };
+        self.invoke_on(operation, path).await
+    }
+
+    /// Invokes an operation on `path` and waits for its result.
+    pub async fn invoke_on(&self, operation: Bytes, path: ReadPath) -> Result<Bytes, ClientError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .try_send(Invoke {
-                operation,
-                read_only,
-                reply,
-            })
+            .try_send(Invoke { operation, path, reply })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => ClientError::Busy,
                 mpsc::error::TrySendError::Closed(_) => ClientError::Stopped,
@@ -154,6 +161,14 @@ impl ClientHandle {
     /// like any other. Either way exactly one result, linearizable, comes back.
     pub async fn invoke_read_only(&self, operation: Bytes) -> Result<Bytes, ClientError> {
         self.invoke(operation, true).await
+    }
+
+    /// Invokes a read-only operation on the serializable read path: accepted on `r + 1` matching
+    /// answers of execution members, so it reflects the state of at least one correct member and
+    /// may miss writes acknowledged moments before (ZooKeeper's read semantics); a write operation
+    /// or answers that cannot match are ordered instead.
+    pub async fn invoke_serializable(&self, operation: Bytes) -> Result<Bytes, ClientError> {
+        self.invoke_on(operation, ReadPath::Serializable).await
     }
 
     /// Like [`ClientHandle::invoke`] with a deadline.
@@ -389,7 +404,7 @@ impl ClientTask {
                     now,
                     Input::Invoke {
                         operation,
-                        read_only: false,
+                        path: ReadPath::Ordered,
                     },
                 )
                 .is_err()
@@ -418,14 +433,14 @@ impl ClientTask {
             }
             tokio::select! {
                 command = rx.recv() => {
-                    let Some(Invoke { operation, read_only, reply }) = command else { return };
+                    let Some(Invoke { operation, path, reply }) = command else { return };
                     if !self.client.can_invoke() {
                         drop(reply); // the caller sees Stopped; the queue bound was reached
                         continue;
                     }
                     self.waiting.push_back(reply);
                     let now = self.clock.now();
-                    if self.step(now, Input::Invoke { operation, read_only }).is_err() {
+                    if self.step(now, Input::Invoke { operation, path }).is_err() {
                         return;
                     }
                 }

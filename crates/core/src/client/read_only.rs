@@ -23,7 +23,7 @@ use crate::config::Sabotage;
 use crate::crypto::Digest;
 use crate::ids::{ReplicaId, RequestId};
 use crate::message::{Message, ReplyBody};
-use crate::stage::{Action, Time, Timer};
+use crate::stage::{Action, ReadPath, Time, Timer};
 
 use super::Client;
 
@@ -34,6 +34,8 @@ pub const READ_ONLY_NONCES_PER_REQUEST_ID: u64 = (1 << 16) - 1;
 pub(super) struct ReadOnlyAttempt {
     nonce: RequestId,
     operation: Bytes,
+    /// Linearizable ([`ReadPath::ReadOnly`]) or serializable.
+    path: ReadPath,
     /// First reply of each execution member: its full result and digest, or `None` if the
     /// member sent only a digest (unusable: a digest is never accepted without its body).
     replies: BTreeMap<ReplicaId, Option<(Digest, Bytes)>>,
@@ -51,11 +53,12 @@ impl ReadOnlyAttempt {
 }
 
 impl Client {
-    /// `q_r`: [`Quorums::read_only`](crate::quorum::Quorums::read_only), or `r + 1` under
-    /// [`Sabotage::WeakReadQuorum`].
-    fn read_quorum(&self) -> usize {
-        if self.config.knobs.sabotage == Some(Sabotage::WeakReadQuorum) {
-            self.quorums.r + 1
+    /// `q_r` for `path`: [`Quorums::read_only`](crate::quorum::Quorums::read_only) for a
+    /// linearizable read (or `r + 1` under [`Sabotage::WeakReadQuorum`]); `r + 1`
+    /// ([`Quorums::reply`](crate::quorum::Quorums::reply)) for a serializable one.
+    fn read_quorum(&self, path: ReadPath) -> usize {
+        if path == ReadPath::Serializable || self.config.knobs.sabotage == Some(Sabotage::WeakReadQuorum) {
+            self.quorums.reply()
         } else {
             self.quorums.read_only()
         }
@@ -63,7 +66,13 @@ impl Client {
 
     /// Starts a read-only attempt for `operation`; false if no nonce is left (then the caller
     /// uses the ordered path).
-    pub(super) fn start_read_only(&mut self, now: Time, operation: Bytes, out: &mut Vec<Action>) -> bool {
+    pub(super) fn start_read_only(
+        &mut self,
+        now: Time,
+        operation: Bytes,
+        path: ReadPath,
+        out: &mut Vec<Action>,
+    ) -> bool {
         if self.read_only_count >= READ_ONLY_NONCES_PER_REQUEST_ID {
             self.stats.bump("read_only_nonces_exhausted");
             return false;
@@ -91,9 +100,14 @@ impl Client {
         self.read_only = Some(ReadOnlyAttempt {
             nonce: RequestId(nonce),
             operation,
+            path,
             replies: BTreeMap::new(),
         });
-        self.stats.bump("read_only_sent");
+        self.stats.bump(if path == ReadPath::Serializable {
+            "serializable_sent"
+        } else {
+            "read_only_sent"
+        });
         true
     }
 
@@ -122,8 +136,9 @@ impl Client {
         result: &ReplyBody,
         out: &mut Vec<Action>,
     ) {
-        let q_r = self.read_quorum();
         let n_exec = self.quorums.n_exec;
+        let path = self.read_only.as_ref().expect("read_only_reply_wanted checked").path;
+        let q_r = self.read_quorum(path);
         let attempt = self
             .read_only
             .as_mut()
@@ -213,7 +228,7 @@ mod tests {
             now,
             Input::Invoke {
                 operation: Bytes::from_static(b"get"),
-                read_only: true,
+                path: ReadPath::ReadOnly,
             },
         )
     }
@@ -283,6 +298,43 @@ mod tests {
         let actions = invoke_ro(&mut c, 6);
         assert!(matches!(&actions[0], Action::Send { envelope, .. }
             if matches!(envelope.message, Message::ReadOnlyRequest { request_id: RequestId(2), .. })));
+    }
+
+    fn invoke_serializable(c: &mut Client, now: Time) -> Vec<Action> {
+        step(
+            c,
+            now,
+            Input::Invoke {
+                operation: Bytes::from_static(b"get"),
+                path: ReadPath::Serializable,
+            },
+        )
+    }
+
+    /// A serializable read is accepted on r + 1 = 2 matching answers (one member slow, down or
+    /// lying does not matter), and falls back to the ordered path once 2 can no longer match.
+    #[test]
+    fn a_serializable_read_needs_r_plus_one_matching_answers() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = client(&f);
+        let actions = invoke_serializable(&mut c, 0);
+        let Action::Send { to, .. } = &actions[0] else {
+            panic!("no send")
+        };
+        assert_eq!(to.len(), 3, "asks every exec member");
+        assert!(delivered(&step(&mut c, 1, reply(&f, 0, 1, full(b"lie"), true))).is_empty());
+        assert!(delivered(&step(&mut c, 2, reply(&f, 1, 1, full(b"v"), true))).is_empty());
+        let actions = step(&mut c, 3, reply(&f, 2, 1, full(b"v"), true));
+        assert_eq!(delivered(&actions), vec![Bytes::from_static(b"v")]);
+        assert_eq!(c.stats().get("serializable_sent"), 1);
+        // Three different answers: 2 cannot match, so it is ordered at once.
+        invoke_serializable(&mut c, 10);
+        step(&mut c, 11, reply(&f, 0, 2, full(b"a"), true));
+        step(&mut c, 12, reply(&f, 1, 2, full(b"b"), true));
+        let actions = step(&mut c, 13, reply(&f, 2, 2, full(b"c"), true));
+        assert!(delivered(&actions).is_empty());
+        assert!(ordered_request(&actions).is_some(), "fell back to the ordered path");
+        assert_eq!(c.stats().get("read_only_fallback"), 1);
     }
 
     #[test]

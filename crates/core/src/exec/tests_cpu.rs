@@ -122,7 +122,7 @@ fn client_cost(f: &Fixture, n: u64) -> f64 {
     for three in replies {
         let invoke = Input::Invoke {
             operation: Bytes::from_static(b"12345678"),
-            read_only: false,
+            path: crate::stage::ReadPath::Ordered,
         };
         client.handle(0, invoke, &mut out);
         for reply in three {

@@ -12,7 +12,7 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use upright_core::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
+use upright_core::service::{Access, BatchContext, Effects, RestoreError, Service, ServiceRequest};
 
 use crate::command;
 use crate::reply::Reply;
@@ -256,6 +256,30 @@ impl Service for RedisStore {
                 None => crate::encode_replies(&[Reply::err("ERR malformed upright operation")]),
             })
             .collect()
+    }
+
+    /// The keys each command names (by the command table's key positions), read by read-only
+    /// commands and written by the others; `None` for an operation with a keyless whole-store
+    /// command (KEYS, SCAN, DBSIZE, FLUSHDB), an unknown command or a malformed operation.
+    fn access(&self, operation: &[u8]) -> Option<Access> {
+        let mut access = Access::default();
+        for argv in crate::decode_operation(operation)? {
+            let spec = crate::command::check(&argv).ok()?;
+            let (first, last, step) = spec.keys;
+            if first == 0 {
+                return None;
+            }
+            let last = if last < 0 { argv.len() as i64 + last } else { last };
+            let keys = (first..=last)
+                .step_by(step.max(1) as usize)
+                .filter_map(|i| argv.get(i as usize).cloned());
+            access.merge(if spec.is_read() {
+                Access::reading(keys)
+            } else {
+                Access::writing(keys)
+            });
+        }
+        Some(access)
     }
 
     /// Answers an operation whose every command only reads (GET, MGET, EXISTS, TTL, SCAN, ...) from

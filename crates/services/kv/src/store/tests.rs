@@ -300,3 +300,37 @@ fn a_corrupting_store_corrupts_read_only_replies_too() {
     let replies = crate::decode_replies(&s.execute_read_only(&op).unwrap()).unwrap();
     assert_ne!(replies[0], bulk("1"));
 }
+
+#[test]
+fn access_names_the_keys_of_every_command() {
+    use upright_core::service::Access;
+    let s = RedisStore::new();
+    let op = |commands: &[&[&str]]| {
+        let commands: Vec<Vec<Bytes>> = commands
+            .iter()
+            .map(|c| c.iter().map(|w| Bytes::copy_from_slice(w.as_bytes())).collect())
+            .collect();
+        crate::encode_operation(&commands)
+    };
+    let b = |w: &str| Bytes::copy_from_slice(w.as_bytes());
+    assert_eq!(s.access(&op(&[&["GET", "a"]])), Some(Access::reading([b("a")])));
+    assert_eq!(
+        s.access(&op(&[&["MGET", "a", "b", "c"]])),
+        Some(Access::reading([b("a"), b("b"), b("c")]))
+    );
+    // MSET names every other argument; a write and a read in one operation merge.
+    let mut both = Access::writing([b("k1"), b("k2")]);
+    both.merge(Access::reading([b("x")]));
+    assert_eq!(
+        s.access(&op(&[&["MSET", "k1", "v1", "k2", "v2"], &["GET", "x"]])),
+        Some(both)
+    );
+    assert_eq!(
+        s.access(&op(&[&["DEL", "a", "b"]])),
+        Some(Access::writing([b("a"), b("b")]))
+    );
+    assert_eq!(s.access(&op(&[&["SET", "a", "1"], &["FLUSHDB"]])), None, "whole store");
+    assert_eq!(s.access(&op(&[&["KEYS", "*"]])), None);
+    assert_eq!(s.access(&op(&[&["NOSUCH", "a"]])), None);
+    assert_eq!(s.access(b"\xff"), None);
+}
