@@ -1,15 +1,23 @@
 //! The order stage: PBFT agreement on batches (docs/PROTOCOL.md "Normal case" 3-4, "Checkpoints
 //! and the stage interlock", "Catch-up of execution members", "View change").
 //!
-//! Layout by concept: `log` (per-seqno slots), `request_pool` (matrix rows per entry),
-//! `normal_case` (pre-prepare / prepare / commit, NEXT-BATCH, execution catch-up), [`checkpoint`]
-//! (tokens, votes, stable certificates, watermarks, order state transfer), [`view_change`]
-//! (VIEW-CHANGE / NEW-VIEW and the selection rules), `persist` (storage layout and recovery).
+//! Layout by concept (the normal case in five parts, as in PBFT thesis 2.3):
+//! - `intake` (AUTH-REQ items, matrix rows pooled per entry in `request_pool`), `projection`
+//!   (what the next batch is validated against), `agreement` (pre-prepare / prepare / commit,
+//!   heartbeats), `handoff` (NEXT-BATCH to execution, LAST-EXEC), `catch_up` (retransmission and
+//!   help after losses);
+//! - `log` (per-seqno slots, watermarks), [`checkpoint`] (tokens, votes, stable certificates,
+//!   order state transfer), [`view_change`] (VIEW-CHANGE / NEW-VIEW and the selection rules),
+//!   `persist` (storage layout and recovery).
 
+mod agreement;
+mod catch_up;
 pub mod checkpoint;
+mod handoff;
+mod intake;
 pub(crate) mod log;
-mod normal_case;
 pub(crate) mod persist;
+mod projection;
 pub(crate) mod request_pool;
 pub mod view_change;
 

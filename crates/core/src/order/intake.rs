@@ -1,0 +1,124 @@
+//! Request intake (docs/PROTOCOL.md "Normal case" step 3; UpRight thesis 5.2): AUTH-REQ items from
+//! the authentication stage, their matrix-signature rows checked and pooled per entry; a request
+//! already ordered gets its reply retransmitted; the entries ready to go into the next batch.
+
+use super::projection::Projection;
+use super::request_pool::{Candidate, Inserted};
+use super::{OrderStage, BATCH_INLINE_BYTES_MAX};
+use crate::config::{ClusterConfig, Sabotage};
+use crate::crypto::{Digest, MatrixRow};
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId};
+use crate::message::{AuthItem, Message, RequestEntry, SealFor};
+use crate::stage::{Action, Time};
+
+impl OrderStage {
+    // ---- requests from the authentication stage ----
+
+    /// An AUTH-REQ (its seal already checked, once for the whole message): each item is handled
+    /// on its own; a bad item is dropped and counted, the others are kept.
+    pub(super) fn on_auth_requests(&mut self, now: Time, from: ReplicaId, items: &[AuthItem], out: &mut Vec<Action>) {
+        if items.is_empty() {
+            return self.stats.bump("drop_empty_auth_request");
+        }
+        for item in items {
+            self.on_auth_request(now, from, &item.entry, &item.row, out);
+        }
+    }
+
+    /// Whether `row` is a row of authentication member `row.signer` valid for this member (any
+    /// row of a configured authentication member under `Sabotage::SkipMac`).
+    fn row_valid(&self, digest: &Digest, row: &MatrixRow) -> bool {
+        if (row.signer.0 as usize) >= self.q.n_auth {
+            return false;
+        }
+        self.sabotage() == Some(Sabotage::SkipMac)
+            || self
+                .keys
+                .verify_authenticator(
+                    Principal::Auth(row.signer),
+                    self.id.0 as usize,
+                    digest,
+                    &row.authenticator,
+                )
+                .is_ok()
+    }
+
+    fn on_auth_request(
+        &mut self,
+        now: Time,
+        from: ReplicaId,
+        entry: &RequestEntry,
+        row: &MatrixRow,
+        out: &mut Vec<Action>,
+    ) {
+        if row.signer != from {
+            return self.stats.bump("drop_row_signer_mismatch");
+        }
+        if !self.pool.knows(entry.client) {
+            return self.stats.bump("drop_unknown_client");
+        }
+        let digest = self.pool.digest_of(entry);
+        if !self.row_valid(&digest, row) {
+            return self.stats.bump("drop_bad_matrix_row");
+        }
+        let last = self.last_ordered_of(entry.client);
+        if entry.request_id <= last {
+            return self.retransmit_reply(now, entry.client, entry.request_id, out);
+        }
+        match self.pool.insert(entry, digest, row, last) {
+            Inserted::New => self.stats.bump("request_rows"),
+            Inserted::Duplicate => self.stats.bump("drop_duplicate_row"),
+            Inserted::TooFarAhead => self.stats.bump("drop_request_too_far_ahead"),
+            Inserted::UnknownClient => unreachable!("checked with knows()"),
+        }
+    }
+
+    /// RETRANSMIT to every execution member, at most once per request per
+    /// `auth_retransmit_interval_us`.
+    fn retransmit_reply(&mut self, now: Time, client: ClientId, request_id: RequestId, out: &mut Vec<Action>) {
+        let interval = self.config.knobs.auth_retransmit_interval_us;
+        if let Some(&(rid, at)) = self.retransmitted.get(&client) {
+            if rid == request_id && now < at.saturating_add(interval) {
+                return self.stats.bump("retransmit_suppressed");
+            }
+        }
+        self.retransmitted.insert(client, (request_id, now));
+        self.stats.bump("retransmit_sent");
+        for exec in ClusterConfig::exec_members(&self.q) {
+            self.send(
+                out,
+                vec![exec],
+                Message::Retransmit { client, request_id },
+                SealFor::One(exec),
+            );
+        }
+    }
+
+    /// Requests ready to be ordered after the projection `p`: the next request of each client
+    /// with `matrix_collect` rows valid for this member.
+    /// Up to `max` of them, one per client, taking clients in turn from just after the last
+    /// client of the previous batch: with more ready clients than fit in a batch, none waits for
+    /// more than `clients / max` batches (in id order, low ids could starve the others).
+    /// After the first, they also stop at [`BATCH_INLINE_BYTES_MAX`] bytes of inline bodies. The
+    /// flag says the batch is full (either bound was reached), so it need not wait to fill.
+    /// Borrowed from the pool: nothing is cloned until a batch is built from them.
+    pub(super) fn ready_entries(&self, p: &Projection, max: usize) -> (Vec<&Candidate>, bool) {
+        let mut ready = Vec::with_capacity(max.min(64));
+        let mut inline_bytes = 0;
+        for client in self.pool.clients_after(self.batch_cursor) {
+            if ready.len() >= max {
+                break;
+            }
+            let next = self.projected_last(p, client).next();
+            if let Some(entry) = self.pool.ready(client, next, self.q.matrix_collect()) {
+                inline_bytes += entry.inline_bytes();
+                if !ready.is_empty() && inline_bytes > BATCH_INLINE_BYTES_MAX {
+                    return (ready, true);
+                }
+                ready.push(entry);
+            }
+        }
+        let full = ready.len() >= max;
+        (ready, full)
+    }
+}
