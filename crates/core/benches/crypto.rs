@@ -5,11 +5,11 @@ use std::hint::black_box;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
-use upright_core::codec;
 use upright_core::config::{ClientInfo, ClusterConfig, Knobs, ReplicaInfo};
 use upright_core::crypto::{Digest, KeyRing, SecretKeys};
 use upright_core::ids::{ClientId, Principal, Process, ReplicaId, RequestId, StageKind};
 use upright_core::message::{Envelope, Message, SealFor};
+use upright_core::wire;
 
 fn cluster() -> (ClusterConfig, Vec<SecretKeys>) {
     let secrets: Vec<SecretKeys> = (0..5u8).map(|i| SecretKeys::from_seed([i + 1; 32])).collect();
@@ -88,11 +88,9 @@ fn primitives(c: &mut Criterion) {
     c.bench_function("open client request", |b| {
         b.iter(|| black_box(&sealed).open(&r1, Principal::Auth(ReplicaId(1)), None))
     });
-    let frame = codec::encode(&sealed);
-    c.bench_function("encode client request", |b| {
-        b.iter(|| codec::encode(black_box(&sealed)))
-    });
-    c.bench_function("decode client request", |b| b.iter(|| codec::decode(black_box(&frame))));
+    let frame = wire::encode(&sealed);
+    c.bench_function("encode client request", |b| b.iter(|| wire::encode(black_box(&sealed))));
+    c.bench_function("decode client request", |b| b.iter(|| wire::decode(black_box(&frame))));
 }
 
 criterion_group!(benches, primitives);

@@ -1,22 +1,9 @@
-//! The wire codec: a version byte followed by the postcard encoding of an [`Envelope`].
-//!
-//! Decoding is bounded: frames longer than [`MESSAGE_BYTES_MAX`] are refused before any work,
-//! postcard never pre-allocates more than the input can fill (serde's cautious size hints), and
-//! [`validate`] checks every list and byte string against its named limit before a stage sees
-//! the message. Decoding arbitrary bytes never panics (property test in this module and the
-//! `decode_never_panics` test).
+//! Deterministic, bounded encoding of any value (postcard): digests, storage records, service
+//! operations and replies, and the body of every frame ([`crate::wire`]). Equal values encode to
+//! equal bytes; decoding never pre-allocates more than the input can fill (serde's cautious size
+//! hints) and refuses trailing bytes. It depends on nothing else of the core.
 
 use serde::Serialize;
-
-use crate::message::*;
-
-/// Version of the wire format; the first byte of every frame.
-/// Version 2: AUTH-REQ carries a list of items.
-/// Version 3: [`crate::crypto::Digest`], [`crate::crypto::Mac`] (and, as before,
-/// [`crate::crypto::Signature`]) are byte strings: a length varint (32, 16, 64) then the bytes,
-/// instead of 32 / 16 raw bytes (a fixed-size tuple). Storage records that contain them changed
-/// the same way.
-pub const WIRE_VERSION: u8 = 3;
 
 /// Why bytes could not be decoded into a message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -24,7 +11,7 @@ pub enum DecodeError {
     /// Empty input.
     #[error("empty frame")]
     Empty,
-    /// Longer than [`MESSAGE_BYTES_MAX`].
+    /// Longer than [`crate::limits::MESSAGE_BYTES_MAX`].
     #[error("frame of {0} bytes exceeds the limit")]
     TooLong(usize),
     /// Unknown wire version.
@@ -53,178 +40,4 @@ pub fn from_bytes<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, D
         return Err(DecodeError::Trailing);
     }
     Ok(value)
-}
-
-/// Encodes an envelope as a frame body (version byte + postcard). An envelope sealed with a MAC or
-/// an authenticator by [`Envelope::seal`] reuses the encoding of its sender and message that the
-/// seal hashed: only the seal is serialized here.
-pub fn encode(envelope: &Envelope) -> Vec<u8> {
-    match envelope.encoded_prefix() {
-        Some(prefix) => {
-            let mut out = Vec::with_capacity(1 + prefix.len() + seal_size_hint(&envelope.seal));
-            out.push(WIRE_VERSION);
-            out.extend_from_slice(prefix);
-            postcard::to_extend(&envelope.seal, out).expect("encoding to a Vec cannot fail")
-        }
-        None => {
-            let mut out = Vec::with_capacity(128);
-            out.push(WIRE_VERSION);
-            postcard::to_extend(envelope, out).expect("encoding to a Vec cannot fail")
-        }
-    }
-}
-
-/// Bytes the encoding of `seal` takes (at most; enough to avoid a reallocation).
-fn seal_size_hint(seal: &Seal) -> usize {
-    match seal {
-        Seal::None => 1,
-        Seal::Mac(_) => 2 + 16,
-        Seal::Authenticator(a) => 2 + 2 + a.macs.len() * 17,
-    }
-}
-
-/// Decodes and validates a frame body. The envelope remembers the digest its seal covers, computed
-/// from the received bytes of its sender and message (postcard writes the fields of an envelope in
-/// order), so that [`Envelope::open`] does not encode them again.
-pub fn decode(frame: &[u8]) -> Result<Envelope, DecodeError> {
-    let (&version, body) = frame.split_first().ok_or(DecodeError::Empty)?;
-    if frame.len() > MESSAGE_BYTES_MAX {
-        return Err(DecodeError::TooLong(frame.len()));
-    }
-    if version != WIRE_VERSION {
-        return Err(DecodeError::Version(version));
-    }
-    let ((from, message), rest): ((crate::ids::Principal, Message), &[u8]) =
-        postcard::take_from_bytes(body).map_err(|_| DecodeError::Malformed)?;
-    let prefix = &body[..body.len() - rest.len()];
-    let seal: Seal = from_bytes(rest)?;
-    validate_parts(&message, &seal)?;
-    Ok(Envelope::received(from, message, seal, prefix))
-}
-
-fn limit(ok: bool, what: &'static str) -> Result<(), DecodeError> {
-    if ok {
-        Ok(())
-    } else {
-        Err(DecodeError::Limit(what))
-    }
-}
-
-fn validate_matrix(matrix: &crate::crypto::MatrixSignature) -> Result<(), DecodeError> {
-    limit(matrix.rows.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "matrix rows")?;
-    for row in &matrix.rows {
-        limit(
-            row.authenticator.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1,
-            "authenticator",
-        )?;
-    }
-    Ok(())
-}
-
-fn validate_entry(entry: &RequestEntry) -> Result<(), DecodeError> {
-    if let RequestBody::Inline(op) = &entry.body {
-        limit(op.len() <= OPERATION_BYTES_MAX, "inline operation")?;
-    }
-    Ok(())
-}
-
-fn validate_batch(batch: &Batch) -> Result<(), DecodeError> {
-    limit(batch.entries.len() <= BATCH_REQUESTS_MAX, "batch entries")?;
-    for signed in &batch.entries {
-        validate_entry(&signed.entry)?;
-        validate_matrix(&signed.matrix)?;
-    }
-    Ok(())
-}
-
-fn validate_stable(stable: &StableCheckpoint) -> Result<(), DecodeError> {
-    limit(
-        stable.votes.len() <= crate::quorum::MAX_FAULTS * 3 + 1,
-        "checkpoint votes",
-    )?;
-    limit(stable.checkpoint.last_ordered.len() <= LIST_ENTRIES_MAX, "client table")
-}
-
-fn validate_view_change(vc: &ViewChange) -> Result<(), DecodeError> {
-    if let Some(stable) = &vc.stable {
-        validate_stable(stable)?;
-    }
-    limit(vc.prepared.len() <= LIST_ENTRIES_MAX, "prepared set")?;
-    limit(vc.pre_prepared.len() <= LIST_ENTRIES_MAX, "pre-prepared set")?;
-    for claim in &vc.prepared {
-        validate_batch(&claim.batch)?;
-    }
-    Ok(())
-}
-
-/// Checks every bounded field of a decoded envelope.
-pub fn validate(envelope: &Envelope) -> Result<(), DecodeError> {
-    validate_parts(&envelope.message, &envelope.seal)
-}
-
-fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
-    if let Seal::Authenticator(a) = seal {
-        limit(a.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1, "authenticator")?;
-    }
-    match message {
-        Message::ClientRequest { operation, .. }
-        | Message::Command { operation, .. }
-        | Message::ReadOnlyRequest { operation, .. } => limit(operation.len() <= OPERATION_BYTES_MAX, "operation"),
-        Message::AuthRequest { items } => {
-            limit(items.len() <= AUTH_ITEMS_MAX, "auth items")?;
-            for item in items {
-                validate_entry(&item.entry)?;
-                limit(
-                    item.row.authenticator.macs.len() <= crate::quorum::MAX_FAULTS * 3 + 1,
-                    "authenticator",
-                )?;
-            }
-            Ok(())
-        }
-        Message::PrePrepare { batch, .. } => validate_batch(batch),
-        Message::ViewChange(vc) => validate_view_change(&vc.value),
-        Message::NewView(nv) => {
-            limit(
-                nv.value.view_changes.len() <= crate::quorum::MAX_FAULTS * 3 + 1,
-                "view changes",
-            )?;
-            for vc in &nv.value.view_changes {
-                validate_view_change(&vc.value)?;
-            }
-            if let Some(stable) = &nv.value.stable {
-                validate_stable(stable)?;
-            }
-            limit(nv.value.batches.len() <= LIST_ENTRIES_MAX, "new-view batches")?;
-            for (_, batch) in &nv.value.batches {
-                validate_batch(batch)?;
-            }
-            Ok(())
-        }
-        Message::OrderCheckpointState(stable) => validate_stable(stable),
-        Message::NextBatch { entries, .. } => {
-            limit(entries.len() <= BATCH_REQUESTS_MAX, "batch entries")?;
-            entries.iter().try_for_each(validate_entry)
-        }
-        Message::BatchComplete { requests, .. } => limit(requests.len() <= BATCH_REQUESTS_MAX, "batch entries"),
-        Message::Reply { result, .. } => match result {
-            ReplyBody::Full(bytes) => limit(bytes.len() <= OPERATION_BYTES_MAX, "reply"),
-            ReplyBody::Digest(_) => Ok(()),
-        },
-        Message::StateManifest { chunk_digests, .. } => limit(chunk_digests.len() <= STATE_CHUNKS_MAX, "manifest"),
-        Message::StateChunk { data, .. } => limit(data.len() <= STATE_CHUNK_BYTES_MAX, "state chunk"),
-        Message::Push { payload, .. } => limit(payload.len() <= crate::limits::PUSH_BYTES_MAX, "push"),
-        Message::Prepare { .. }
-        | Message::Commit { .. }
-        | Message::Checkpoint(_)
-        | Message::FetchOrderCheckpoint { .. }
-        | Message::LoadCheckpoint { .. }
-        | Message::Retransmit { .. }
-        | Message::CheckpointToken { .. }
-        | Message::LastExecuted { .. }
-        | Message::Fetch { .. }
-        | Message::FetchState { .. }
-        | Message::PrimaryHint { .. }
-        | Message::PushResume { .. }
-        | Message::PushGap { .. } => Ok(()),
-    }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{ClientId, Principal, ReplicaId};
-use crate::quorum::Quorums;
+use crate::quorum::{FaultModelError, Quorums};
 
 /// A principal's long-term public keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -184,22 +184,9 @@ pub struct ClusterConfig {
 /// Why a configuration is unusable.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// `r > u`.
-    #[error("r = {r} exceeds u = {u}: the cluster cannot be right despite more failures than it stays up despite (need u >= r)")]
-    RExceedsU {
-        /// u
-        u: usize,
-        /// r
-        r: usize,
-    },
-    /// `u` is too large.
-    #[error("u = {u} is larger than the supported maximum {max}")]
-    TooManyFaults {
-        /// u
-        u: usize,
-        /// maximum
-        max: usize,
-    },
+    /// The fault model itself is not valid.
+    #[error(transparent)]
+    FaultModel(#[from] FaultModelError),
     /// Wrong number of replicas.
     #[error("u = {u}, r = {r} needs exactly {needed} replicas (2u + r + 1), the config lists {listed}")]
     WrongReplicaCount {
@@ -287,7 +274,7 @@ impl ClusterConfig {
         }
         let k = &self.knobs;
         let bad = |name, value: u64, why| Err(ConfigError::BadKnob { name, value, why });
-        if k.batch_size_max == 0 || k.batch_size_max > crate::message::BATCH_REQUESTS_MAX {
+        if k.batch_size_max == 0 || k.batch_size_max > crate::limits::BATCH_REQUESTS_MAX {
             return bad(
                 "batch_size_max",
                 k.batch_size_max as u64,
@@ -327,14 +314,14 @@ impl ClusterConfig {
         if k.view_change_timeout_us == 0 {
             return bad("view_change_timeout_us", 0, "must be positive");
         }
-        if k.request_bytes_max > crate::message::OPERATION_BYTES_MAX {
+        if k.request_bytes_max > crate::limits::OPERATION_BYTES_MAX {
             return bad(
                 "request_bytes_max",
                 k.request_bytes_max as u64,
                 "must be at most OPERATION_BYTES_MAX",
             );
         }
-        if k.reply_bytes_max > crate::message::OPERATION_BYTES_MAX {
+        if k.reply_bytes_max > crate::limits::OPERATION_BYTES_MAX {
             return bad(
                 "reply_bytes_max",
                 k.reply_bytes_max as u64,
@@ -348,7 +335,7 @@ impl ClusterConfig {
                 "must be at most request_bytes_max",
             );
         }
-        if k.state_chunk_bytes == 0 || k.state_chunk_bytes > crate::message::STATE_CHUNK_BYTES_MAX {
+        if k.state_chunk_bytes == 0 || k.state_chunk_bytes > crate::limits::STATE_CHUNK_BYTES_MAX {
             return bad(
                 "state_chunk_bytes",
                 k.state_chunk_bytes as u64,

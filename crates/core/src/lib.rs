@@ -5,8 +5,9 @@
 //! Layout, by concept (names follow the papers):
 //! - [`ids`], [`config`], [`quorum`]: who is who, the fault model `(u, r)` and every quorum size;
 //!   [`limits`]: named limits;
-//! - [`crypto`], [`message`], [`codec`]: digests, MACs, authenticators, matrix signatures,
-//!   signatures; every message and its bounded wire codec;
+//! - [`crypto`], [`message`], [`codec`], [`wire`]: digests, MACs, authenticators, matrix
+//!   signatures, signatures; every message; bounded encoding of values, and the wire format of
+//!   envelopes;
 //! - [`stage`]: the `handle(now, input) -> actions` shape; [`service`]: the application trait;
 //!   [`stages`]: the one factory of every principal's stage for any service;
 //! - [`client`], [`auth`], [`order`], [`exec`]: the four roles; [`kv`]: an in-memory key-value
@@ -23,6 +24,7 @@ pub mod quorum;
 pub mod service;
 pub mod stage;
 pub mod stages;
+pub mod wire;
 
 pub mod auth;
 pub mod client;

@@ -1,6 +1,27 @@
-//! Named limits of the platform's newer parts (pushed messages), each with why it is what it is.
-//! The message bounds still live beside the messages (`crate::message`), the stages' own bounds
-//! in their modules.
+//! Named limits, each with why it is what it is: the fault model's, every message's bounds (the
+//! codec checks them before allocating), and the pushed messages'. The stages' own working
+//! bounds (queues, caches) are named in their modules.
+
+/// Largest `u` a configuration may use. Bounds the stage sizes (`n <= 3 * MAX_FAULTS + 1`) and with
+/// them every per-member table.
+pub const MAX_FAULTS: usize = 10;
+
+/// Most requests in one batch.
+pub const BATCH_REQUESTS_MAX: usize = 1024;
+/// Largest client operation or reply, in bytes.
+pub const OPERATION_BYTES_MAX: usize = 4 << 20;
+/// Largest state-transfer chunk.
+pub const STATE_CHUNK_BYTES_MAX: usize = 1 << 20;
+/// Most chunks in one checkpoint (bounds the manifest): with 1 MiB chunks, 64 GiB of state.
+pub const STATE_CHUNKS_MAX: usize = 65_536;
+/// Most entries in any list carried by a control message (view-change sets, certificates,
+/// client tables).
+pub const LIST_ENTRIES_MAX: usize = 65_536;
+/// Most (entry, row) items in one AUTH-REQ: an authentication member sends a larger round as
+/// several messages (never drops an item).
+pub const AUTH_ITEMS_MAX: usize = 512;
+/// Largest encoded message. Frames above this are rejected before decoding.
+pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
 
 /// Largest pushed message, in bytes (a watch event or a pub/sub message, not bulk data).
 pub const PUSH_BYTES_MAX: usize = 64 * 1024;

@@ -1,8 +1,8 @@
 //! Every protocol message, the envelope that authenticates it, and its bounds.
 //!
 //! Tags and layouts follow the UpRight thesis Appendix A where it gives them; the order stage's
-//! internal messages (which the thesis leaves open) follow PBFT. The wire codec is in
-//! [`crate::codec`].
+//! internal messages (which the thesis leaves open) follow PBFT. The wire format is in
+//! [`crate::wire`]; the message bounds in [`crate::limits`].
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -11,23 +11,6 @@ use crate::config::Sabotage;
 use crate::crypto::{AuthError, Authenticator, Digest, KeyRing, Mac, MatrixRow, MatrixSignature, Signature};
 use crate::ids::{ClientId, Principal, Process, ReplicaId, RequestId, SeqNo, StageKind, View};
 use crate::quorum::Quorums;
-
-/// Most requests in one batch.
-pub const BATCH_REQUESTS_MAX: usize = 1024;
-/// Largest client operation or reply, in bytes.
-pub const OPERATION_BYTES_MAX: usize = 4 << 20;
-/// Largest state-transfer chunk.
-pub const STATE_CHUNK_BYTES_MAX: usize = 1 << 20;
-/// Most chunks in one checkpoint (bounds the manifest): with 1 MiB chunks, 64 GiB of state.
-pub const STATE_CHUNKS_MAX: usize = 65_536;
-/// Most entries in any list carried by a control message (view-change sets, certificates,
-/// client tables).
-pub const LIST_ENTRIES_MAX: usize = 65_536;
-/// Most (entry, row) items in one AUTH-REQ: an authentication member sends a larger round as
-/// several messages (never drops an item).
-pub const AUTH_ITEMS_MAX: usize = 512;
-/// Largest encoded message. Frames above this are rejected before decoding.
-pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
 
 /// The body of a request as the order stage sees it: inline if small, otherwise its digest
 /// (the body is then fetched from the authentication stage).
@@ -284,7 +267,7 @@ pub enum Message {
     },
     // ---- authentication -> order ----
     /// AUTH-REQ (tag 19), batched: for each request the sender accepted since its last flush,
-    /// the entry and the sender's row of its matrix signature (at most [`AUTH_ITEMS_MAX`]). Each
+    /// the entry and the sender's row of its matrix signature (at most [`crate::limits::AUTH_ITEMS_MAX`]). Each
     /// row authenticates its own item, so the envelope is sealed with [`Seal::None`].
     AuthRequest {
         /// The requests, each with this authentication member's row.
@@ -547,7 +530,7 @@ pub enum Seal {
 /// A message with its sender and authentication.
 ///
 /// Besides its three fields an envelope may remember what this process already computed about its
-/// encoding (see [`Envelope::seal`] and [`crate::codec::decode`]), so that a message is serialized
+/// encoding (see [`Envelope::seal`] and [`crate::wire::decode`]), so that a message is serialized
 /// once when sent and its seal digest is computed once when received. That memory is not part of
 /// the envelope's value: `==`, `Hash`, `Debug` and serde ignore it, and `clone()` drops it (a copy
 /// that is then changed never carries the encoding of the original). Construct envelopes with
@@ -583,7 +566,7 @@ impl std::fmt::Debug for Envelope {
 /// Who may trust a remembered seal digest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Trust {
-    /// Computed by [`crate::codec::decode`] from the received bytes the envelope was decoded from:
+    /// Computed by [`crate::wire::decode`] from the received bytes the envelope was decoded from:
     /// the process that decoded it (the only one that ever holds it: decoded envelopes are handed to
     /// the decoding process's own stages and never sent on as values).
     Received,
@@ -597,7 +580,7 @@ enum Trust {
 #[derive(Default)]
 struct Encoding {
     /// The postcard encoding of `(from, message)` that [`Envelope::seal`] hashed: the first part of
-    /// the envelope's wire encoding, reused by [`crate::codec::encode`].
+    /// the envelope's wire encoding, reused by [`crate::wire::encode`].
     prefix: Option<Vec<u8>>,
     /// [`Envelope::auth_digest`] of `(from, message)` and who may trust it.
     digest: Option<(Trust, Digest)>,
@@ -660,7 +643,7 @@ impl Envelope {
     }
 
     /// An envelope decoded from received bytes, remembering the digest of the received encoding of
-    /// its `from` and `message` (only [`crate::codec::decode`] calls this, with those bytes).
+    /// its `from` and `message` (only [`crate::wire::decode`] calls this, with those bytes).
     pub(crate) fn received(from: Principal, message: Message, seal: Seal, prefix: &[u8]) -> Envelope {
         let digest = match seal {
             Seal::None => None,

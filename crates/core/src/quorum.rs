@@ -5,7 +5,28 @@
 //! small = `r + 1` (contains at least one correct member), medium = `n - u` (still reachable with
 //! `u` members down), large = `n`.
 
-use crate::config::ConfigError;
+use crate::limits::MAX_FAULTS;
+
+/// Why `(u, r)` is not a fault model upright supports.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FaultModelError {
+    /// `r > u`.
+    #[error("r = {r} exceeds u = {u}: the cluster cannot be right despite more failures than it stays up despite (need u >= r)")]
+    RExceedsU {
+        /// u
+        u: usize,
+        /// r
+        r: usize,
+    },
+    /// `u` is too large.
+    #[error("u = {u} is larger than the supported maximum {max}")]
+    TooManyFaults {
+        /// u
+        u: usize,
+        /// maximum
+        max: usize,
+    },
+}
 
 /// Sizes of the three stages and every quorum the protocol uses, derived from `(u, r)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,12 +49,12 @@ pub struct Quorums {
 
 impl Quorums {
     /// Computes the sizes for `(u, r)`. Fails when `r > u` (the model requires `u >= r`).
-    pub fn new(u: usize, r: usize) -> Result<Quorums, ConfigError> {
+    pub fn new(u: usize, r: usize) -> Result<Quorums, FaultModelError> {
         if r > u {
-            return Err(ConfigError::RExceedsU { u, r });
+            return Err(FaultModelError::RExceedsU { u, r });
         }
         if u > MAX_FAULTS {
-            return Err(ConfigError::TooManyFaults { u, max: MAX_FAULTS });
+            return Err(FaultModelError::TooManyFaults { u, max: MAX_FAULTS });
         }
         let max_ur = u.max(r);
         Ok(Quorums {
@@ -156,10 +177,6 @@ impl Quorums {
     }
 }
 
-/// Largest `u` a configuration may use. Bounds the stage sizes (`n <= 3 * MAX_FAULTS + 1`) and with
-/// them every per-member table.
-pub const MAX_FAULTS: usize = 10;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,7 +233,7 @@ mod tests {
 
     #[test]
     fn r_greater_than_u_is_rejected() {
-        assert_eq!(Quorums::new(1, 2), Err(ConfigError::RExceedsU { u: 1, r: 2 }));
+        assert_eq!(Quorums::new(1, 2), Err(FaultModelError::RExceedsU { u: 1, r: 2 }));
         assert!(Quorums::new(MAX_FAULTS + 1, 0).is_err());
     }
 }

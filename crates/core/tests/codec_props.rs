@@ -3,12 +3,12 @@
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use upright_core::codec::{decode, encode, DecodeError, WIRE_VERSION};
+use upright_core::codec::DecodeError;
 use upright_core::crypto::{Authenticator, Digest, Mac, MatrixRow, MatrixSignature};
 use upright_core::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
-use upright_core::message::{
-    AuthItem, Batch, Envelope, Message, RequestBody, RequestEntry, Seal, SignedEntry, AUTH_ITEMS_MAX,
-};
+use upright_core::limits::AUTH_ITEMS_MAX;
+use upright_core::message::{AuthItem, Batch, Envelope, Message, RequestBody, RequestEntry, Seal, SignedEntry};
+use upright_core::wire::{decode, encode, WIRE_VERSION};
 
 fn principal() -> impl Strategy<Value = Principal> {
     prop_oneof![

@@ -35,7 +35,7 @@ use crate::replica::Clock;
 use crate::transport::{dial_clients, Counters, Dialer, HelloList, Inbox, CLIENTS_PER_CONNECTION_MAX};
 
 /// Largest frame a client accepts (a reply plus envelope overhead).
-const REPLY_FRAME_MAX: usize = upright_core::message::MESSAGE_BYTES_MAX;
+const REPLY_FRAME_MAX: usize = upright_core::limits::MESSAGE_BYTES_MAX;
 /// Most invocations waiting for the client task.
 const COMMANDS_MAX: usize = 1024;
 /// Where a client task's sleep waits while its stage has no timer set (kept registered so that
@@ -478,7 +478,7 @@ impl ClientTask {
                     {
                         self.persist_request(*request_id, operation)?;
                     }
-                    let frame = Arc::new(upright_core::codec::encode(&envelope));
+                    let frame = Arc::new(upright_core::wire::encode(&envelope));
                     if let Message::ClientRequest { client, request_id, .. } = &envelope.message {
                         crate::timeline::event("client-send", u64::from(client.0), request_id.0, to.len() as u64);
                     }

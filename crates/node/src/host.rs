@@ -324,7 +324,7 @@ impl Host {
             }
             remote_done.push(process);
             timeline::message("send", &envelope.message, timeline::peer(&principal));
-            let frame = frame.get_or_insert_with(|| Arc::new(upright_core::codec::encode(&envelope)));
+            let frame = frame.get_or_insert_with(|| Arc::new(upright_core::wire::encode(&envelope)));
             router.send(process, frame.clone());
             self.stats.sent += 1;
         }

@@ -185,7 +185,7 @@ impl NoRep {
                     message,
                     SealFor::One(to),
                 );
-                (client, upright_core::codec::encode(&envelope))
+                (client, upright_core::wire::encode(&envelope))
             })
             .collect()
     }

@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use upright_core::config::ConfigError;
 use upright_core::crypto::{KeyRing, SecretKeys};
 use upright_core::ids::{Process, ReplicaId, StageKind};
-use upright_core::message::MESSAGE_BYTES_MAX;
+use upright_core::limits::MESSAGE_BYTES_MAX;
 use upright_core::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
 use upright_core::stage::{Stage, Storage, Time};
 use upright_core::stages::ServiceFactory;

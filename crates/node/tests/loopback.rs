@@ -168,7 +168,7 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
         },
         Seal::None,
     );
-    write_frame(&mut s4, &upright_core::codec::encode(&forged))
+    write_frame(&mut s4, &upright_core::wire::encode(&forged))
         .await
         .unwrap();
     // 5. A client (1) with a valid hello sends a request with a forged authenticator.
@@ -193,7 +193,7 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
             macs: vec![Mac::default(); 4],
         }),
     );
-    write_frame(&mut s5, &upright_core::codec::encode(&forged_request))
+    write_frame(&mut s5, &upright_core::wire::encode(&forged_request))
         .await
         .unwrap();
     s5.flush().await.unwrap();

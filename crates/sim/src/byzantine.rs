@@ -433,7 +433,7 @@ fn corrupt_auth_items(rng: &mut ChaCha8Rng, envelope: &Envelope) -> Option<Envel
                 .macs
                 .iter_mut()
                 .for_each(|m| flip(&mut m.0));
-            if items.len() < upright_core::message::AUTH_ITEMS_MAX && rng.random_bool(0.5) {
+            if items.len() < upright_core::limits::AUTH_ITEMS_MAX && rng.random_bool(0.5) {
                 let copy = items[rng.random_range(0..items.len())].clone();
                 items.push(copy);
             }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use upright_core::codec;
 use upright_core::config::{ClientInfo, ClusterConfig, ReplicaInfo};
 use upright_core::crypto::{Digest, KeyRing, SecretKeys};
 use upright_core::ids::{ClientId, Principal, Process, ReplicaId};
@@ -16,6 +15,7 @@ use upright_core::kv::KvOperation;
 use upright_core::message::Envelope;
 use upright_core::quorum::Quorums;
 use upright_core::stage::{Action, Input, ReadPath, Stage, Time};
+use upright_core::wire;
 
 use crate::byzantine::{inconsistent_authenticator, Byzantine, Outgoing};
 use crate::checkers::agreement::Agreement;
@@ -607,7 +607,7 @@ impl<P: Protocol> Sim<P> {
             }]
         };
         for o in outgoing {
-            let digest = Digest::of(&codec::encode(&o.envelope));
+            let digest = Digest::of(&wire::encode(&o.envelope));
             for to in o.to {
                 for delay in self.network.route(&mut self.rng, from, to, &mut self.counts) {
                     let event = Event::Deliver {

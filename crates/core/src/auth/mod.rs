@@ -27,7 +27,8 @@ use bytes::Bytes;
 use crate::config::{ClusterConfig, ConfigError};
 use crate::crypto::{Digest, KeyRing, MatrixRow};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, StageKind};
-use crate::message::{AuthItem, Envelope, Message, RequestBody, RequestEntry, SealFor, AUTH_ITEMS_MAX};
+use crate::limits::AUTH_ITEMS_MAX;
+use crate::message::{AuthItem, Envelope, Message, RequestBody, RequestEntry, SealFor};
 use crate::quorum::Quorums;
 use crate::stage::{Action, Input, Stage, Stats, Storage, Time, Timer};
 

@@ -410,7 +410,7 @@ fn a_full_buffer_is_sent_at_once_and_the_rest_on_the_flush() {
             SealFor::Nothing,
         );
         assert!(
-            crate::codec::decode(&crate::codec::encode(&envelope)).is_ok(),
+            crate::wire::decode(&crate::wire::encode(&envelope)).is_ok(),
             "within the codec limit"
         );
     }

@@ -14,7 +14,8 @@ use crate::codec;
 use crate::config::ClusterConfig;
 use crate::crypto::Digest;
 use crate::ids::{ClientId, RequestId, SeqNo, StageKind};
-use crate::message::{state_digest, Message, SealFor, STATE_CHUNKS_MAX};
+use crate::limits::STATE_CHUNKS_MAX;
+use crate::message::{state_digest, Message, SealFor};
 use crate::service::RestoreError;
 use crate::stage::{Action, Event, Storage};
 

@@ -12,7 +12,8 @@ use super::ExecStage;
 use crate::codec;
 use crate::crypto::Digest;
 use crate::ids::{Principal, ReplicaId, SeqNo};
-use crate::message::{state_digest, Message, STATE_CHUNKS_MAX};
+use crate::limits::STATE_CHUNKS_MAX;
+use crate::message::{state_digest, Message};
 use crate::stage::{Action, Event};
 
 /// Most chunk requests outstanding at once during a state transfer.

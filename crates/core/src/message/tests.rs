@@ -2,10 +2,11 @@
 //! never a way around the seal.
 
 use super::*;
-use crate::codec::{decode, encode, to_bytes};
+use crate::codec::to_bytes;
 use crate::config::Knobs;
 use crate::ids::ClientId;
 use crate::testing::{fixture, Fixture};
+use crate::wire::{decode, encode};
 
 fn prepare() -> Message {
     Message::Prepare {
@@ -74,7 +75,7 @@ fn the_wire_encoding_of_a_sealed_envelope_is_the_encoding_of_its_fields() {
 
 /// The frame as version 2 built it: the version byte, then postcard of the whole envelope.
 fn postcard_frame(envelope: &Envelope) -> Vec<u8> {
-    let mut out = vec![crate::codec::WIRE_VERSION];
+    let mut out = vec![crate::wire::WIRE_VERSION];
     out.extend(to_bytes(envelope));
     out
 }

@@ -31,9 +31,8 @@ use std::sync::Arc;
 use crate::config::{ClusterConfig, ConfigError, Sabotage};
 use crate::crypto::{Digest, KeyRing};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
-use crate::message::{
-    Batch, Envelope, Message, NewView, SealFor, Signed, StableCheckpoint, ViewChange, BATCH_REQUESTS_MAX,
-};
+use crate::limits::BATCH_REQUESTS_MAX;
+use crate::message::{Batch, Envelope, Message, NewView, SealFor, Signed, StableCheckpoint, ViewChange};
 use crate::quorum::Quorums;
 use crate::stage::{Action, Input, Stage, Stats, Storage, Time, Timer};
 

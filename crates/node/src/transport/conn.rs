@@ -306,7 +306,7 @@ async fn read_loop(reader: ReadHalf, peers: Peers, inbox: Arc<Inbox>, max_frame:
         let mut wrong_sender = 0;
         let closing = loop {
             match frames.next_frame() {
-                Ok(Some(body)) => match upright_core::codec::decode(&body) {
+                Ok(Some(body)) => match upright_core::wire::decode(&body) {
                     Ok(envelope) if peers.carries(envelope.from.process()) => {
                         batch.push((envelope.from.process(), Arc::new(envelope)))
                     }

@@ -175,7 +175,7 @@ fn demux_frame(
     if !inboxes.contains_key(&client) {
         return Ok(Demuxed::Dropped("net_dropped_unknown_client"));
     }
-    let envelope = upright_core::codec::decode(envelope).map_err(|_| "net_closed_garbage")?;
+    let envelope = upright_core::wire::decode(envelope).map_err(|_| "net_closed_garbage")?;
     if envelope.from.process() != replica {
         return Ok(Demuxed::Dropped("net_dropped_wrong_sender"));
     }

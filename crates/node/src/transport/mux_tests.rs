@@ -130,7 +130,7 @@ async fn server(keys: &Keys) -> Server {
 }
 
 fn envelope(from: Principal, seqno: u64) -> Vec<u8> {
-    upright_core::codec::encode(&Envelope::new(
+    upright_core::wire::encode(&Envelope::new(
         from,
         Message::LastExecuted { seqno: SeqNo(seqno) },
         Seal::None,
@@ -421,5 +421,5 @@ async fn the_dialler_checks_the_peer_hello_and_the_newest_connection_takes_the_l
         .await
         .expect("a frame on the newest connection")
         .unwrap();
-    assert_eq!(seqno(&upright_core::codec::decode(&frame).unwrap()), 5);
+    assert_eq!(seqno(&upright_core::wire::decode(&frame).unwrap()), 5);
 }
