@@ -8,6 +8,7 @@
 //! - [`crypto`], [`message`], [`codec`], [`wire`]: digests, MACs, authenticators, matrix
 //!   signatures, signatures; every message; bounded encoding of values, and the wire format of
 //!   envelopes;
+//! - [`page_tree`]: paged state under a Merkle tree and its verified transfer (groundwork);
 //! - [`stage`]: the `handle(now, input) -> actions` shape; [`service`]: the application trait;
 //!   [`stages`]: the one factory of every principal's stage for any service;
 //! - [`client`], [`auth`], [`order`], [`exec`]: the four roles; [`kv`]: an in-memory key-value
@@ -20,6 +21,7 @@ pub mod crypto;
 pub mod ids;
 pub mod limits;
 pub mod message;
+pub mod page_tree;
 pub mod quorum;
 pub mod service;
 pub mod stage;
