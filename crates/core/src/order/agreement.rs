@@ -4,7 +4,7 @@
 //! out while every backup keeps up; committed batches applied in sequence.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::mem;
 
 use super::log::{Prepared, Slot};
@@ -15,6 +15,44 @@ use crate::crypto::Digest;
 use crate::ids::{Principal, ReplicaId, SeqNo, StageKind, View};
 use crate::message::{batch_digest, history_digest, Batch, Message, SealFor};
 use crate::stage::{Action, Time, Timer};
+
+/// The primary's vote (docs/PROTOCOL.md, "The primary's vote"): while every backup keeps up, a
+/// backup sends its PREPARE to the other backups only and the primary stays out of the prepare
+/// phase; a slot that does not commit within the hold brings the primary in for a while.
+#[derive(Debug)]
+pub(super) struct PrimaryVote {
+    /// Slots whose PREPARE this backup sent to the other backups only, with when
+    /// (`send_prepare`). If one has not committed here `PRIMARY_HELP_HOLD_FRACTION` of the
+    /// view-change timeout later, the PREPAREs go to the primary too (`Timer::PrimaryHelp`).
+    /// Committed slots leave it when that timer fires or at a tick (not on the commit path),
+    /// so it holds at most the slots accepted within one hold, all in the window.
+    pub(super) quiet_prepares: BTreeMap<SeqNo, Time>,
+    /// Until this time every PREPARE goes to the primary too: a slot needed the primary's
+    /// COMMIT recently (a backup is down, slow or lying).
+    pub(super) include_primary_until: Time,
+    /// Whether `Timer::PrimaryHelp` is set.
+    pub(super) primary_help_armed: bool,
+    /// While the primary is included: consecutive committed slots whose previous slot has every
+    /// backup's COMMIT here (`note_backups_complete`).
+    pub(super) backups_complete_streak: u64,
+    /// The streak that leaves the primary out again (`QUIET_AGAIN_AFTER`, doubled after a stall
+    /// that follows soon) and when it last did.
+    pub(super) quiet_again_after: u64,
+    pub(super) last_quiet_again: Option<Time>,
+}
+
+impl PrimaryVote {
+    pub(super) fn new() -> PrimaryVote {
+        PrimaryVote {
+            quiet_prepares: BTreeMap::new(),
+            include_primary_until: 0,
+            primary_help_armed: false,
+            backups_complete_streak: 0,
+            quiet_again_after: QUIET_AGAIN_AFTER,
+            last_quiet_again: None,
+        }
+    }
+}
 
 impl OrderStage {
     // ---- primary ----
@@ -256,7 +294,7 @@ impl OrderStage {
     fn send_prepare(&mut self, now: Time, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
         let view = self.view;
         let message = Message::Prepare { view, seqno, digest };
-        let quiet = self.q.n_order > self.q.order_medium() && now >= self.include_primary_until;
+        let quiet = self.q.n_order > self.q.order_medium() && now >= self.primary_vote.include_primary_until;
         if !quiet {
             return self.send_to_order(out, message);
         }
@@ -267,7 +305,7 @@ impl OrderStage {
             .filter(|p| *p != primary)
             .collect();
         self.send(out, backups, message, SealFor::Stage(StageKind::Order));
-        self.quiet_prepares.insert(seqno, now);
+        self.primary_vote.quiet_prepares.insert(seqno, now);
         self.stats.bump("prepare_quiet");
         self.arm_primary_help(now + self.primary_help_hold(), out);
     }
@@ -275,8 +313,8 @@ impl OrderStage {
     /// Sets `Timer::PrimaryHelp` unless it is already set (it then fires no later than `at`:
     /// it was set for an older quiet slot).
     fn arm_primary_help(&mut self, at: Time, out: &mut Vec<Action>) {
-        if !self.primary_help_armed {
-            self.primary_help_armed = true;
+        if !self.primary_vote.primary_help_armed {
+            self.primary_vote.primary_help_armed = true;
             out.push(Action::SetTimer {
                 timer: Timer::PrimaryHelp,
                 at,
@@ -290,7 +328,7 @@ impl OrderStage {
     /// left out again. A backup that is down never completes a slot, so then the primary stays
     /// included until the span ends.
     pub(super) fn note_backups_complete(&mut self, now: Time) {
-        if now >= self.include_primary_until {
+        if now >= self.primary_vote.include_primary_until {
             return;
         }
         let primary = self.primary_of(self.view);
@@ -304,11 +342,15 @@ impl OrderStage {
                 .filter_map(|p| p.replica())
                 .filter(|r| *r != primary && *r != self.id)
                 .all(|r| slot.commits.get(&r).copied() == vote);
-        self.backups_complete_streak = if complete { self.backups_complete_streak + 1 } else { 0 };
-        if self.backups_complete_streak >= self.quiet_again_after {
-            self.backups_complete_streak = 0;
-            self.include_primary_until = now;
-            self.last_quiet_again = Some(now);
+        self.primary_vote.backups_complete_streak = if complete {
+            self.primary_vote.backups_complete_streak + 1
+        } else {
+            0
+        };
+        if self.primary_vote.backups_complete_streak >= self.primary_vote.quiet_again_after {
+            self.primary_vote.backups_complete_streak = 0;
+            self.primary_vote.include_primary_until = now;
+            self.primary_vote.last_quiet_again = Some(now);
             self.stats.bump("prepare_quiet_again");
         }
     }
@@ -322,24 +364,26 @@ impl OrderStage {
     /// includes the primary in every PREPARE for the next view-change timeout (counted
     /// `prepare_primary_helped`). Otherwise sets the timer for the oldest one left.
     pub(super) fn check_quiet_prepares(&mut self, now: Time, out: &mut Vec<Action>) {
-        self.quiet_prepares = self.quiet_prepares.split_off(&self.last_committed.next());
+        self.primary_vote.quiet_prepares = self.primary_vote.quiet_prepares.split_off(&self.last_committed.next());
         let hold = self.primary_help_hold();
-        let Some((_, &oldest)) = self.quiet_prepares.first_key_value() else {
+        let Some((_, &oldest)) = self.primary_vote.quiet_prepares.first_key_value() else {
             return;
         };
         if oldest.saturating_add(hold) > now {
             return self.arm_primary_help(oldest + hold, out);
         }
         let span = self.config.knobs.view_change_timeout_us;
-        self.include_primary_until = now.saturating_add(span);
-        self.backups_complete_streak = 0;
+        self.primary_vote.include_primary_until = now.saturating_add(span);
+        self.primary_vote.backups_complete_streak = 0;
         // A stall soon after the last return to quiet PREPAREs: ask for a longer streak next time.
-        self.quiet_again_after = match self.last_quiet_again {
-            Some(at) if now < at.saturating_add(span) => (self.quiet_again_after * 2).min(QUIET_AGAIN_AFTER_MAX),
+        self.primary_vote.quiet_again_after = match self.primary_vote.last_quiet_again {
+            Some(at) if now < at.saturating_add(span) => {
+                (self.primary_vote.quiet_again_after * 2).min(QUIET_AGAIN_AFTER_MAX)
+            }
             _ => QUIET_AGAIN_AFTER,
         };
         let (view, primary) = (self.view, Principal::Order(self.primary_of(self.view)));
-        for seqno in mem::take(&mut self.quiet_prepares).into_keys() {
+        for seqno in mem::take(&mut self.primary_vote.quiet_prepares).into_keys() {
             let Some(accepted) = self.log.get(&seqno).and_then(|s| s.accepted_in(view)) else {
                 continue;
             };

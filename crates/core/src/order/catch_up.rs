@@ -64,8 +64,8 @@ impl OrderStage {
     /// A message of another view: drop it; a member still in an older view gets our NEW-VIEW.
     pub(super) fn wrong_view(&mut self, now: Time, from: ReplicaId, view: View, out: &mut Vec<Action>) {
         self.stats.bump("drop_wrong_view");
-        if !self.changing && view < self.view && self.new_view.is_some() && self.may_help(now, from) {
-            let message = Message::NewView(self.new_view.clone().expect("checked"));
+        if !self.changing && view < self.view && self.view_change.new_view.is_some() && self.may_help(now, from) {
+            let message = Message::NewView(self.view_change.new_view.clone().expect("checked"));
             self.send(out, vec![Principal::Order(from)], message, SealFor::Nothing);
         }
     }

@@ -55,10 +55,10 @@ impl OrderStage {
         }
         self.note_backups_complete(now);
         self.send_owed_next_batches(now, SeqNo(0), out);
-        self.consecutive_view_changes = 0;
-        if self.view_change_deadline.is_some() && !self.changing {
+        self.view_change.consecutive = 0;
+        if self.view_change.deadline.is_some() && !self.changing {
             let at = now + self.view_change_timeout();
-            self.view_change_deadline = Some(at);
+            self.view_change.deadline = Some(at);
             out.push(Action::SetTimer {
                 timer: Timer::ViewChange,
                 at,

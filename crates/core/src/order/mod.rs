@@ -32,13 +32,15 @@ use crate::config::{ClusterConfig, ConfigError, Sabotage};
 use crate::crypto::{Digest, KeyRing};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
 use crate::limits::BATCH_REQUESTS_MAX;
-use crate::message::{Batch, Envelope, Message, NewView, SealFor, Signed, StableCheckpoint, ViewChange};
+use crate::message::{Batch, Envelope, Message, SealFor, Signed, StableCheckpoint};
 use crate::quorum::Quorums;
 use crate::stage::{Action, Input, Stage, Stats, Storage, Time, Timer};
 
+use self::agreement::PrimaryVote;
 use self::log::Slot;
 use self::persist::{OwnCheckpoint, ViewRecord};
 use self::request_pool::RequestPool;
+use self::view_change::ViewChangeState;
 
 /// Largest exponent of the doubling view-change timeout.
 const VIEW_CHANGE_BACKOFF_MAX: u32 = 10;
@@ -93,14 +95,8 @@ pub struct OrderStage {
     view: View,
     /// A view change to `view` is in progress.
     changing: bool,
-    /// View changes since the last commit (the timeout doubles with each).
-    consecutive_view_changes: u32,
-    /// When the view-change timer fires, if armed.
-    view_change_deadline: Option<Time>,
-    /// Latest valid VIEW-CHANGE per member (highest view).
-    view_changes: BTreeMap<ReplicaId, Signed<ViewChange>>,
-    /// The NEW-VIEW of the current view (relayed to members still changing).
-    new_view: Option<Signed<NewView>>,
+    /// The view-change timer, the VIEW-CHANGEs received and the current view's NEW-VIEW.
+    view_change: ViewChangeState,
 
     // ---- log and committed prefix ----
     /// Low watermark `h`: the latest stable checkpoint.
@@ -112,7 +108,8 @@ pub struct OrderStage {
     last_committed: SeqNo,
     /// `H_last_committed`.
     history: Digest,
-    /// Largest batch time in the committed prefix (time of its last non-empty batch).
+    /// Largest batch time in the committed prefix (a heartbeat's counts; a view change's null
+    /// batch has time 0).
     max_time: u64,
     /// Last ordered request per client in the committed prefix.
     last_ordered: BTreeMap<ClientId, RequestId>,
@@ -143,24 +140,8 @@ pub struct OrderStage {
     /// member's COMMIT still has not arrived once held long enough (`send_owed_next_batches`);
     /// slots in the log only.
     next_batch_owed: BTreeMap<SeqNo, (Time, Vec<ReplicaId>)>,
-    /// Slots whose PREPARE this backup sent to the other backups only, with when
-    /// (`send_prepare`). If one has not committed here `PRIMARY_HELP_HOLD_FRACTION` of the
-    /// view-change timeout later, the PREPAREs go to the primary too (`Timer::PrimaryHelp`).
-    /// Committed slots leave it when that timer fires or at a tick (not on the commit path),
-    /// so it holds at most the slots accepted within one hold, all in the window.
-    quiet_prepares: BTreeMap<SeqNo, Time>,
-    /// Until this time every PREPARE goes to the primary too: a slot needed the primary's
-    /// COMMIT recently (a backup is down, slow or lying).
-    include_primary_until: Time,
-    /// Whether `Timer::PrimaryHelp` is set.
-    primary_help_armed: bool,
-    /// While the primary is included: consecutive committed slots whose previous slot has every
-    /// backup's COMMIT here (`note_backups_complete`).
-    backups_complete_streak: u64,
-    /// The streak that leaves the primary out again (`QUIET_AGAIN_AFTER`, doubled after a stall
-    /// that follows soon) and when it last did.
-    quiet_again_after: u64,
-    last_quiet_again: Option<Time>,
+    /// The primary's part in the prepare phase: left out while every backup keeps up.
+    primary_vote: PrimaryVote,
     /// After a restart, the installed view this member was in. Accepted batches are written
     /// lazily (the PRE-PREPARE or PREPARE goes out before the disk has them), so the member may
     /// have sent votes there that its storage no longer shows: it accepts and proposes nothing in
@@ -200,10 +181,7 @@ impl OrderStage {
             stats: Stats::default(),
             view: recovered.view.view,
             changing: recovered.view.changing,
-            consecutive_view_changes: 0,
-            view_change_deadline: None,
-            view_changes: BTreeMap::new(),
-            new_view: None,
+            view_change: ViewChangeState::default(),
             h: SeqNo(0),
             stable: None,
             log: BTreeMap::new(),
@@ -223,12 +201,7 @@ impl OrderStage {
             fetching: None,
             helped: BTreeMap::new(),
             next_batch_owed: BTreeMap::new(),
-            quiet_prepares: BTreeMap::new(),
-            include_primary_until: 0,
-            primary_help_armed: false,
-            backups_complete_streak: 0,
-            quiet_again_after: QUIET_AGAIN_AFTER,
-            last_quiet_again: None,
+            primary_vote: PrimaryVote::new(),
             abstain_through: (recovered.view_found && !recovered.view.changing).then_some(recovered.view.view),
             record_start: !recovered.view_found,
         };
@@ -311,7 +284,7 @@ impl OrderStage {
     }
 
     fn view_change_timeout(&self) -> Time {
-        let exponent = self.consecutive_view_changes.min(VIEW_CHANGE_BACKOFF_MAX);
+        let exponent = self.view_change.consecutive.min(VIEW_CHANGE_BACKOFF_MAX);
         self.config.knobs.view_change_timeout_us.saturating_mul(1 << exponent)
     }
 
@@ -480,7 +453,7 @@ impl Stage for OrderStage {
             Input::Message(envelope) => self.on_message(now, &envelope, out),
             Input::Timer(Timer::OrderTick) => self.on_tick(now, out),
             Input::Timer(Timer::PrimaryHelp) => {
-                self.primary_help_armed = false;
+                self.primary_vote.primary_help_armed = false;
                 self.check_quiet_prepares(now, out);
             }
             Input::Timer(Timer::BatchClose) => {
@@ -488,7 +461,7 @@ impl Stage for OrderStage {
                 self.propose(now, true, out);
             }
             Input::Timer(Timer::ViewChange) => {
-                self.view_change_deadline = None;
+                self.view_change.deadline = None;
                 self.on_view_change_timer(now, out);
             }
             Input::Timer(_) | Input::Invoke { .. } => self.stats.bump("drop_unexpected_input"),

@@ -87,6 +87,19 @@ fn decide(q: &Quorums, view_changes: &[&ViewChange], n: SeqNo) -> Option<Batch> 
     })
 }
 
+/// A member's view-change state (docs/PROTOCOL.md "View change").
+#[derive(Debug, Default)]
+pub(crate) struct ViewChangeState {
+    /// View changes since the last commit (the timeout doubles with each).
+    pub(super) consecutive: u32,
+    /// When the view-change timer fires, if armed.
+    pub(super) deadline: Option<Time>,
+    /// Latest valid VIEW-CHANGE per member (highest view).
+    pub(super) received: BTreeMap<ReplicaId, Signed<ViewChange>>,
+    /// The NEW-VIEW of the current view (relayed to members still changing).
+    pub(super) new_view: Option<Signed<NewView>>,
+}
+
 impl OrderStage {
     /// Checks a VIEW-CHANGE: signature, stable certificate, and claims inside the sender's window
     /// with views below the new view (one P entry per seqno, P digests matching their batches).
@@ -142,9 +155,9 @@ impl OrderStage {
         self.view = target;
         self.changing = true;
         self.hint_primary(out);
-        self.new_view = None;
+        self.view_change.new_view = None;
         self.buffered.clear();
-        self.quiet_prepares.clear();
+        self.primary_vote.quiet_prepares.clear();
         if self.batch_timer_armed {
             self.batch_timer_armed = false;
             out.push(Action::CancelTimer {
@@ -154,7 +167,7 @@ impl OrderStage {
         persist_view(out, target, true);
         self.stats.bump("view_change_started");
         let vc = self.build_view_change(target);
-        self.view_changes.insert(self.id, vc.clone());
+        self.view_change.received.insert(self.id, vc.clone());
         self.send(
             out,
             self.other_order_members(),
@@ -162,8 +175,8 @@ impl OrderStage {
             SealFor::Nothing,
         );
         let at = now + self.view_change_timeout();
-        self.consecutive_view_changes = self.consecutive_view_changes.saturating_add(1);
-        self.view_change_deadline = Some(at);
+        self.view_change.consecutive = self.view_change.consecutive.saturating_add(1);
+        self.view_change.deadline = Some(at);
         out.push(Action::SetTimer {
             timer: Timer::ViewChange,
             at,
@@ -174,10 +187,10 @@ impl OrderStage {
     /// After a restart in the middle of a view change: rebuild and resend our VIEW-CHANGE.
     pub(super) fn resume_view_change(&mut self, now: Time, out: &mut Vec<Action>) {
         let vc = self.build_view_change(self.view);
-        self.view_changes.insert(self.id, vc);
+        self.view_change.received.insert(self.id, vc);
         self.resend_view_change(out);
         let at = now + self.view_change_timeout();
-        self.view_change_deadline = Some(at);
+        self.view_change.deadline = Some(at);
         out.push(Action::SetTimer {
             timer: Timer::ViewChange,
             at,
@@ -187,7 +200,8 @@ impl OrderStage {
     /// OrderTick while changing: resend our VIEW-CHANGE.
     pub(super) fn resend_view_change(&self, out: &mut Vec<Action>) {
         if let Some(vc) = self
-            .view_changes
+            .view_change
+            .received
             .get(&self.id)
             .filter(|vc| vc.value.new_view == self.view)
         {
@@ -220,7 +234,8 @@ impl OrderStage {
         // the views below; counting only exact matches deadlocks when one of them already moved
         // further (simulator seed 339 at u = r = 1: two members waiting for view 2, one in view 3).
         let with_us = self
-            .view_changes
+            .view_change
+            .received
             .values()
             .filter(|vc| vc.value.new_view >= self.view)
             .count();
@@ -229,7 +244,7 @@ impl OrderStage {
             self.start_view_change(now, self.view.next(), out);
         } else {
             let at = now + self.view_change_timeout();
-            self.view_change_deadline = Some(at);
+            self.view_change.deadline = Some(at);
             out.push(Action::SetTimer {
                 timer: Timer::ViewChange,
                 at,
@@ -265,17 +280,17 @@ impl OrderStage {
             return;
         }
         let pending = self.has_pending_work();
-        match (pending, self.view_change_deadline) {
+        match (pending, self.view_change.deadline) {
             (true, None) => {
                 let at = now + self.view_change_timeout();
-                self.view_change_deadline = Some(at);
+                self.view_change.deadline = Some(at);
                 out.push(Action::SetTimer {
                     timer: Timer::ViewChange,
                     at,
                 });
             }
             (false, Some(_)) => {
-                self.view_change_deadline = None;
+                self.view_change.deadline = None;
                 out.push(Action::CancelTimer {
                     timer: Timer::ViewChange,
                 });
@@ -301,7 +316,8 @@ impl OrderStage {
             return;
         }
         if self
-            .view_changes
+            .view_change
+            .received
             .get(&vc.signer)
             .is_some_and(|held| held.value.new_view >= target)
         {
@@ -310,13 +326,14 @@ impl OrderStage {
         if let Err(reason) = self.validate_view_change(vc) {
             return self.stats.bump(reason);
         }
-        self.view_changes.insert(vc.signer, vc.clone());
+        self.view_change.received.insert(vc.signer, vc.clone());
         if let Some(stable) = vc.value.stable.clone().filter(|s| s.checkpoint.seqno > self.h) {
             self.adopt_stable(now, stable, out);
         }
         // Join rule: `view_change_join` members want a view above ours; join the smallest.
         let higher: Vec<View> = self
-            .view_changes
+            .view_change
+            .received
             .values()
             .map(|vc| vc.value.new_view)
             .filter(|v| *v > self.view)
@@ -337,7 +354,8 @@ impl OrderStage {
         }
         let view = self.view;
         let view_changes: Vec<Signed<ViewChange>> = self
-            .view_changes
+            .view_change
+            .received
             .values()
             .filter(|vc| vc.value.new_view == view)
             .cloned()
@@ -405,9 +423,9 @@ impl OrderStage {
         let view = body.view;
         self.view = view;
         self.changing = false;
-        self.new_view = Some(nv.clone());
+        self.view_change.new_view = Some(nv.clone());
         self.buffered.clear();
-        self.view_changes.retain(|_, vc| vc.value.new_view > view);
+        self.view_change.received.retain(|_, vc| vc.value.new_view > view);
         persist_view(out, view, false);
         for slot in self.log.values_mut() {
             slot.clear_votes();
@@ -438,7 +456,7 @@ impl OrderStage {
         for seqno in seqnos {
             self.check_prepared(now, seqno, out);
         }
-        if self.view_change_deadline.take().is_some() {
+        if self.view_change.deadline.take().is_some() {
             out.push(Action::CancelTimer {
                 timer: Timer::ViewChange,
             });
@@ -448,7 +466,7 @@ impl OrderStage {
 
     /// A member in an older view or still changing to ours gets our NEW-VIEW (self-authenticating).
     pub(super) fn relay_new_view(&self, to: ReplicaId, out: &mut Vec<Action>) {
-        if let Some(nv) = &self.new_view {
+        if let Some(nv) = &self.view_change.new_view {
             self.send(
                 out,
                 vec![Principal::Order(to)],
