@@ -53,7 +53,9 @@ pub enum Sabotage {
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.
+/// A knob missing from a configuration file takes its default.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Knobs {
     /// Most requests in one batch.
     pub batch_size_max: usize,

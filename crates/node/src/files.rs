@@ -618,4 +618,25 @@ mod tests {
         let msg = Cluster::load(&path).unwrap_err().to_string();
         assert!(msg.contains("idle_spin_us = 20000 is too large"), "{msg}");
     }
+
+    #[test]
+    fn a_partial_knobs_table_takes_the_defaults_for_the_rest_and_bad_values_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        init_cluster(&plan(), dir.path()).unwrap();
+        let path = dir.path().join("cluster.toml");
+        let text = fs::read_to_string(&path).unwrap();
+        fs::write(&path, format!("{text}\n[knobs]\nheartbeat_interval_us = 0\n")).unwrap();
+        let knobs = Cluster::load(&path).unwrap().config.knobs.clone();
+        assert_eq!(knobs.heartbeat_interval_us, 0);
+        assert_eq!(
+            Knobs {
+                heartbeat_interval_us: 0,
+                ..Knobs::default()
+            },
+            knobs
+        );
+        fs::write(&path, format!("{text}\n[knobs]\nheartbeat_interval_us = 5\n")).unwrap();
+        let msg = Cluster::load(&path).unwrap_err().to_string();
+        assert!(msg.contains("heartbeat_interval_us"), "{msg}");
+    }
 }
