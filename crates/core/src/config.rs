@@ -47,6 +47,9 @@ pub enum Sabotage {
     /// Clients accept a read-only result on `r + 1` matching replies instead of
     /// [`Quorums::read_only`] (`n_exec`): a lagging execution member can then serve a stale read.
     WeakReadQuorum,
+    /// Clients accept a serializable read on one answer instead of [`Quorums::reply`] (`r + 1`):
+    /// a Byzantine execution member can then answer with a value nobody wrote.
+    WeakSerializableQuorum,
     /// Clients accept a pushed message (or a push gap) on one copy instead of [`Quorums::push`]
     /// (`r + 1`): a Byzantine execution member can then push forged messages.
     WeakPushQuorum,

@@ -18,6 +18,9 @@ pub struct Operation {
     pub response: Option<(Time, Bytes)>,
     /// Whether this is one of the final reads after the quiet phase.
     pub final_read: bool,
+    /// A serializable read (`r + 1` matching answers): not linearizable, so the linearizability
+    /// checker leaves it out and the serializable checker looks at it.
+    pub serializable: bool,
 }
 
 impl Operation {

@@ -21,7 +21,7 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     r: usize,
     /// Run a deliberately broken protocol or service: short-quorum, skip-mac, early-execute,
-    /// weak-read-quorum, weak-push-quorum or corrupt-service.
+    /// weak-read-quorum, weak-serializable-quorum, weak-push-quorum or corrupt-service.
     #[arg(long)]
     sabotage: Option<String>,
     /// Virtual seconds of client workload per seed.

@@ -15,6 +15,8 @@ pub enum SabotageMode {
     EarlyExecute,
     /// Accept read-only results on `r + 1` matching replies instead of all execution members.
     WeakReadQuorum,
+    /// Accept serializable reads on one answer instead of `r + 1` matching ones.
+    WeakSerializableQuorum,
     /// Accept pushed messages on one copy instead of `r + 1` matching ones.
     WeakPushQuorum,
     /// Every execution member runs a service that stores wrong values (a bug all replicas share,
@@ -25,11 +27,12 @@ pub enum SabotageMode {
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 6] = [
+    pub const ALL: [SabotageMode; 7] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
         SabotageMode::WeakReadQuorum,
+        SabotageMode::WeakSerializableQuorum,
         SabotageMode::WeakPushQuorum,
         SabotageMode::CorruptService,
     ];
@@ -41,6 +44,7 @@ impl SabotageMode {
             SabotageMode::SkipMac => "skip-mac",
             SabotageMode::EarlyExecute => "early-execute",
             SabotageMode::WeakReadQuorum => "weak-read-quorum",
+            SabotageMode::WeakSerializableQuorum => "weak-serializable-quorum",
             SabotageMode::WeakPushQuorum => "weak-push-quorum",
             SabotageMode::CorruptService => "corrupt-service",
         }
@@ -59,6 +63,7 @@ impl SabotageMode {
             SabotageMode::SkipMac => Some(Sabotage::SkipMac),
             SabotageMode::EarlyExecute => Some(Sabotage::EarlyExecute),
             SabotageMode::WeakReadQuorum => Some(Sabotage::WeakReadQuorum),
+            SabotageMode::WeakSerializableQuorum => Some(Sabotage::WeakSerializableQuorum),
             SabotageMode::WeakPushQuorum => Some(Sabotage::WeakPushQuorum),
             SabotageMode::CorruptService => None,
         }

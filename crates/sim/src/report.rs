@@ -33,6 +33,8 @@ pub struct SimReport {
     pub push_gaps: u64,
     /// Heartbeat batches ordered, as counted by the order members up at the end of the run.
     pub heartbeats: u64,
+    /// Serializable reads correct clients got answers to.
+    pub serializable_reads: u64,
 }
 
 /// Totals over many seeds.
@@ -56,6 +58,8 @@ pub struct Summary {
     pub push_gaps: u64,
     /// Heartbeat batches ordered, summed.
     pub heartbeats: u64,
+    /// Serializable reads answered, summed.
+    pub serializable_reads: u64,
 }
 
 impl Summary {
@@ -70,6 +74,7 @@ impl Summary {
         self.pushes_delivered += report.pushes_delivered;
         self.push_gaps += report.push_gaps;
         self.heartbeats += report.heartbeats;
+        self.serializable_reads += report.serializable_reads;
     }
 
     /// The final line: `seeds: N, violations: V, loss: X, duplication: X, ...` with every class in
@@ -85,8 +90,13 @@ impl Summary {
             }
         }
         line.push_str(&format!(
-            ", read_only_delivered: {}, read_only_fallbacks: {}, pushes_delivered: {}, push_gaps: {}, heartbeats: {}",
-            self.read_only_delivered, self.read_only_fallbacks, self.pushes_delivered, self.push_gaps, self.heartbeats
+            ", read_only_delivered: {}, read_only_fallbacks: {}, serializable_reads: {}, pushes_delivered: {}, push_gaps: {}, heartbeats: {}",
+            self.read_only_delivered,
+            self.read_only_fallbacks,
+            self.serializable_reads,
+            self.pushes_delivered,
+            self.push_gaps,
+            self.heartbeats
         ));
         line
     }

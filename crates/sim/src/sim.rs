@@ -20,7 +20,7 @@ use upright_core::wire;
 use crate::byzantine::{inconsistent_authenticator, Byzantine, Outgoing};
 use crate::checkers::agreement::Agreement;
 use crate::checkers::pushes::Pushes;
-use crate::checkers::{durability, linearizability, liveness};
+use crate::checkers::{durability, linearizability, liveness, serializable};
 use crate::events::{Event, EventQueue, Timers};
 use crate::faults::{Behaviour, FaultCounts, FaultPlan, FaultStep, PlanShape};
 use crate::network::Network;
@@ -37,6 +37,8 @@ pub const EVENTS_MAX: u64 = 20_000_000;
 pub const LAGGING_PROBABILITY: f64 = 0.3;
 /// Share of the workload's reads that take the read-only path (the others are ordered).
 pub const READ_ONLY_SHARE: f64 = 0.7;
+/// Of those, the share that are serializable reads (`r + 1` matching answers).
+pub const SERIALIZABLE_SHARE: f64 = 0.3;
 /// How long a client that reached the final phase waits before looking again whether every
 /// workload operation has been answered (its final reads start only then).
 pub const FINAL_READ_WAIT_US: Time = 1_000;
@@ -231,8 +233,9 @@ impl<P: Protocol> Sim<P> {
                 let behaviour = match mode {
                     SabotageMode::ShortQuorum | SabotageMode::EarlyExecute => Behaviour::EquivocatingPrimary,
                     SabotageMode::SkipMac => Behaviour::ForgeSender,
-                    // Forged pushes come from a replica that sends wrong replies.
-                    SabotageMode::WeakPushQuorum => Behaviour::WrongReplies,
+                    // Forged pushes and made-up read answers come from a replica that sends
+                    // wrong replies.
+                    SabotageMode::WeakPushQuorum | SabotageMode::WeakSerializableQuorum => Behaviour::WrongReplies,
                     SabotageMode::WeakReadQuorum | SabotageMode::CorruptService => unreachable!("guarded above"),
                 };
                 FaultPlan::with_byzantine(shape, [(0, behaviour)].into_iter().collect())
@@ -666,15 +669,20 @@ impl<P: Protocol> Sim<P> {
         } else {
             self.workload.random_op(&mut self.rng, c)
         };
-        // Reads take the linearizable read-only path now and then; never the serializable one,
-        // whose stale answers the linearizability checker would rightly reject.
+        // Reads take the read-only path now and then, some of them serializable (never a final
+        // read, which the durability checker takes as linearizable).
         let path = if op.is_read_only() && self.rng.random_bool(READ_ONLY_SHARE) {
-            ReadPath::ReadOnly
+            if !final_read && self.rng.random_bool(SERIALIZABLE_SHARE) {
+                ReadPath::Serializable
+            } else {
+                ReadPath::ReadOnly
+            }
         } else {
             ReadPath::Ordered
         };
         let operation = self.opts.service.encode(&op, &mut self.rng);
-        self.workload.invoke(c, op, self.now, final_read);
+        let serializable = path == ReadPath::Serializable;
+        self.workload.invoke(c, op, self.now, final_read, serializable);
         self.client_input(c, Input::Invoke { operation, path });
     }
 
@@ -704,6 +712,7 @@ impl<P: Protocol> Sim<P> {
         violations.extend(self.agreement.violations().iter().cloned());
         violations.extend(linearizability::check(history));
         violations.extend(durability::check(history));
+        violations.extend(serializable::check(history));
         violations.extend(self.pushes.check(&self.correct_clients, self.opts.heal_at()));
         if self.errors.is_empty() {
             // A run stopped by a panic cannot make progress; the panic is the finding.
@@ -722,11 +731,16 @@ impl<P: Protocol> Sim<P> {
                 .map(|s| s.stats().get(name))
                 .sum()
         };
+        let serializable_reads = history
+            .iter()
+            .filter(|o| o.serializable && o.response.is_some())
+            .count() as u64;
         let heartbeats = stage_stats
             .iter()
             .map(|(_, s)| s.get("heartbeat_sent").copied().unwrap_or(0))
             .sum();
         SimReport {
+            serializable_reads,
             heartbeats,
             stage_stats,
             seed: self.opts.seed,

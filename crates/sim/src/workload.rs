@@ -82,7 +82,7 @@ impl Workload {
     }
 
     /// Records an invocation.
-    pub fn invoke(&mut self, client: u32, op: KvOperation, now: Time, final_read: bool) {
+    pub fn invoke(&mut self, client: u32, op: KvOperation, now: Time, final_read: bool, serializable: bool) {
         self.outstanding.insert(client, self.history.len());
         self.history.push(Operation {
             client,
@@ -90,6 +90,7 @@ impl Workload {
             invoke: now,
             response: None,
             final_read,
+            serializable,
         });
     }
 
@@ -125,7 +126,7 @@ mod tests {
         }
         let mut finals = 0;
         while let Some(op) = w.next_final_read(1) {
-            w.invoke(1, op, 5, true);
+            w.invoke(1, op, 5, true, false);
             assert!(!w.finished(1));
             assert!(w.complete(1, 6, |_| Bytes::new()));
             finals += 1;

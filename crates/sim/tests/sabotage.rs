@@ -83,3 +83,10 @@ fn protocol_sabotage_is_caught_running_the_redis_store() {
 fn weak_push_quorum_is_caught() {
     caught(SabotageMode::WeakPushQuorum);
 }
+
+/// Serializable reads accepted on one answer: the replica that sends wrong replies gets a value
+/// nobody wrote accepted, and the serializable checker sees it.
+#[test]
+fn weak_serializable_quorum_is_caught() {
+    caught(SabotageMode::WeakSerializableQuorum);
+}

@@ -57,7 +57,11 @@ impl Client {
     /// linearizable read (or `r + 1` under [`Sabotage::WeakReadQuorum`]); `r + 1`
     /// ([`Quorums::reply`](crate::quorum::Quorums::reply)) for a serializable one.
     fn read_quorum(&self, path: ReadPath) -> usize {
-        if path == ReadPath::Serializable || self.config.knobs.sabotage == Some(Sabotage::WeakReadQuorum) {
+        let sabotage = self.config.knobs.sabotage;
+        if path == ReadPath::Serializable && sabotage == Some(Sabotage::WeakSerializableQuorum) {
+            return 1;
+        }
+        if path == ReadPath::Serializable || sabotage == Some(Sabotage::WeakReadQuorum) {
             self.quorums.reply()
         } else {
             self.quorums.read_only()

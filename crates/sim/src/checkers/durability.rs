@@ -80,6 +80,7 @@ mod tests {
             invoke,
             response: resp.map(|(t, r)| (t, r.encode())),
             final_read,
+            serializable: false,
         }
     }
     fn b(s: &str) -> Bytes {

@@ -48,6 +48,7 @@ mod tests {
             invoke,
             response: resp.map(|t| (t, KvReply::Value(None).encode())),
             final_read,
+            serializable: false,
         }
     }
 
