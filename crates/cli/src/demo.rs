@@ -166,8 +166,8 @@ fn client(dir: &Path, c: u32) -> Result<ClientHandle, FileError> {
 /// directory fsync on the async runtime's threads for every operation (that blocking I/O made the
 /// gateway about 5x slower than the bench client, which keeps none).
 fn gateway_clients(dir: &Path, n: u32) -> Result<Vec<ClientHandle>, FileError> {
-    use upright_node::gateway::clients::{start, RequestIds};
-    start(&dir.join("client-0.toml"), n, RequestIds::Volatile)
+    use upright_node::gateway::clients::{load, start, RequestIds};
+    start(load(&dir.join("client-0.toml"), n)?, RequestIds::Volatile)
 }
 
 /// The default pool size of the Redis gateway.

@@ -381,7 +381,7 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Resul
     if !storage.fsync_delay.is_zero() {
         tracing::warn!(delay = ?storage.fsync_delay, "TESTING: every log sync (group commit) is followed by this delay (a slower disk)");
     }
-    let spec = ReplicaSpec {
+    let mut spec = ReplicaSpec {
         cluster,
         id,
         keys,
@@ -397,7 +397,6 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Resul
         },
         stages: None,
     };
-    let mut spec = spec;
     if upright_node::replica::forge_pushes_requested(id) {
         tracing::warn!("TESTING: this replica forges every message its service pushes (Byzantine stand-in)");
         spec.service = upright_node::replica::forging_pushes(spec.service);
@@ -490,14 +489,13 @@ async fn redis(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileE
     let (name, replicas) = (cluster.config.cluster_name.clone(), cluster.file.replicas.len());
     let (u, r) = (cluster.config.u, cluster.config.r);
     let first = members[0].1.id.0;
-    drop(members);
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
         FileError(format!(
             "cannot listen on {listen} for Redis clients ({e}); choose another with --listen"
         ))
     })?;
     let addr = listener.local_addr().map_err(|e| FileError(e.to_string()))?;
-    let handles = clients::start(client, pool, RequestIds::Durable)?;
+    let handles = clients::start(members, RequestIds::Durable)?;
     println!(
         "Redis protocol (RESP2/RESP3) on {addr}, served by cluster {name:?} ({replicas} replicas, u = {u}, r = {r})"
     );

@@ -1,5 +1,6 @@
 //! One replica process: opens its stages' logs, builds Auth, Order and (if `id < n_exec`) Exec with
-//! the spec's service (through the one factory, [`upright_core::stages::build`]), listens for replicas, clients and metrics, dials its peers, and runs
+//! the spec's service (through the one factory, [`upright_core::stages::build`]), listens for
+//! replicas, clients and metrics, dials its peers, and runs
 //! the [`Host`] on one task: network inputs round-robin per peer, timers, group commit, sends.
 
 use std::collections::BTreeMap;

@@ -75,12 +75,7 @@ impl Client {
             .or_default()
             .insert(exec, (Digest::of(payload), payload.clone()));
         self.deliver_pushes(out);
-        let wait = if self.pushes.hole() {
-            self.config.knobs.client_retransmit_initial_us
-        } else {
-            PUSH_POLL_US
-        };
-        self.arm_push_resume(now, wait, out);
+        self.arm_push_resume(now, self.push_resume_wait(), out);
     }
 
     /// PUSH-GAP from execution member `exec` (sender and seal checked).
@@ -137,6 +132,16 @@ impl Client {
         }
     }
 
+    /// How long until the next PUSH-RESUME: a retransmission interval while a hole is known,
+    /// otherwise the poll interval.
+    fn push_resume_wait(&self) -> u64 {
+        if self.pushes.hole() {
+            self.config.knobs.client_retransmit_initial_us
+        } else {
+            PUSH_POLL_US
+        }
+    }
+
     fn arm_push_resume(&mut self, now: Time, wait_us: u64, out: &mut Vec<Action>) {
         if !self.pushes.armed {
             self.pushes.armed = true;
@@ -159,12 +164,7 @@ impl Client {
         };
         self.send_to_exec(message, out);
         self.stats.bump("push_resumes_sent");
-        let wait = if self.pushes.hole() {
-            self.config.knobs.client_retransmit_initial_us
-        } else {
-            PUSH_POLL_US
-        };
-        self.arm_push_resume(now, wait, out);
+        self.arm_push_resume(now, self.push_resume_wait(), out);
     }
 }
 
@@ -180,14 +180,20 @@ mod tests {
     use crate::stage::{Input, Stage};
     use crate::testing::{fixture, Fixture};
 
-    fn from_exec(f: &Fixture, exec: u32, message: Message) -> Input {
-        Input::Message(Arc::new(Envelope::seal(
-            &f.replicas[exec as usize],
+    /// `message` from `from` (a member of replica `replica`), sealed for client 0.
+    fn sealed(f: &Fixture, replica: u32, from: Principal, message: Message) -> Envelope {
+        let to = Principal::Client(ClientId(0));
+        Envelope::seal(
+            &f.replicas[replica as usize],
             &f.quorums,
-            Principal::Exec(ReplicaId(exec)),
+            from,
             message,
-            SealFor::One(Principal::Client(ClientId(0))),
-        )))
+            SealFor::One(to),
+        )
+    }
+
+    fn from_exec(f: &Fixture, exec: u32, message: Message) -> Input {
+        Input::Message(Arc::new(sealed(f, exec, Principal::Exec(ReplicaId(exec)), message)))
     }
 
     fn push(f: &Fixture, exec: u32, seq: u64, payload: &'static str) -> Input {
@@ -248,30 +254,16 @@ mod tests {
     #[test]
     fn a_forged_push_from_someone_else_or_with_a_bad_seal_is_dropped() {
         let (f, mut c) = setup();
-        let mut forged = Envelope::seal(
-            &f.replicas[0],
-            &f.quorums,
-            Principal::Exec(ReplicaId(0)),
-            Message::Push {
-                seq: 1,
-                payload: Bytes::from("x"),
-            },
-            SealFor::One(Principal::Client(ClientId(0))),
-        );
+        let x = || Message::Push {
+            seq: 1,
+            payload: Bytes::from("x"),
+        };
+        let mut forged = sealed(&f, 0, Principal::Exec(ReplicaId(0)), x());
         forged.from = Principal::Exec(ReplicaId(1));
         step(&mut c, Input::Message(Arc::new(forged)));
         step(&mut c, push(&f, 0, 1, "x"));
         assert_eq!(c.stats().get("dropped_bad_seal"), 1);
-        let order = Envelope::seal(
-            &f.replicas[3],
-            &f.quorums,
-            Principal::Order(ReplicaId(3)),
-            Message::Push {
-                seq: 1,
-                payload: Bytes::from("x"),
-            },
-            SealFor::One(Principal::Client(ClientId(0))),
-        );
+        let order = sealed(&f, 3, Principal::Order(ReplicaId(3)), x());
         assert!(delivered(&step(&mut c, Input::Message(Arc::new(order)))).is_empty());
         assert_eq!(c.stats().get("dropped_wrong_sender"), 1);
     }

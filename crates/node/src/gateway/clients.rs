@@ -61,9 +61,10 @@ pub fn load(first: &Path, pool: u32) -> Result<Vec<(PathBuf, ClientSetup)>, File
     Ok(setups)
 }
 
-/// Starts the pool's clients (inside a tokio runtime), sharing one connection per replica.
-pub fn start(first: &Path, pool: u32, ids: RequestIds) -> Result<Vec<ClientHandle>, FileError> {
-    let setups = load(first, pool)?
+/// Starts the pool's clients (inside a tokio runtime) from what [`load`] read, sharing one
+/// connection per replica.
+pub fn start(members: Vec<(PathBuf, ClientSetup)>, ids: RequestIds) -> Result<Vec<ClientHandle>, FileError> {
+    let setups = members
         .into_iter()
         .map(|(path, setup)| {
             let state = match ids {

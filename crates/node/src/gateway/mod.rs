@@ -40,7 +40,8 @@ pub trait Protocol: 'static {
     /// One upright operation carrying `commands` in order.
     fn encode(commands: &[Self::Command]) -> Bytes;
     /// The answers to an operation of `commands` commands from its result, in order; `None` if
-    /// the result is malformed.
+    /// the result is malformed. The pool fails every command of a result that does not decode
+    /// to exactly `commands` answers, so an implementation need not check the count.
     fn decode(result: &[u8], commands: usize) -> Option<Vec<Self::Answer>>;
     /// The answer to a command whose operation failed, saying why.
     fn failed(why: &str) -> Self::Answer;

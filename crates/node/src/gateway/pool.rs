@@ -24,10 +24,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::Protocol;
-use crate::client::ClientHandle;
+use crate::client::{ClientError, ClientHandle};
 
 /// Longest a member waits, after its operation is answered, for the connections it answered to
 /// queue their next commands (see the module documentation). The runtime's timer counts in whole
@@ -304,6 +305,19 @@ async fn await_return<P: Protocol>(shared: &PoolShared<P>, answered: &[Arc<Queue
     }
 }
 
+/// The answers to an operation of `n` commands: decoded from its result, or, if the cluster gave
+/// none or one that does not decode to exactly `n` answers, a failure for each command.
+fn answers<P: Protocol>(result: Result<Bytes, ClientError>, n: usize) -> Vec<P::Answer> {
+    let why = match result {
+        Ok(bytes) => match P::decode(&bytes, n) {
+            Some(replies) if replies.len() == n => return replies,
+            _ => "the cluster returned a malformed result".to_string(),
+        },
+        Err(e) => format!("no result from the cluster ({e})"),
+    };
+    (0..n).map(|_| P::failed(&why)).collect()
+}
+
 async fn member<P: Protocol>(client: ClientHandle, shared: Arc<PoolShared<P>>, timeout: Duration) {
     // The connections of the last operation, and when it was answered.
     let mut answered: Vec<Arc<Queue<P>>> = Vec::new();
@@ -328,18 +342,7 @@ async fn member<P: Protocol>(client: ClientHandle, shared: Arc<PoolShared<P>>, t
             .invoke_timeout(P::encode(&op.commands), op.reads_only, timeout)
             .await;
         shared.operations.fetch_add(1, Ordering::Relaxed);
-        let replies = match result {
-            Ok(bytes) => match P::decode(&bytes, n) {
-                Some(replies) if replies.len() == n => replies,
-                _ => (0..n)
-                    .map(|_| P::failed("the cluster returned a malformed result"))
-                    .collect(),
-            },
-            Err(e) => {
-                let why = format!("no result from the cluster ({e})");
-                (0..n).map(|_| P::failed(&why)).collect()
-            }
-        };
+        let replies = answers::<P>(result, n);
         crate::timeline::event("gateway-answer", n as u64, 0, 0);
         let mut replies = replies.into_iter();
         for (queue, count) in &op.owners {
@@ -353,8 +356,6 @@ async fn member<P: Protocol>(client: ClientHandle, shared: Arc<PoolShared<P>>, t
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    use bytes::Bytes;
 
     /// Commands are argument vectors, answers strings; the limits are the Redis gateway's.
     struct Test;
@@ -373,8 +374,10 @@ mod tests {
             Bytes::from(commands.concat().concat())
         }
 
-        fn decode(_result: &[u8], _commands: usize) -> Option<Vec<String>> {
-            None
+        /// Comma-separated answers; `None` for bytes that are not UTF-8.
+        fn decode(result: &[u8], _commands: usize) -> Option<Vec<String>> {
+            let text = std::str::from_utf8(result).ok()?;
+            Some(text.split(',').map(str::to_string).collect())
         }
 
         fn failed(why: &str) -> String {
@@ -410,6 +413,20 @@ mod tests {
         for (queue, count) in &op.owners {
             queue.answer(replies.by_ref().take(*count), &pool.shared, queue);
         }
+    }
+
+    #[test]
+    fn a_result_that_does_not_decode_to_one_answer_per_command_fails_each_command() {
+        let ok = |text: &'static str| Ok(Bytes::from_static(text.as_bytes()));
+        assert_eq!(answers::<Test>(ok("a,b"), 2), vec!["a", "b"]);
+        let malformed = vec!["the cluster returned a malformed result"; 2];
+        assert_eq!(answers::<Test>(ok("a,b,c"), 2), malformed, "too many answers");
+        assert_eq!(answers::<Test>(ok("a"), 2), malformed, "too few answers");
+        assert_eq!(answers::<Test>(Ok(Bytes::from_static(b"\xff")), 2), malformed);
+        assert_eq!(
+            answers::<Test>(Err(ClientError::TimedOut), 1),
+            vec!["no result from the cluster (timed out)"]
+        );
     }
 
     #[test]
