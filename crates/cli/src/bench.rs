@@ -12,9 +12,24 @@ use upright_node::storage::FsyncPolicy;
 /// Options of `upright bench`.
 #[derive(Args)]
 pub struct BenchArgs {
-    /// Workloads A/B (A KiB request, B KiB reply, 0 = 8 bytes), comma-separated.
+    /// Workloads A/B (A KiB request, B KiB reply, 0 = 8 bytes), comma-separated; or
+    /// `state-transfer` alone: the cost of incremental checkpoints and of bringing a replica
+    /// back by state transfer, on a paged test service of `--objects` objects.
     #[arg(long, value_delimiter = ',', default_value = "0/0")]
     workload: Vec<String>,
+    /// `state-transfer`: objects in the test service.
+    #[arg(long, default_value_t = 1_000_000)]
+    objects: u64,
+    /// `state-transfer`: bytes per object (the default makes 10^6 objects 1.01 GiB).
+    #[arg(long, default_value_t = 1088,
+          value_parser = clap::value_parser!(u64).range(1..=upright_core::limits::PAGE_BYTES_MAX as u64))]
+    object_bytes: u64,
+    /// `state-transfer`: objects written while one replica is down.
+    #[arg(long, default_value_t = 10_000)]
+    writes: u64,
+    /// `state-transfer`: measure the checkpoint cost only (no cluster).
+    #[arg(long)]
+    checkpoint_only: bool,
     /// Concurrent closed-loop clients, comma-separated (a sweep).
     #[arg(long, value_delimiter = ',', default_value = "16")]
     clients: Vec<u32>,
@@ -97,11 +112,7 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
     if args.pipeline == Some(0) {
         return Err(FileError("--pipeline: the pipeline window must be at least 1".into()));
     }
-    let fsync = match args.fsync.as_str() {
-        "always" => FsyncPolicy::Always,
-        "never" => FsyncPolicy::Never,
-        other => return Err(FileError(format!("--fsync {other:?}: expected always or never"))),
-    };
+    let fsync = parse_fsync(&args.fsync)?;
     Ok(BenchOptions {
         exe: std::env::current_exe().map_err(|e| FileError(format!("cannot find own executable: {e}")))?,
         workloads,
@@ -118,8 +129,42 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
     })
 }
 
+/// Runs `upright bench --workload state-transfer`.
+async fn run_state_transfer(args: &BenchArgs) -> Result<ExitCode, FileError> {
+    let options = bench::state_transfer::StateTransferOptions {
+        exe: std::env::current_exe().map_err(|e| FileError(format!("cannot find own executable: {e}")))?,
+        objects: args.objects,
+        object_bytes: args.object_bytes as usize,
+        writes: args.writes,
+        fsync: parse_fsync(&args.fsync)?,
+        checkpoint_only: args.checkpoint_only,
+    };
+    tokio::select! {
+        report = bench::state_transfer::run(&options) => { report?; }
+        _ = crate::stop_requested() => {
+            eprintln!("upright bench: stopped; its cluster processes were killed");
+            return Ok(ExitCode::from(130));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_fsync(text: &str) -> Result<FsyncPolicy, FileError> {
+    match text {
+        "always" => Ok(FsyncPolicy::Always),
+        "never" => Ok(FsyncPolicy::Never),
+        other => Err(FileError(format!("--fsync {other:?}: expected always or never"))),
+    }
+}
+
 /// Runs `upright bench`.
 pub async fn run(args: BenchArgs) -> Result<ExitCode, FileError> {
+    if args.workload.iter().any(|w| w == "state-transfer") {
+        if args.workload.len() != 1 {
+            return Err(FileError("--workload state-transfer runs alone".into()));
+        }
+        return run_state_transfer(&args).await;
+    }
     let options = options(&args)?;
     // Stopped early (Ctrl-C, SIGTERM): the run's future is dropped, and with it the replica and
     // NO-REP child processes (they are killed on drop, so none outlives a stopped bench).

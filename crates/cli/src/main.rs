@@ -9,6 +9,7 @@ mod demo;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
@@ -89,10 +90,19 @@ enum Command {
         /// Key file (default: keys/replica-<id>.key next to the config).
         #[arg(long)]
         key: Option<PathBuf>,
-        /// The replicated service: `kv` (the core's in-memory KV) or `redis` (the Redis-compatible
-        /// store of upright-kv). Every replica of a cluster must run the same one.
-        #[arg(long, default_value = "kv", value_parser = ["kv", "redis"])]
+        /// The replicated service: `kv` (the core's in-memory KV), `redis` (the Redis-compatible
+        /// store of upright-kv) or `objects` (a paged test service of `--objects` generated
+        /// objects, for the state-transfer benchmark). Every replica of a cluster must run the
+        /// same one.
+        #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "objects"])]
         service: String,
+        /// `--service objects`: how many objects.
+        #[arg(long, default_value_t = 1_000_000)]
+        objects: u64,
+        /// `--service objects`: bytes per object (at most 65536).
+        #[arg(long, default_value_t = 1088,
+              value_parser = clap::value_parser!(u64).range(1..=upright_core::limits::PAGE_BYTES_MAX as u64))]
+        object_bytes: u64,
     },
     /// Show every replica's view, last executed batch, checkpoint and health.
     Status {
@@ -192,7 +202,9 @@ fn main() -> ExitCode {
             id,
             key,
             service,
-        } => replica(&config, id, key, &service),
+            objects,
+            object_bytes,
+        } => replica(&config, id, key, &service, (objects, object_bytes as usize)),
         Command::Status { config } => runtime().block_on(status(&config)),
         Command::Kv { client, args } => runtime().block_on(kv(&client, &args)),
         Command::Redis { client, listen, pool } => {
@@ -362,7 +374,13 @@ fn init(
     Ok(ExitCode::SUCCESS)
 }
 
-fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Result<ExitCode, FileError> {
+fn replica(
+    config: &Path,
+    id: u32,
+    key: Option<PathBuf>,
+    service: &str,
+    (objects, object_bytes): (u64, usize),
+) -> Result<ExitCode, FileError> {
     init_logging("info");
     let cluster = Cluster::load(config)?;
     cluster.file.replica(id)?;
@@ -392,11 +410,26 @@ fn replica(config: &Path, id: u32, key: Option<PathBuf>, service: &str) -> Resul
                 tracing::warn!("TESTING: this replica corrupts its stored values and replies (Byzantine stand-in)");
             }
             upright_kv::replica::service(corrupt)
+        } else if service == "objects" {
+            tracing::info!(
+                objects,
+                object_bytes,
+                "service: generated objects (a paged test service)"
+            );
+            Arc::new(move || Box::new(upright_core::objects::ObjectStore::new(objects, object_bytes)))
         } else {
             upright_core::stages::kv_service()
         },
         stages: None,
     };
+    if upright_node::replica::wrong_state_requested(id) {
+        tracing::warn!("TESTING: this replica answers every state-transfer request wrongly (Byzantine stand-in)");
+        spec.stages = Some(upright_node::replica::wrong_state_stages(
+            spec.cluster.config.clone(),
+            id,
+            spec.service.clone(),
+        ));
+    }
     if upright_node::replica::forge_pushes_requested(id) {
         tracing::warn!("TESTING: this replica forges every message its service pushes (Byzantine stand-in)");
         spec.service = upright_node::replica::forging_pushes(spec.service);

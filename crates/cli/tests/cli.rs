@@ -158,3 +158,52 @@ fn the_demo_smoke_run_over_unix_sockets_survives_a_sigkill_and_restart() {
     assert!(stdout.contains("lost acknowledged writes: 0"), "{stdout}");
     assert!(!stdout.contains("exited"), "{stdout}");
 }
+
+/// The state-transfer benchmark at a small size: a replica SIGKILLed during writes comes back by
+/// fetching only the objects that changed, while another replica answers state requests wrongly,
+/// and ends at the same checkpoint digest as the others (the bench fails otherwise).
+#[test]
+fn the_state_transfer_bench_brings_a_replica_back_by_difference_despite_wrong_chunks() {
+    let (code, out, err) = upright(&[
+        "bench",
+        "--workload",
+        "state-transfer",
+        "--objects",
+        "50000",
+        "--object-bytes",
+        "512",
+        "--writes",
+        "2000",
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let line = |prefix: &str| {
+        out.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line in {out}\n{err}"))
+            .to_string()
+    };
+    let checkpoint = line("checkpoint after 1000 changed objects: ");
+    let numbers: Vec<f64> = checkpoint
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let (x, y) = (numbers[1], numbers[2]);
+    assert!(
+        x < y,
+        "an incremental checkpoint costs less than a whole one: {checkpoint}"
+    );
+    let transfer = line("state transfer: ");
+    let numbers: Vec<f64> = transfer
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let (b, s) = (numbers[0], numbers[1]);
+    assert!(s >= 50_000.0 * 512.0, "{transfer}");
+    // At most the 2,200 written objects (plus tree nodes), far from the whole state.
+    assert!(b > 0.0 && b < s * 0.25, "{transfer}");
+    assert!(err.contains("agree on checkpoint"), "{err}");
+    assert!(
+        !err.contains(" 0 wrong answers refused"),
+        "the lying replica was asked and caught: {err}"
+    );
+}

@@ -8,11 +8,13 @@
 //! - [`crypto`], [`message`], [`codec`], [`wire`]: digests, MACs, authenticators, matrix
 //!   signatures, signatures; every message; bounded encoding of values, and the wire format of
 //!   envelopes;
-//! - [`page_tree`]: paged state under a Merkle tree and its verified transfer (groundwork);
+//! - [`page_tree`], [`pages`]: a service's paged state under a Merkle tree, checkpointed by
+//!   difference and transferred by verified difference;
 //! - [`stage`]: the `handle(now, input) -> actions` shape; [`service`]: the application trait;
 //!   [`stages`]: the one factory of every principal's stage for any service;
 //! - [`client`], [`auth`], [`order`], [`exec`]: the four roles; [`kv`]: an in-memory key-value
-//!   service used by the simulator and tests.
+//!   service used by the simulator and tests; [`objects`]: a paged test service of fixed-size
+//!   objects.
 #![warn(missing_docs)]
 
 pub mod codec;
@@ -22,6 +24,7 @@ pub mod ids;
 pub mod limits;
 pub mod message;
 pub mod page_tree;
+pub mod pages;
 pub mod quorum;
 pub mod service;
 pub mod stage;
@@ -32,6 +35,7 @@ pub mod auth;
 pub mod client;
 pub mod exec;
 pub mod kv;
+pub mod objects;
 pub mod order;
 
 #[cfg(test)]

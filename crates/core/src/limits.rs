@@ -14,6 +14,12 @@ pub const OPERATION_BYTES_MAX: usize = 4 << 20;
 pub const STATE_CHUNK_BYTES_MAX: usize = 1 << 20;
 /// Most chunks in one checkpoint (bounds the manifest): with 1 MiB chunks, 64 GiB of state.
 pub const STATE_CHUNKS_MAX: usize = 65_536;
+/// Largest page of a paged service's state (a BFS file block is 4 KiB; a ZooKeeper node's data
+/// at most 1 MiB spans several pages).
+pub const PAGE_BYTES_MAX: usize = 64 * 1024;
+/// Most tree nodes or pages asked for in one FETCH-PAGES (bounds the request and, with
+/// [`PAGE_BYTES_MAX`], the answer: 4 MiB of pages plus 64 nodes of 16 digests).
+pub const PAGE_ITEMS_PER_FETCH: usize = 64;
 /// Most entries in any list carried by a control message (view-change sets, certificates,
 /// client tables).
 pub const LIST_ENTRIES_MAX: usize = 65_536;

@@ -482,6 +482,32 @@ pub enum Message {
         /// known).
         installed: bool,
     },
+    // ---- execution <-> execution (paged state transfer) ----
+    /// Asks a peer for parts of the paged state of the execution checkpoint `state_digest` at
+    /// `seqno` (docs/PROTOCOL.md, "Paged state"): the children of tree nodes and page contents,
+    /// at most [`crate::limits::PAGE_ITEMS_PER_FETCH`] of each. MAC.
+    FetchPages {
+        /// Sequence number.
+        seqno: SeqNo,
+        /// Digest of the execution checkpoint.
+        state_digest: Digest,
+        /// Tree nodes `(level, index)` whose children are wanted.
+        nodes: Vec<(u32, u64)>,
+        /// Pages wanted.
+        pages: Vec<u64>,
+    },
+    /// The answer to FETCH-PAGES, each item verified by the receiver against the certified tree.
+    /// MAC.
+    PageAnswer {
+        /// Sequence number.
+        seqno: SeqNo,
+        /// Digest of the execution checkpoint.
+        state_digest: Digest,
+        /// Each node asked for with its children's digests.
+        nodes: Vec<((u32, u64), Vec<Digest>)>,
+        /// Each page asked for with its contents.
+        pages: Vec<(u64, Bytes)>,
+    },
 }
 
 /// A reply's result, full or as a digest.

@@ -16,8 +16,8 @@
 //!   (several in parallel), and a wrong answer is an error naming nothing installed, so the caller
 //!   asks another peer.
 //!
-//! Not yet wired into the execution stage's checkpoints (issue 22): today a checkpoint is still
-//! the service's whole serialization.
+//! The execution stage keeps one tree over a paged service's [`crate::pages::Pages`]
+//! (`exec/paged.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,8 +50,12 @@ impl PageTree {
         PageTree::default()
     }
 
-    /// The digest of page `index` holding `bytes` (the page's position is part of it).
+    /// The digest of page `index` holding `bytes` (the page's position is part of it); an empty
+    /// page is [`EMPTY_PAGE`], like a page never written.
     pub fn page_digest(index: u64, bytes: &[u8]) -> Digest {
+        if bytes.is_empty() {
+            return EMPTY_PAGE;
+        }
         Digest::of_parts("upright page", &[&index.to_le_bytes(), bytes])
     }
 

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 
 use crate::ids::{ClientId, RequestId, SeqNo};
+use crate::pages::Pages;
 
 /// Agreed context of a batch: the same at every correct execution member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,9 +153,27 @@ pub trait Service {
     /// read-only (the client then uses the ordered path).
     fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes>;
 
-    /// Deterministic serialization of the whole state.
+    /// Deterministic serialization of the state, except its pages (for a service without pages:
+    /// the whole state).
     fn checkpoint(&self) -> Bytes;
 
-    /// Replaces the state with a checkpoint's.
+    /// Replaces the state with a checkpoint's. For a paged service the pages are already in
+    /// place (loaded from storage or fetched from peers) when this is called: rebuild whatever
+    /// the service derives from them here.
     fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError>;
+
+    /// The service's paged state, if it keeps one (PBFT's partition tree; docs/SERVICES.md,
+    /// "Paged state"): the execution stage checkpoints only the pages changed since the previous
+    /// checkpoint, persists them, and a member that fell behind fetches only the pages that
+    /// differ. A large state belongs here; [`Service::checkpoint`] then carries only the rest.
+    /// The default has no pages.
+    fn pages(&self) -> Option<&Pages> {
+        None
+    }
+
+    /// The paged state, to write (the execution stage installs loaded and fetched pages and
+    /// freezes the state at each checkpoint). Must be `Some` exactly when [`Service::pages`] is.
+    fn pages_mut(&mut self) -> Option<&mut Pages> {
+        None
+    }
 }

@@ -163,6 +163,21 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
         Message::StateManifest { chunk_digests, .. } => limit(chunk_digests.len() <= STATE_CHUNKS_MAX, "manifest"),
         Message::StateChunk { data, .. } => limit(data.len() <= STATE_CHUNK_BYTES_MAX, "state chunk"),
         Message::Push { payload, .. } => limit(payload.len() <= crate::limits::PUSH_BYTES_MAX, "push"),
+        Message::FetchPages { nodes, pages, .. } => {
+            limit(nodes.len() <= PAGE_ITEMS_PER_FETCH, "fetched nodes")?;
+            limit(pages.len() <= PAGE_ITEMS_PER_FETCH, "fetched pages")
+        }
+        Message::PageAnswer { nodes, pages, .. } => {
+            limit(nodes.len() <= PAGE_ITEMS_PER_FETCH, "answered nodes")?;
+            limit(
+                nodes
+                    .iter()
+                    .all(|(_, children)| children.len() <= crate::page_tree::FANOUT),
+                "node children",
+            )?;
+            limit(pages.len() <= PAGE_ITEMS_PER_FETCH, "answered pages")?;
+            limit(pages.iter().all(|(_, page)| page.len() <= PAGE_BYTES_MAX), "page")
+        }
         Message::Prepare { .. }
         | Message::Commit { .. }
         | Message::Checkpoint(_)

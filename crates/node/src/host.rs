@@ -61,6 +61,8 @@ pub struct Progress {
     pub executed: u64,
     /// Last execution checkpoint.
     pub exec_checkpoint: u64,
+    /// Its state digest (the first bytes, hex): equal at every correct execution member.
+    pub exec_checkpoint_digest: String,
     /// State transfers completed.
     pub state_loads: u64,
     /// Messages the service pushed to clients since start.
@@ -225,8 +227,13 @@ impl Host {
             Event::ViewInstalled { view } => p.view = p.view.max(view.0),
             Event::CheckpointStable { seqno } => p.stable_checkpoint = p.stable_checkpoint.max(seqno.0),
             Event::Executed { seqno, .. } => p.executed = seqno.0,
-            Event::Checkpointed { seqno, .. } => p.exec_checkpoint = seqno.0,
-            Event::StateLoaded { seqno, .. } => {
+            Event::Checkpointed { seqno, state_digest } => {
+                p.exec_checkpoint = seqno.0;
+                p.exec_checkpoint_digest = format!("{state_digest:?}");
+            }
+            Event::StateLoaded { seqno, state_digest } => {
+                p.exec_checkpoint = seqno.0;
+                p.exec_checkpoint_digest = format!("{state_digest:?}");
                 p.executed = seqno.0;
                 p.state_loads += 1;
             }

@@ -140,10 +140,16 @@ impl Status {
         let _ = writeln!(o, "executed={}", p.executed);
         let _ = writeln!(o, "stable_checkpoint={}", p.stable_checkpoint);
         let _ = writeln!(o, "exec_checkpoint={}", p.exec_checkpoint);
+        let _ = writeln!(o, "exec_checkpoint_digest={}", p.exec_checkpoint_digest);
         let _ = writeln!(o, "state_transfers={}", p.state_loads);
         let _ = writeln!(o, "corrupt_storage_recoveries={}", self.corrupt_recoveries);
         for (stage, outcome) in &self.recovery {
             let _ = writeln!(o, "recovery_{stage}={outcome}");
+        }
+        for (stage, stats) in &self.stage_stats {
+            for (name, value) in stats {
+                let _ = writeln!(o, "stat_{stage}_{name}={value}");
+            }
         }
         o
     }

@@ -86,6 +86,107 @@ pub fn forging_pushes(service: ServiceFactory) -> ServiceFactory {
     Arc::new(move || Box::new(Forging(service())))
 }
 
+/// Environment variable (testing only): a replica whose id it names answers every state-transfer
+/// request (manifest, chunk, pages, tree nodes) with altered data, standing in for a Byzantine
+/// replica that sends wrong chunks; everything else it does is correct.
+pub const WRONG_STATE_ENV: &str = "UPRIGHT_TEST_WRONG_STATE";
+
+/// Whether replica `id` is told by [`WRONG_STATE_ENV`] to send wrong state (testing only).
+pub fn wrong_state_requested(id: u32) -> bool {
+    std::env::var(WRONG_STATE_ENV).is_ok_and(|v| v.trim() == id.to_string())
+}
+
+/// Testing only: the real stages of replica `id`, its execution member altering every
+/// state-transfer answer it sends (see [`WRONG_STATE_ENV`]).
+pub fn wrong_state_stages(
+    config: Arc<upright_core::config::ClusterConfig>,
+    id: u32,
+    service: ServiceFactory,
+) -> StageFactory {
+    use upright_core::message::{Envelope, Message, SealFor};
+    use upright_core::stage::{Action, Input, Stats};
+
+    struct Lying {
+        inner: Box<dyn Stage + Send>,
+        keys: Arc<KeyRing>,
+        q: upright_core::quorum::Quorums,
+    }
+    fn alter(message: &Message) -> Option<Message> {
+        let flip = |b: &Bytes| {
+            let mut v = b.to_vec();
+            match v.first_mut() {
+                Some(x) => *x ^= 0xff,
+                None => v.push(1),
+            }
+            Bytes::from(v)
+        };
+        Some(match message.clone() {
+            Message::StateChunk {
+                seqno,
+                state_digest,
+                index,
+                data,
+            } => Message::StateChunk {
+                seqno,
+                state_digest,
+                index,
+                data: flip(&data),
+            },
+            Message::PageAnswer {
+                seqno,
+                state_digest,
+                nodes,
+                pages,
+            } => Message::PageAnswer {
+                seqno,
+                state_digest,
+                nodes: nodes
+                    .into_iter()
+                    .map(|(n, mut children)| {
+                        if let Some(first) = children.first_mut() {
+                            first.0[0] ^= 0xff;
+                        }
+                        (n, children)
+                    })
+                    .collect(),
+                pages: pages.into_iter().map(|(i, p)| (i, flip(&p))).collect(),
+            },
+            _ => return None,
+        })
+    }
+    impl Stage for Lying {
+        fn principal(&self) -> upright_core::ids::Principal {
+            self.inner.principal()
+        }
+        fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
+            let start = out.len();
+            self.inner.handle(now, input, out);
+            for action in &mut out[start..] {
+                let Action::Send { to, envelope } = action else {
+                    continue;
+                };
+                let (Some(lie), [recipient]) = (alter(&envelope.message), &to[..]) else {
+                    continue;
+                };
+                let sealed = Envelope::seal(&self.keys, &self.q, envelope.from, lie, SealFor::One(*recipient));
+                *envelope = Arc::new(sealed);
+            }
+        }
+        fn stats(&self) -> &Stats {
+            self.inner.stats()
+        }
+    }
+    Arc::new(move |kind, storage, keys| {
+        let principal = kind.member(ReplicaId(id));
+        let stage = upright_core::stages::build(&config, principal, &keys, storage, &service)?;
+        if kind != StageKind::Exec {
+            return Ok(stage);
+        }
+        let q = config.validate()?;
+        Ok(Box::new(Lying { inner: stage, keys, q }))
+    })
+}
+
 /// Builds the stage of one kind from its recovered storage and the replica's key ring.
 pub type StageFactory =
     Arc<dyn Fn(StageKind, &Storage, Arc<KeyRing>) -> Result<Box<dyn Stage + Send>, ConfigError> + Send + Sync>;

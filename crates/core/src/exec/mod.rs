@@ -9,12 +9,14 @@
 //! - [`checkpoint`]: the execution checkpoint, its chunking, digest and storage;
 //! - `state_transfer`: LOAD-CP quorum, fetching a checkpoint from peers, serving ours;
 //! - `read_only`: READ-ONLY requests answered at once from the current state, outside the order;
-//! - [`pushes`]: messages the service pushes to clients, numbered per client, kept for resends.
+//! - [`pushes`]: messages the service pushes to clients, numbered per client, kept for resends;
+//! - [`paged`]: a paged service's page tree: incremental checkpoints, transfer by difference.
 
 mod batches;
 pub mod checkpoint;
 mod execute;
 pub mod fetch;
+pub mod paged;
 pub mod pushes;
 mod read_only;
 pub mod reply_cache;
@@ -23,6 +25,8 @@ mod state_transfer;
 mod tests;
 #[cfg(test)]
 mod tests_cpu;
+#[cfg(test)]
+mod tests_paged;
 #[cfg(test)]
 mod tests_read_only;
 #[cfg(test)]
@@ -81,6 +85,8 @@ pub struct ExecStage {
     read_only_nonces: ReadOnlyNonces,
     /// Pushed messages: numbering and the kept ones.
     pushes: PushLog,
+    /// A paged service's page tree (`None` for a service without pages).
+    paged: Option<paged::PagedState>,
 }
 
 impl ExecStage {
@@ -119,6 +125,7 @@ impl ExecStage {
             progress_mark: SeqNo(0),
             read_only_nonces: ReadOnlyNonces::default(),
             pushes: PushLog::default(),
+            paged: None,
             config,
         };
         stage.recover(storage);
@@ -267,13 +274,33 @@ impl ExecStage {
                 Principal::Exec(r),
             ) if r != self.id => self.on_state_chunk(*seqno, *state_digest, *index, data, out),
             (
+                Message::FetchPages {
+                    seqno,
+                    state_digest,
+                    nodes,
+                    pages,
+                },
+                Principal::Exec(r),
+            ) if r != self.id => self.on_fetch_pages(r, *seqno, *state_digest, nodes, pages, out),
+            (
+                Message::PageAnswer {
+                    seqno,
+                    state_digest,
+                    nodes,
+                    pages,
+                },
+                Principal::Exec(r),
+            ) if r != self.id => self.on_page_answer(r, *seqno, *state_digest, nodes, pages, out),
+            (
                 Message::NextBatch { .. }
                 | Message::Command { .. }
                 | Message::Retransmit { .. }
                 | Message::LoadCheckpoint { .. }
                 | Message::FetchState { .. }
                 | Message::StateManifest { .. }
-                | Message::StateChunk { .. },
+                | Message::StateChunk { .. }
+                | Message::FetchPages { .. }
+                | Message::PageAnswer { .. },
                 _,
             ) => self.stats.bump("wrong_sender"),
             _ => self.stats.bump("unexpected_message"),

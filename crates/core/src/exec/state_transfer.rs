@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::checkpoint::{chunk_count, ExecCheckpoint, StoredCheckpoint};
+use super::paged::PageSync;
 use super::ExecStage;
 use crate::codec;
 use crate::crypto::Digest;
@@ -41,7 +42,7 @@ impl LoadVotes {
 /// A state transfer in progress.
 pub(crate) struct Transfer {
     seqno: SeqNo,
-    digest: Digest,
+    pub(super) digest: Digest,
     /// Total bytes and chunk digests, once a verified manifest arrived.
     manifest: Option<(u64, Vec<Digest>)>,
     chunks: Vec<Option<Bytes>>,
@@ -51,9 +52,13 @@ pub(crate) struct Transfer {
     /// Next chunk index never requested.
     next_index: u32,
     /// Execution peers, starting after ourselves.
-    peers: Vec<ReplicaId>,
+    pub(super) peers: Vec<ReplicaId>,
     /// Peer asked for the manifest / first choice for chunks; advances on every retry.
     cursor: usize,
+    /// The verified small part, kept until the pages are in place.
+    stored: Option<StoredCheckpoint>,
+    /// The paged phase, once the small part is in (`paged.rs`).
+    pub(super) pages: Option<PageSync>,
 }
 
 impl Transfer {
@@ -96,6 +101,8 @@ impl ExecStage {
             next_index: 0,
             peers,
             cursor: 0,
+            stored: None,
+            pages: None,
         };
         self.transfer = Some(transfer);
         self.request_manifest(out);
@@ -140,6 +147,10 @@ impl ExecStage {
 
     /// Retry tick: ask the next peer for the manifest or for every outstanding chunk.
     pub(super) fn retry_transfer(&mut self, out: &mut Vec<Action>) {
+        if self.installing_pages() {
+            self.retry_pages(out);
+            return;
+        }
         let Some(t) = &mut self.transfer else { return };
         t.cursor = (t.cursor + 1) % t.peers.len();
         if t.manifest.is_none() {
@@ -200,7 +211,7 @@ impl ExecStage {
             self.stats.bump("state_chunk_unexpected");
             return;
         };
-        let Some((_, digests)) = &t.manifest else {
+        let Some((_, digests)) = t.manifest.as_ref().filter(|_| t.stored.is_none()) else {
             self.stats.bump("state_chunk_unexpected");
             return;
         };
@@ -221,6 +232,7 @@ impl ExecStage {
         }
         t.chunks[i] = Some(data.clone());
         t.received += 1;
+        self.stats.add("state_transfer_bytes", data.len() as u64);
         t.in_flight.remove(&index);
         self.stats.bump("state_chunk_accepted");
         if t.received == t.chunks.len() {
@@ -230,31 +242,44 @@ impl ExecStage {
         }
     }
 
-    /// All chunks arrived: decode, restore, persist, continue at `seqno + 1`.
+    /// All chunks arrived: decode; for a paged service bring the pages to the checkpoint's tree
+    /// first (`paged.rs`), then restore.
     fn finish_transfer(&mut self, out: &mut Vec<Action>) {
-        let t = self.transfer.take().expect("transfer in progress");
+        let t = self.transfer.as_mut().expect("transfer in progress");
         let mut blob = Vec::with_capacity(t.manifest.as_ref().map_or(0, |m| m.0 as usize));
-        for chunk in t.chunks.iter().flatten() {
-            blob.extend_from_slice(chunk);
+        for chunk in t.chunks.drain(..).flatten() {
+            blob.extend_from_slice(&chunk);
         }
         let stored = StoredCheckpoint::new(t.seqno, Bytes::from(blob), self.config.knobs.state_chunk_bytes);
         assert_eq!(
             stored.digest, t.digest,
             "every chunk was verified against the verified manifest"
         );
-        let checkpoint: ExecCheckpoint = match codec::from_bytes(&stored.blob) {
-            Ok(cp) => cp,
-            Err(_) => {
+        let checkpoint = match codec::from_bytes::<ExecCheckpoint>(&stored.blob) {
+            Ok(cp) if cp.seqno == t.seqno => cp,
+            _ => {
                 self.stats.bump("state_transfer_undecodable");
                 self.abandon_transfer();
                 return;
             }
         };
-        if checkpoint.seqno != t.seqno || self.restore_checkpoint(&checkpoint).is_err() {
+        t.stored = Some(stored);
+        self.start_page_sync(checkpoint, out);
+    }
+
+    /// The pages (if any) are in place: restore the rest, persist, continue at `seqno + 1`.
+    pub(super) fn complete_transfer(&mut self, checkpoint: ExecCheckpoint, out: &mut Vec<Action>) {
+        let t = self.transfer.take().expect("transfer in progress");
+        let stored = t.stored.expect("small part verified");
+        if self.restore_checkpoint(&checkpoint).is_err() {
             self.stats.bump("state_transfer_unrestorable");
             self.abandon_transfer();
             return;
         }
+        self.stats.add(
+            "state_transfer_state_bytes",
+            stored.blob.len() as u64 + checkpoint.page_bytes,
+        );
         self.install_checkpoint(stored, out);
         self.batches.prune_through(t.seqno);
         self.fetcher.prune_through(t.seqno);
@@ -271,7 +296,7 @@ impl ExecStage {
 
     /// After a failed transfer: drop what was buffered beyond the normal window (the order stage
     /// will send LOAD-CP again on LAST-EXEC).
-    fn abandon_transfer(&mut self) {
+    pub(super) fn abandon_transfer(&mut self) {
         self.transfer = None;
         self.batches
             .prune_beyond(SeqNo(self.last_executed.0.saturating_add(self.config.knobs.log_window)));

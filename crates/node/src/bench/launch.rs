@@ -69,13 +69,27 @@ pub struct Target {
     pub clients: u32,
     /// Run the NO-REP server instead of replicas.
     pub norep: bool,
+    /// Extra arguments of every `upright replica` (the service to run).
+    pub replica_args: Vec<String>,
+    /// Extra environment of every replica process (testing switches naming one replica).
+    pub replica_env: Vec<(String, String)>,
 }
 
-fn spawn(exe: &Path, dir: &Path, args: &[String], log_name: &str) -> Result<Child, FileError> {
-    let log =
-        std::fs::File::create(dir.join(log_name)).map_err(|e| FileError(format!("cannot create log file: {e}")))?;
+fn spawn(
+    exe: &Path,
+    dir: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    log_name: &str,
+) -> Result<Child, FileError> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(log_name))
+        .map_err(|e| FileError(format!("cannot create log file: {e}")))?;
     Command::new(exe)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| FileError(e.to_string()))?)
         .stderr(log)
@@ -108,23 +122,51 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
     let mut children = Vec::new();
     if target.norep {
         let args = ["norep".to_string(), "--config".into(), config];
-        children.push(spawn(exe, dir, &args, "norep.log")?);
+        children.push(spawn(exe, dir, &args, &[], "norep.log")?);
     } else {
         for id in 0..n {
-            let args = [
-                "replica".to_string(),
-                "--config".into(),
-                config.clone(),
-                "--id".into(),
-                id.to_string(),
-            ];
-            children.push(spawn(exe, dir, &args, &format!("replica-{id}.log"))?);
+            children.push(spawn_replica(exe, dir, target, id as u32)?);
         }
     }
     Ok(Processes {
         children,
         dir: dir.to_path_buf(),
     })
+}
+
+/// Starts replica `id` of `target` (configured in `dir` by [`launch`]); its log is appended to.
+fn spawn_replica(exe: &Path, dir: &Path, target: &Target, id: u32) -> Result<Child, FileError> {
+    let mut args = vec![
+        "replica".to_string(),
+        "--config".into(),
+        dir.join("cluster.toml").display().to_string(),
+        "--id".into(),
+        id.to_string(),
+    ];
+    args.extend(target.replica_args.iter().cloned());
+    spawn(exe, dir, &args, &target.replica_env, &format!("replica-{id}.log"))
+}
+
+impl Processes {
+    /// SIGKILLs replica `id` (the `id`-th child) and waits for it.
+    pub fn kill(&mut self, id: usize) -> Result<(), FileError> {
+        let child = self
+            .children
+            .get_mut(id)
+            .ok_or_else(|| FileError(format!("no process {id}")))?;
+        child
+            .kill()
+            .map_err(|e| FileError(format!("cannot kill replica {id}: {e}")))?;
+        let _ = child.wait();
+        Ok(())
+    }
+
+    /// Starts replica `id` again (after [`Processes::kill`]) from the same binary and config.
+    pub fn restart(&mut self, exe: &Path, target: &Target, id: usize) -> Result<(), FileError> {
+        let child = spawn_replica(exe, &self.dir, target, id as u32)?;
+        self.children[id] = child;
+        Ok(())
+    }
 }
 
 /// CPU time (user + system, all threads) a process has used so far, in microseconds, from the

@@ -14,6 +14,7 @@
 mod launch;
 mod load;
 mod report;
+pub mod state_transfer;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -170,6 +171,8 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
             idle_spin_us: options.idle_spin_us,
             clients: most,
             norep: true,
+            replica_args: Vec::new(),
+            replica_env: Vec::new(),
         };
         norep = Some(start(options, target).await?);
     }
@@ -184,6 +187,8 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
                 idle_spin_us: options.idle_spin_us,
                 clients: most,
                 norep: false,
+                replica_args: Vec::new(),
+                replica_env: Vec::new(),
             };
             let mut cluster = start(options, target).await?;
             for &workload in &options.workloads {

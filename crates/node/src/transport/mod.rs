@@ -152,6 +152,8 @@ pub fn stage_for(message: &Message) -> Option<StageKind> {
         | FetchState { .. }
         | StateManifest { .. }
         | StateChunk { .. }
+        | FetchPages { .. }
+        | PageAnswer { .. }
         | ReadOnlyRequest { .. }
         | PushResume { .. } => Some(StageKind::Exec),
         Reply { .. } | Push { .. } | PushGap { .. } => None,

@@ -1,0 +1,408 @@
+//! Paged state at an execution member (docs/PROTOCOL.md, "Paged state"; PBFT thesis 5.3).
+//!
+//! For a service with [`crate::pages::Pages`] the member keeps a [`PageTree`] over the pages as of
+//! its newest checkpoint:
+//! - **Checkpoint.** Only the pages changed since the previous checkpoint are hashed into the
+//!   tree and persisted (`exec/page/<index>`, written before CP-TOKEN goes out like the rest of
+//!   the checkpoint); the execution checkpoint names the tree's root, page count and bytes, so
+//!   its digest (which the order stage certifies) binds every page.
+//! - **Recovery.** The stored pages are installed over the service's initial pages, the tree is
+//!   rebuilt and a stored checkpoint is restored only if its root matches.
+//! - **Transfer.** After the checkpoint's small part (the manifest and chunks of
+//!   `state_transfer.rs`) a [`TreeSync`] walks the certified tree from the root down, asking
+//!   peers (all of them, in parallel) for the children of the nodes that differ from the local
+//!   tree and then for the pages that differ. Every answer is checked against the certified tree;
+//!   a peer caught answering wrongly is not asked again during this transfer and its items go
+//!   to the others. Fetched pages are installed as they arrive; the member executes nothing
+//!   until the tree reaches the certified root.
+//! - **Serving.** Peers are answered from the newest checkpoint: tree nodes from the tree, pages
+//!   from [`crate::pages::Pages::checkpointed`] (the version as of that checkpoint, kept
+//!   copy-on-write while execution goes on). Requests for an older checkpoint go unanswered; the
+//!   fetching member learns the newer one from the order stage's next LOAD-CP.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+
+use super::checkpoint::ExecCheckpoint;
+use super::ExecStage;
+use crate::crypto::Digest;
+use crate::ids::{Principal, ReplicaId, SeqNo};
+use crate::limits::PAGE_ITEMS_PER_FETCH;
+use crate::message::Message;
+use crate::page_tree::{NodeId, PageTree, SyncError, TreeSync};
+use crate::pages::{page_digest, tree_of, PageCheckpoint, Pages};
+use crate::stage::{Action, Storage};
+
+/// Prefix of the storage keys of checkpointed pages.
+pub const PAGE_KEY_PREFIX: &str = "exec/page/";
+
+/// Items (nodes and pages) asked for and not yet answered, across all peers. With
+/// [`PAGE_ITEMS_PER_FETCH`] per request, several requests per peer are outstanding at once.
+pub const PAGE_ITEMS_IN_FLIGHT_MAX: usize = 8 * PAGE_ITEMS_PER_FETCH;
+
+/// Storage key of page `index`.
+pub fn page_key(index: u64) -> String {
+    format!("{PAGE_KEY_PREFIX}{index}")
+}
+
+fn parse_page_key(key: &str) -> Option<u64> {
+    let digits = key.strip_prefix(PAGE_KEY_PREFIX)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The member's view of a paged service's state.
+pub(crate) struct PagedState {
+    /// The tree over the pages as of the newest checkpoint (or, during a transfer, over the live
+    /// pages being brought to the certified tree).
+    pub tree: PageTree,
+    /// Pages with a storage record.
+    stored: BTreeSet<u64>,
+    /// The tree and pages no longer match the newest checkpoint (a transfer installed pages into
+    /// them): serve nothing until the next checkpoint or completed transfer.
+    pub diverged: bool,
+}
+
+/// Something asked for during a paged transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Item {
+    Node(NodeId),
+    Page(u64),
+}
+
+/// The paged phase of a state transfer: the checkpoint's small part is verified and decoded, the
+/// pages are being brought to its tree.
+pub(crate) struct PageSync {
+    sync: TreeSync,
+    /// The decoded checkpoint (restored once the pages are in place).
+    pub checkpoint: ExecCheckpoint,
+    /// Item -> index (into the transfer's peers) of the peer last asked.
+    asked: BTreeMap<Item, usize>,
+    /// Peers caught answering wrongly.
+    distrusted: BTreeSet<usize>,
+    /// Pages installed so far.
+    installed: BTreeSet<u64>,
+    /// Next peer to give new items to.
+    next_peer: usize,
+}
+
+impl PageSync {
+    /// The next peer not caught lying, from `start` on (all are trusted again if none is left).
+    fn trusted_from(&mut self, start: usize, peers: usize) -> usize {
+        if self.distrusted.len() >= peers {
+            self.distrusted.clear();
+        }
+        (0..peers)
+            .map(|k| (start + k) % peers)
+            .find(|p| !self.distrusted.contains(p))
+            .expect("at least one peer is trusted")
+    }
+}
+
+impl PagedState {
+    /// Installs the stored pages over the service's initial ones and builds the tree (hashes the
+    /// whole state once).
+    pub fn recover(pages: &mut Pages, storage: &Storage, bad_keys: &mut u64) -> PagedState {
+        let mut stored = BTreeSet::new();
+        for (key, record) in storage.range(PAGE_KEY_PREFIX.to_string()..) {
+            if !key.starts_with(PAGE_KEY_PREFIX) {
+                break;
+            }
+            match parse_page_key(key) {
+                Some(index) if record.len() <= crate::limits::PAGE_BYTES_MAX => {
+                    pages.set(index, record.clone());
+                    stored.insert(index);
+                }
+                _ => *bad_keys += 1,
+            }
+        }
+        pages.freeze();
+        PagedState {
+            tree: tree_of(pages),
+            stored,
+            diverged: false,
+        }
+    }
+
+    /// Checkpoints the pages: hashes the changed ones into the tree and persists them.
+    pub fn checkpoint(&mut self, pages: &mut Pages, out: &mut Vec<Action>) -> PageCheckpoint {
+        let cp = PageCheckpoint::take(&mut self.tree, pages);
+        for (index, page) in &cp.changed {
+            match page {
+                Some(bytes) if !bytes.is_empty() => {
+                    self.stored.insert(*index);
+                    out.push(Action::Persist {
+                        key: page_key(*index),
+                        value: Some(bytes.clone()),
+                    });
+                }
+                _ => {
+                    if self.stored.remove(index) {
+                        out.push(Action::Persist {
+                            key: page_key(*index),
+                            value: None,
+                        });
+                    }
+                }
+            }
+        }
+        self.diverged = false;
+        cp
+    }
+}
+
+impl ExecStage {
+    /// Whether a transfer is installing pages (nothing is executed meanwhile).
+    pub(super) fn installing_pages(&self) -> bool {
+        self.transfer.as_ref().is_some_and(|t| t.pages.is_some())
+    }
+
+    /// The small part of a transfer arrived: bring the pages to its tree, or finish at once.
+    pub(super) fn start_page_sync(&mut self, checkpoint: ExecCheckpoint, out: &mut Vec<Action>) {
+        let (Some(paged), Some(pages)) = (self.paged.as_mut(), self.service.pages_mut()) else {
+            if checkpoint.pages == 0 {
+                self.complete_transfer(checkpoint, out);
+            } else {
+                self.stats.bump("state_transfer_pages_unsupported");
+                self.abandon_transfer();
+            }
+            return;
+        };
+        // Compare against the live pages (execution may have changed some since the checkpoint).
+        for index in pages.changed_indices() {
+            match pages.get(index) {
+                Some(page) => paged.tree.set(index, page_digest(index, page)),
+                None => paged.tree.set(index, crate::page_tree::EMPTY_PAGE),
+            }
+        }
+        if paged.tree.pages() > pages.len() {
+            paged.tree.truncate(pages.len());
+        }
+        paged.tree.root();
+        paged.diverged = true;
+        let sync = TreeSync::new(&paged.tree, checkpoint.page_root, checkpoint.pages);
+        let t = self.transfer.as_mut().expect("transfer in progress");
+        t.pages = Some(PageSync {
+            sync,
+            checkpoint,
+            asked: BTreeMap::new(),
+            distrusted: BTreeSet::new(),
+            installed: BTreeSet::new(),
+            next_peer: 0,
+        });
+        self.stats.bump("state_transfer_paged");
+        self.pump_pages(out);
+    }
+
+    /// Asks for every wanted item not yet asked, while fewer than [`PAGE_ITEMS_IN_FLIGHT_MAX`]
+    /// are outstanding, spread over the trusted peers; finishes when nothing is wanted.
+    fn pump_pages(&mut self, out: &mut Vec<Action>) {
+        let Some(t) = self.transfer.as_mut() else { return };
+        let peers = t.peers.clone();
+        let (seqno, digest) = (t.seqno(), t.digest);
+        let Some(ps) = t.pages.as_mut() else { return };
+        if ps.sync.is_done() {
+            self.finish_page_sync(out);
+            return;
+        }
+        let room = PAGE_ITEMS_IN_FLIGHT_MAX.saturating_sub(ps.asked.len());
+        let fresh: Vec<Item> = ps
+            .sync
+            .nodes()
+            .map(Item::Node)
+            .chain(ps.sync.pages_wanted().map(Item::Page))
+            .filter(|item| !ps.asked.contains_key(item))
+            .take(room)
+            .collect();
+        let mut per_peer: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
+        for chunk in fresh.chunks(PAGE_ITEMS_PER_FETCH) {
+            let peer = ps.trusted_from(ps.next_peer, peers.len());
+            ps.next_peer = peer + 1;
+            for item in chunk {
+                ps.asked.insert(*item, peer);
+            }
+            per_peer.entry(peer).or_default().extend_from_slice(chunk);
+        }
+        for (peer, items) in per_peer {
+            self.send_page_fetches(seqno, digest, peers[peer], &items, out);
+        }
+    }
+
+    fn send_page_fetches(&self, seqno: SeqNo, digest: Digest, peer: ReplicaId, items: &[Item], out: &mut Vec<Action>) {
+        let nodes: Vec<NodeId> = items
+            .iter()
+            .filter_map(|i| if let Item::Node(n) = i { Some(*n) } else { None })
+            .collect();
+        let pages: Vec<u64> = items
+            .iter()
+            .filter_map(|i| if let Item::Page(p) = i { Some(*p) } else { None })
+            .collect();
+        let mut nodes = nodes.chunks(PAGE_ITEMS_PER_FETCH);
+        let mut pages = pages.chunks(PAGE_ITEMS_PER_FETCH);
+        loop {
+            let (n, p) = (nodes.next(), pages.next());
+            if n.is_none() && p.is_none() {
+                break;
+            }
+            let message = Message::FetchPages {
+                seqno,
+                state_digest: digest,
+                nodes: n.unwrap_or_default().to_vec(),
+                pages: p.unwrap_or_default().to_vec(),
+            };
+            self.send_each(std::iter::once(Principal::Exec(peer)), &message, out);
+        }
+    }
+
+    /// Retry tick during the paged phase: every outstanding item goes to the next trusted peer.
+    pub(super) fn retry_pages(&mut self, out: &mut Vec<Action>) {
+        let Some(t) = self.transfer.as_mut() else { return };
+        let peers = t.peers.clone();
+        let (seqno, digest) = (t.seqno(), t.digest);
+        let Some(ps) = t.pages.as_mut() else { return };
+        let mut per_peer: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
+        let asked: Vec<(Item, usize)> = ps.asked.iter().map(|(i, p)| (*i, *p)).collect();
+        for (item, last) in asked {
+            let peer = ps.trusted_from(last + 1, peers.len());
+            ps.asked.insert(item, peer);
+            per_peer.entry(peer).or_default().push(item);
+        }
+        self.stats.bump("page_fetch_retried");
+        for (peer, items) in per_peer {
+            self.send_page_fetches(seqno, digest, peers[peer], &items, out);
+        }
+        self.pump_pages(out);
+    }
+
+    /// A peer's PAGE-ANSWER: each item checked against the certified tree.
+    pub(super) fn on_page_answer(
+        &mut self,
+        from: ReplicaId,
+        seqno: SeqNo,
+        digest: Digest,
+        nodes: &[(NodeId, Vec<Digest>)],
+        answered: &[(u64, Bytes)],
+        out: &mut Vec<Action>,
+    ) {
+        let Some(t) = self.transfer.as_mut() else {
+            self.stats.bump("page_answer_unexpected");
+            return;
+        };
+        if t.seqno() != seqno || t.digest != digest || t.pages.is_none() {
+            self.stats.bump("page_answer_unexpected");
+            return;
+        }
+        let sender = t.peers.iter().position(|p| *p == from);
+        let peers = t.peers.clone();
+        let ps = t.pages.as_mut().expect("checked");
+        let paged = self.paged.as_mut().expect("paged transfer of a paged service");
+        let pages = self.service.pages_mut().expect("paged service");
+        let mut received = 0u64;
+        let mut wrong = Vec::new();
+        for (node, children) in nodes {
+            received += 32 * children.len() as u64;
+            match ps.sync.on_children(&paged.tree, *node, children) {
+                Ok(()) => {
+                    ps.asked.remove(&Item::Node(*node));
+                }
+                Err(SyncError::Mismatch) => wrong.push(Item::Node(*node)),
+                Err(SyncError::NotAsked) => self.stats.bump("page_answer_not_asked"),
+            }
+        }
+        for (index, bytes) in answered {
+            received += bytes.len() as u64;
+            match ps.sync.on_page(*index, bytes) {
+                Ok(()) => {
+                    ps.asked.remove(&Item::Page(*index));
+                    pages.set(*index, bytes.clone());
+                    paged.tree.set(*index, page_digest(*index, bytes));
+                    ps.installed.insert(*index);
+                }
+                Err(SyncError::Mismatch) => wrong.push(Item::Page(*index)),
+                Err(SyncError::NotAsked) => self.stats.bump("page_answer_not_asked"),
+            }
+        }
+        self.stats.add("state_transfer_bytes", received);
+        if !wrong.is_empty() {
+            self.stats.add("page_answer_wrong", wrong.len() as u64);
+            if let Some(s) = sender {
+                ps.distrusted.insert(s);
+            }
+            // Ask a trusted peer at once.
+            let mut per_peer: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
+            for item in wrong {
+                let peer = ps.trusted_from(sender.map_or(0, |s| s + 1), peers.len());
+                ps.asked.insert(item, peer);
+                per_peer.entry(peer).or_default().push(item);
+            }
+            for (peer, items) in per_peer {
+                self.send_page_fetches(seqno, digest, peers[peer], &items, out);
+            }
+        }
+        self.pump_pages(out);
+    }
+
+    /// The tree reached the certified root: persist the installed pages, freeze, restore.
+    fn finish_page_sync(&mut self, out: &mut Vec<Action>) {
+        let t = self.transfer.as_mut().expect("transfer in progress");
+        let ps = t.pages.take().expect("paged phase");
+        let paged = self.paged.as_mut().expect("paged service");
+        let pages = self.service.pages_mut().expect("paged service");
+        pages.truncate(ps.checkpoint.pages);
+        if paged.tree.pages() > ps.checkpoint.pages {
+            paged.tree.truncate(ps.checkpoint.pages);
+        }
+        if paged.tree.root() != ps.checkpoint.page_root || pages.len() != ps.checkpoint.pages {
+            // Every page was verified: only a shape the tree cannot express gets here.
+            self.stats.bump("state_transfer_pages_mismatch");
+            self.abandon_transfer();
+            return;
+        }
+        // Persist every page now differing from storage: the installed ones, plus the live
+        // changes since our last checkpoint that the certified tree kept (freeze reports both).
+        let cp = paged.checkpoint(pages, out);
+        debug_assert_eq!(cp.root, ps.checkpoint.page_root);
+        self.stats.add("state_transfer_pages", ps.installed.len() as u64);
+        self.complete_transfer(ps.checkpoint, out);
+    }
+
+    /// Serves FETCH-PAGES from the newest checkpoint.
+    pub(super) fn on_fetch_pages(
+        &mut self,
+        from: ReplicaId,
+        seqno: SeqNo,
+        digest: Digest,
+        nodes: &[NodeId],
+        wanted: &[u64],
+        out: &mut Vec<Action>,
+    ) {
+        let newest = self.checkpoints.newest().map(|cp| (cp.seqno, cp.digest));
+        let (Some(paged), Some(pages)) = (self.paged.as_ref(), self.service.pages()) else {
+            self.stats.bump("fetch_pages_unpaged");
+            return;
+        };
+        if newest != Some((seqno, digest)) || paged.diverged || self.transfer.is_some() {
+            self.stats.bump("fetch_pages_stale");
+            return;
+        }
+        let nodes: Vec<(NodeId, Vec<Digest>)> = nodes
+            .iter()
+            .filter_map(|n| Some((*n, paged.tree.children(*n)?.to_vec())))
+            .collect();
+        let answered: Vec<(u64, Bytes)> = wanted
+            .iter()
+            .filter_map(|i| Some((*i, pages.checkpointed(*i)?)))
+            .collect();
+        self.stats.bump("fetch_pages_served");
+        let message = Message::PageAnswer {
+            seqno,
+            state_digest: digest,
+            nodes,
+            pages: answered,
+        };
+        self.send_each(std::iter::once(Principal::Exec(from)), &message, out);
+    }
+}

@@ -1,0 +1,334 @@
+//! Unit tests of paged state at the execution stage: incremental checkpoints, restart from stored
+//! pages, and transfer of only the differing pages with a peer that lies.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use bytes::Bytes;
+
+use super::paged::page_key;
+use super::tests::{chain, executed, replies, Net, TestBatch, CLIENT};
+use super::ExecStage;
+use crate::config::Knobs;
+use crate::crypto::Digest;
+use crate::ids::{Principal, ReplicaId, RequestId, SeqNo};
+use crate::message::{Message, RequestBody, RequestEntry, SealFor};
+use crate::objects::{write_op, ObjectStore};
+use crate::stage::{Action, Event, Input, Stage, Storage, Timer};
+
+const OBJECTS: u64 = 5000;
+const SIZE: usize = 40;
+
+fn knobs() -> Knobs {
+    Knobs {
+        checkpoint_interval: 4,
+        log_window: 8,
+        state_chunk_bytes: 64,
+        ..Knobs::default()
+    }
+}
+
+fn store() -> Box<ObjectStore> {
+    Box::new(ObjectStore::new(OBJECTS, SIZE))
+}
+
+fn object_stage(net: &Net, id: u32, storage: &Storage) -> ExecStage {
+    net.stage(id, storage, store())
+}
+
+/// Twelve batches, each writing three objects spread over the state (request ids 1..=36).
+fn workload() -> (Vec<TestBatch>, Vec<BTreeSet<u64>>) {
+    let mut written = Vec::new();
+    let batches = (0..12u64)
+        .map(|b| {
+            let objects: BTreeSet<u64> = (0..3).map(|k| (b * 3 + k) * 331 % OBJECTS).collect();
+            let entries = objects
+                .iter()
+                .enumerate()
+                .map(|(k, &index)| RequestEntry {
+                    client: CLIENT,
+                    request_id: RequestId(b * 3 + k as u64 + 1),
+                    body: RequestBody::Inline(write_op(index, format!("batch {b} object {index}").as_bytes())),
+                })
+                .collect();
+            written.push(objects);
+            entries
+        })
+        .collect();
+    (chain(batches), written)
+}
+
+fn run(net: &Net, stage: &mut ExecStage, batches: &[TestBatch]) -> Vec<Action> {
+    batches.iter().flat_map(|b| net.deliver(stage, b)).collect()
+}
+
+fn checkpointed(out: &[Action]) -> Vec<(SeqNo, Digest)> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Note(Event::Checkpointed { seqno, state_digest }) => Some((*seqno, *state_digest)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn apply_persists(storage: &mut Storage, out: &[Action]) {
+    for action in out {
+        if let Action::Persist { key, value } = action {
+            match value {
+                Some(v) => storage.insert(key.clone(), v.clone()),
+                None => storage.remove(key),
+            };
+        }
+    }
+}
+
+#[test]
+fn a_checkpoint_persists_only_the_changed_pages() {
+    let net = Net::new(knobs());
+    let (batches, written) = workload();
+    let mut a = object_stage(&net, 0, &Storage::new());
+    let out = run(&net, &mut a, &batches[..8]);
+    let pages: Vec<&String> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::Persist { key, .. } if key.starts_with(super::paged::PAGE_KEY_PREFIX) => Some(key),
+            _ => None,
+        })
+        .collect();
+    let expected: usize = written[..8].iter().map(|w| w.len()).sum();
+    assert_eq!(pages.len(), expected, "one record per changed page");
+    assert_eq!(a.stats().get("checkpoint_pages_changed"), expected as u64);
+    // Every member reaches the same checkpoints.
+    let mut b = object_stage(&net, 1, &Storage::new());
+    assert_eq!(checkpointed(&run(&net, &mut b, &batches[..8])), checkpointed(&out));
+}
+
+#[test]
+fn a_restart_installs_the_stored_pages_and_continues_identically() {
+    let net = Net::new(knobs());
+    let (batches, _) = workload();
+    let mut a = object_stage(&net, 0, &Storage::new());
+    let out = run(&net, &mut a, &batches[..10]);
+    let mut storage = Storage::new();
+    apply_persists(&mut storage, &out);
+    let mut restarted = object_stage(&net, 0, &storage);
+    assert_eq!(restarted.last_executed(), (SeqNo(8), batches[7].history));
+    let rest_a = run(&net, &mut a, &batches[10..]);
+    let rest = run(&net, &mut restarted, &batches[8..]);
+    assert_eq!(checkpointed(&rest), checkpointed(&rest_a));
+
+    // Pages of another checkpoint than the stored one (a torn write): nothing restored.
+    let mut torn = storage.clone();
+    torn.insert(page_key(1), Bytes::from_static(b"not checkpointed"));
+    let fresh = object_stage(&net, 0, &torn);
+    assert_eq!(fresh.last_executed().0, SeqNo(0));
+    assert!(fresh.stats().get("stored_checkpoint_pages_mismatch") >= 1);
+}
+
+/// Routes messages among exec 0 and 1; exec 2 answers every state request wrongly.
+fn pump(net: &Net, a: &mut ExecStage, b: &mut ExecStage, initial: Vec<Action>, now: u64) -> Vec<Action> {
+    let mut log = Vec::new();
+    let mut queue: VecDeque<(u32, Input)> = VecDeque::new();
+    let liar = Principal::Exec(ReplicaId(2));
+    let route = |actions: &[Action], queue: &mut VecDeque<(u32, Input)>| {
+        for action in actions {
+            let Action::Send { to, envelope } = action else {
+                continue;
+            };
+            for dest in to {
+                let reply_to = envelope.from;
+                let lie = match (dest, &envelope.message) {
+                    (Principal::Exec(r), _) if r.0 < 2 => {
+                        queue.push_back((r.0, Input::Message(envelope.clone())));
+                        continue;
+                    }
+                    (p, Message::FetchState { seqno, chunk: None, .. }) if *p == liar => Message::StateManifest {
+                        seqno: *seqno,
+                        total_bytes: 3,
+                        chunk_digests: vec![Digest::of(b"abc")],
+                    },
+                    (
+                        p,
+                        Message::FetchState {
+                            seqno,
+                            state_digest,
+                            chunk: Some(index),
+                        },
+                    ) if *p == liar => Message::StateChunk {
+                        seqno: *seqno,
+                        state_digest: *state_digest,
+                        index: *index,
+                        data: Bytes::from_static(b"garbage"),
+                    },
+                    (
+                        p,
+                        Message::FetchPages {
+                            seqno,
+                            state_digest,
+                            nodes,
+                            pages,
+                        },
+                    ) if *p == liar => Message::PageAnswer {
+                        seqno: *seqno,
+                        state_digest: *state_digest,
+                        nodes: nodes.iter().map(|n| (*n, vec![Digest::of(b"forged"); 16])).collect(),
+                        pages: pages.iter().map(|i| (*i, Bytes::from_static(b"forged page"))).collect(),
+                    },
+                    _ => continue,
+                };
+                queue.push_back((
+                    reply_to.replica().unwrap().0,
+                    net.input(liar, lie, SealFor::One(reply_to)),
+                ));
+            }
+        }
+    };
+    route(&initial, &mut queue);
+    log.extend(initial);
+    let mut steps = 0;
+    while let Some((dest, input)) = queue.pop_front() {
+        steps += 1;
+        assert!(steps < 100_000, "message storm");
+        let mut out = Vec::new();
+        if dest == 0 {
+            a.handle(now, input, &mut out);
+        } else {
+            b.handle(now, input, &mut out);
+        }
+        route(&out, &mut queue);
+        if dest == 1 {
+            log.extend(out);
+        }
+    }
+    log
+}
+
+#[test]
+fn a_member_behind_fetches_only_the_differing_pages_despite_a_lying_peer() {
+    let net = Net::new(knobs());
+    let (batches, written) = workload();
+    let mut a = object_stage(&net, 0, &Storage::new());
+    let out_a = run(&net, &mut a, &batches[..12]);
+    let (seqno, digest) = *checkpointed(&out_a).last().unwrap();
+    assert_eq!(seqno, SeqNo(12));
+
+    // b executed up to 4 (checkpointed), then fell behind; it also executed batch 5 (a live
+    // change past its checkpoint that the transfer must undo or keep, as the certified state says).
+    let mut b = object_stage(&net, 1, &Storage::new());
+    run(&net, &mut b, &batches[..5]);
+    let load = Message::LoadCheckpoint {
+        seqno,
+        exec_state: digest,
+    };
+    let mut out = Vec::new();
+    for order in [0, 1] {
+        b.handle(
+            10,
+            net.input(
+                Principal::Order(ReplicaId(order)),
+                load.clone(),
+                SealFor::One(Principal::Exec(ReplicaId(1))),
+            ),
+            &mut out,
+        );
+    }
+    let mut log = pump(&net, &mut a, &mut b, out, 10);
+    // Retries move every outstanding item away from the liar.
+    for tick in 1..20 {
+        if log.iter().any(|a| matches!(a, Action::Note(Event::StateLoaded { .. }))) {
+            break;
+        }
+        let mut out = Vec::new();
+        b.handle(tick * 300_000, Input::Timer(Timer::ExecRetry), &mut out);
+        log.extend(pump(&net, &mut a, &mut b, out, tick * 300_000));
+    }
+    assert!(
+        log.iter().any(
+            |a| matches!(a, Action::Note(Event::StateLoaded { seqno: s, state_digest: d }) if *s == seqno && *d == digest)
+        ),
+        "{:?}",
+        b.stats()
+    );
+    assert!(b.stats().get("page_answer_wrong") > 0, "the liar was asked and caught");
+    let changed: BTreeSet<u64> = written[4..12].iter().flatten().copied().collect();
+    let fetched = b.stats().get("state_transfer_pages");
+    assert!(
+        fetched as usize <= changed.len() && fetched as usize >= changed.len() - written[4].len(),
+        "fetched {fetched} pages, {} changed",
+        changed.len()
+    );
+    assert_eq!(b.last_executed(), a.last_executed());
+    assert!(b.stats().get("state_transfer_bytes") < OBJECTS * SIZE as u64 / 5);
+
+    // b serves the loaded checkpoint and both continue identically.
+    let next = super::tests::chain_from(
+        SeqNo(12),
+        batches[11].history,
+        vec![
+            vec![RequestEntry {
+                client: CLIENT,
+                request_id: RequestId(100),
+                body: RequestBody::Inline(write_op(9, b"after")),
+            }];
+            4
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut e)| {
+            e[0].request_id = RequestId(100 + i as u64);
+            e
+        })
+        .collect(),
+    );
+    let out_a = run(&net, &mut a, &next);
+    let out_b = run(&net, &mut b, &next);
+    assert_eq!(executed(&out_b), (13..=16).map(SeqNo).collect::<Vec<_>>());
+    assert_eq!(checkpointed(&out_a), checkpointed(&out_b));
+    assert_eq!(replies(&out_a, CLIENT).len(), replies(&out_b, CLIENT).len());
+}
+
+#[test]
+fn pages_are_served_only_from_the_newest_checkpoint() {
+    let net = Net::new(knobs());
+    let (batches, _) = workload();
+    let mut a = object_stage(&net, 0, &Storage::new());
+    let out = run(&net, &mut a, &batches[..9]);
+    let cps = checkpointed(&out);
+    assert_ne!(
+        a.service.pages().unwrap().get(2944),
+        Some(&crate::objects::initial_object(2944, SIZE))
+    );
+    let ask = |(seqno, state_digest): (SeqNo, Digest)| {
+        net.input(
+            Principal::Exec(ReplicaId(1)),
+            Message::FetchPages {
+                seqno,
+                state_digest,
+                nodes: vec![(1, 0)],
+                pages: vec![2944, OBJECTS + 5],
+            },
+            SealFor::One(Principal::Exec(ReplicaId(0))),
+        )
+    };
+    let mut out = Vec::new();
+    a.handle(1, ask(cps[0]), &mut out);
+    assert_eq!(a.stats().get("fetch_pages_stale"), 1);
+    a.handle(1, ask(cps[1]), &mut out);
+    let answers: Vec<_> = out
+        .iter()
+        .filter_map(|act| match act {
+            Action::Send { envelope, .. } => match &envelope.message {
+                Message::PageAnswer { nodes, pages, .. } => Some((nodes.clone(), pages.clone())),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].0.len(), 1, "node (1, 0) has children");
+    assert_eq!(answers[0].1.len(), 1, "page past the end is left out");
+    assert_eq!(
+        answers[0].1[0].1,
+        crate::objects::initial_object(2944, SIZE),
+        "page 2944 as of checkpoint 8 (batch 9 wrote it since)"
+    );
+}
