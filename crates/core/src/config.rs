@@ -53,6 +53,9 @@ pub enum Sabotage {
     /// Clients accept a pushed message (or a push gap) on one copy instead of [`Quorums::push`]
     /// (`r + 1`): a Byzantine execution member can then push forged messages.
     WeakPushQuorum,
+    /// Execution members install pages fetched during a state transfer without checking them
+    /// against the certified tree: a Byzantine peer can then plant a state nobody executed.
+    UncheckedPages,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.

@@ -288,6 +288,11 @@ impl TreeSync {
         Ok(())
     }
 
+    /// Sabotage only (`Sabotage::UncheckedPages`): takes page `index` off the wanted list unchecked.
+    pub fn accept_unchecked(&mut self, index: u64) -> bool {
+        self.wanted.remove(&index).is_some()
+    }
+
     /// A peer's page `index`: checked against its certified digest; `Ok` means install it.
     pub fn on_page(&mut self, index: u64, bytes: &[u8]) -> Result<(), SyncError> {
         let expected = *self.wanted.get(&index).ok_or(SyncError::NotAsked)?;

@@ -25,6 +25,10 @@ use crate::faults::{Behaviour, FaultCounts};
 /// The fault class counted for each forged push (the wrong-replies behaviour forges pushes).
 pub const FORGED_PUSH_CLASS: &str = "byz_forged_push";
 
+/// The fault class counted for each wrong state-transfer answer (the wrong-checkpoint-token
+/// behaviour also serves wrong state).
+pub const WRONG_STATE_CLASS: &str = "byz_wrong_state";
+
 /// Envelopes kept for replay.
 pub const REPLAY_BUFFER_MAX: usize = 64;
 /// Equivocations remembered (to send matching PREPARE/COMMITs for each variant).
@@ -218,6 +222,13 @@ impl Byzantine {
                     };
                     out.extend(self.reseal(from, &message, &envelope.seal, &remote));
                 }
+                // The same member also serves wrong state: chunks and pages that do not match
+                // the certified digest, tree nodes with a forged child.
+                Message::StateChunk { .. } | Message::PageAnswer { .. } => {
+                    counts.bump(WRONG_STATE_CLASS);
+                    let message = wrong_state(&envelope.message);
+                    out.extend(self.reseal(from, &message, &envelope.seal, &remote));
+                }
                 _ => out.push(honest),
             },
             Behaviour::Replay => {
@@ -390,6 +401,37 @@ fn vary(batch: &Batch) -> Batch {
         variant.time_us += 1;
     }
     variant
+}
+
+/// A state-transfer answer with its data altered.
+fn wrong_state(message: &Message) -> Message {
+    let mut message = message.clone();
+    match &mut message {
+        Message::StateChunk { data, .. } => {
+            let mut bytes = data.to_vec();
+            bytes.push(0);
+            flip(&mut bytes);
+            *data = Bytes::from(bytes);
+        }
+        Message::PageAnswer { nodes, pages, .. } => {
+            for (_, children) in nodes.iter_mut() {
+                if let Some(first) = children.first_mut() {
+                    *first = Digest::of(&first.0);
+                }
+            }
+            // Well-formed lies: each page answered with another's contents (an empty page when
+            // only one was asked), so only the digest check tells them apart.
+            if pages.len() == 1 {
+                pages[0].1 = Bytes::new();
+            } else if let Some(first) = pages.first().map(|(_, p)| p.clone()) {
+                for k in 0..pages.len() {
+                    pages[k].1 = pages.get(k + 1).map_or(first.clone(), |(_, p)| p.clone());
+                }
+            }
+        }
+        _ => {}
+    }
+    message
 }
 
 fn wrong(result: &ReplyBody) -> ReplyBody {

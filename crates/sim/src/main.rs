@@ -21,7 +21,8 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     r: usize,
     /// Run a deliberately broken protocol or service: short-quorum, skip-mac, early-execute,
-    /// weak-read-quorum, weak-serializable-quorum, weak-push-quorum or corrupt-service.
+    /// weak-read-quorum, weak-serializable-quorum, weak-push-quorum, corrupt-service or
+    /// unchecked-pages (with --service paged-kv).
     #[arg(long)]
     sabotage: Option<String>,
     /// Virtual seconds of client workload per seed.
@@ -30,9 +31,10 @@ struct Args {
     /// Correct clients.
     #[arg(long, default_value_t = 3)]
     clients: u32,
-    /// The replicated service: `kv` (the core's in-memory KV) or `redis` (the Redis-compatible
-    /// store `upright replica --service redis` runs, driven by Redis commands).
-    #[arg(long, default_value = "kv", value_parser = ["kv", "redis"])]
+    /// The replicated service: `kv` (the core's in-memory KV), `redis` (the Redis-compatible
+    /// store `upright replica --service redis` runs, driven by Redis commands) or `paged-kv` (the
+    /// KV with its state in pages: checkpoints and state transfers by difference).
+    #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "paged-kv"])]
     service: String,
     /// Print every violation (otherwise the first of each failing seed).
     #[arg(long)]

@@ -23,11 +23,14 @@ pub enum SabotageMode {
     /// so only the model of the service's commands can see it): the Redis store's corrupting
     /// stand-in, or a KV that stores every put's value with a byte appended.
     CorruptService,
+    /// Install pages fetched during state transfer without checking them (a replica serving
+    /// wrong state is placed on an execution member; run with `--service paged-kv`).
+    UncheckedPages,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 7] = [
+    pub const ALL: [SabotageMode; 8] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -35,6 +38,7 @@ impl SabotageMode {
         SabotageMode::WeakSerializableQuorum,
         SabotageMode::WeakPushQuorum,
         SabotageMode::CorruptService,
+        SabotageMode::UncheckedPages,
     ];
 
     /// Its command-line name.
@@ -47,6 +51,7 @@ impl SabotageMode {
             SabotageMode::WeakSerializableQuorum => "weak-serializable-quorum",
             SabotageMode::WeakPushQuorum => "weak-push-quorum",
             SabotageMode::CorruptService => "corrupt-service",
+            SabotageMode::UncheckedPages => "unchecked-pages",
         }
     }
 
@@ -66,6 +71,7 @@ impl SabotageMode {
             SabotageMode::WeakSerializableQuorum => Some(Sabotage::WeakSerializableQuorum),
             SabotageMode::WeakPushQuorum => Some(Sabotage::WeakPushQuorum),
             SabotageMode::CorruptService => None,
+            SabotageMode::UncheckedPages => Some(Sabotage::UncheckedPages),
         }
     }
 }

@@ -35,6 +35,10 @@ pub struct SimReport {
     pub heartbeats: u64,
     /// Serializable reads correct clients got answers to.
     pub serializable_reads: u64,
+    /// State transfers completed by the execution members up at the end of the run.
+    pub state_transfers: u64,
+    /// Pages those transfers fetched (paged services only).
+    pub pages_transferred: u64,
 }
 
 /// Totals over many seeds.
@@ -60,6 +64,10 @@ pub struct Summary {
     pub heartbeats: u64,
     /// Serializable reads answered, summed.
     pub serializable_reads: u64,
+    /// State transfers completed, summed.
+    pub state_transfers: u64,
+    /// Pages fetched by state transfers, summed.
+    pub pages_transferred: u64,
 }
 
 impl Summary {
@@ -75,6 +83,8 @@ impl Summary {
         self.push_gaps += report.push_gaps;
         self.heartbeats += report.heartbeats;
         self.serializable_reads += report.serializable_reads;
+        self.state_transfers += report.state_transfers;
+        self.pages_transferred += report.pages_transferred;
     }
 
     /// The final line: `seeds: N, violations: V, loss: X, duplication: X, ...` with every class in
@@ -90,13 +100,15 @@ impl Summary {
             }
         }
         line.push_str(&format!(
-            ", read_only_delivered: {}, read_only_fallbacks: {}, serializable_reads: {}, pushes_delivered: {}, push_gaps: {}, heartbeats: {}",
+            ", read_only_delivered: {}, read_only_fallbacks: {}, serializable_reads: {}, pushes_delivered: {}, push_gaps: {}, heartbeats: {}, state_transfers: {}, pages_transferred: {}",
             self.read_only_delivered,
             self.read_only_fallbacks,
             self.serializable_reads,
             self.pushes_delivered,
             self.push_gaps,
-            self.heartbeats
+            self.heartbeats,
+            self.state_transfers,
+            self.pages_transferred
         ));
         line
     }

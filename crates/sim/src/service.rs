@@ -17,7 +17,8 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 
 use upright_core::kv::{KvOperation, KvReply, KvService};
-use upright_core::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
+use upright_core::pages::Pages;
+use upright_core::service::{Access, BatchContext, Effects, RestoreError, Service, ServiceRequest};
 use upright_core::stages::{kv_service, ServiceFactory};
 use upright_kv::reply::Reply;
 
@@ -32,17 +33,21 @@ pub enum ServiceKind {
     Kv,
     /// The Redis-compatible store ([`upright_kv::store::RedisStore`]).
     Redis,
+    /// The core's KV with its state in pages ([`PagedKv`]): the model's operations, checkpointed
+    /// by difference and transferred page by page.
+    PagedKv,
 }
 
 impl ServiceKind {
     /// Every kind.
-    pub const ALL: [ServiceKind; 2] = [ServiceKind::Kv, ServiceKind::Redis];
+    pub const ALL: [ServiceKind; 3] = [ServiceKind::Kv, ServiceKind::Redis, ServiceKind::PagedKv];
 
     /// Its command-line name.
     pub fn name(self) -> &'static str {
         match self {
             ServiceKind::Kv => "kv",
             ServiceKind::Redis => "redis",
+            ServiceKind::PagedKv => "paged-kv",
         }
     }
 
@@ -58,13 +63,15 @@ impl ServiceKind {
             (ServiceKind::Kv, false) => kv_service(),
             (ServiceKind::Kv, true) => Arc::new(|| Box::new(CorruptKv(KvService::new()))),
             (ServiceKind::Redis, corrupt) => upright_kv::replica::service(corrupt),
+            (ServiceKind::PagedKv, false) => Arc::new(|| Box::new(PagedKv::new())),
+            (ServiceKind::PagedKv, true) => Arc::new(|| Box::new(PagedKv::corrupt())),
         }
     }
 
     /// The operation's bytes, in one of its equivalent forms (drawn with `rng`).
     pub fn encode(self, op: &KvOperation, rng: &mut ChaCha8Rng) -> Bytes {
         match self {
-            ServiceKind::Kv => op.encode(),
+            ServiceKind::Kv | ServiceKind::PagedKv => op.encode(),
             ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, rng.random_range(0..5))),
         }
     }
@@ -72,9 +79,122 @@ impl ServiceKind {
     /// The model's reply to `op` from the service's result; `None` if the result does not fit.
     pub fn decode(self, op: &KvOperation, result: &[u8]) -> Option<KvReply> {
         match self {
-            ServiceKind::Kv => KvReply::decode(result),
+            ServiceKind::Kv | ServiceKind::PagedKv => KvReply::decode(result),
             ServiceKind::Redis => redis_reply(op, &upright_kv::decode_replies(result)?),
         }
+    }
+}
+
+/// Buckets of [`PagedKv`]: one page each.
+pub const PAGED_KV_BUCKETS: u64 = 64;
+
+/// The core's KV with its state in [`Pages`]: key `k` lives in page `hash(k) mod`
+/// [`PAGED_KV_BUCKETS`], which holds that bucket's KV checkpoint (its keys, values and watches).
+/// Each request runs on its bucket's KV, restored from the page and written back, so only the
+/// pages of written buckets change between checkpoints.
+pub struct PagedKv {
+    pages: Pages,
+    corrupt: bool,
+}
+
+impl PagedKv {
+    /// An empty store.
+    pub fn new() -> PagedKv {
+        PagedKv {
+            pages: Pages::from_pages(vec![Bytes::new(); PAGED_KV_BUCKETS as usize]),
+            corrupt: false,
+        }
+    }
+
+    /// Sabotage: a store that appends a byte to every value it is asked to put.
+    pub fn corrupt() -> PagedKv {
+        PagedKv {
+            corrupt: true,
+            ..PagedKv::new()
+        }
+    }
+
+    fn bucket(operation: &[u8]) -> u64 {
+        let key = match KvOperation::decode(operation) {
+            Some(
+                KvOperation::Get { key }
+                | KvOperation::Put { key, .. }
+                | KvOperation::Append { key, .. }
+                | KvOperation::Delete { key },
+            ) => key,
+            _ => Bytes::new(),
+        };
+        let digest = upright_core::crypto::Digest::of(&key);
+        u64::from_le_bytes(digest.0[..8].try_into().expect("8 bytes")) % PAGED_KV_BUCKETS
+    }
+
+    fn kv_of(&self, bucket: u64) -> KvService {
+        let mut kv = KvService::new();
+        let page = self.pages.get(bucket).expect("every bucket has a page");
+        if !page.is_empty() {
+            kv.restore(page).expect("a bucket page is a KV checkpoint");
+        }
+        kv
+    }
+}
+
+impl Default for PagedKv {
+    fn default() -> Self {
+        PagedKv::new()
+    }
+}
+
+impl Service for PagedKv {
+    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
+        let mut replies = Vec::with_capacity(requests.len());
+        for request in requests {
+            let bucket = Self::bucket(&request.operation);
+            let mut kv: Box<dyn Service> = if self.corrupt {
+                Box::new(CorruptKv(self.kv_of(bucket)))
+            } else {
+                Box::new(self.kv_of(bucket))
+            };
+            let mut reply = kv.execute(context, std::slice::from_ref(request), effects);
+            replies.push(reply.pop().expect("one reply per request"));
+            let page = kv.checkpoint();
+            if self.pages.get(bucket) != Some(&page) {
+                self.pages.set(bucket, page);
+            }
+        }
+        replies
+    }
+
+    fn access(&self, operation: &[u8]) -> Option<Access> {
+        KvService::new().access(operation)
+    }
+
+    fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
+        self.kv_of(Self::bucket(operation)).execute_read_only(operation)
+    }
+
+    fn checkpoint(&self) -> Bytes {
+        Bytes::new()
+    }
+
+    fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
+        if !checkpoint.is_empty() {
+            return Err(RestoreError("the paged KV keeps everything in its pages".into()));
+        }
+        for bucket in 0..self.pages.len() {
+            let page = self.pages.get(bucket).expect("below len");
+            if !page.is_empty() {
+                KvService::new().restore(page)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn pages(&self) -> Option<&Pages> {
+        Some(&self.pages)
+    }
+
+    fn pages_mut(&mut self) -> Option<&mut Pages> {
+        Some(&mut self.pages)
     }
 }
 
@@ -184,7 +304,7 @@ mod tests {
             let mut rng = ChaCha8Rng::seed_from_u64(form);
             for (i, (op, want)) in ops.iter().enumerate() {
                 let operation = match kind {
-                    ServiceKind::Kv => kind.encode(op, &mut rng),
+                    ServiceKind::Kv | ServiceKind::PagedKv => kind.encode(op, &mut rng),
                     ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, form as u32)),
                 };
                 let context = BatchContext {
@@ -243,6 +363,7 @@ mod tests {
     fn every_form_of_every_operation_gives_the_models_reply() {
         run(ServiceKind::Kv, &history());
         run(ServiceKind::Redis, &history());
+        run(ServiceKind::PagedKv, &history());
     }
 
     #[test]

@@ -225,6 +225,13 @@ impl<P: Protocol> Sim<P> {
     fn plan(opts: &SimOptions, rng: &mut ChaCha8Rng, shape: PlanShape) -> FaultPlan {
         match opts.sabotage {
             _ if !opts.faults => FaultPlan::quiet(shape),
+            Some(SabotageMode::UncheckedPages) => {
+                // The usual crashes and partitions (so members fall behind and transfer state),
+                // with one execution member serving wrong state.
+                let mut plan = FaultPlan::draw(rng, shape);
+                plan.byzantine = [(1, Behaviour::WrongCheckpointTokens)].into_iter().collect();
+                plan
+            }
             Some(mode)
                 if opts.r > 0 && !matches!(mode, SabotageMode::WeakReadQuorum | SabotageMode::CorruptService) =>
             {
@@ -236,7 +243,9 @@ impl<P: Protocol> Sim<P> {
                     // Forged pushes and made-up read answers come from a replica that sends
                     // wrong replies.
                     SabotageMode::WeakPushQuorum | SabotageMode::WeakSerializableQuorum => Behaviour::WrongReplies,
-                    SabotageMode::WeakReadQuorum | SabotageMode::CorruptService => unreachable!("guarded above"),
+                    SabotageMode::WeakReadQuorum | SabotageMode::CorruptService | SabotageMode::UncheckedPages => {
+                        unreachable!("guarded above")
+                    }
                 };
                 FaultPlan::with_byzantine(shape, [(0, behaviour)].into_iter().collect())
             }
@@ -739,9 +748,15 @@ impl<P: Protocol> Sim<P> {
             .iter()
             .map(|(_, s)| s.get("heartbeat_sent").copied().unwrap_or(0))
             .sum();
+        let stat_total =
+            |name: &str| -> u64 { stage_stats.iter().map(|(_, s)| s.get(name).copied().unwrap_or(0)).sum() };
+        let state_transfers = stat_total("state_transfer_completed");
+        let pages_transferred = stat_total("state_transfer_pages");
         SimReport {
             serializable_reads,
             heartbeats,
+            state_transfers,
+            pages_transferred,
             stage_stats,
             seed: self.opts.seed,
             violations,
@@ -760,7 +775,7 @@ impl<P: Protocol> Sim<P> {
 /// The result in the model's encoding ([`KvReply`]); empty (undecodable: the linearizability
 /// checker reports it) if it does not translate.
 fn model_reply(service: ServiceKind, op: &KvOperation, result: Bytes) -> Bytes {
-    if service == ServiceKind::Kv {
+    if matches!(service, ServiceKind::Kv | ServiceKind::PagedKv) {
         return result;
     }
     service

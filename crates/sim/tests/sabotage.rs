@@ -90,3 +90,11 @@ fn weak_push_quorum_is_caught() {
 fn weak_serializable_quorum_is_caught() {
     caught(SabotageMode::WeakSerializableQuorum);
 }
+
+/// Pages installed unchecked during state transfer: an execution member serving wrong state plants
+/// pages nobody wrote at a member that falls behind, and its next checkpoint disagrees with the
+/// correct members' (the agreement checker) or its answers break linearizability.
+#[test]
+fn unchecked_pages_are_caught_running_the_paged_kv() {
+    caught_running(SabotageMode::UncheckedPages, 2, 1, ServiceKind::PagedKv);
+}

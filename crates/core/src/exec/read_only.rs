@@ -54,6 +54,11 @@ impl ExecStage {
             self.stats.bump("read_only_wrong_sender");
             return;
         }
+        if self.installing_pages() || self.paged.as_ref().is_some_and(|p| p.diverged) {
+            // Pages of a newer checkpoint are partly installed: no batch's state to read.
+            self.stats.bump("read_only_during_transfer");
+            return;
+        }
         if operation.len() > self.config.knobs.request_bytes_max || request_id.0 == 0 {
             self.stats.bump("read_only_bad_request");
             return;

@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use super::paged::page_key;
 use super::tests::{chain, executed, replies, Net, TestBatch, CLIENT};
+use super::tests_recovery::{apply_persists, checkpointed};
 use super::ExecStage;
 use crate::config::Knobs;
 use crate::crypto::Digest;
@@ -59,26 +60,6 @@ fn workload() -> (Vec<TestBatch>, Vec<BTreeSet<u64>>) {
 
 fn run(net: &Net, stage: &mut ExecStage, batches: &[TestBatch]) -> Vec<Action> {
     batches.iter().flat_map(|b| net.deliver(stage, b)).collect()
-}
-
-fn checkpointed(out: &[Action]) -> Vec<(SeqNo, Digest)> {
-    out.iter()
-        .filter_map(|a| match a {
-            Action::Note(Event::Checkpointed { seqno, state_digest }) => Some((*seqno, *state_digest)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn apply_persists(storage: &mut Storage, out: &[Action]) {
-    for action in out {
-        if let Action::Persist { key, value } = action {
-            match value {
-                Some(v) => storage.insert(key.clone(), v.clone()),
-                None => storage.remove(key),
-            };
-        }
-    }
 }
 
 #[test]

@@ -14,7 +14,7 @@ use crate::kv::{KvReply, KvService};
 use crate::message::{Message, SealFor};
 use crate::stage::{Action, Event, Input, Stage, Storage, Timer};
 
-fn checkpointed(out: &[Action]) -> Vec<(SeqNo, Digest)> {
+pub(super) fn checkpointed(out: &[Action]) -> Vec<(SeqNo, Digest)> {
     out.iter()
         .filter_map(|a| match a {
             Action::Note(Event::Checkpointed { seqno, state_digest }) => Some((*seqno, *state_digest)),
@@ -24,7 +24,7 @@ fn checkpointed(out: &[Action]) -> Vec<(SeqNo, Digest)> {
 }
 
 /// Applies the persists of `out` to `storage`, as the host would.
-fn apply_persists(storage: &mut Storage, out: &[Action]) {
+pub(super) fn apply_persists(storage: &mut Storage, out: &[Action]) {
     for action in out {
         if let Action::Persist { key, value } = action {
             match value {

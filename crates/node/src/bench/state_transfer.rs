@@ -104,7 +104,11 @@ fn ms(d: Duration) -> f64 {
 /// Distinct objects `first .. first + count` of a fixed permutation of `0..objects`.
 fn object_at(i: u64, objects: u64) -> u64 {
     // 1_000_003 is prime, so coprime with any count it does not divide.
-    let step = if objects.is_multiple_of(1_000_003) { 7919 } else { 1_000_003 };
+    let step = if objects.is_multiple_of(1_000_003) {
+        7919
+    } else {
+        1_000_003
+    };
     (i.wrapping_mul(step) + 17) % objects
 }
 
