@@ -173,27 +173,29 @@ pub struct PageCheckpoint {
 impl PageCheckpoint {
     /// Freezes `pages` and brings `tree` (the tree of the previous checkpoint) up to date.
     pub fn take(tree: &mut PageTree, pages: &mut Pages) -> PageCheckpoint {
-        let len = pages.len();
-        let mut changed = Vec::new();
-        for index in pages.freeze() {
-            match pages.get(index) {
-                Some(page) => {
-                    tree.set(index, page_digest(index, page));
-                    changed.push((index, Some(page.clone())));
-                }
-                None => changed.push((index, None)),
-            }
-        }
-        if tree.pages() > len {
-            tree.truncate(len);
-        }
+        let indices = pages.freeze();
+        let root = rehash(tree, pages, &indices);
         PageCheckpoint {
-            root: tree.root(),
-            pages: len,
+            root,
+            pages: pages.len(),
             bytes: pages.total_bytes(),
-            changed,
+            changed: indices.into_iter().map(|i| (i, pages.get(i).cloned())).collect(),
         }
     }
+}
+
+/// Hashes pages `indices` of `pages` into `tree`, drops the tree's pages past the end of `pages`
+/// (indices there need nothing more) and returns the root.
+pub fn rehash(tree: &mut PageTree, pages: &Pages, indices: &[u64]) -> Digest {
+    for &index in indices {
+        if let Some(page) = pages.get(index) {
+            tree.set(index, page_digest(index, page));
+        }
+    }
+    if tree.pages() > pages.len() {
+        tree.truncate(pages.len());
+    }
+    tree.root()
 }
 
 #[cfg(test)]

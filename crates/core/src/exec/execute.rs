@@ -155,8 +155,7 @@ impl ExecStage {
     /// Executes agreed batches while the next one is complete.
     pub(super) fn execute_ready(&mut self, out: &mut Vec<Action>) {
         let start = self.last_executed;
-        if self.installing_pages() || self.paged.as_ref().is_some_and(|p| p.diverged) {
-            // Pages of a newer checkpoint are partly installed: the state is no batch's.
+        if self.state_is_partial() {
             return;
         }
         loop {

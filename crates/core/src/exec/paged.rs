@@ -31,7 +31,7 @@ use crate::ids::{Principal, ReplicaId, SeqNo};
 use crate::limits::PAGE_ITEMS_PER_FETCH;
 use crate::message::Message;
 use crate::page_tree::{NodeId, PageTree, SyncError, TreeSync};
-use crate::pages::{page_digest, tree_of, PageCheckpoint, Pages};
+use crate::pages::{page_digest, rehash, tree_of, PageCheckpoint, Pages};
 use crate::stage::{Action, Storage};
 
 /// Prefix of the storage keys of checkpointed pages.
@@ -63,7 +63,7 @@ pub(crate) struct PagedState {
     stored: BTreeSet<u64>,
     /// The tree and pages no longer match the newest checkpoint (a transfer installed pages into
     /// them): serve nothing until the next checkpoint or completed transfer.
-    pub diverged: bool,
+    diverged: bool,
 }
 
 /// Something asked for during a paged transfer.
@@ -155,9 +155,16 @@ impl PagedState {
 }
 
 impl ExecStage {
-    /// Whether a transfer is installing pages (nothing is executed meanwhile).
+    /// Whether a transfer is in its paged phase.
     pub(super) fn installing_pages(&self) -> bool {
         self.transfer.as_ref().is_some_and(|t| t.pages.is_some())
+    }
+
+    /// Whether pages of a newer checkpoint are partly installed (from the start of a paged
+    /// transfer until a checkpoint or a completed transfer): the state is no batch's, so nothing
+    /// is executed, read or served from it.
+    pub(super) fn state_is_partial(&self) -> bool {
+        self.paged.as_ref().is_some_and(|p| p.diverged)
     }
 
     /// The small part of a transfer arrived: bring the pages to its tree, or finish at once.
@@ -172,16 +179,7 @@ impl ExecStage {
             return;
         };
         // Compare against the live pages (execution may have changed some since the checkpoint).
-        for index in pages.changed_indices() {
-            match pages.get(index) {
-                Some(page) => paged.tree.set(index, page_digest(index, page)),
-                None => paged.tree.set(index, crate::page_tree::EMPTY_PAGE),
-            }
-        }
-        if paged.tree.pages() > pages.len() {
-            paged.tree.truncate(pages.len());
-        }
-        paged.tree.root();
+        rehash(&mut paged.tree, pages, &pages.changed_indices());
         paged.diverged = true;
         let sync = TreeSync::new(&paged.tree, checkpoint.page_root, checkpoint.pages);
         let t = self.transfer.as_mut().expect("transfer in progress");
@@ -201,8 +199,7 @@ impl ExecStage {
     /// are outstanding, spread over the trusted peers; finishes when nothing is wanted.
     fn pump_pages(&mut self, out: &mut Vec<Action>) {
         let Some(t) = self.transfer.as_mut() else { return };
-        let peers = t.peers.clone();
-        let (seqno, digest) = (t.seqno(), t.digest);
+        let peers = t.peers.len();
         let Some(ps) = t.pages.as_mut() else { return };
         if ps.sync.is_done() {
             self.finish_page_sync(out);
@@ -219,15 +216,21 @@ impl ExecStage {
             .collect();
         let mut per_peer: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
         for chunk in fresh.chunks(PAGE_ITEMS_PER_FETCH) {
-            let peer = ps.trusted_from(ps.next_peer, peers.len());
+            let peer = ps.trusted_from(ps.next_peer, peers);
             ps.next_peer = peer + 1;
             for item in chunk {
                 ps.asked.insert(*item, peer);
             }
             per_peer.entry(peer).or_default().extend_from_slice(chunk);
         }
+        self.ask_peers(per_peer, out);
+    }
+
+    /// Sends FETCH-PAGES for the items given to each peer (by index into the transfer's peers).
+    fn ask_peers(&self, per_peer: BTreeMap<usize, Vec<Item>>, out: &mut Vec<Action>) {
+        let Some(t) = self.transfer.as_ref() else { return };
         for (peer, items) in per_peer {
-            self.send_page_fetches(seqno, digest, peers[peer], &items, out);
+            self.send_page_fetches(t.seqno(), t.digest, t.peers[peer], &items, out);
         }
     }
 
@@ -260,20 +263,17 @@ impl ExecStage {
     /// Retry tick during the paged phase: every outstanding item goes to the next trusted peer.
     pub(super) fn retry_pages(&mut self, out: &mut Vec<Action>) {
         let Some(t) = self.transfer.as_mut() else { return };
-        let peers = t.peers.clone();
-        let (seqno, digest) = (t.seqno(), t.digest);
+        let peers = t.peers.len();
         let Some(ps) = t.pages.as_mut() else { return };
         let mut per_peer: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
         let asked: Vec<(Item, usize)> = ps.asked.iter().map(|(i, p)| (*i, *p)).collect();
         for (item, last) in asked {
-            let peer = ps.trusted_from(last + 1, peers.len());
+            let peer = ps.trusted_from(last + 1, peers);
             ps.asked.insert(item, peer);
             per_peer.entry(peer).or_default().push(item);
         }
         self.stats.bump("page_fetch_retried");
-        for (peer, items) in per_peer {
-            self.send_page_fetches(seqno, digest, peers[peer], &items, out);
-        }
+        self.ask_peers(per_peer, out);
         self.pump_pages(out);
     }
 
@@ -296,7 +296,7 @@ impl ExecStage {
             return;
         }
         let sender = t.peers.iter().position(|p| *p == from);
-        let peers = t.peers.clone();
+        let peers = t.peers.len();
         let ps = t.pages.as_mut().expect("checked");
         let paged = self.paged.as_mut().expect("paged transfer of a paged service");
         let pages = self.service.pages_mut().expect("paged service");
@@ -339,13 +339,11 @@ impl ExecStage {
             // Ask a trusted peer at once.
             let mut per_peer: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
             for item in wrong {
-                let peer = ps.trusted_from(sender.map_or(0, |s| s + 1), peers.len());
+                let peer = ps.trusted_from(sender.map_or(0, |s| s + 1), peers);
                 ps.asked.insert(item, peer);
                 per_peer.entry(peer).or_default().push(item);
             }
-            for (peer, items) in per_peer {
-                self.send_page_fetches(seqno, digest, peers[peer], &items, out);
-            }
+            self.ask_peers(per_peer, out);
         }
         self.pump_pages(out);
     }
@@ -357,11 +355,9 @@ impl ExecStage {
         let paged = self.paged.as_mut().expect("paged service");
         let pages = self.service.pages_mut().expect("paged service");
         pages.truncate(ps.checkpoint.pages);
-        if paged.tree.pages() > ps.checkpoint.pages {
-            paged.tree.truncate(ps.checkpoint.pages);
-        }
+        let root = rehash(&mut paged.tree, pages, &[]);
         let unchecked = self.config.knobs.sabotage == Some(crate::config::Sabotage::UncheckedPages);
-        if (paged.tree.root() != ps.checkpoint.page_root || pages.len() != ps.checkpoint.pages) && !unchecked {
+        if (root != ps.checkpoint.page_root || pages.len() != ps.checkpoint.pages) && !unchecked {
             // Every page was verified: only a shape the tree cannot express gets here.
             self.stats.bump("state_transfer_pages_mismatch");
             self.abandon_transfer();
@@ -389,7 +385,7 @@ impl ExecStage {
             self.stats.bump("fetch_pages_unpaged");
             return;
         };
-        if newest != Some((seqno, digest)) || paged.diverged || self.transfer.is_some() {
+        if newest != Some((seqno, digest)) || self.state_is_partial() || self.transfer.is_some() {
             self.stats.bump("fetch_pages_stale");
             return;
         }

@@ -54,8 +54,7 @@ impl ExecStage {
             self.stats.bump("read_only_wrong_sender");
             return;
         }
-        if self.installing_pages() || self.paged.as_ref().is_some_and(|p| p.diverged) {
-            // Pages of a newer checkpoint are partly installed: no batch's state to read.
+        if self.state_is_partial() {
             self.stats.bump("read_only_during_transfer");
             return;
         }
