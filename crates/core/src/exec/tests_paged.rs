@@ -1,13 +1,13 @@
 //! Unit tests of paged state at the execution stage: incremental checkpoints, restart from stored
 //! pages, and transfer of only the differing pages with a peer that lies.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
 use bytes::Bytes;
 
 use super::paged::page_key;
 use super::tests::{chain, executed, replies, Net, TestBatch, CLIENT};
-use super::tests_recovery::{apply_persists, checkpointed};
+use super::tests_recovery::{apply_persists, checkpointed, pump};
 use super::ExecStage;
 use crate::config::Knobs;
 use crate::crypto::Digest;
@@ -103,84 +103,6 @@ fn a_restart_installs_the_stored_pages_and_continues_identically() {
     let fresh = object_stage(&net, 0, &torn);
     assert_eq!(fresh.last_executed().0, SeqNo(0));
     assert!(fresh.stats().get("stored_checkpoint_pages_mismatch") >= 1);
-}
-
-/// Routes messages among exec 0 and 1; exec 2 answers every state request wrongly.
-fn pump(net: &Net, a: &mut ExecStage, b: &mut ExecStage, initial: Vec<Action>, now: u64) -> Vec<Action> {
-    let mut log = Vec::new();
-    let mut queue: VecDeque<(u32, Input)> = VecDeque::new();
-    let liar = Principal::Exec(ReplicaId(2));
-    let route = |actions: &[Action], queue: &mut VecDeque<(u32, Input)>| {
-        for action in actions {
-            let Action::Send { to, envelope } = action else {
-                continue;
-            };
-            for dest in to {
-                let reply_to = envelope.from;
-                let lie = match (dest, &envelope.message) {
-                    (Principal::Exec(r), _) if r.0 < 2 => {
-                        queue.push_back((r.0, Input::Message(envelope.clone())));
-                        continue;
-                    }
-                    (p, Message::FetchState { seqno, chunk: None, .. }) if *p == liar => Message::StateManifest {
-                        seqno: *seqno,
-                        total_bytes: 3,
-                        chunk_digests: vec![Digest::of(b"abc")],
-                    },
-                    (
-                        p,
-                        Message::FetchState {
-                            seqno,
-                            state_digest,
-                            chunk: Some(index),
-                        },
-                    ) if *p == liar => Message::StateChunk {
-                        seqno: *seqno,
-                        state_digest: *state_digest,
-                        index: *index,
-                        data: Bytes::from_static(b"garbage"),
-                    },
-                    (
-                        p,
-                        Message::FetchPages {
-                            seqno,
-                            state_digest,
-                            nodes,
-                            pages,
-                        },
-                    ) if *p == liar => Message::PageAnswer {
-                        seqno: *seqno,
-                        state_digest: *state_digest,
-                        nodes: nodes.iter().map(|n| (*n, vec![Digest::of(b"forged"); 16])).collect(),
-                        pages: pages.iter().map(|i| (*i, Bytes::from_static(b"forged page"))).collect(),
-                    },
-                    _ => continue,
-                };
-                queue.push_back((
-                    reply_to.replica().unwrap().0,
-                    net.input(liar, lie, SealFor::One(reply_to)),
-                ));
-            }
-        }
-    };
-    route(&initial, &mut queue);
-    log.extend(initial);
-    let mut steps = 0;
-    while let Some((dest, input)) = queue.pop_front() {
-        steps += 1;
-        assert!(steps < 100_000, "message storm");
-        let mut out = Vec::new();
-        if dest == 0 {
-            a.handle(now, input, &mut out);
-        } else {
-            b.handle(now, input, &mut out);
-        }
-        route(&out, &mut queue);
-        if dest == 1 {
-            log.extend(out);
-        }
-    }
-    log
 }
 
 #[test]

@@ -138,9 +138,9 @@ fn restarts_from_the_newest_valid_stored_checkpoint() {
 }
 
 /// Routes messages between `a` (exec 0, correct) and `b` (exec 1, loading), with exec 2 Byzantine:
-/// it answers every manifest request with a bad manifest and every chunk request with garbage.
-/// Returns all of `b`'s actions.
-fn pump(net: &Net, a: &mut ExecStage, b: &mut ExecStage, initial: Vec<Action>, now: u64) -> Vec<Action> {
+/// it answers every manifest request with a bad manifest, every chunk request with garbage, and
+/// every page request with forged tree nodes and pages. Returns all of `b`'s actions.
+pub(super) fn pump(net: &Net, a: &mut ExecStage, b: &mut ExecStage, initial: Vec<Action>, now: u64) -> Vec<Action> {
     let mut log = Vec::new();
     let mut queue: VecDeque<(u32, Input)> = VecDeque::new();
     let route = |actions: &[Action], queue: &mut VecDeque<(u32, Input)>| {
@@ -171,6 +171,25 @@ fn pump(net: &Net, a: &mut ExecStage, b: &mut ExecStage, initial: Vec<Action>, n
                                 index: *index,
                                 data: Bytes::from_static(b"garbage"),
                             },
+                        };
+                        let from = Principal::Exec(ReplicaId(2));
+                        let to = envelope.from;
+                        queue.push_back((to.replica().unwrap().0, net.input(from, message, SealFor::One(to))));
+                    }
+                    (
+                        Principal::Exec(ReplicaId(2)),
+                        Message::FetchPages {
+                            seqno,
+                            state_digest,
+                            nodes,
+                            pages,
+                        },
+                    ) => {
+                        let message = Message::PageAnswer {
+                            seqno: *seqno,
+                            state_digest: *state_digest,
+                            nodes: nodes.iter().map(|n| (*n, vec![Digest::of(b"forged"); 16])).collect(),
+                            pages: pages.iter().map(|i| (*i, Bytes::from_static(b"forged page"))).collect(),
                         };
                         let from = Principal::Exec(ReplicaId(2));
                         let to = envelope.from;
