@@ -127,6 +127,11 @@ impl PagedState {
         }
     }
 
+    /// Marks the pages as no batch's state (see [`ExecStage::state_is_partial`]).
+    pub fn mark_partial(&mut self) {
+        self.diverged = true;
+    }
+
     /// Checkpoints the pages: hashes the changed ones into the tree and persists them.
     pub fn checkpoint(&mut self, pages: &mut Pages, out: &mut Vec<Action>) -> PageCheckpoint {
         let cp = PageCheckpoint::take(&mut self.tree, pages);
@@ -180,7 +185,7 @@ impl ExecStage {
         };
         // Compare against the live pages (execution may have changed some since the checkpoint).
         rehash(&mut paged.tree, pages, &pages.changed_indices());
-        paged.diverged = true;
+        paged.mark_partial();
         let sync = TreeSync::new(&paged.tree, checkpoint.page_root, checkpoint.pages);
         let t = self.transfer.as_mut().expect("transfer in progress");
         t.pages = Some(PageSync {

@@ -273,6 +273,11 @@ impl ExecStage {
         let stored = t.stored.expect("small part verified");
         if self.restore_checkpoint(&checkpoint).is_err() {
             self.stats.bump("state_transfer_unrestorable");
+            if let Some(paged) = self.paged.as_mut() {
+                // The pages are already the checkpoint's: execute nothing on them until a
+                // transfer completes.
+                paged.mark_partial();
+            }
             self.abandon_transfer();
             return;
         }

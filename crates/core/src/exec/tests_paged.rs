@@ -235,3 +235,79 @@ fn pages_are_served_only_from_the_newest_checkpoint() {
         "page 2944 as of checkpoint 8 (batch 9 wrote it since)"
     );
 }
+
+/// The object store, except that restoring any checkpoint fails.
+struct Unrestorable(ObjectStore);
+
+impl crate::service::Service for Unrestorable {
+    fn execute(
+        &mut self,
+        context: &crate::service::BatchContext,
+        requests: &[crate::service::ServiceRequest],
+        effects: &mut crate::service::Effects,
+    ) -> Vec<Bytes> {
+        self.0.execute(context, requests, effects)
+    }
+    fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
+        self.0.execute_read_only(operation)
+    }
+    fn checkpoint(&self) -> Bytes {
+        self.0.checkpoint()
+    }
+    fn restore(&mut self, _checkpoint: &[u8]) -> Result<(), crate::service::RestoreError> {
+        Err(crate::service::RestoreError("refused".into()))
+    }
+    fn pages(&self) -> Option<&crate::pages::Pages> {
+        self.0.pages()
+    }
+    fn pages_mut(&mut self) -> Option<&mut crate::pages::Pages> {
+        self.0.pages_mut()
+    }
+}
+
+/// Pages installed by a transfer whose rest cannot be restored are no batch's state: the member
+/// executes nothing on them.
+#[test]
+fn after_an_unrestorable_transfer_nothing_executes_on_the_installed_pages() {
+    let net = Net::new(knobs());
+    let (batches, _) = workload();
+    let mut a = object_stage(&net, 0, &Storage::new());
+    let out_a = run(&net, &mut a, &batches[..12]);
+    let (seqno, digest) = *checkpointed(&out_a).last().unwrap();
+    let mut b = net.stage(
+        1,
+        &Storage::new(),
+        Box::new(Unrestorable(ObjectStore::new(OBJECTS, SIZE))),
+    );
+    run(&net, &mut b, &batches[..4]);
+    let load = Message::LoadCheckpoint {
+        seqno,
+        exec_state: digest,
+    };
+    let mut out = Vec::new();
+    for order in [0, 1] {
+        b.handle(
+            10,
+            net.input(
+                Principal::Order(ReplicaId(order)),
+                load.clone(),
+                SealFor::One(Principal::Exec(ReplicaId(1))),
+            ),
+            &mut out,
+        );
+    }
+    pump(&net, &mut a, &mut b, out, 10);
+    for tick in 1..20 {
+        if b.stats().get("state_transfer_unrestorable") > 0 {
+            break;
+        }
+        let mut out = Vec::new();
+        b.handle(tick * 300_000, Input::Timer(Timer::ExecRetry), &mut out);
+        pump(&net, &mut a, &mut b, out, tick * 300_000);
+    }
+    assert_eq!(b.stats().get("state_transfer_unrestorable"), 1, "{:?}", b.stats());
+    assert!(b.state_is_partial());
+    assert_eq!(b.last_executed().0, SeqNo(4));
+    // Batch 5 is next for b, but its pages are checkpoint 12's: it is not executed.
+    assert!(executed(&run(&net, &mut b, &batches[4..5])).is_empty());
+}
