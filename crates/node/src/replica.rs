@@ -14,7 +14,8 @@ use upright_core::config::ConfigError;
 use upright_core::crypto::{KeyRing, SecretKeys};
 use upright_core::ids::{Process, ReplicaId, StageKind};
 use upright_core::limits::MESSAGE_BYTES_MAX;
-use upright_core::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
+use upright_core::pages::Pages;
+use upright_core::service::{Access, BatchContext, Effects, RestoreError, Service, ServiceRequest};
 use upright_core::stage::{Stage, Storage, Time};
 use upright_core::stages::ServiceFactory;
 
@@ -73,6 +74,16 @@ pub fn forging_pushes(service: ServiceFactory) -> ServiceFactory {
             }
             replies
         }
+        // Everything else is the service's own, so only the pushes differ.
+        fn access(&self, operation: &[u8]) -> Option<Access> {
+            self.0.access(operation)
+        }
+        fn wake_at(&self) -> Option<u64> {
+            self.0.wake_at()
+        }
+        fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {
+            self.0.wake(context, effects)
+        }
         fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
             self.0.execute_read_only(operation)
         }
@@ -81,6 +92,12 @@ pub fn forging_pushes(service: ServiceFactory) -> ServiceFactory {
         }
         fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
             self.0.restore(checkpoint)
+        }
+        fn pages(&self) -> Option<&Pages> {
+            self.0.pages()
+        }
+        fn pages_mut(&mut self) -> Option<&mut Pages> {
+            self.0.pages_mut()
         }
     }
     Arc::new(move || Box::new(Forging(service())))

@@ -220,6 +220,10 @@ impl Service for CorruptKv {
         self.0.execute(context, &wrong, effects)
     }
 
+    fn access(&self, operation: &[u8]) -> Option<Access> {
+        self.0.access(operation)
+    }
+
     fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
         self.0.execute_read_only(operation)
     }
