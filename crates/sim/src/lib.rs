@@ -28,6 +28,6 @@ pub mod toy;
 pub mod workload;
 
 pub use options::{SabotageMode, SimOptions};
-pub use report::{SimReport, Summary};
+pub use report::{SimReport, Summary, Tallies};
 pub use service::ServiceKind;
 pub use sim::{run, Sim};

@@ -23,22 +23,58 @@ pub struct SimReport {
     pub end_us: u64,
     /// Counters of every stage that was up at the end (for diagnosis).
     pub stage_stats: Vec<(Principal, BTreeMap<&'static str, u64>)>,
+    /// What the run did besides operations (read paths, pushes, heartbeats, transfers).
+    pub tallies: Tallies,
+}
+
+/// Counts of one run, or summed over runs, shown at the end of the summary line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tallies {
     /// Results correct clients accepted on the read-only path.
     pub read_only_delivered: u64,
     /// Read-only attempts of correct clients that fell back to the ordered path.
     pub read_only_fallbacks: u64,
+    /// Serializable reads correct clients got answers to.
+    pub serializable_reads: u64,
     /// Pushed messages correct clients received.
     pub pushes_delivered: u64,
     /// Push gaps correct clients were told of.
     pub push_gaps: u64,
     /// Heartbeat batches ordered, as counted by the order members up at the end of the run.
     pub heartbeats: u64,
-    /// Serializable reads correct clients got answers to.
-    pub serializable_reads: u64,
     /// State transfers completed by the execution members up at the end of the run.
     pub state_transfers: u64,
     /// Pages those transfers fetched (paged services only).
     pub pages_transferred: u64,
+}
+
+impl Tallies {
+    /// Adds another run's.
+    pub fn add(&mut self, other: &Tallies) {
+        self.read_only_delivered += other.read_only_delivered;
+        self.read_only_fallbacks += other.read_only_fallbacks;
+        self.serializable_reads += other.serializable_reads;
+        self.pushes_delivered += other.pushes_delivered;
+        self.push_gaps += other.push_gaps;
+        self.heartbeats += other.heartbeats;
+        self.state_transfers += other.state_transfers;
+        self.pages_transferred += other.pages_transferred;
+    }
+
+    /// `, read_only_delivered: N, ...`: the end of the summary line.
+    fn line(&self) -> String {
+        format!(
+            ", read_only_delivered: {}, read_only_fallbacks: {}, serializable_reads: {}, pushes_delivered: {}, push_gaps: {}, heartbeats: {}, state_transfers: {}, pages_transferred: {}",
+            self.read_only_delivered,
+            self.read_only_fallbacks,
+            self.serializable_reads,
+            self.pushes_delivered,
+            self.push_gaps,
+            self.heartbeats,
+            self.state_transfers,
+            self.pages_transferred
+        )
+    }
 }
 
 /// Totals over many seeds.
@@ -52,22 +88,8 @@ pub struct Summary {
     pub counts: FaultCounts,
     /// Operations completed, summed.
     pub ops_completed: u64,
-    /// Read-only results accepted, summed.
-    pub read_only_delivered: u64,
-    /// Read-only fallbacks to the ordered path, summed.
-    pub read_only_fallbacks: u64,
-    /// Pushes delivered to correct clients, summed.
-    pub pushes_delivered: u64,
-    /// Push gaps delivered to correct clients, summed.
-    pub push_gaps: u64,
-    /// Heartbeat batches ordered, summed.
-    pub heartbeats: u64,
-    /// Serializable reads answered, summed.
-    pub serializable_reads: u64,
-    /// State transfers completed, summed.
-    pub state_transfers: u64,
-    /// Pages fetched by state transfers, summed.
-    pub pages_transferred: u64,
+    /// The runs' tallies, summed.
+    pub tallies: Tallies,
 }
 
 impl Summary {
@@ -77,14 +99,7 @@ impl Summary {
         self.violations += (!report.violations.is_empty()) as u64;
         self.counts.add(&FaultCounts(report.fault_counts.clone()));
         self.ops_completed += report.ops_completed;
-        self.read_only_delivered += report.read_only_delivered;
-        self.read_only_fallbacks += report.read_only_fallbacks;
-        self.pushes_delivered += report.pushes_delivered;
-        self.push_gaps += report.push_gaps;
-        self.heartbeats += report.heartbeats;
-        self.serializable_reads += report.serializable_reads;
-        self.state_transfers += report.state_transfers;
-        self.pages_transferred += report.pages_transferred;
+        self.tallies.add(&report.tallies);
     }
 
     /// The final line: `seeds: N, violations: V, loss: X, duplication: X, ...` with every class in
@@ -99,17 +114,7 @@ impl Summary {
                 line.push_str(&format!(", {class}: {n}"));
             }
         }
-        line.push_str(&format!(
-            ", read_only_delivered: {}, read_only_fallbacks: {}, serializable_reads: {}, pushes_delivered: {}, push_gaps: {}, heartbeats: {}, state_transfers: {}, pages_transferred: {}",
-            self.read_only_delivered,
-            self.read_only_fallbacks,
-            self.serializable_reads,
-            self.pushes_delivered,
-            self.push_gaps,
-            self.heartbeats,
-            self.state_transfers,
-            self.pages_transferred
-        ));
+        line.push_str(&self.tallies.line());
         line
     }
 }

@@ -26,7 +26,7 @@ use crate::faults::{Behaviour, FaultCounts, FaultPlan, FaultStep, PlanShape};
 use crate::network::Network;
 use crate::options::{SabotageMode, SimOptions};
 use crate::protocol::Protocol;
-use crate::report::SimReport;
+use crate::report::{SimReport, Tallies};
 use crate::service::ServiceKind;
 use crate::storage::ReplicaStorage;
 use crate::workload::Workload;
@@ -740,23 +740,23 @@ impl<P: Protocol> Sim<P> {
                 .map(|s| s.stats().get(name))
                 .sum()
         };
-        let serializable_reads = history
-            .iter()
-            .filter(|o| o.serializable && o.response.is_some())
-            .count() as u64;
-        let heartbeats = stage_stats
-            .iter()
-            .map(|(_, s)| s.get("heartbeat_sent").copied().unwrap_or(0))
-            .sum();
         let stat_total =
             |name: &str| -> u64 { stage_stats.iter().map(|(_, s)| s.get(name).copied().unwrap_or(0)).sum() };
-        let state_transfers = stat_total("state_transfer_completed");
-        let pages_transferred = stat_total("state_transfer_pages");
+        let tallies = Tallies {
+            read_only_delivered: correct_client_total("read_only_delivered"),
+            read_only_fallbacks: correct_client_total("read_only_fallback"),
+            serializable_reads: history
+                .iter()
+                .filter(|o| o.serializable && o.response.is_some())
+                .count() as u64,
+            pushes_delivered: self.pushes.delivered_count(),
+            push_gaps: self.pushes.gap_count(),
+            heartbeats: stat_total("heartbeat_sent"),
+            state_transfers: stat_total("state_transfer_completed"),
+            pages_transferred: stat_total("state_transfer_pages"),
+        };
         SimReport {
-            serializable_reads,
-            heartbeats,
-            state_transfers,
-            pages_transferred,
+            tallies,
             stage_stats,
             seed: self.opts.seed,
             violations,
@@ -764,10 +764,6 @@ impl<P: Protocol> Sim<P> {
             ops_completed: self.ops_completed,
             trace_hash: *self.trace.finalize().as_bytes(),
             end_us: self.now,
-            read_only_delivered: correct_client_total("read_only_delivered"),
-            read_only_fallbacks: correct_client_total("read_only_fallback"),
-            pushes_delivered: self.pushes.delivered_count(),
-            push_gaps: self.pushes.gap_count(),
         }
     }
 }

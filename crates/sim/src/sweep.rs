@@ -46,7 +46,7 @@ impl Sweep {
         assert!(missing.is_empty(), "fault classes never injected: {missing:?}\n{line}");
         assert!(self.summary.ops_completed > seeds * 20, "too little work done: {line}");
         // Where the service pushed and replicas lied, some lied in pushes too.
-        if r > 0 && self.summary.pushes_delivered > 0 {
+        if r > 0 && self.summary.tallies.pushes_delivered > 0 {
             let forged = self.summary.counts.get(crate::byzantine::FORGED_PUSH_CLASS);
             assert!(forged > 0, "pushes flowed but none was forged: {line}");
         }

@@ -16,8 +16,8 @@ fn two_hundred_seeds_u2_r1_paged_kv() {
     });
     result.assert_clean(1, 200);
     let summary = &result.summary;
-    assert!(summary.state_transfers > 0, "no state transfer ran");
-    assert!(summary.pages_transferred > 0, "no page was transferred");
+    assert!(summary.tallies.state_transfers > 0, "no state transfer ran");
+    assert!(summary.tallies.pages_transferred > 0, "no page was transferred");
     assert!(
         summary.counts.get(upright_sim::byzantine::WRONG_STATE_CLASS) > 0,
         "no wrong state was served: {}",
