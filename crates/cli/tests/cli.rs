@@ -183,21 +183,22 @@ fn the_state_transfer_bench_brings_a_replica_back_by_difference_despite_wrong_ch
             .to_string()
     };
     let checkpoint = line("checkpoint after 1000 changed objects: ");
-    let numbers: Vec<f64> = checkpoint
-        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    let (x, y) = (numbers[1], numbers[2]);
+    let numbers = |line: &str| -> Vec<f64> {
+        line.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter_map(|t| t.parse().ok())
+            .collect()
+    };
+    let [_, x, y] = numbers(&checkpoint)[..] else {
+        panic!("expected three numbers: {checkpoint}")
+    };
     assert!(
         x < y,
         "an incremental checkpoint costs less than a whole one: {checkpoint}"
     );
     let transfer = line("state transfer: ");
-    let numbers: Vec<f64> = transfer
-        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    let (b, s) = (numbers[0], numbers[1]);
+    let [b, s, _] = numbers(&transfer)[..] else {
+        panic!("expected three numbers: {transfer}")
+    };
     assert!(s >= 50_000.0 * 512.0, "{transfer}");
     // At most the 2,200 written objects (plus tree nodes), far from the whole state.
     assert!(b > 0.0 && b < s * 0.25, "{transfer}");
