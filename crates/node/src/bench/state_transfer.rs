@@ -149,11 +149,6 @@ async fn status(cluster: &Cluster, id: u32) -> Option<std::collections::BTreeMap
     http_get(addr, "/status").await.ok().map(|body| parse_key_values(&body))
 }
 
-/// The checkpoint a status reports.
-fn report_seqno(kv: &std::collections::BTreeMap<String, String>) -> u64 {
-    number(kv, "exec_checkpoint")
-}
-
 fn number(kv: &std::collections::BTreeMap<String, String>, key: &str) -> u64 {
     kv.get(key).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
@@ -329,12 +324,12 @@ pub async fn run(options: &StateTransferOptions) -> Result<StateTransferReport, 
         if !processes.all_running() {
             return Err(fail("a replica process exited".into()));
         }
+        if restarted.elapsed() > WAIT_MAX {
+            return Err(fail("replica 2 did not complete a state transfer".into()));
+        }
         let Some(kv) = status(&cluster, 2).await else { continue };
         if number(&kv, "stat_exec_state_transfer_completed") > 0 {
             break kv;
-        }
-        if restarted.elapsed() > WAIT_MAX {
-            return Err(fail("replica 2 did not complete a state transfer".into()));
         }
         if last_report.elapsed() > Duration::from_secs(5) {
             last_report = Instant::now();
@@ -377,11 +372,15 @@ pub async fn run(options: &StateTransferOptions) -> Result<StateTransferReport, 
     let waited = Instant::now();
     let mut round = 0;
     loop {
-        let (Some(a), Some(b)) = (status(&cluster, 0).await, status(&cluster, 2).await) else {
-            continue;
-        };
+        if waited.elapsed() > WAIT_MAX {
+            return Err(fail("replicas 0 and 2 reached no common checkpoint".into()));
+        }
+        let (a, b) = (
+            status(&cluster, 0).await.unwrap_or_default(),
+            status(&cluster, 2).await.unwrap_or_default(),
+        );
         let seqno = number(&b, "exec_checkpoint");
-        if seqno > report_seqno(&kv) && number(&a, "exec_checkpoint") == seqno {
+        if seqno > number(&kv, "exec_checkpoint") && number(&a, "exec_checkpoint") == seqno {
             if a.get("exec_checkpoint_digest") != b.get("exec_checkpoint_digest") {
                 return Err(fail(format!(
                     "replica 2's checkpoint {seqno} differs from replica 0's: {:?} against {:?}",
@@ -394,9 +393,6 @@ pub async fn run(options: &StateTransferOptions) -> Result<StateTransferReport, 
                 b.get("exec_checkpoint_digest").map_or("-", |d| d.as_str())
             );
             break;
-        }
-        if waited.elapsed() > WAIT_MAX {
-            return Err(fail("replicas 0 and 2 reached no common checkpoint".into()));
         }
         round += 1;
         write_objects(
