@@ -10,7 +10,9 @@
 //!   envelopes;
 //! - [`page_tree`], [`pages`]: a service's paged state under a Merkle tree, checkpointed by
 //!   difference and transferred by verified difference;
-//! - [`stage`]: the `handle(now, input) -> actions` shape; [`service`]: the application trait;
+//! - [`stage`]: the `handle(now, input) -> actions` shape; [`host`]: a replica's co-located
+//!   stages with the durability rule (group commit, persist before send); [`service`]: the
+//!   application trait;
 //!   [`stages`]: the one factory of every principal's stage for any service;
 //! - [`client`], [`auth`], [`order`], [`exec`]: the four roles; [`kv`]: an in-memory key-value
 //!   service used by the simulator and tests; [`objects`]: a paged test service of fixed-size
@@ -34,6 +36,7 @@ pub mod wire;
 pub mod auth;
 pub mod client;
 pub mod exec;
+pub mod host;
 pub mod kv;
 pub mod objects;
 pub mod order;

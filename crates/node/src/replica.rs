@@ -12,8 +12,9 @@ use bytes::Bytes;
 use tokio::net::TcpListener;
 use upright_core::config::ConfigError;
 use upright_core::crypto::{KeyRing, SecretKeys};
-use upright_core::ids::{Process, ReplicaId, StageKind};
+use upright_core::ids::{Principal, Process, ReplicaId, StageKind};
 use upright_core::limits::MESSAGE_BYTES_MAX;
+use upright_core::message::Envelope;
 use upright_core::pages::Pages;
 use upright_core::service::{Access, BatchContext, Effects, RestoreError, Service, ServiceRequest};
 use upright_core::stage::{Stage, Storage, Time};
@@ -23,6 +24,7 @@ use crate::files::{endpoint, resolve, Cluster, FileError};
 use crate::host::{Host, Member, Router};
 use crate::metrics::{serve_http, Status};
 use crate::storage::{Recovery, StageLog, StorageOptions};
+use crate::timeline;
 use crate::transport::{dial_peer, serve, ClientRoutes, Counters, Dialer, Hello, Inbox, Listener, PeerLinks};
 
 /// Most inbound envelopes handled between two flushes (bounds the group-commit batch).
@@ -250,7 +252,21 @@ struct NetRouter {
 }
 
 impl Router for NetRouter {
-    fn send(&mut self, to: Process, frame: Arc<Vec<u8>>) {
+    fn send(&mut self, _from: Principal, to: Vec<Principal>, envelope: Arc<Envelope>) {
+        let frame = Arc::new(upright_core::wire::encode(&envelope));
+        for principal in to {
+            timeline::message("send", &envelope.message, timeline::peer(&principal));
+            self.send_frame(principal.process(), frame.clone());
+        }
+    }
+
+    fn local(&mut self, envelope: &Envelope) {
+        timeline::message("local", &envelope.message, 0);
+    }
+}
+
+impl NetRouter {
+    fn send_frame(&mut self, to: Process, frame: Arc<Vec<u8>>) {
         match to {
             Process::Replica(r) => match self.peers.get(&r) {
                 Some(peer) => peer.send(frame),
@@ -276,7 +292,7 @@ fn stage_name(kind: StageKind) -> &'static str {
 /// The stages of a replica as built from storage.
 pub struct Built {
     /// The members.
-    pub members: Vec<Member>,
+    pub members: Vec<Member<StageLog>>,
     /// Storage recovery outcome per stage name.
     pub recovery: BTreeMap<String, String>,
     /// Stages whose storage was corrupt.
@@ -456,7 +472,7 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
 
 #[allow(clippy::too_many_arguments)]
 async fn event_loop(
-    mut host: Host,
+    mut host: Host<StageLog>,
     router: &mut NetRouter,
     inbox: Arc<Inbox>,
     status: Arc<Mutex<Status>>,
@@ -515,6 +531,7 @@ async fn event_loop(
         crate::timeline::event("wake", inbox.len() as u64, 0, 0);
         host.fire_timers(now);
         for (_, envelope) in inbox.pop_round_robin(INPUTS_PER_ROUND_MAX) {
+            timeline::message("recv", &envelope.message, timeline::peer(&envelope.from));
             host.deliver(now, envelope);
         }
         // Sends that do not depend on this round's sync (a PREPARE next to the COMMIT that does)
@@ -543,7 +560,7 @@ async fn futures_poll_ready<F: Future<Output = ()>>(shutdown: &mut std::pin::Pin
 }
 
 fn publish_status(
-    host: &Host,
+    host: &Host<StageLog>,
     router: &NetRouter,
     inbox: &Inbox,
     status: &Mutex<Status>,

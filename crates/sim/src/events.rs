@@ -34,8 +34,15 @@ pub enum Event {
         /// Generation at the time it was set.
         generation: u64,
     },
-    /// A stage whose flush hook was deferred gets it now (see `Sim::after_delivery`).
-    Flush(Principal),
+    /// A replica host's next timer is due (if `generation` is still its current wake-up).
+    HostWake {
+        /// Which replica.
+        replica: u32,
+        /// Generation at the time it was scheduled.
+        generation: u64,
+    },
+    /// A replica whose flush was deferred ends its round now (see `Sim::after_delivery`).
+    Flush(u32),
     /// Index into the fault plan's list of scheduled fault steps.
     Fault(usize),
     /// A correct client's think time is over: invoke its next operation.

@@ -26,11 +26,15 @@ pub enum SabotageMode {
     /// Install pages fetched during state transfer without checking them (a replica serving
     /// wrong state is placed on an execution member; run with `--service paged-kv`).
     UncheckedPages,
+    /// Every replica's disk acknowledges syncs without writing anything (the host's group
+    /// commit then protects nothing), and the plan holds a power loss: acknowledged state is
+    /// lost.
+    LyingDisk,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 8] = [
+    pub const ALL: [SabotageMode; 9] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -39,6 +43,7 @@ impl SabotageMode {
         SabotageMode::WeakPushQuorum,
         SabotageMode::CorruptService,
         SabotageMode::UncheckedPages,
+        SabotageMode::LyingDisk,
     ];
 
     /// Its command-line name.
@@ -52,6 +57,7 @@ impl SabotageMode {
             SabotageMode::WeakPushQuorum => "weak-push-quorum",
             SabotageMode::CorruptService => "corrupt-service",
             SabotageMode::UncheckedPages => "unchecked-pages",
+            SabotageMode::LyingDisk => "lying-disk",
         }
     }
 
@@ -70,7 +76,7 @@ impl SabotageMode {
             SabotageMode::WeakReadQuorum => Some(Sabotage::WeakReadQuorum),
             SabotageMode::WeakSerializableQuorum => Some(Sabotage::WeakSerializableQuorum),
             SabotageMode::WeakPushQuorum => Some(Sabotage::WeakPushQuorum),
-            SabotageMode::CorruptService => None,
+            SabotageMode::CorruptService | SabotageMode::LyingDisk => None,
             SabotageMode::UncheckedPages => Some(Sabotage::UncheckedPages),
         }
     }

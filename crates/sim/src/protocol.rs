@@ -19,7 +19,7 @@ pub trait Protocol {
         principal: Principal,
         keys: &Arc<KeyRing>,
         storage: &Storage,
-    ) -> Result<Box<dyn Stage>, ConfigError>;
+    ) -> Result<Box<dyn Stage + Send>, ConfigError>;
 }
 
 /// The real upright stages, built by the runtime's factory ([`upright_core::stages::build`]),
@@ -39,7 +39,7 @@ impl Protocol for Upright {
         principal: Principal,
         keys: &Arc<KeyRing>,
         storage: &Storage,
-    ) -> Result<Box<dyn Stage>, ConfigError> {
+    ) -> Result<Box<dyn Stage + Send>, ConfigError> {
         let stage = upright_core::stages::build(config, principal, keys, storage, &self.service.factory(self.corrupt))?;
         Ok(stage)
     }

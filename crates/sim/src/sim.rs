@@ -10,7 +10,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use upright_core::config::{ClientInfo, ClusterConfig, ReplicaInfo};
 use upright_core::crypto::{Digest, KeyRing, SecretKeys};
-use upright_core::ids::{ClientId, Principal, Process, ReplicaId};
+use upright_core::host::{Host, Log, Member, Router};
+use upright_core::ids::{ClientId, Principal, Process, ReplicaId, StageKind};
 use upright_core::kv::KvOperation;
 use upright_core::message::Envelope;
 use upright_core::quorum::Quorums;
@@ -28,7 +29,7 @@ use crate::options::{SabotageMode, SimOptions};
 use crate::protocol::Protocol;
 use crate::report::{SimReport, Tallies};
 use crate::service::ServiceKind;
-use crate::storage::ReplicaStorage;
+use crate::storage::SimLog;
 use crate::workload::Workload;
 
 /// Most events one run may process (a bound against message storms).
@@ -42,19 +43,47 @@ pub const SERIALIZABLE_SHARE: f64 = 0.3;
 /// How long a client that reached the final phase waits before looking again whether every
 /// workload operation has been answered (its final reads start only then).
 pub const FINAL_READ_WAIT_US: Time = 1_000;
-/// Probability that a stage's flush hook is deferred after a delivery (so several deliveries
-/// share one flush, as in a host round); otherwise it runs right after the delivery.
+/// Probability that a replica host's flush (the end of its round: flush hooks, group commit,
+/// sends) is deferred after a delivery, so several deliveries share one round; otherwise the
+/// round ends right after the delivery.
 pub const FLUSH_DEFER_PROBABILITY: f64 = 0.3;
-/// Most deliveries to one stage whose flush is deferred; the next one flushes.
+/// Most deliveries to one replica whose flush is deferred; the next one flushes.
 pub const FLUSH_DEFER_DELIVERIES_MAX: u32 = 8;
+/// Probability that the disk writes a member's pending writes in the background after a host
+/// call (a crash then loses less).
+pub const BACKGROUND_SYNC_PROBABILITY: f64 = 0.5;
 /// Longest a deferred flush waits (virtual microseconds) when no further delivery flushes it.
 pub const FLUSH_DEFER_US_MAX: Time = 5_000;
 
+/// One replica process: the runtime's host over the simulated disk while it is up; only the
+/// disk while it is down.
 struct ReplicaNode {
-    up: bool,
-    stages: BTreeMap<Principal, Box<dyn Stage>>,
-    storage: ReplicaStorage,
+    host: Option<Host<SimLog>>,
+    /// The members' logs while the replica is down (what survived the crash).
+    disk: Vec<(StageKind, SimLog)>,
     skew: Time,
+    /// The generation of the host's pending wake-up (older wake events are stale).
+    wake_generation: u64,
+    /// When (virtual time) that wake-up is due.
+    wake_at: Option<Time>,
+}
+
+impl ReplicaNode {
+    fn up(&self) -> bool {
+        self.host.is_some()
+    }
+}
+
+/// What a host call routed to other processes.
+#[derive(Default)]
+struct Routed {
+    sends: Vec<(Principal, Vec<Principal>, Arc<Envelope>)>,
+}
+
+impl Router for Routed {
+    fn send(&mut self, from: Principal, to: Vec<Principal>, envelope: Arc<Envelope>) {
+        self.sends.push((from, to, envelope));
+    }
 }
 
 /// One run in progress.
@@ -77,8 +106,8 @@ pub struct Sim<P: Protocol> {
     plan: FaultPlan,
     counts: FaultCounts,
     byzantine: BTreeMap<u32, Byzantine>,
-    /// Stages whose flush hook is deferred: deliveries handled since their last flush.
-    unflushed: BTreeMap<Principal, u32>,
+    /// Replicas whose flush is deferred: deliveries handled since their last flush.
+    unflushed: BTreeMap<u32, u32>,
     /// `UPRIGHT_SIM_TRACE` is set: print every stage event (read once, not per event).
     trace_events: bool,
     workload: Workload,
@@ -187,10 +216,11 @@ impl<P: Protocol> Sim<P> {
         Sim {
             replicas: (0..n)
                 .map(|i| ReplicaNode {
-                    up: false,
-                    stages: BTreeMap::new(),
-                    storage: ReplicaStorage::default(),
+                    host: None,
+                    disk: Vec::new(),
                     skew: plan.skew[i],
+                    wake_generation: 0,
+                    wake_at: None,
                 })
                 .collect(),
             correct_clients: (0..opts.clients).collect(),
@@ -225,6 +255,14 @@ impl<P: Protocol> Sim<P> {
     fn plan(opts: &SimOptions, rng: &mut ChaCha8Rng, shape: PlanShape) -> FaultPlan {
         match opts.sabotage {
             _ if !opts.faults => FaultPlan::quiet(shape),
+            Some(SabotageMode::LyingDisk) => {
+                // A quiet run but for one power loss in the middle of the workload.
+                let mut plan = FaultPlan::quiet(shape);
+                let all: Vec<u32> = (0..shape.n_replicas as u32).collect();
+                let at = rng.random_range(300_000..600_000);
+                plan.steps = vec![(at, FaultStep::PowerLoss), (at + 50_000, FaultStep::Restart(all))];
+                plan
+            }
             Some(SabotageMode::UncheckedPages) => {
                 // The usual crashes and partitions (so members fall behind and transfer state),
                 // with one execution member serving wrong state.
@@ -233,7 +271,11 @@ impl<P: Protocol> Sim<P> {
                 plan
             }
             Some(mode)
-                if opts.r > 0 && !matches!(mode, SabotageMode::WeakReadQuorum | SabotageMode::CorruptService) =>
+                if opts.r > 0
+                    && !matches!(
+                        mode,
+                        SabotageMode::WeakReadQuorum | SabotageMode::CorruptService | SabotageMode::LyingDisk
+                    ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
                 // quorum and commit rules, a sender forger (with wrong replies) for the MAC check.
@@ -243,7 +285,10 @@ impl<P: Protocol> Sim<P> {
                     // Forged pushes and made-up read answers come from a replica that sends
                     // wrong replies.
                     SabotageMode::WeakPushQuorum | SabotageMode::WeakSerializableQuorum => Behaviour::WrongReplies,
-                    SabotageMode::WeakReadQuorum | SabotageMode::CorruptService | SabotageMode::UncheckedPages => {
+                    SabotageMode::WeakReadQuorum
+                    | SabotageMode::CorruptService
+                    | SabotageMode::UncheckedPages
+                    | SabotageMode::LyingDisk => {
                         unreachable!("guarded above")
                     }
                 };
@@ -332,14 +377,14 @@ impl<P: Protocol> Sim<P> {
                     Principal::Client(c) => self.client_input(c.0, Input::Message(envelope)),
                     _ => {
                         let r = to.replica().expect("member").0;
-                        if !self.replicas[r as usize].up {
+                        if !self.replicas[r as usize].up() {
                             return;
                         }
                         if let Some(byz) = self.byzantine.get_mut(&r) {
                             byz.incoming(&mut self.rng, &envelope);
                         }
-                        self.run_stage(to, Input::Message(envelope));
-                        self.after_delivery(to);
+                        self.with_host(r as usize, |host, local, _| host.deliver(local, envelope));
+                        self.after_delivery(r);
                     }
                 }
             }
@@ -354,17 +399,25 @@ impl<P: Protocol> Sim<P> {
                 self.trace.update(&self.now.to_le_bytes());
                 self.trace.update(&principal_bytes(principal));
                 self.trace.update(&[timer as u8]);
-                match principal {
-                    Principal::Client(c) => self.client_input(c.0, Input::Timer(timer)),
-                    _ => {
-                        self.run_stage(principal, Input::Timer(timer));
-                        self.flush_stage(principal);
-                    }
+                if let Principal::Client(c) = principal {
+                    self.client_input(c.0, Input::Timer(timer));
                 }
             }
-            Event::Flush(principal) => {
-                if self.unflushed.contains_key(&principal) {
-                    self.flush_stage(principal);
+            Event::HostWake { replica, generation } => {
+                let node = &mut self.replicas[replica as usize];
+                if !node.up() || node.wake_generation != generation {
+                    return;
+                }
+                node.wake_at = None;
+                self.trace.update(&self.now.to_le_bytes());
+                self.trace.update(&[0xff]);
+                self.trace.update(&replica.to_le_bytes());
+                self.with_host(replica as usize, |host, local, _| host.fire_timers(local));
+                self.flush_replica(replica);
+            }
+            Event::Flush(replica) => {
+                if self.unflushed.contains_key(&replica) {
+                    self.flush_replica(replica);
                 }
             }
             Event::Fault(i) => self.apply_fault(i),
@@ -379,7 +432,7 @@ impl<P: Protocol> Sim<P> {
             self.network.partition = None;
             self.network.lagging = None;
             for r in 0..self.replicas.len() {
-                if !self.replicas[r].up {
+                if !self.replicas[r].up() {
                     self.restart(r);
                 }
             }
@@ -388,7 +441,7 @@ impl<P: Protocol> Sim<P> {
         match step {
             FaultStep::Crash(list) => {
                 for r in list {
-                    if self.replicas[r as usize].up {
+                    if self.replicas[r as usize].up() {
                         self.counts.bump("crash");
                         self.crash(r as usize);
                     }
@@ -402,7 +455,7 @@ impl<P: Protocol> Sim<P> {
             }
             FaultStep::Restart(list) => {
                 for r in list {
-                    if !self.replicas[r as usize].up {
+                    if !self.replicas[r as usize].up() {
                         self.restart(r as usize);
                     }
                 }
@@ -415,88 +468,122 @@ impl<P: Protocol> Sim<P> {
         }
     }
 
-    fn principals(&self, r: usize) -> Vec<Principal> {
-        let id = ReplicaId(r as u32);
-        let mut out = vec![Principal::Auth(id), Principal::Order(id)];
+    fn kinds(&self, r: usize) -> Vec<StageKind> {
+        let mut out = vec![StageKind::Auth, StageKind::Order];
         if r < self.quorums.n_exec {
-            out.push(Principal::Exec(id));
+            out.push(StageKind::Exec);
         }
         out
     }
 
     fn crash(&mut self, r: usize) {
         let node = &mut self.replicas[r];
-        node.up = false;
-        node.stages.clear();
-        node.storage.crash();
-        self.unflushed.retain(|p, _| p.replica() != Some(ReplicaId(r as u32)));
-        self.timers.clear(|p| p.replica() == Some(ReplicaId(r as u32)));
+        if let Some(host) = node.host.take() {
+            node.disk = host
+                .into_members()
+                .into_iter()
+                .map(|mut m| {
+                    m.log.crash();
+                    (m.kind, m.log)
+                })
+                .collect();
+        }
+        node.wake_generation += 1;
+        node.wake_at = None;
+        self.unflushed.remove(&(r as u32));
     }
 
     fn restart(&mut self, r: usize) {
-        let principals = self.principals(r);
-        for &p in &principals {
-            let storage = self.replicas[r].storage.durable(p);
-            match self.protocol.stage(&self.config, p, &self.replica_keys[r], &storage) {
-                Ok(stage) => {
-                    self.replicas[r].stages.insert(p, stage);
-                }
+        let id = ReplicaId(r as u32);
+        let mut disk = std::mem::take(&mut self.replicas[r].disk);
+        let mut members = Vec::new();
+        for kind in self.kinds(r) {
+            let mut log = match disk.iter().position(|(k, _)| *k == kind) {
+                Some(i) => disk.swap_remove(i).1,
+                None => SimLog::default(),
+            };
+            log.lies = self.opts.sabotage == Some(SabotageMode::LyingDisk);
+            let p = kind.member(id);
+            match self
+                .protocol
+                .stage(&self.config, p, &self.replica_keys[r], log.durable())
+            {
+                Ok(stage) => members.push(Member { kind, stage, log }),
                 Err(e) => self.errors.push(format!("simulator: {p:?} refused to start: {e}")),
             }
         }
-        self.replicas[r].up = true;
-        for p in principals {
-            self.run_stage(p, Input::Start);
-            self.flush_stage(p);
-        }
+        let mut host = Host::new(id, members);
+        host.keep_notes();
+        self.replicas[r].host = Some(host);
+        self.with_host(r, |host, local, _| host.start(local));
+        self.flush_replica(r as u32);
     }
 
-    /// The flush hook after a delivery to `p`: at once, or (seeded, sometimes) only after more
-    /// deliveries to `p` or a short while, so AUTH-REQs carry one or several items.
-    fn after_delivery(&mut self, p: Principal) {
-        let pending = self.unflushed.get(&p).copied().unwrap_or(0);
+    /// The end of a replica's round after a delivery: at once, or (seeded, sometimes) only after
+    /// more deliveries or a short while, so rounds hold one or several inputs (AUTH-REQs then
+    /// carry one or several items, and one group commit covers several inputs).
+    fn after_delivery(&mut self, r: u32) {
+        let pending = self.unflushed.get(&r).copied().unwrap_or(0);
         if pending < FLUSH_DEFER_DELIVERIES_MAX && self.rng.random_bool(FLUSH_DEFER_PROBABILITY) {
             if pending == 0 {
                 let at = self.now + self.rng.random_range(0..=FLUSH_DEFER_US_MAX);
-                self.push(at, Event::Flush(p));
+                self.push(at, Event::Flush(r));
             }
-            self.unflushed.insert(p, pending + 1);
+            self.unflushed.insert(r, pending + 1);
         } else {
-            self.flush_stage(p);
+            self.flush_replica(r);
         }
     }
 
-    /// Calls `p`'s flush hook and performs what it emits.
-    fn flush_stage(&mut self, p: Principal) {
-        self.unflushed.remove(&p);
-        let r = p.replica().expect("member").0 as usize;
+    /// Ends replica `r`'s round: flush hooks, group commit, then the sends.
+    fn flush_replica(&mut self, r: u32) {
+        self.unflushed.remove(&r);
+        self.with_host(r as usize, |host, local, routed| {
+            host.flush(local, routed).expect("the simulated disk does not fail")
+        });
+    }
+
+    /// Runs `call` on replica `r`'s host (if it is up) at its local time, then performs what the
+    /// call routed and observed: sends go through the network (and a Byzantine replica's filter),
+    /// notes to the checkers; the disk may write in the background; the host's next timer is
+    /// scheduled.
+    fn with_host(&mut self, r: usize, call: impl FnOnce(&mut Host<SimLog>, Time, &mut Routed)) {
         let local = self.now + self.replicas[r].skew;
-        let Some(stage) = self.replicas[r].stages.get_mut(&p) else {
+        let Some(mut host) = self.replicas[r].host.take() else {
             return;
         };
-        let mut out = Vec::new();
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| stage.flush(local, &mut out))) {
+        let mut routed = Routed::default();
+        let outcome = catch_unwind(AssertUnwindSafe(|| call(&mut host, local, &mut routed)));
+        if let Err(panic) = outcome {
             self.errors
-                .push(format!("panic in {p:?} flush: {}", panic_text(&panic)));
-            return;
+                .push(format!("panic in replica {r}: {}", panic_text(&panic)));
+            return; // the replica is gone; the run ends with the panic as its finding
         }
-        if !out.is_empty() {
-            self.perform(p, out);
+        for (p, event) in host.take_notes() {
+            self.observe(p, event);
         }
-    }
-
-    fn run_stage(&mut self, p: Principal, input: Input) {
-        let r = p.replica().expect("member").0 as usize;
-        let local = self.now + self.replicas[r].skew;
-        let Some(stage) = self.replicas[r].stages.get_mut(&p) else {
-            return;
-        };
-        let mut out = Vec::new();
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| stage.handle(local, input, &mut out))) {
-            self.errors.push(format!("panic in {p:?}: {}", panic_text(&panic)));
-            return;
+        for member in host.members_mut() {
+            if member.log.is_dirty() && self.rng.random_bool(BACKGROUND_SYNC_PROBABILITY) {
+                member.log.sync().expect("the simulated disk does not fail");
+            }
         }
-        self.perform(p, out);
+        let next = host
+            .next_timer()
+            .map(|at| at.saturating_sub(self.replicas[r].skew).max(self.now));
+        self.replicas[r].host = Some(host);
+        for (from, to, envelope) in routed.sends {
+            self.send(from, to, envelope);
+        }
+        let node = &mut self.replicas[r];
+        if let Some(at) = next.filter(|_| next != node.wake_at) {
+            node.wake_generation += 1;
+            node.wake_at = next;
+            let event = Event::HostWake {
+                replica: r as u32,
+                generation: node.wake_generation,
+            };
+            self.push(at, event);
+        }
     }
 
     fn client_input(&mut self, c: u32, input: Input) {
@@ -519,31 +606,16 @@ impl<P: Protocol> Sim<P> {
         }
     }
 
+    /// Carries out a client's actions (replicas' go through their host).
     fn perform(&mut self, p: Principal, actions: Vec<Action>) {
-        let replica = p.replica().map(|r| r.0 as usize);
-        let skew = replica.map_or(0, |r| self.replicas[r].skew);
         for action in actions {
             match action {
-                Action::Persist { key, value } => {
-                    if let Some(r) = replica {
-                        self.replicas[r].storage.persist(p, key, value);
-                    }
-                }
-                Action::PersistLazily { key, value } => {
-                    if let Some(r) = replica {
-                        self.replicas[r].storage.persist_lazily(p, key, value);
-                    }
-                }
-                Action::Send { to, envelope } => {
-                    if let Some(r) = replica {
-                        // Group commit: every eager write so far is durable before this send.
-                        self.replicas[r].storage.sync_for_send();
-                    }
-                    self.send(p, to, envelope);
-                }
+                // A client stage keeps nothing on disk.
+                Action::Persist { .. } | Action::PersistLazily { .. } => {}
+                Action::Send { to, envelope } => self.send(p, to, envelope),
                 Action::SetTimer { timer, at } => {
                     let generation = self.timers.set(p, timer);
-                    let at = at.saturating_sub(skew).max(self.now);
+                    let at = at.max(self.now);
                     self.push(
                         at,
                         Event::Timer {
@@ -569,25 +641,22 @@ impl<P: Protocol> Sim<P> {
                         self.pushes.gap(c, missed_from, resume_at);
                     }
                 }
-                Action::Note(event) => {
-                    if self.trace_events {
-                        let byzantine: Vec<&u32> = self.byzantine.keys().collect();
-                        eprintln!("{:>9} {p:?} {event:?} (byzantine replicas: {byzantine:?})", self.now);
-                    }
-                    if self.is_correct(p) {
-                        if let upright_core::stage::Event::Pushed { client, seq, digest } = event {
-                            self.pushes.emitted(p, self.now, client, seq, digest);
-                        }
-                        self.agreement.observe(p, &event);
-                    }
-                }
+                Action::Note(event) => self.observe(p, event),
             }
         }
-        // The disk flushes in the background now and then; a crash loses what is left.
-        if let Some(r) = replica {
-            if self.replicas[r].storage.dirty() && self.rng.random_bool(0.5) {
-                self.replicas[r].storage.sync();
+    }
+
+    /// A stage's note: traced if asked, and observed by the checkers if the stage is correct.
+    fn observe(&mut self, p: Principal, event: upright_core::stage::Event) {
+        if self.trace_events {
+            let byzantine: Vec<&u32> = self.byzantine.keys().collect();
+            eprintln!("{:>9} {p:?} {event:?} (byzantine replicas: {byzantine:?})", self.now);
+        }
+        if self.is_correct(p) {
+            if let upright_core::stage::Event::Pushed { client, seq, digest } = event {
+                self.pushes.emitted(p, self.now, client, seq, digest);
             }
+            self.agreement.observe(p, &event);
         }
     }
 
@@ -730,7 +799,13 @@ impl<P: Protocol> Sim<P> {
         let mut stage_stats: Vec<_> = self
             .replicas
             .iter()
-            .flat_map(|n| n.stages.iter().map(|(p, s)| (*p, s.stats().counters.clone())))
+            .enumerate()
+            .flat_map(|(r, n)| {
+                let members = n.host.as_ref().map_or(&[][..], |h| h.members());
+                members
+                    .iter()
+                    .map(move |m| (m.kind.member(ReplicaId(r as u32)), m.stage.stats().counters.clone()))
+            })
             .collect();
         stage_stats.extend(self.clients.iter().map(|s| (s.principal(), s.stats().counters.clone())));
         let correct_client_total = |name: &str| -> u64 {

@@ -1,116 +1,122 @@
-//! A replica's crash domain: one durable map per stage, plus the writes not yet synced. The host
-//! syncs (group commit) before a stage's next send everything up to the last eager write; lazy
-//! writes after it stay pending until a later sync or a background flush; a crash loses what is
-//! unsynced.
+//! The simulated disk under the replica host ([`upright_core::host::Host`]): one log per stage
+//! member, a durable map plus the writes not yet synced. The host syncs (group commit) before
+//! a send that follows an eager write; the disk also flushes in the background now and then
+//! (the simulator decides when, from the seed); a crash loses what is unsynced.
 
-use std::collections::BTreeMap;
+use std::time::Duration;
 
 use bytes::Bytes;
-use upright_core::ids::Principal;
+use upright_core::host::Log;
 use upright_core::stage::Storage;
 
-/// Durable and pending writes of every stage of one replica.
+/// One stage member's simulated log.
 #[derive(Clone, Debug, Default)]
-pub struct ReplicaStorage {
-    synced: BTreeMap<Principal, Storage>,
-    unsynced: Vec<(Principal, String, Option<Bytes>)>,
-    /// How many of the first `unsynced` writes a send must wait for (the rest are lazy writes
-    /// after the last eager one).
-    eager_prefix: usize,
+pub struct SimLog {
+    /// Sabotage: syncs are acknowledged but write nothing (`--sabotage lying-disk`).
+    pub lies: bool,
+    durable: Storage,
+    pending: Vec<(String, Option<Bytes>)>,
+    must_sync: bool,
+    syncs: u64,
 }
 
-impl ReplicaStorage {
-    /// Records a write (not yet durable) that the next send must wait for.
-    pub fn persist(&mut self, stage: Principal, key: String, value: Option<Bytes>) {
-        self.unsynced.push((stage, key, value));
-        self.eager_prefix = self.unsynced.len();
-    }
-
-    /// Records a lazy write: in order with the others, but sends do not wait for it.
-    pub fn persist_lazily(&mut self, stage: Principal, key: String, value: Option<Bytes>) {
-        self.unsynced.push((stage, key, value));
-    }
-
-    /// What a send waits for: the writes up to the last eager one become durable (a log is
-    /// written in order, so the lazy writes before it go with it); later lazy ones stay pending.
-    pub fn sync_for_send(&mut self) {
-        let rest = self.unsynced.split_off(self.eager_prefix);
-        self.sync();
-        self.unsynced = rest;
-    }
-
-    /// Whether writes are waiting for a sync.
-    pub fn dirty(&self) -> bool {
-        !self.unsynced.is_empty()
-    }
-
-    /// Makes every pending write durable, in order.
-    pub fn sync(&mut self) {
-        self.eager_prefix = 0;
-        for (stage, key, value) in self.unsynced.drain(..) {
-            let map = self.synced.entry(stage).or_default();
-            match value {
-                Some(v) => map.insert(key, v),
-                None => map.remove(&key),
-            };
+impl SimLog {
+    /// A log whose durable content is `durable` (what survived the last crash).
+    pub fn new(durable: Storage) -> SimLog {
+        SimLog {
+            durable,
+            ..SimLog::default()
         }
     }
 
     /// A crash: pending writes are lost. Returns how many.
     pub fn crash(&mut self) -> usize {
-        let lost = self.unsynced.len();
-        self.unsynced.clear();
-        self.eager_prefix = 0;
-        lost
+        self.must_sync = false;
+        std::mem::take(&mut self.pending).len()
     }
 
-    /// The durable map of one stage (what it gets back after a restart).
-    pub fn durable(&self, stage: Principal) -> Storage {
-        self.synced.get(&stage).cloned().unwrap_or_default()
+    /// What the member gets back after a restart.
+    pub fn durable(&self) -> &Storage {
+        &self.durable
+    }
+}
+
+impl Log for SimLog {
+    fn append(&mut self, key: &str, value: Option<&Bytes>) {
+        self.append_lazily(key, value);
+        self.must_sync = true;
+    }
+
+    fn append_lazily(&mut self, key: &str, value: Option<&Bytes>) {
+        self.pending.push((key.to_string(), value.cloned()));
+    }
+
+    fn needs_sync(&self) -> bool {
+        self.must_sync
+    }
+
+    fn is_dirty(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Makes every pending write durable, in order (instantaneous in virtual time).
+    fn sync(&mut self) -> std::io::Result<Option<Duration>> {
+        if self.pending.is_empty() {
+            return Ok(None);
+        }
+        if self.lies {
+            self.must_sync = false;
+            self.syncs += 1;
+            return Ok(None);
+        }
+        for (key, value) in self.pending.drain(..) {
+            match value {
+                Some(v) => self.durable.insert(key, v),
+                None => self.durable.remove(&key),
+            };
+        }
+        self.must_sync = false;
+        self.syncs += 1;
+        Ok(None)
+    }
+
+    fn syncs(&self) -> u64 {
+        self.syncs
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use upright_core::ids::ReplicaId;
 
     #[test]
-    fn crash_loses_only_unsynced_writes_and_stages_are_separate() {
-        let a = Principal::Auth(ReplicaId(0));
-        let o = Principal::Order(ReplicaId(0));
-        let mut s = ReplicaStorage::default();
-        s.persist(a, "k".into(), Some(Bytes::from_static(b"1")));
-        s.persist(o, "k".into(), Some(Bytes::from_static(b"x")));
-        s.sync();
-        s.persist(a, "k".into(), Some(Bytes::from_static(b"2")));
-        s.persist(a, "j".into(), Some(Bytes::from_static(b"3")));
-        s.persist(o, "k".into(), None);
-        assert!(s.dirty());
-        assert_eq!(s.crash(), 3);
-        assert_eq!(s.durable(a).get("k").unwrap(), &Bytes::from_static(b"1"));
-        assert!(!s.durable(a).contains_key("j"));
-        assert_eq!(s.durable(o).get("k").unwrap(), &Bytes::from_static(b"x"));
-        s.persist(o, "k".into(), None);
-        s.sync();
-        assert!(s.durable(o).is_empty());
+    fn a_crash_loses_only_unsynced_writes() {
+        let v = |b: &'static [u8]| Some(Bytes::from_static(b));
+        let mut log = SimLog::default();
+        log.append("k", v(b"1").as_ref());
+        assert!(log.needs_sync() && log.is_dirty());
+        log.sync().unwrap();
+        assert!(!log.needs_sync() && !log.is_dirty());
+        log.append("k", v(b"2").as_ref());
+        log.append_lazily("j", v(b"3").as_ref());
+        assert_eq!(log.crash(), 2);
+        assert!(!log.needs_sync(), "nothing is left to wait for after a crash");
+        assert_eq!(log.durable().get("k").unwrap(), &Bytes::from_static(b"1"));
+        assert!(!log.durable().contains_key("j"));
+        log.append("k", None);
+        log.sync().unwrap();
+        assert!(log.durable().is_empty());
+        assert_eq!(log.syncs(), 2);
     }
 
     #[test]
-    fn a_send_waits_for_eager_writes_and_the_lazy_ones_before_them_only() {
-        let o = Principal::Order(ReplicaId(0));
+    fn lazy_writes_alone_ask_for_no_sync_but_go_durable_with_the_next_one() {
         let v = |b: &'static [u8]| Some(Bytes::from_static(b));
-        let mut s = ReplicaStorage::default();
-        s.persist_lazily(o, "a".into(), v(b"1"));
-        s.persist(o, "b".into(), v(b"2"));
-        s.persist_lazily(o, "c".into(), v(b"3"));
-        s.sync_for_send();
-        assert!(s.dirty(), "the trailing lazy write is still pending");
-        assert_eq!(s.crash(), 1);
-        let durable = s.durable(o);
-        assert!(durable.contains_key("a") && durable.contains_key("b") && !durable.contains_key("c"));
-        s.persist_lazily(o, "d".into(), v(b"4"));
-        s.sync_for_send();
-        assert_eq!(s.crash(), 1, "only lazy writes: a send waits for nothing");
+        let mut log = SimLog::default();
+        log.append_lazily("a", v(b"1").as_ref());
+        assert!(log.is_dirty() && !log.needs_sync(), "a lazy write holds no send back");
+        log.append("b", v(b"2").as_ref());
+        log.sync().unwrap();
+        assert!(log.durable().contains_key("a") && log.durable().contains_key("b"));
     }
 }

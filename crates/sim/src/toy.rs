@@ -1,5 +1,5 @@
 //! A toy crash-tolerant protocol that exercises the simulator's machinery (network, timers,
-//! storage, crashes, checkers) independently of the real stages: order member 0 is a sequencer
+//! storage, crashes, checkers) independently of the real stages: authentication member 0 is a sequencer
 //! that persists each request before broadcasting it; execution members apply requests in
 //! sequence order and reply; a client accepts the first full reply. Correct with `r = 0` under
 //! crash, partition and network faults (it stalls while replica 0 is down). Seals are not checked.
@@ -49,7 +49,7 @@ impl Protocol for Toy {
         principal: Principal,
         keys: &Arc<KeyRing>,
         storage: &Storage,
-    ) -> Result<Box<dyn Stage>, ConfigError> {
+    ) -> Result<Box<dyn Stage + Send>, ConfigError> {
         let quorums = config.validate()?;
         let ctx = Ctx {
             principal,
@@ -63,7 +63,7 @@ impl Protocol for Toy {
                 last: 0,
                 outstanding: None,
             }),
-            Principal::Order(ReplicaId(0)) => Box::new(Sequencer::new(ctx, storage, self.forgetful)),
+            Principal::Auth(ReplicaId(0)) => Box::new(Sequencer::new(ctx, storage, self.forgetful)),
             Principal::Exec(_) => Box::new(ToyExec {
                 ctx,
                 next: 1,
@@ -126,7 +126,9 @@ struct ToyClient {
     outstanding: Option<(u64, Bytes)>,
 }
 
-const SEQUENCER: Principal = Principal::Order(ReplicaId(0));
+/// The sequencer runs as authentication member 0: the host of a replica hands each message to
+/// the member its kind belongs to, and clients' requests belong to authentication.
+const SEQUENCER: Principal = Principal::Auth(ReplicaId(0));
 
 impl ToyClient {
     fn request(&self) -> Option<Message> {
@@ -264,7 +266,8 @@ impl Stage for Sequencer {
                     }
                 }
             }
-            Message::LastExecuted { seqno } => {
+            // An execution member's catch-up request: "I executed up to `seqno`".
+            Message::BatchComplete { seqno, .. } => {
                 let from = seqno.0 as usize + 1;
                 for s in from..=self.log.len().min(from + CATCH_UP_MAX - 1) {
                     self.ctx.send(vec![envelope.from], self.batch(s), out);
@@ -349,8 +352,9 @@ impl Stage for ToyExec {
             self.execute(entry, out);
         }
         if !self.buffer.is_empty() {
-            let message = Message::LastExecuted {
+            let message = Message::BatchComplete {
                 seqno: SeqNo(self.next - 1),
+                requests: Vec::new(),
             };
             self.ctx.send(vec![SEQUENCER], message, out);
         }

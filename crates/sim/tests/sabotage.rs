@@ -98,3 +98,8 @@ fn weak_serializable_quorum_is_caught() {
 fn unchecked_pages_are_caught_running_the_paged_kv() {
     caught_running(SabotageMode::UncheckedPages, 2, 1, ServiceKind::PagedKv);
 }
+
+#[test]
+fn a_disk_that_lies_about_syncs_is_caught() {
+    caught(SabotageMode::LyingDisk);
+}

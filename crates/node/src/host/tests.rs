@@ -1,9 +1,14 @@
 use std::path::PathBuf;
 
 use bytes::Bytes;
+use std::sync::Arc;
 use upright_core::ids::{ClientId, SeqNo};
+use upright_core::ids::{Principal, Process, ReplicaId, StageKind};
+use upright_core::message::Envelope;
 use upright_core::message::{Message, Seal};
-use upright_core::stage::Stats;
+use upright_core::stage::{Action, Input, Stage, Stats, Time, Timer};
+
+use crate::storage::StageLog;
 
 use super::*;
 use crate::storage::{parse_records, StorageOptions};
@@ -68,13 +73,15 @@ struct Checker {
 }
 
 impl Router for Checker {
-    fn send(&mut self, to: Process, _frame: Arc<Vec<u8>>) {
-        let on_disk = self
-            .dirs
-            .iter()
-            .map(|d| parse_records(&std::fs::read(d.join("log")).unwrap()).0.len())
-            .collect();
-        self.sends.push((to, on_disk));
+    fn send(&mut self, _from: Principal, to: Vec<Principal>, _envelope: Arc<Envelope>) {
+        for to in to {
+            let on_disk = self
+                .dirs
+                .iter()
+                .map(|d| parse_records(&std::fs::read(d.join("log")).unwrap()).0.len())
+                .collect();
+            self.sends.push((to.process(), on_disk));
+        }
     }
 }
 
@@ -281,7 +288,7 @@ impl Stage for Preparer {
     }
 }
 
-fn preparer_host(dir: &std::path::Path, lazy: bool) -> (Host, Checker) {
+fn preparer_host(dir: &std::path::Path, lazy: bool) -> (Host<StageLog>, Checker) {
     let path = dir.join("order");
     let (log, _, _) = StageLog::open(&path, StorageOptions::default()).unwrap();
     let members = vec![Member {

@@ -29,8 +29,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use upright_core::crypto::{Digest, KeyRing, Mac};
-use upright_core::ids::{Principal, Process, StageKind};
-use upright_core::message::Message;
+use upright_core::ids::{Principal, Process};
 
 pub use conn::{dial_peer, serve, Dialer, PeerLinks, CONNECTIONS_MAX, OUTBOUND_QUEUE_MAX};
 pub use endpoint::{resolve_tcp, Endpoint, Listener, ReadHalf, Stream, WriteHalf, UNIX_PATH_BYTES_MAX, UNIX_PREFIX};
@@ -129,36 +128,7 @@ impl Hello {
     }
 }
 
-/// The stage of a replica that handles a message kind (`None`: a message only clients receive).
-pub fn stage_for(message: &Message) -> Option<StageKind> {
-    use Message::*;
-    match message {
-        ClientRequest { .. } | BatchComplete { .. } | Fetch { .. } | PrimaryHint { .. } => Some(StageKind::Auth),
-        AuthRequest { .. }
-        | PrePrepare { .. }
-        | Prepare { .. }
-        | Commit { .. }
-        | Checkpoint(_)
-        | ViewChange(_)
-        | NewView(_)
-        | FetchOrderCheckpoint { .. }
-        | OrderCheckpointState(_)
-        | CheckpointToken { .. }
-        | LastExecuted { .. } => Some(StageKind::Order),
-        Command { .. }
-        | NextBatch { .. }
-        | LoadCheckpoint { .. }
-        | Retransmit { .. }
-        | FetchState { .. }
-        | StateManifest { .. }
-        | StateChunk { .. }
-        | FetchPages { .. }
-        | PageAnswer { .. }
-        | ReadOnlyRequest { .. }
-        | PushResume { .. } => Some(StageKind::Exec),
-        Reply { .. } | Push { .. } | PushGap { .. } => None,
-    }
-}
+pub use upright_core::host::stage_for;
 
 #[cfg(test)]
 mod tests {
@@ -166,6 +136,8 @@ mod tests {
     use upright_core::config::{ClusterConfig, Knobs, ReplicaInfo};
     use upright_core::crypto::SecretKeys;
     use upright_core::ids::ReplicaId;
+    use upright_core::ids::StageKind;
+    use upright_core::message::Message;
 
     fn config() -> (ClusterConfig, Vec<SecretKeys>) {
         let secrets: Vec<SecretKeys> = (0..4u8).map(|i| SecretKeys::from_seed([i + 1; 32])).collect();
@@ -203,7 +175,6 @@ mod tests {
 
     #[test]
     fn every_message_kind_but_reply_has_a_replica_stage() {
-        use upright_core::message::Message;
         let m = Message::LastExecuted {
             seqno: Default::default(),
         };

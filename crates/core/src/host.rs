@@ -1,0 +1,420 @@
+//! The synchronous heart of a replica process: its co-located stages, their logs and timers, and
+//! the durability rule. The runtime (`upright-node`) runs it over files that fsync; the simulator
+//! runs the same code over a simulated disk that loses unsynced writes on a crash, so the
+//! durability rule the simulator proves is the one that runs.
+//!
+//! Inputs are fed one at a time; each stage's actions are carried out in order, except that sends
+//! are collected and performed by [`Host::flush`], which first syncs every log with buffered
+//! persists (group commit: one sync per log for all persists of all inputs handled since the last
+//! flush, always before any send that follows them). Messages between co-located stages go
+//! through an in-memory queue, also only after the sync.
+//!
+//! A send emitted while no eager persist (`Action::Persist`) waits for a sync depends on nothing
+//! the sync would make durable (docs/PROTOCOL.md, the durability rule; lazy persists never hold a
+//! send back). Such sends go *ahead* of the sync: [`Host::send_ahead`] and [`Host::flush`] route
+//! them first. A backup that receives a PRE-PREPARE together with a PREPARE is prepared in the same
+//! round: its PREPARE then goes out at once and only its COMMIT waits for the prepared
+//! certificate's fsync, instead of the PREPARE waiting too (which put a second fsync on the
+//! critical path of the backup that needs that PREPARE).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::ids::{Principal, Process, ReplicaId, StageKind};
+use crate::message::{Envelope, Message};
+use crate::stage::{Action, Event, Input, Stage, Time, Timer};
+
+/// Most local (co-located) deliveries handled in one flush before yielding back to the network.
+pub const LOCAL_ROUNDS_MAX: usize = 10_000;
+
+/// Where the host sends envelopes for other processes.
+pub trait Router {
+    /// Sends `envelope`, emitted by the member `from`, to other processes: `to` names one
+    /// principal per process (the receiving host dispatches by message kind, [`stage_for`]), in
+    /// the order the member listed them; never empty.
+    fn send(&mut self, from: Principal, to: Vec<Principal>, envelope: Arc<Envelope>);
+
+    /// An envelope between co-located members is about to be handled (for tracing).
+    fn local(&mut self, _envelope: &Envelope) {}
+}
+
+/// A stage member's write-ahead log, as the host needs it: the runtime's is a file that fsyncs,
+/// the simulator's a map that loses what is unsynced on a crash.
+pub trait Log {
+    /// Buffers a write that the member's next send waits for (`None` deletes the key).
+    fn append(&mut self, key: &str, value: Option<&Bytes>);
+    /// Buffers a write that no send waits for (written in order with the others).
+    fn append_lazily(&mut self, key: &str, value: Option<&Bytes>);
+    /// Whether an eager write is buffered and not yet durable (sends emitted now must wait).
+    fn needs_sync(&self) -> bool;
+    /// Whether any write is buffered.
+    fn is_dirty(&self) -> bool;
+    /// Writes everything buffered and makes it durable if an eager write is among it; returns
+    /// how long the sync took, when it was timed.
+    fn sync(&mut self) -> std::io::Result<Option<Duration>>;
+    /// Syncs done so far (a group commit is a flush in which one of the logs synced).
+    fn syncs(&self) -> u64;
+}
+
+/// The stage of a replica that handles a message kind (`None`: a message only clients receive).
+pub fn stage_for(message: &Message) -> Option<StageKind> {
+    use Message::*;
+    match message {
+        ClientRequest { .. } | BatchComplete { .. } | Fetch { .. } | PrimaryHint { .. } => Some(StageKind::Auth),
+        AuthRequest { .. }
+        | PrePrepare { .. }
+        | Prepare { .. }
+        | Commit { .. }
+        | Checkpoint(_)
+        | ViewChange(_)
+        | NewView(_)
+        | FetchOrderCheckpoint { .. }
+        | OrderCheckpointState(_)
+        | CheckpointToken { .. }
+        | LastExecuted { .. } => Some(StageKind::Order),
+        Command { .. }
+        | NextBatch { .. }
+        | LoadCheckpoint { .. }
+        | Retransmit { .. }
+        | FetchState { .. }
+        | StateManifest { .. }
+        | StateChunk { .. }
+        | FetchPages { .. }
+        | PageAnswer { .. }
+        | ReadOnlyRequest { .. }
+        | PushResume { .. } => Some(StageKind::Exec),
+        Reply { .. } | Push { .. } | PushGap { .. } => None,
+    }
+}
+
+/// One co-located stage member with its log.
+pub struct Member<L> {
+    /// Which stage.
+    pub kind: StageKind,
+    /// The state machine.
+    pub stage: Box<dyn Stage + Send>,
+    /// Its write-ahead log.
+    pub log: L,
+}
+
+/// Progress seen through [`Action::Note`] (for metrics and status).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Current view of the order member.
+    pub view: u64,
+    /// Highest committed batch.
+    pub committed: u64,
+    /// Batches committed since start.
+    pub batches_committed: u64,
+    /// Highest stable checkpoint.
+    pub stable_checkpoint: u64,
+    /// Last executed batch.
+    pub executed: u64,
+    /// Last execution checkpoint.
+    pub exec_checkpoint: u64,
+    /// Its state digest (the first bytes, hex): equal at every correct execution member.
+    pub exec_checkpoint_digest: String,
+    /// State transfers completed.
+    pub state_loads: u64,
+    /// Messages the service pushed to clients since start.
+    pub pushes: u64,
+}
+
+/// Host-side counters and timings.
+#[derive(Clone, Debug, Default)]
+pub struct HostStats {
+    /// Inputs dropped by reason.
+    pub dropped: BTreeMap<&'static str, u64>,
+    /// Group commits (flushes that synced at least one log).
+    pub group_commits: u64,
+    /// Sum and max of sync latency.
+    pub fsync_total: Duration,
+    /// Longest sync.
+    pub fsync_max: Duration,
+    /// Envelopes sent to other processes.
+    pub sent: u64,
+    /// Envelopes delivered between co-located stages.
+    pub local: u64,
+    /// Envelopes to other processes routed ahead of a sync that was due (they depended on no
+    /// unsynced eager persist).
+    pub sent_ahead: u64,
+}
+
+/// The stages of one replica, their logs and timers.
+pub struct Host<L> {
+    me: ReplicaId,
+    members: Vec<Member<L>>,
+    /// (time, member, timer) for firing in order; `timer_at` for moving/cancelling.
+    timers: BTreeMap<(Time, usize, Timer), ()>,
+    timer_at: BTreeMap<(usize, Timer), Time>,
+    /// Sends emitted while no eager persist was waiting for a sync: they may go before it.
+    ahead: Vec<(usize, Vec<Principal>, Arc<Envelope>)>,
+    /// Sends emitted after an eager persist that is not synced yet: they go after the sync.
+    outbox: Vec<(usize, Vec<Principal>, Arc<Envelope>)>,
+    local: VecDeque<(usize, Arc<Envelope>)>,
+    /// Notes kept for [`Host::take_notes`] (only when [`Host::keep_notes`] asked for them).
+    notes: Option<Vec<(Principal, Event)>>,
+    /// Progress from notes.
+    pub progress: Progress,
+    /// Counters.
+    pub stats: HostStats,
+}
+
+impl<L: Log> Host<L> {
+    /// A host for replica `me` with these members (at most one per stage kind).
+    pub fn new(me: ReplicaId, members: Vec<Member<L>>) -> Host<L> {
+        Host {
+            me,
+            members,
+            timers: BTreeMap::new(),
+            timer_at: BTreeMap::new(),
+            ahead: Vec::new(),
+            outbox: Vec::new(),
+            local: VecDeque::new(),
+            notes: None,
+            progress: Progress::default(),
+            stats: HostStats::default(),
+        }
+    }
+
+    /// The members.
+    pub fn members(&self) -> &[Member<L>] {
+        &self.members
+    }
+
+    /// The members, to reach their logs (a sync outside a flush only makes writes durable
+    /// earlier, which is always allowed).
+    pub fn members_mut(&mut self) -> &mut [Member<L>] {
+        &mut self.members
+    }
+
+    /// Ends the host (a crash or a stop): its members with their logs.
+    pub fn into_members(self) -> Vec<Member<L>> {
+        self.members
+    }
+
+    /// From now on keeps every member's notes ([`Action::Note`]) for [`Host::take_notes`].
+    pub fn keep_notes(&mut self) {
+        self.notes.get_or_insert_with(Vec::new);
+    }
+
+    /// The notes kept since the last call, in emission order, each with the member that emitted it.
+    pub fn take_notes(&mut self) -> Vec<(Principal, Event)> {
+        self.notes.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn member_of(&self, kind: StageKind) -> Option<usize> {
+        self.members.iter().position(|m| m.kind == kind)
+    }
+
+    fn drop_input(&mut self, reason: &'static str) {
+        *self.stats.dropped.entry(reason).or_insert(0) += 1;
+    }
+
+    /// Sends `Input::Start` to every member.
+    pub fn start(&mut self, now: Time) {
+        for index in 0..self.members.len() {
+            self.handle(now, index, Input::Start);
+        }
+    }
+
+    /// An envelope from the network, dispatched by message kind.
+    pub fn deliver(&mut self, now: Time, envelope: Arc<Envelope>) {
+        let Some(kind) = stage_for(&envelope.message) else {
+            return self.drop_input("host_dropped_not_for_replica");
+        };
+        let Some(index) = self.member_of(kind) else {
+            return self.drop_input("host_dropped_stage_not_hosted");
+        };
+        self.handle(now, index, Input::Message(envelope));
+    }
+
+    /// When the next timer is due.
+    pub fn next_timer(&self) -> Option<Time> {
+        self.timers.keys().next().map(|(at, _, _)| *at)
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn fire_timers(&mut self, now: Time) {
+        while let Some(&(at, index, timer)) = self.timers.keys().next() {
+            if at > now {
+                break;
+            }
+            self.timers.remove(&(at, index, timer));
+            self.timer_at.remove(&(index, timer));
+            self.handle(now, index, Input::Timer(timer));
+        }
+    }
+
+    fn handle(&mut self, now: Time, index: usize, input: Input) {
+        let mut out = Vec::new();
+        self.members[index].stage.handle(now, input, &mut out);
+        self.perform(index, out);
+    }
+
+    /// Calls every member's flush hook ([`Stage::flush`]): the round's inputs were all handled.
+    /// Nothing is allocated unless a member emits something.
+    fn flush_members(&mut self, now: Time) {
+        let mut out = Vec::new();
+        for index in 0..self.members.len() {
+            self.members[index].stage.flush(now, &mut out);
+            if !out.is_empty() {
+                self.perform(index, std::mem::take(&mut out));
+            }
+        }
+    }
+
+    fn perform(&mut self, index: usize, out: Vec<Action>) {
+        for action in out {
+            match action {
+                Action::Persist { key, value } => self.members[index].log.append(&key, value.as_ref()),
+                Action::PersistLazily { key, value } => self.members[index].log.append_lazily(&key, value.as_ref()),
+                // Emission order is kept: while no sync is due the outbox is empty (it is drained
+                // right after each sync), so every send ahead precedes every send behind.
+                Action::Send { to, envelope } if !self.sync_due() => self.ahead.push((index, to, envelope)),
+                Action::Send { to, envelope } => self.outbox.push((index, to, envelope)),
+                Action::SetTimer { timer, at } => {
+                    if let Some(old) = self.timer_at.insert((index, timer), at) {
+                        self.timers.remove(&(old, index, timer));
+                    }
+                    self.timers.insert((at, index, timer), ());
+                }
+                Action::CancelTimer { timer } => {
+                    if let Some(old) = self.timer_at.remove(&(index, timer)) {
+                        self.timers.remove(&(old, index, timer));
+                    }
+                }
+                Action::Note(event) => {
+                    if let Some(notes) = &mut self.notes {
+                        notes.push((self.members[index].kind.member(self.me), event.clone()));
+                    }
+                    self.note(event)
+                }
+                Action::Deliver { .. } | Action::DeliverPush { .. } | Action::PushGap { .. } => {}
+            }
+        }
+    }
+
+    fn note(&mut self, event: Event) {
+        let p = &mut self.progress;
+        match event {
+            Event::Committed { seqno, view, .. } => {
+                p.committed = p.committed.max(seqno.0);
+                p.view = p.view.max(view.0);
+                p.batches_committed += 1;
+            }
+            Event::ViewInstalled { view } => p.view = p.view.max(view.0),
+            Event::CheckpointStable { seqno } => p.stable_checkpoint = p.stable_checkpoint.max(seqno.0),
+            Event::Executed { seqno, .. } => p.executed = seqno.0,
+            Event::Checkpointed { seqno, state_digest } => {
+                p.exec_checkpoint = seqno.0;
+                p.exec_checkpoint_digest = format!("{state_digest:?}");
+            }
+            Event::StateLoaded { seqno, state_digest } => {
+                p.exec_checkpoint = seqno.0;
+                p.exec_checkpoint_digest = format!("{state_digest:?}");
+                p.executed = seqno.0;
+                p.state_loads += 1;
+            }
+            Event::Pushed { .. } => p.pushes += 1,
+        }
+    }
+
+    /// Starts ending a round: calls every member's flush hook and routes the sends that depend on
+    /// no unsynced persist. Returns whether it routed any to another process while a sync is due:
+    /// the caller may then let those be written (the transport writes from its own tasks) before
+    /// [`Host::flush`] blocks on the sync. Calling [`Host::flush`] alone is equally correct.
+    pub fn send_ahead(&mut self, now: Time, router: &mut dyn Router) -> bool {
+        self.flush_members(now);
+        self.route_ahead(router) > 0
+    }
+
+    /// Whether a member's log holds an eager persist not yet synced (sends emitted now wait).
+    fn sync_due(&self) -> bool {
+        self.members.iter().any(|m| m.log.needs_sync())
+    }
+
+    /// Routes the sends emitted while no sync was due; returns how many envelopes went to other
+    /// processes ahead of a sync that is due now (counted in `sent_ahead`).
+    fn route_ahead(&mut self, router: &mut dyn Router) -> u64 {
+        let sent = self.stats.sent;
+        for (index, to, envelope) in std::mem::take(&mut self.ahead) {
+            self.route(index, to, envelope, router);
+        }
+        if !self.sync_due() {
+            return 0;
+        }
+        let ahead = self.stats.sent - sent;
+        self.stats.sent_ahead += ahead;
+        ahead
+    }
+
+    /// Ends a round: calls every member's flush hook, routes the sends that depend on no unsynced
+    /// persist, makes buffered persists durable (one sync per dirty log), then performs the other
+    /// sends; deliveries to co-located stages are handled here too (each followed by another flush
+    /// hook), repeating until no work is left.
+    pub fn flush(&mut self, now: Time, router: &mut dyn Router) -> std::io::Result<()> {
+        for _ in 0..LOCAL_ROUNDS_MAX {
+            self.flush_members(now);
+            self.route_ahead(router);
+            self.sync_logs()?;
+            for (index, to, envelope) in std::mem::take(&mut self.outbox) {
+                self.route(index, to, envelope, router);
+            }
+            let Some((index, envelope)) = self.local.pop_front() else {
+                return Ok(());
+            };
+            self.stats.local += 1;
+            router.local(&envelope);
+            self.handle(now, index, Input::Message(envelope));
+        }
+        Ok(())
+    }
+
+    fn sync_logs(&mut self) -> std::io::Result<()> {
+        let mut synced = false;
+        for member in &mut self.members {
+            if member.log.is_dirty() {
+                let was = member.log.syncs();
+                let took = member.log.sync()?;
+                if let Some(took) = took {
+                    self.stats.fsync_total += took;
+                    self.stats.fsync_max = self.stats.fsync_max.max(took);
+                }
+                synced |= member.log.syncs() > was;
+            }
+        }
+        if synced {
+            self.stats.group_commits += 1;
+        }
+        Ok(())
+    }
+
+    fn route(&mut self, from: usize, to: Vec<Principal>, envelope: Arc<Envelope>, router: &mut dyn Router) {
+        let mut remote: Vec<Principal> = Vec::new();
+        let mut processes: Vec<Process> = Vec::new();
+        for principal in to {
+            if principal.replica() == Some(self.me) {
+                let kind = principal.stage().expect("replica principals have a stage");
+                match self.member_of(kind) {
+                    Some(index) => self.local.push_back((index, envelope.clone())),
+                    None => self.drop_input("host_dropped_stage_not_hosted"),
+                }
+                continue;
+            }
+            let process = principal.process();
+            if processes.contains(&process) {
+                continue; // one copy per process: the receiver dispatches by message kind
+            }
+            processes.push(process);
+            remote.push(principal);
+        }
+        if !remote.is_empty() {
+            self.stats.sent += remote.len() as u64;
+            router.send(self.members[from].kind.member(self.me), remote, envelope);
+        }
+    }
+}
