@@ -64,17 +64,7 @@ pub fn stage_for(message: &Message) -> Option<StageKind> {
     use Message::*;
     match message {
         ClientRequest { .. } | BatchComplete { .. } | Fetch { .. } | PrimaryHint { .. } => Some(StageKind::Auth),
-        AuthRequest { .. }
-        | PrePrepare { .. }
-        | Prepare { .. }
-        | Commit { .. }
-        | Checkpoint(_)
-        | ViewChange(_)
-        | NewView(_)
-        | FetchOrderCheckpoint { .. }
-        | OrderCheckpointState(_)
-        | CheckpointToken { .. }
-        | LastExecuted { .. } => Some(StageKind::Order),
+        AuthRequest { .. } | Pbft(_) | CheckpointToken { .. } | LastExecuted { .. } => Some(StageKind::Order),
         Command { .. }
         | NextBatch { .. }
         | LoadCheckpoint { .. }

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use crate::crypto::Digest;
 use crate::ids::{ClientId, Principal, RequestId, SeqNo, View};
 use crate::message::Envelope;
+pub use crate::message::PbftTimer;
 
 /// Microseconds on the host's monotonic clock. The simulator's clock starts at 0; each member's
 /// clock may be skewed.
@@ -28,15 +29,8 @@ pub enum Timer {
     PushResume,
     /// Authentication: periodic housekeeping (retransmission pacing).
     AuthTick,
-    /// Order: close the batch being filled.
-    BatchClose,
-    /// Order: the primary has not made progress on known requests; start a view change.
-    ViewChange,
-    /// Order: periodic housekeeping (resend of VIEW-CHANGE, checkpoint votes, fetches).
-    OrderTick,
-    /// Order (backup): a PREPARE that left the primary out has not led to a commit in time; send
-    /// it to the primary too.
-    PrimaryHelp,
+    /// The order stage's timers (PBFT).
+    Pbft(PbftTimer),
     /// Execution: retry fetches, LAST-EXEC and state transfer.
     ExecRetry,
 }

@@ -7,6 +7,7 @@
 
 use crate::codec::{from_bytes, DecodeError};
 use crate::limits::*;
+use crate::message::PbftMessage;
 use crate::message::*;
 
 /// Version of the wire format; the first byte of every frame.
@@ -15,7 +16,9 @@ use crate::message::*;
 /// [`crate::crypto::Signature`]) are byte strings: a length varint (32, 16, 64) then the bytes,
 /// instead of 32 / 16 raw bytes (a fixed-size tuple). Storage records that contain them changed
 /// the same way.
-pub const WIRE_VERSION: u8 = 3;
+/// Version 4: the order stage's own messages nest in `Message::Pbft` (a second ordering protocol
+/// adds a variant), which renumbers the message variants.
+pub const WIRE_VERSION: u8 = 4;
 
 /// Encodes an envelope as a frame body (version byte + postcard). An envelope sealed with a MAC or
 /// an authenticator by [`Envelope::seal`] reuses the encoding of its sender and message that the
@@ -134,9 +137,9 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
             }
             Ok(())
         }
-        Message::PrePrepare { batch, .. } => validate_batch(batch),
-        Message::ViewChange(vc) => validate_view_change(&vc.value),
-        Message::NewView(nv) => {
+        Message::Pbft(PbftMessage::PrePrepare { batch, .. }) => validate_batch(batch),
+        Message::Pbft(PbftMessage::ViewChange(vc)) => validate_view_change(&vc.value),
+        Message::Pbft(PbftMessage::NewView(nv)) => {
             limit(nv.value.view_changes.len() <= MAX_FAULTS * 3 + 1, "view changes")?;
             for vc in &nv.value.view_changes {
                 validate_view_change(&vc.value)?;
@@ -150,7 +153,7 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
             }
             Ok(())
         }
-        Message::OrderCheckpointState(stable) => validate_stable(stable),
+        Message::Pbft(PbftMessage::OrderCheckpointState(stable)) => validate_stable(stable),
         Message::NextBatch { entries, .. } => {
             limit(entries.len() <= BATCH_REQUESTS_MAX, "batch entries")?;
             entries.iter().try_for_each(validate_entry)
@@ -178,10 +181,10 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
             limit(pages.len() <= PAGE_ITEMS_PER_FETCH, "answered pages")?;
             limit(pages.iter().all(|(_, page)| page.len() <= PAGE_BYTES_MAX), "page")
         }
-        Message::Prepare { .. }
-        | Message::Commit { .. }
-        | Message::Checkpoint(_)
-        | Message::FetchOrderCheckpoint { .. }
+        Message::Pbft(PbftMessage::Prepare { .. })
+        | Message::Pbft(PbftMessage::Commit { .. })
+        | Message::Pbft(PbftMessage::Checkpoint(_))
+        | Message::Pbft(PbftMessage::FetchOrderCheckpoint { .. })
         | Message::LoadCheckpoint { .. }
         | Message::Retransmit { .. }
         | Message::CheckpointToken { .. }

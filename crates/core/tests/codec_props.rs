@@ -7,6 +7,7 @@ use upright_core::codec::DecodeError;
 use upright_core::crypto::{Authenticator, Digest, Mac, MatrixRow, MatrixSignature};
 use upright_core::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
 use upright_core::limits::AUTH_ITEMS_MAX;
+use upright_core::message::PbftMessage;
 use upright_core::message::{AuthItem, Batch, Envelope, Message, RequestBody, RequestEntry, Seal, SignedEntry};
 use upright_core::wire::{decode, encode, WIRE_VERSION};
 
@@ -78,7 +79,7 @@ fn message() -> impl Strategy<Value = Message> {
             any::<u64>(),
             prop::collection::vec((entry(), authenticator()), 0..4)
         )
-            .prop_map(|(v, n, t, entries)| Message::PrePrepare {
+            .prop_map(|(v, n, t, entries)| Message::Pbft(PbftMessage::PrePrepare {
                 view: View(v),
                 seqno: SeqNo(n),
                 batch: Batch {
@@ -96,12 +97,12 @@ fn message() -> impl Strategy<Value = Message> {
                         })
                         .collect()
                 }
-            }),
-        (any::<u64>(), any::<u64>(), digest()).prop_map(|(v, n, d)| Message::Commit {
+            })),
+        (any::<u64>(), any::<u64>(), digest()).prop_map(|(v, n, d)| Message::Pbft(PbftMessage::Commit {
             view: View(v),
             seqno: SeqNo(n),
             digest: d
-        }),
+        })),
         (
             any::<u64>(),
             any::<u64>(),
@@ -174,11 +175,11 @@ proptest! {
 fn version_length_and_trailing_bytes_are_checked() {
     let envelope = Envelope::new(
         Principal::Client(ClientId(1)),
-        Message::Commit {
+        Message::Pbft(PbftMessage::Commit {
             view: View(1),
             seqno: SeqNo(2),
             digest: Digest::of(b"x"),
-        },
+        }),
         Seal::None,
     );
     let mut bytes = encode(&envelope);

@@ -38,6 +38,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use upright_core::message::PbftMessage;
 
 use upright_core::ids::Principal;
 use upright_core::message::Message;
@@ -145,9 +146,11 @@ pub fn message(direction: &str, m: &Message, peer: u64) {
         return;
     }
     let (kind, a, b) = match m {
-        Message::PrePrepare { seqno, batch, .. } => ("pre-prepare", seqno.0, batch.entries.len() as u64),
-        Message::Prepare { seqno, .. } => ("prepare", seqno.0, 0),
-        Message::Commit { seqno, .. } => ("commit", seqno.0, 0),
+        Message::Pbft(PbftMessage::PrePrepare { seqno, batch, .. }) => {
+            ("pre-prepare", seqno.0, batch.entries.len() as u64)
+        }
+        Message::Pbft(PbftMessage::Prepare { seqno, .. }) => ("prepare", seqno.0, 0),
+        Message::Pbft(PbftMessage::Commit { seqno, .. }) => ("commit", seqno.0, 0),
         Message::NextBatch { seqno, .. } => ("next-batch", seqno.0, 0),
         Message::BatchComplete { seqno, .. } => ("batch-complete", seqno.0, 0),
         Message::ClientRequest { client, request_id, .. } => ("client-request", u64::from(client.0), request_id.0),
@@ -167,7 +170,7 @@ pub fn message(direction: &str, m: &Message, peer: u64) {
                 );
             }
         }
-        Message::PrePrepare { seqno, batch, .. } if direction == "send" => {
+        Message::Pbft(PbftMessage::PrePrepare { seqno, batch, .. }) if direction == "send" => {
             for e in &batch.entries {
                 event("entry", seqno.0, u64::from(e.entry.client.0), e.entry.request_id.0);
             }
@@ -197,11 +200,11 @@ mod tests {
         start_in(Path::new("/nonexistent"), "second-start-keeps-the-first");
         assert!(is_on());
         event("timeline-test-wake", 4, 0, 0);
-        let prepare = Message::Prepare {
+        let prepare = Message::Pbft(PbftMessage::Prepare {
             view: upright_core::ids::View(0),
             seqno: upright_core::ids::SeqNo(4242),
             digest: upright_core::crypto::Digest::default(),
-        };
+        });
         message("recv", &prepare, 1002);
         flush();
         stop();

@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+use upright_core::message::PbftMessage;
 
 use bytes::Bytes;
 use rand::seq::IndexedRandom;
@@ -330,7 +331,7 @@ impl Byzantine {
             }
         };
         match &envelope.message {
-            Message::PrePrepare { view, seqno, batch } if !b.is_empty() => {
+            Message::Pbft(PbftMessage::PrePrepare { view, seqno, batch }) if !b.is_empty() => {
                 counts.bump(Behaviour::EquivocatingPrimary.class());
                 let variant_batch = vary(batch);
                 let variant_digest = variant_batch.digest();
@@ -343,43 +344,44 @@ impl Byzantine {
                 split(
                     self,
                     envelope.message.clone(),
-                    Message::PrePrepare {
+                    Message::Pbft(PbftMessage::PrePrepare {
                         view,
                         seqno,
                         batch: variant_batch,
-                    },
+                    }),
                     &mut out,
                 );
                 // Matching votes for the variant to its half.
-                let prepare = Message::Prepare {
+                let prepare = Message::Pbft(PbftMessage::Prepare {
                     view,
                     seqno,
                     digest: variant_digest,
-                };
-                let commit = Message::Commit {
+                });
+                let commit = Message::Pbft(PbftMessage::Commit {
                     view,
                     seqno,
                     digest: variant_digest,
-                };
+                });
                 let seal_like = Seal::Authenticator(upright_core::crypto::Authenticator { macs: Vec::new() });
                 for message in [prepare, commit] {
                     out.extend(self.reseal(from, &message, &seal_like, &b));
                 }
             }
-            Message::Prepare { view, seqno, digest } | Message::Commit { view, seqno, digest } => {
+            Message::Pbft(PbftMessage::Prepare { view, seqno, digest })
+            | Message::Pbft(PbftMessage::Commit { view, seqno, digest }) => {
                 match self.variants.get(&(view.0, seqno.0)) {
                     Some(&(orig, variant)) if orig == *digest => {
                         let variant_msg = match &envelope.message {
-                            Message::Prepare { .. } => Message::Prepare {
+                            Message::Pbft(PbftMessage::Prepare { .. }) => Message::Pbft(PbftMessage::Prepare {
                                 view: *view,
                                 seqno: *seqno,
                                 digest: variant,
-                            },
-                            _ => Message::Commit {
+                            }),
+                            _ => Message::Pbft(PbftMessage::Commit {
                                 view: *view,
                                 seqno: *seqno,
                                 digest: variant,
-                            },
+                            }),
                         };
                         split(self, envelope.message.clone(), variant_msg, &mut out);
                     }
@@ -453,10 +455,12 @@ fn corrupt(envelope: &Envelope) -> Envelope {
         Message::AuthRequest { items } => items
             .iter_mut()
             .for_each(|i| i.row.authenticator.macs.iter_mut().for_each(|m| flip(&mut m.0))),
-        Message::Checkpoint(s) => flip(&mut s.signature.0),
-        Message::ViewChange(s) => flip(&mut s.signature.0),
-        Message::NewView(s) => flip(&mut s.signature.0),
-        Message::OrderCheckpointState(s) => s.votes.iter_mut().for_each(|v| flip(&mut v.signature.0)),
+        Message::Pbft(PbftMessage::Checkpoint(s)) => flip(&mut s.signature.0),
+        Message::Pbft(PbftMessage::ViewChange(s)) => flip(&mut s.signature.0),
+        Message::Pbft(PbftMessage::NewView(s)) => flip(&mut s.signature.0),
+        Message::Pbft(PbftMessage::OrderCheckpointState(s)) => {
+            s.votes.iter_mut().for_each(|v| flip(&mut v.signature.0))
+        }
         _ => {}
     }
     e
@@ -567,11 +571,11 @@ mod tests {
             time_us: 10,
             entries: vec![],
         };
-        let pp = Message::PrePrepare {
+        let pp = Message::Pbft(PbftMessage::PrePrepare {
             view: View(0),
             seqno: SeqNo(1),
             batch: batch.clone(),
-        };
+        });
         let env = Arc::new(Envelope::seal(
             &rings[0],
             &q,
@@ -589,13 +593,15 @@ mod tests {
                     o.envelope.open(&rings[i], to, None).is_ok(),
                     "re-sealed with its own keys"
                 );
-                if let Message::PrePrepare { batch, .. } = &o.envelope.message {
+                if let Message::Pbft(PbftMessage::PrePrepare { batch, .. }) = &o.envelope.message {
                     digests.insert(batch.digest());
                 }
             }
         }
         assert_eq!(digests.len(), 2, "two different batches");
-        assert!(out.iter().any(|o| matches!(o.envelope.message, Message::Commit { .. })));
+        assert!(out
+            .iter()
+            .any(|o| matches!(o.envelope.message, Message::Pbft(PbftMessage::Commit { .. }))));
     }
 
     #[test]

@@ -156,6 +156,7 @@ impl Timers {
 mod tests {
     use super::*;
     use upright_core::ids::ReplicaId;
+    use upright_core::stage::PbftTimer;
 
     #[test]
     fn queue_orders_by_time_then_insertion() {
@@ -177,16 +178,16 @@ mod tests {
     fn timers_move_cancel_and_ignore_stale_firings() {
         let p = Principal::Order(ReplicaId(1));
         let mut t = Timers::default();
-        let g1 = t.set(p, Timer::ViewChange);
-        let g2 = t.set(p, Timer::ViewChange); // moved
-        assert!(!t.fire(p, Timer::ViewChange, g1));
-        assert!(t.fire(p, Timer::ViewChange, g2));
-        assert!(!t.fire(p, Timer::ViewChange, g2), "fires once");
-        let g3 = t.set(p, Timer::OrderTick);
-        t.cancel(p, Timer::OrderTick);
-        assert!(!t.fire(p, Timer::OrderTick, g3));
-        let g4 = t.set(p, Timer::OrderTick);
+        let g1 = t.set(p, Timer::Pbft(PbftTimer::ViewChange));
+        let g2 = t.set(p, Timer::Pbft(PbftTimer::ViewChange)); // moved
+        assert!(!t.fire(p, Timer::Pbft(PbftTimer::ViewChange), g1));
+        assert!(t.fire(p, Timer::Pbft(PbftTimer::ViewChange), g2));
+        assert!(!t.fire(p, Timer::Pbft(PbftTimer::ViewChange), g2), "fires once");
+        let g3 = t.set(p, Timer::Pbft(PbftTimer::OrderTick));
+        t.cancel(p, Timer::Pbft(PbftTimer::OrderTick));
+        assert!(!t.fire(p, Timer::Pbft(PbftTimer::OrderTick), g3));
+        let g4 = t.set(p, Timer::Pbft(PbftTimer::OrderTick));
         t.clear(|q| q.replica() == Some(ReplicaId(1)));
-        assert!(!t.fire(p, Timer::OrderTick, g4));
+        assert!(!t.fire(p, Timer::Pbft(PbftTimer::OrderTick), g4));
     }
 }

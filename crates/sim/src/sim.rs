@@ -398,7 +398,7 @@ impl<P: Protocol> Sim<P> {
                 }
                 self.trace.update(&self.now.to_le_bytes());
                 self.trace.update(&principal_bytes(principal));
-                self.trace.update(&[timer as u8]);
+                self.trace.update(format!("{timer:?}").as_bytes());
                 if let Principal::Client(c) = principal {
                     self.client_input(c.0, Input::Timer(timer));
                 }

@@ -5,15 +5,16 @@ use super::*;
 use crate::codec::to_bytes;
 use crate::config::Knobs;
 use crate::ids::ClientId;
+use crate::message::PbftMessage;
 use crate::testing::{fixture, Fixture};
 use crate::wire::{decode, encode};
 
 fn prepare() -> Message {
-    Message::Prepare {
+    Message::Pbft(PbftMessage::Prepare {
         view: View(3),
         seqno: SeqNo(41),
         digest: Digest::of(b"batch"),
-    }
+    })
 }
 
 fn reply() -> Message {
@@ -159,11 +160,11 @@ fn a_local_delivery_verifies_with_the_digest_seal_computed() {
     );
     // A changed copy is checked against its own content.
     let mut changed = sealed.clone();
-    changed.message = Message::Prepare {
+    changed.message = Message::Pbft(PbftMessage::Prepare {
         view: View(3),
         seqno: SeqNo(42),
         digest: Digest::of(b"batch"),
-    };
+    });
     assert!(changed
         .open(&f.replicas[0], Principal::Order(ReplicaId(0)), None)
         .is_err());

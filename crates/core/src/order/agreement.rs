@@ -3,6 +3,8 @@
 //! sequence order within the watermarks; PREPARE / COMMIT quorums, with the primary's vote left
 //! out while every backup keeps up; committed batches applied in sequence.
 
+use crate::message::PbftMessage;
+use crate::stage::PbftTimer;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::mem;
@@ -23,14 +25,14 @@ use crate::stage::{Action, Time, Timer};
 pub(super) struct PrimaryVote {
     /// Slots whose PREPARE this backup sent to the other backups only, with when
     /// (`send_prepare`). If one has not committed here `PRIMARY_HELP_HOLD_FRACTION` of the
-    /// view-change timeout later, the PREPAREs go to the primary too (`Timer::PrimaryHelp`).
+    /// view-change timeout later, the PREPAREs go to the primary too (`PbftTimer::PrimaryHelp`).
     /// Committed slots leave it when that timer fires or at a tick (not on the commit path),
     /// so it holds at most the slots accepted within one hold, all in the window.
     pub(super) quiet_prepares: BTreeMap<SeqNo, Time>,
     /// Until this time every PREPARE goes to the primary too: a slot needed the primary's
     /// COMMIT recently (a backup is down, slow or lying).
     pub(super) include_primary_until: Time,
-    /// Whether `Timer::PrimaryHelp` is set.
+    /// Whether `PbftTimer::PrimaryHelp` is set.
     pub(super) primary_help_armed: bool,
     /// While the primary is included: consecutive committed slots whose previous slot has every
     /// backup's COMMIT here (`note_backups_complete`).
@@ -80,7 +82,7 @@ impl OrderStage {
                 if !self.batch_timer_armed {
                     self.batch_timer_armed = true;
                     out.push(Action::SetTimer {
-                        timer: Timer::BatchClose,
+                        timer: Timer::Pbft(PbftTimer::BatchClose),
                         at: now + delay_us,
                     });
                 }
@@ -97,7 +99,7 @@ impl OrderStage {
             if self.batch_timer_armed {
                 self.batch_timer_armed = false;
                 out.push(Action::CancelTimer {
-                    timer: Timer::BatchClose,
+                    timer: Timer::Pbft(PbftTimer::BatchClose),
                 });
             }
             if let Some(last) = batch.entries.last() {
@@ -115,7 +117,7 @@ impl OrderStage {
         // Lazily, like a backup's accept (see `try_accept`).
         persist::write_lazily(out, persist::slot_key(n), &slot.record);
         self.stats.bump("pre_prepare_sent");
-        self.send_to_order(out, Message::PrePrepare { view, seqno: n, batch });
+        self.send_to_order(out, Message::Pbft(PbftMessage::PrePrepare { view, seqno: n, batch }));
         self.early_execute(n, out);
         self.check_prepared(now, n, out);
     }
@@ -288,12 +290,12 @@ impl OrderStage {
     /// prepared certificate and sends no COMMIT, and every other member commits on the backups'
     /// COMMITs (the primary too). Safety does not depend on who receives a PREPARE: the prepared
     /// and committed predicates are unchanged. If the slot has not committed here after the hold
-    /// (`Timer::PrimaryHelp`), the PREPAREs go to the primary too, and so does every PREPARE for
+    /// (`PbftTimer::PrimaryHelp`), the PREPAREs go to the primary too, and so does every PREPARE for
     /// the next view-change timeout: the primary then prepares and its COMMIT completes the quorum
     /// while a backup is down, slow or silent.
     fn send_prepare(&mut self, now: Time, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
         let view = self.view;
-        let message = Message::Prepare { view, seqno, digest };
+        let message = Message::Pbft(PbftMessage::Prepare { view, seqno, digest });
         let quiet = self.q.n_order > self.q.order_medium() && now >= self.primary_vote.include_primary_until;
         if !quiet {
             return self.send_to_order(out, message);
@@ -310,13 +312,13 @@ impl OrderStage {
         self.arm_primary_help(now + self.primary_help_hold(), out);
     }
 
-    /// Sets `Timer::PrimaryHelp` unless it is already set (it then fires no later than `at`:
+    /// Sets `PbftTimer::PrimaryHelp` unless it is already set (it then fires no later than `at`:
     /// it was set for an older quiet slot).
     fn arm_primary_help(&mut self, at: Time, out: &mut Vec<Action>) {
         if !self.primary_vote.primary_help_armed {
             self.primary_vote.primary_help_armed = true;
             out.push(Action::SetTimer {
-                timer: Timer::PrimaryHelp,
+                timer: Timer::Pbft(PbftTimer::PrimaryHelp),
                 at,
             });
         }
@@ -359,7 +361,7 @@ impl OrderStage {
         (self.config.knobs.view_change_timeout_us / PRIMARY_HELP_HOLD_FRACTION).max(1)
     }
 
-    /// `Timer::PrimaryHelp` (and every tick): drops the quiet slots committed here; if one is still
+    /// `PbftTimer::PrimaryHelp` (and every tick): drops the quiet slots committed here; if one is still
     /// uncommitted after the hold, sends the PREPARE of every quiet slot to the primary and
     /// includes the primary in every PREPARE for the next view-change timeout (counted
     /// `prepare_primary_helped`). Otherwise sets the timer for the oldest one left.
@@ -387,11 +389,11 @@ impl OrderStage {
             let Some(accepted) = self.log.get(&seqno).and_then(|s| s.accepted_in(view)) else {
                 continue;
             };
-            let message = Message::Prepare {
+            let message = Message::Pbft(PbftMessage::Prepare {
                 view,
                 seqno,
                 digest: accepted.digest,
-            };
+            });
             self.stats.bump("prepare_primary_helped");
             self.send(out, vec![primary], message, SealFor::Stage(StageKind::Order));
         }
@@ -475,7 +477,7 @@ impl OrderStage {
         slot.commits.insert(me, (view, digest));
         self.stats.bump("prepared");
         persist::write(out, persist::mark_key(seqno), &slot.record.mark());
-        self.send_to_order(out, Message::Commit { view, seqno, digest });
+        self.send_to_order(out, Message::Pbft(PbftMessage::Commit { view, seqno, digest }));
         self.check_committed(now, seqno, out);
     }
 

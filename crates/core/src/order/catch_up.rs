@@ -4,6 +4,7 @@
 use super::OrderStage;
 use crate::crypto::Digest;
 use crate::ids::{Principal, ReplicaId, SeqNo, StageKind, View};
+use crate::message::PbftMessage;
 use crate::message::{Message, SealFor};
 use crate::stage::{Action, Time};
 
@@ -29,17 +30,17 @@ impl OrderStage {
                             .is_some_and(|r| slot.commits.get(&r) != Some(&(view, digest)))
                     })
                     .collect();
-                let message = Message::PrePrepare {
+                let message = Message::Pbft(PbftMessage::PrePrepare {
                     view,
                     seqno,
                     batch: accepted.batch.clone(),
-                };
+                });
                 self.send(out, missing, message, SealFor::Stage(StageKind::Order));
             } else if seqno > self.last_committed {
-                self.send_to_order(out, Message::Prepare { view, seqno, digest });
+                self.send_to_order(out, Message::Pbft(PbftMessage::Prepare { view, seqno, digest }));
             }
             if seqno > self.last_committed && slot.prepared_in(view) {
-                self.send_to_order(out, Message::Commit { view, seqno, digest });
+                self.send_to_order(out, Message::Pbft(PbftMessage::Commit { view, seqno, digest }));
             }
         }
     }
@@ -51,11 +52,11 @@ impl OrderStage {
             return;
         }
         if let Some(accepted) = slot.accepted_in(self.view) {
-            let message = Message::Commit {
+            let message = Message::Pbft(PbftMessage::Commit {
                 view: self.view,
                 seqno,
                 digest: accepted.digest,
-            };
+            });
             let to = Principal::Order(to);
             self.send(out, vec![to], message, SealFor::Stage(StageKind::Order));
         }
@@ -65,7 +66,9 @@ impl OrderStage {
     pub(super) fn wrong_view(&mut self, now: Time, from: ReplicaId, view: View, out: &mut Vec<Action>) {
         self.stats.bump("drop_wrong_view");
         if !self.changing && view < self.view && self.view_change.new_view.is_some() && self.may_help(now, from) {
-            let message = Message::NewView(self.view_change.new_view.clone().expect("checked"));
+            let message = Message::Pbft(PbftMessage::NewView(
+                self.view_change.new_view.clone().expect("checked"),
+            ));
             self.send(out, vec![Principal::Order(from)], message, SealFor::Nothing);
         }
     }
@@ -73,7 +76,7 @@ impl OrderStage {
     /// A member sent something at or below our stable checkpoint: send it the certificate.
     pub(super) fn help_lagging(&mut self, now: Time, to: ReplicaId, out: &mut Vec<Action>) {
         if self.stable.is_some() && to != self.id && self.may_help(now, to) {
-            let message = Message::OrderCheckpointState(self.stable.clone().expect("checked"));
+            let message = Message::Pbft(PbftMessage::OrderCheckpointState(self.stable.clone().expect("checked")));
             self.send(out, vec![Principal::Order(to)], message, SealFor::Nothing);
         }
     }
@@ -85,10 +88,10 @@ impl OrderStage {
         }
         let seqno = self.h.next();
         self.fetching = Some((seqno, Digest::default()));
-        let message = Message::FetchOrderCheckpoint {
+        let message = Message::Pbft(PbftMessage::FetchOrderCheckpoint {
             seqno,
             digest: Digest::default(),
-        };
+        });
         self.send(
             out,
             vec![Principal::Order(from)],

@@ -2,6 +2,7 @@
 //! execution stage, signed CHECKPOINT votes, stable certificates, watermarks and garbage
 //! collection, and order state transfer (FETCH-ORDER-CP / ORDER-CP-STATE).
 
+use crate::message::PbftMessage;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::persist;
@@ -111,7 +112,7 @@ impl OrderStage {
             self.send(
                 out,
                 self.other_order_members(),
-                Message::Checkpoint(vote.clone()),
+                Message::Pbft(PbftMessage::Checkpoint(vote.clone())),
                 SealFor::Nothing,
             );
             self.own_checkpoints.insert(seqno, (checkpoint, vote.clone()));
@@ -198,7 +199,7 @@ impl OrderStage {
                     .map(|v| Principal::Order(v.signer))
                     .collect();
                 self.stats.bump("order_checkpoint_fetch");
-                let message = Message::FetchOrderCheckpoint { seqno, digest };
+                let message = Message::Pbft(PbftMessage::FetchOrderCheckpoint { seqno, digest });
                 self.send(out, voters, message, SealFor::Stage(StageKind::Order));
             }
         }
@@ -270,7 +271,7 @@ impl OrderStage {
         match &self.stable {
             Some(stable) if stable.checkpoint.seqno >= seqno => {
                 self.stats.bump("order_checkpoint_served");
-                let message = Message::OrderCheckpointState(stable.clone());
+                let message = Message::Pbft(PbftMessage::OrderCheckpointState(stable.clone()));
                 self.send(out, vec![Principal::Order(from)], message, SealFor::Nothing);
             }
             _ => self.stats.bump("order_checkpoint_unavailable"),
@@ -293,12 +294,12 @@ impl OrderStage {
             self.send(
                 out,
                 self.other_order_members(),
-                Message::Checkpoint(vote.clone()),
+                Message::Pbft(PbftMessage::Checkpoint(vote.clone())),
                 SealFor::Nothing,
             );
         }
         if let Some((seqno, digest)) = self.fetching {
-            let message = Message::FetchOrderCheckpoint { seqno, digest };
+            let message = Message::Pbft(PbftMessage::FetchOrderCheckpoint { seqno, digest });
             self.send(
                 out,
                 self.other_order_members(),

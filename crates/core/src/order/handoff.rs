@@ -6,6 +6,7 @@ use super::{OrderStage, LAST_EXEC_RESEND_MAX, NEXT_BATCH_HOLD_FRACTION};
 use crate::config::{ClusterConfig, Sabotage};
 use crate::ids::{Principal, ReplicaId, SeqNo, StageKind};
 use crate::message::{Message, SealFor};
+use crate::stage::PbftTimer;
 use crate::stage::{Action, Event, Time, Timer};
 
 impl OrderStage {
@@ -60,7 +61,7 @@ impl OrderStage {
             let at = now + self.view_change_timeout();
             self.view_change.deadline = Some(at);
             out.push(Action::SetTimer {
-                timer: Timer::ViewChange,
+                timer: Timer::Pbft(PbftTimer::ViewChange),
                 at,
             });
         }

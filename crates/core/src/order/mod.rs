@@ -24,6 +24,8 @@ pub mod view_change;
 #[cfg(test)]
 mod tests;
 
+use crate::message::PbftMessage;
+use crate::stage::PbftTimer;
 use std::collections::BTreeMap;
 use std::mem;
 use std::sync::Arc;
@@ -380,22 +382,28 @@ impl OrderStage {
         }
         match (&envelope.message, envelope.from) {
             (Message::AuthRequest { items }, Principal::Auth(from)) => self.on_auth_requests(now, from, items, out),
-            (Message::PrePrepare { view, seqno, batch }, Principal::Order(from)) => {
+            (Message::Pbft(PbftMessage::PrePrepare { view, seqno, batch }), Principal::Order(from)) => {
                 self.on_pre_prepare(now, from, *view, *seqno, batch, out)
             }
-            (Message::Prepare { view, seqno, digest }, Principal::Order(from)) => {
+            (Message::Pbft(PbftMessage::Prepare { view, seqno, digest }), Principal::Order(from)) => {
                 self.on_prepare(now, from, *view, *seqno, *digest, out)
             }
-            (Message::Commit { view, seqno, digest }, Principal::Order(from)) => {
+            (Message::Pbft(PbftMessage::Commit { view, seqno, digest }), Principal::Order(from)) => {
                 self.on_commit(now, from, *view, *seqno, *digest, out)
             }
-            (Message::Checkpoint(vote), Principal::Order(from)) => self.on_checkpoint_vote(now, from, vote, out),
-            (Message::ViewChange(vc), Principal::Order(from)) => self.on_view_change(now, from, vc, out),
-            (Message::NewView(nv), Principal::Order(_)) => self.on_new_view(now, nv, out),
-            (Message::FetchOrderCheckpoint { seqno, digest }, Principal::Order(from)) => {
+            (Message::Pbft(PbftMessage::Checkpoint(vote)), Principal::Order(from)) => {
+                self.on_checkpoint_vote(now, from, vote, out)
+            }
+            (Message::Pbft(PbftMessage::ViewChange(vc)), Principal::Order(from)) => {
+                self.on_view_change(now, from, vc, out)
+            }
+            (Message::Pbft(PbftMessage::NewView(nv)), Principal::Order(_)) => self.on_new_view(now, nv, out),
+            (Message::Pbft(PbftMessage::FetchOrderCheckpoint { seqno, digest }), Principal::Order(from)) => {
                 self.on_fetch_checkpoint(from, *seqno, *digest, out)
             }
-            (Message::OrderCheckpointState(stable), Principal::Order(_)) => self.on_checkpoint_state(now, stable, out),
+            (Message::Pbft(PbftMessage::OrderCheckpointState(stable)), Principal::Order(_)) => {
+                self.on_checkpoint_state(now, stable, out)
+            }
             (Message::CheckpointToken { seqno, exec_state }, Principal::Exec(from)) => {
                 self.on_token(now, from, *seqno, *exec_state, out)
             }
@@ -406,7 +414,7 @@ impl OrderStage {
 
     fn on_tick(&mut self, now: Time, out: &mut Vec<Action>) {
         out.push(Action::SetTimer {
-            timer: Timer::OrderTick,
+            timer: Timer::Pbft(PbftTimer::OrderTick),
             at: now + self.tick_period(),
         });
         self.helped.clear();
@@ -441,7 +449,7 @@ impl Stage for OrderStage {
                     persist_view(out, self.view, self.changing);
                 }
                 out.push(Action::SetTimer {
-                    timer: Timer::OrderTick,
+                    timer: Timer::Pbft(PbftTimer::OrderTick),
                     at: now + self.tick_period(),
                 });
                 if self.changing {
@@ -451,16 +459,16 @@ impl Stage for OrderStage {
                 self.tell_auth_last_ordered(out);
             }
             Input::Message(envelope) => self.on_message(now, &envelope, out),
-            Input::Timer(Timer::OrderTick) => self.on_tick(now, out),
-            Input::Timer(Timer::PrimaryHelp) => {
+            Input::Timer(Timer::Pbft(PbftTimer::OrderTick)) => self.on_tick(now, out),
+            Input::Timer(Timer::Pbft(PbftTimer::PrimaryHelp)) => {
                 self.primary_vote.primary_help_armed = false;
                 self.check_quiet_prepares(now, out);
             }
-            Input::Timer(Timer::BatchClose) => {
+            Input::Timer(Timer::Pbft(PbftTimer::BatchClose)) => {
                 self.batch_timer_armed = false;
                 self.propose(now, true, out);
             }
-            Input::Timer(Timer::ViewChange) => {
+            Input::Timer(Timer::Pbft(PbftTimer::ViewChange)) => {
                 self.view_change.deadline = None;
                 self.on_view_change_timer(now, out);
             }

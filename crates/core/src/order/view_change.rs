@@ -1,6 +1,8 @@
 //! View change with signed VIEW-CHANGE / NEW-VIEW (docs/PROTOCOL.md "View change"; PBFT thesis
 //! 2.4 and 3.2.4 with medium = `n - u` and small = `r + 1` in place of `2f + 1` / `f + 1`).
 
+use crate::message::PbftMessage;
+use crate::stage::PbftTimer;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -161,7 +163,7 @@ impl OrderStage {
         if self.batch_timer_armed {
             self.batch_timer_armed = false;
             out.push(Action::CancelTimer {
-                timer: Timer::BatchClose,
+                timer: Timer::Pbft(PbftTimer::BatchClose),
             });
         }
         persist_view(out, target, true);
@@ -171,14 +173,14 @@ impl OrderStage {
         self.send(
             out,
             self.other_order_members(),
-            Message::ViewChange(vc),
+            Message::Pbft(PbftMessage::ViewChange(vc)),
             SealFor::Nothing,
         );
         let at = now + self.view_change_timeout();
         self.view_change.consecutive = self.view_change.consecutive.saturating_add(1);
         self.view_change.deadline = Some(at);
         out.push(Action::SetTimer {
-            timer: Timer::ViewChange,
+            timer: Timer::Pbft(PbftTimer::ViewChange),
             at,
         });
         self.try_new_view(now, out);
@@ -192,7 +194,7 @@ impl OrderStage {
         let at = now + self.view_change_timeout();
         self.view_change.deadline = Some(at);
         out.push(Action::SetTimer {
-            timer: Timer::ViewChange,
+            timer: Timer::Pbft(PbftTimer::ViewChange),
             at,
         });
     }
@@ -208,7 +210,7 @@ impl OrderStage {
             self.send(
                 out,
                 self.other_order_members(),
-                Message::ViewChange(vc.clone()),
+                Message::Pbft(PbftMessage::ViewChange(vc.clone())),
                 SealFor::Nothing,
             );
         }
@@ -246,7 +248,7 @@ impl OrderStage {
             let at = now + self.view_change_timeout();
             self.view_change.deadline = Some(at);
             out.push(Action::SetTimer {
-                timer: Timer::ViewChange,
+                timer: Timer::Pbft(PbftTimer::ViewChange),
                 at,
             });
         }
@@ -285,14 +287,14 @@ impl OrderStage {
                 let at = now + self.view_change_timeout();
                 self.view_change.deadline = Some(at);
                 out.push(Action::SetTimer {
-                    timer: Timer::ViewChange,
+                    timer: Timer::Pbft(PbftTimer::ViewChange),
                     at,
                 });
             }
             (false, Some(_)) => {
                 self.view_change.deadline = None;
                 out.push(Action::CancelTimer {
-                    timer: Timer::ViewChange,
+                    timer: Timer::Pbft(PbftTimer::ViewChange),
                 });
             }
             _ => {}
@@ -382,7 +384,7 @@ impl OrderStage {
         self.send(
             out,
             self.other_order_members(),
-            Message::NewView(new_view),
+            Message::Pbft(PbftMessage::NewView(new_view)),
             SealFor::Nothing,
         );
     }
@@ -450,7 +452,7 @@ impl OrderStage {
         self.stats.bump("view_installed");
         self.hint_primary(out);
         for (seqno, digest) in prepares {
-            self.send_to_order(out, Message::Prepare { view, seqno, digest });
+            self.send_to_order(out, Message::Pbft(PbftMessage::Prepare { view, seqno, digest }));
         }
         let seqnos: Vec<SeqNo> = body.batches.iter().map(|(n, _)| *n).collect();
         for seqno in seqnos {
@@ -458,7 +460,7 @@ impl OrderStage {
         }
         if self.view_change.deadline.take().is_some() {
             out.push(Action::CancelTimer {
-                timer: Timer::ViewChange,
+                timer: Timer::Pbft(PbftTimer::ViewChange),
             });
         }
         self.update_view_change_timer(now, out);
@@ -470,7 +472,7 @@ impl OrderStage {
             self.send(
                 out,
                 vec![Principal::Order(to)],
-                Message::NewView(nv.clone()),
+                Message::Pbft(PbftMessage::NewView(nv.clone())),
                 SealFor::Nothing,
             );
         }

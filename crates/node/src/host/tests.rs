@@ -1,4 +1,6 @@
 use std::path::PathBuf;
+use upright_core::message::PbftMessage;
+use upright_core::stage::PbftTimer;
 
 use bytes::Bytes;
 use std::sync::Arc;
@@ -35,7 +37,7 @@ impl Stage for Fake {
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
         match input {
             Input::Start => out.push(Action::SetTimer {
-                timer: Timer::OrderTick,
+                timer: Timer::Pbft(PbftTimer::OrderTick),
                 at: 10,
             }),
             Input::Timer(_) => {
@@ -311,11 +313,11 @@ fn prepare_message() -> Arc<Envelope> {
     // A kind the host routes to the order member.
     Arc::new(Envelope::new(
         Principal::Order(ReplicaId(1)),
-        Message::Prepare {
+        Message::Pbft(PbftMessage::Prepare {
             view: upright_core::ids::View(0),
             seqno: SeqNo(1),
             digest: upright_core::crypto::Digest::default(),
-        },
+        }),
         Seal::None,
     ))
 }

@@ -3,6 +3,7 @@
 mod auth_requests;
 mod cluster;
 
+use crate::message::PbftMessage;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -240,7 +241,7 @@ fn pipeline_window_bounds_batches_in_flight() {
         ..small_knobs()
     };
     let mut c = Cluster::new(1, 1, knobs);
-    c.filter = Box::new(|_, _, m| !matches!(m, Message::Commit { .. }));
+    c.filter = Box::new(|_, _, m| !matches!(m, Message::Pbft(PbftMessage::Commit { .. })));
     for client in 0..CLIENTS {
         c.submit(client);
     }
@@ -332,7 +333,7 @@ fn checkpoints_become_stable_and_garbage_collect() {
 #[test]
 fn view_change_after_primary_silence_carries_prepared_batch() {
     let mut c = Cluster::new(1, 1, small_knobs());
-    c.filter = Box::new(|_, _, m| !matches!(m, Message::Commit { .. }));
+    c.filter = Box::new(|_, _, m| !matches!(m, Message::Pbft(PbftMessage::Commit { .. })));
     c.submit(1);
     c.pump();
     let prepared = c.member(1).log[&SeqNo(1)]
@@ -346,7 +347,7 @@ fn view_change_after_primary_silence_carries_prepared_batch() {
     c.filter = Box::new(|from, to, m| {
         from != Principal::Order(ReplicaId(0))
             && to != Principal::Order(ReplicaId(0))
-            && !matches!(m, Message::Commit { view: View(0), .. })
+            && !matches!(m, Message::Pbft(PbftMessage::Commit { view: View(0), .. }))
     });
     c.run(5 * c.config.knobs.view_change_timeout_us);
     for i in c.up() {
@@ -403,7 +404,7 @@ fn a_primary_whose_batch_does_not_commit_starts_the_view_change_itself() {
     c.filter = Box::new(move |from, to, m| {
         let lost_commit = from == Principal::Order(ReplicaId(1))
             && to != Principal::Order(ReplicaId(1))
-            && matches!(m, Message::Commit { view: View(0), .. });
+            && matches!(m, Message::Pbft(PbftMessage::Commit { view: View(0), .. }));
         from != silent && !lost_commit
     });
     c.submit(1);
@@ -452,11 +453,11 @@ fn equivocating_primary_causes_no_divergent_commits() {
             let batch = if to <= split { a.clone() } else { b.clone() };
             let env = c.forge(
                 0,
-                Message::PrePrepare {
+                Message::Pbft(PbftMessage::PrePrepare {
                     view: View(0),
                     seqno: SeqNo(1),
                     batch,
-                },
+                }),
             );
             c.deliver(to, env);
         }
@@ -505,11 +506,11 @@ fn restart_from_storage_mid_run_and_after_whole_cluster_power_loss() {
     };
     let env = c.forge(
         0,
-        Message::PrePrepare {
+        Message::Pbft(PbftMessage::PrePrepare {
             view: View(0),
             seqno: SeqNo(3),
             batch: other,
-        },
+        }),
     );
     c.deliver(2, env);
     c.pump();
@@ -661,11 +662,11 @@ fn bad_input_is_dropped_and_counted() {
     // Bad MAC.
     let mut env = (*c.forge(
         2,
-        Message::Prepare {
+        Message::Pbft(PbftMessage::Prepare {
             view: View(0),
             seqno: SeqNo(1),
             digest: Digest::of(b"d"),
-        },
+        }),
     ))
     .clone();
     if let Seal::Authenticator(a) = &mut env.seal {
@@ -681,11 +682,11 @@ fn bad_input_is_dropped_and_counted() {
         1,
         c.forge(
             2,
-            Message::PrePrepare {
+            Message::Pbft(PbftMessage::PrePrepare {
                 view: View(0),
                 seqno: SeqNo(1),
                 batch: batch.clone(),
-            },
+            }),
         ),
     );
     // Wrong view.
@@ -693,11 +694,11 @@ fn bad_input_is_dropped_and_counted() {
         1,
         c.forge(
             0,
-            Message::PrePrepare {
+            Message::Pbft(PbftMessage::PrePrepare {
                 view: View(3),
                 seqno: SeqNo(1),
                 batch: batch.clone(),
-            },
+            }),
         ),
     );
     // Out of window.
@@ -705,11 +706,11 @@ fn bad_input_is_dropped_and_counted() {
         1,
         c.forge(
             0,
-            Message::PrePrepare {
+            Message::Pbft(PbftMessage::PrePrepare {
                 view: View(0),
                 seqno: SeqNo(100),
                 batch: batch.clone(),
-            },
+            }),
         ),
     );
     // Invalid matrix: no rows.
@@ -725,11 +726,11 @@ fn bad_input_is_dropped_and_counted() {
         1,
         c.forge(
             0,
-            Message::PrePrepare {
+            Message::Pbft(PbftMessage::PrePrepare {
                 view: View(0),
                 seqno: SeqNo(1),
                 batch: bad,
-            },
+            }),
         ),
     );
     // Batch time too far in the future.
@@ -741,11 +742,11 @@ fn bad_input_is_dropped_and_counted() {
         1,
         c.forge(
             0,
-            Message::PrePrepare {
+            Message::Pbft(PbftMessage::PrePrepare {
                 view: View(0),
                 seqno: SeqNo(1),
                 batch: future,
-            },
+            }),
         ),
     );
     // A message kind order members never receive from order members.
@@ -769,11 +770,11 @@ fn bad_input_is_dropped_and_counted() {
         1,
         c.forge(
             0,
-            Message::PrePrepare {
+            Message::Pbft(PbftMessage::PrePrepare {
                 view: View(0),
                 seqno: SeqNo(1),
                 batch,
-            },
+            }),
         ),
     );
     c.pump();
@@ -921,7 +922,12 @@ fn sabotage_early_execute_releases_batches_before_commit() {
         ..small_knobs()
     };
     let mut c = Cluster::new(1, 1, knobs);
-    c.filter = Box::new(|_, _, m| !matches!(m, Message::Prepare { .. } | Message::Commit { .. }));
+    c.filter = Box::new(|_, _, m| {
+        !matches!(
+            m,
+            Message::Pbft(PbftMessage::Prepare { .. }) | Message::Pbft(PbftMessage::Commit { .. })
+        )
+    });
     c.submit(0);
     c.pump();
     assert_eq!(c.min_committed(), SeqNo(0));
@@ -1011,7 +1017,7 @@ fn a_member_that_lost_its_lazy_accept_abstains_in_that_view() {
     // Only member 2 gets the PRE-PREPARE; every PREPARE is lost, so nothing prepares anywhere.
     c.filter = Box::new(|_, to, m| match m {
         Message::AuthRequest { .. } => true,
-        Message::PrePrepare { .. } => to == Principal::Order(ReplicaId(2)),
+        Message::Pbft(PbftMessage::PrePrepare { .. }) => to == Principal::Order(ReplicaId(2)),
         _ => false,
     });
     c.submit(0);
@@ -1039,11 +1045,11 @@ fn a_member_that_lost_its_lazy_accept_abstains_in_that_view() {
     };
     let forged = c.forge(
         0,
-        Message::PrePrepare {
+        Message::Pbft(PbftMessage::PrePrepare {
             view: View(0),
             seqno: SeqNo(1),
             batch,
-        },
+        }),
     );
     c.filter = Box::new(|_, to, _| to == Principal::Order(ReplicaId(2)));
     c.deliver(2, forged);
@@ -1057,7 +1063,9 @@ fn a_member_that_lost_its_lazy_accept_abstains_in_that_view() {
     c.filter = Box::new({
         let votes = votes.clone();
         move |from, _, m| {
-            if let (Principal::Order(ReplicaId(2)), Message::Prepare { view: View(0), .. }) = (from, m) {
+            if let (Principal::Order(ReplicaId(2)), Message::Pbft(PbftMessage::Prepare { view: View(0), .. })) =
+                (from, m)
+            {
                 votes.borrow_mut().push(m.clone());
             }
             true
@@ -1127,14 +1135,14 @@ fn an_idle_primary_orders_heartbeats_that_move_agreed_time() {
     let last_time = *c.batch_times.values().last().unwrap();
     let early = c.forge(
         0,
-        Message::PrePrepare {
+        Message::Pbft(PbftMessage::PrePrepare {
             view: View(0),
             seqno: n,
             batch: Batch {
                 time_us: last_time + 1,
                 entries: Vec::new(),
             },
-        },
+        }),
     );
     c.deliver(1, early);
     c.pump();

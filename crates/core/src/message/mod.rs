@@ -12,6 +12,11 @@ use crate::crypto::{AuthError, Authenticator, Digest, KeyRing, Mac, MatrixRow, M
 use crate::ids::{ClientId, Principal, Process, ReplicaId, RequestId, SeqNo, StageKind, View};
 use crate::quorum::Quorums;
 
+pub mod pbft;
+pub use pbft::{
+    CheckpointVote, NewView, PbftMessage, PbftTimer, PrePreparedClaim, PreparedClaim, StableCheckpoint, ViewChange,
+};
+
 /// The body of a request as the order stage sees it: inline if small, otherwise its digest
 /// (the body is then fetched from the authentication stage).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -177,78 +182,6 @@ fn signed_digest<T: Serialize>(value: &T) -> Digest {
     Digest::of_parts("upright signed v1", &[&crate::codec::to_bytes(value)])
 }
 
-/// CHECKPOINT (PBFT): an order member states the digest of its order checkpoint at `seqno`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct CheckpointVote {
-    /// The checkpoint's sequence number.
-    pub seqno: SeqNo,
-    /// Digest of the [`OrderCheckpoint`].
-    pub digest: Digest,
-}
-
-/// A stable-checkpoint certificate: `checkpoint_stable` signed votes for the same checkpoint.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct StableCheckpoint {
-    /// The checkpoint itself.
-    pub checkpoint: OrderCheckpoint,
-    /// Signed votes from distinct order members for `(checkpoint.seqno, checkpoint.digest())`.
-    pub votes: Vec<Signed<CheckpointVote>>,
-}
-
-/// An entry of a VIEW-CHANGE's prepared set `P`: the member prepared `digest` at `seqno` in
-/// `view` (the latest such view), and carries the batch so the new primary can re-propose it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct PreparedClaim {
-    /// Sequence number.
-    pub seqno: SeqNo,
-    /// View in which it prepared.
-    pub view: View,
-    /// Batch digest.
-    pub digest: Digest,
-    /// The batch.
-    pub batch: Batch,
-}
-
-/// An entry of a VIEW-CHANGE's pre-prepared set `Q`: the member accepted a PRE-PREPARE for
-/// `digest` at `seqno` in `view` (latest view per distinct digest, at most a few per seqno).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct PrePreparedClaim {
-    /// Sequence number.
-    pub seqno: SeqNo,
-    /// View of the PRE-PREPARE.
-    pub view: View,
-    /// Batch digest.
-    pub digest: Digest,
-}
-
-/// VIEW-CHANGE body (signed by its sender).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ViewChange {
-    /// The view being moved to.
-    pub new_view: View,
-    /// The sender's latest stable checkpoint (`None` = the initial state at seqno 0).
-    pub stable: Option<StableCheckpoint>,
-    /// Prepared set `P` for seqnos above the stable checkpoint.
-    pub prepared: Vec<PreparedClaim>,
-    /// Pre-prepared set `Q` for seqnos above the stable checkpoint.
-    pub pre_prepared: Vec<PrePreparedClaim>,
-}
-
-/// NEW-VIEW body (signed by the new primary): the view-change quorum it used and its decisions,
-/// which every backup re-derives from the quorum before accepting.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct NewView {
-    /// The new view.
-    pub view: View,
-    /// `view_change` signed VIEW-CHANGE messages for `view` from distinct members.
-    pub view_changes: Vec<Signed<ViewChange>>,
-    /// The checkpoint the new view starts from (`None` = initial state).
-    pub stable: Option<StableCheckpoint>,
-    /// For each seqno above it up to the highest chosen one: the batch re-proposed in `view`
-    /// (an empty batch is a null request).
-    pub batches: Vec<(SeqNo, Batch)>,
-}
-
 /// Every message of every stage.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Message {
@@ -284,48 +217,11 @@ pub enum Message {
         operation: Bytes,
     },
     // ---- order <-> order ----
-    /// PRE-PREPARE (PBFT): the primary assigns `seqno` to `batch` in `view`. Authenticator.
-    PrePrepare {
-        /// View.
-        view: View,
-        /// Sequence number.
-        seqno: SeqNo,
-        /// The batch.
-        batch: Batch,
-    },
-    /// PREPARE (PBFT). Authenticator.
-    Prepare {
-        /// View.
-        view: View,
-        /// Sequence number.
-        seqno: SeqNo,
-        /// Batch digest.
-        digest: Digest,
-    },
-    /// COMMIT (PBFT). Authenticator.
-    Commit {
-        /// View.
-        view: View,
-        /// Sequence number.
-        seqno: SeqNo,
-        /// Batch digest.
-        digest: Digest,
-    },
-    /// CHECKPOINT (PBFT), signed so it can go into stable-checkpoint certificates.
-    Checkpoint(Signed<CheckpointVote>),
-    /// VIEW-CHANGE, signed.
-    ViewChange(Signed<ViewChange>),
-    /// NEW-VIEW, signed.
-    NewView(Signed<NewView>),
-    /// Asks an order member for the full order checkpoint with this digest (order state transfer).
-    FetchOrderCheckpoint {
-        /// Sequence number.
-        seqno: SeqNo,
-        /// Digest of the wanted [`OrderCheckpoint`].
-        digest: Digest,
-    },
-    /// Answer to [`Message::FetchOrderCheckpoint`]: a stable checkpoint with its certificate.
-    OrderCheckpointState(StableCheckpoint),
+    /// The order stage's own messages: PBFT's agreement, checkpoints, view changes and order
+    /// state transfer ([`pbft`]). A second ordering protocol adds its own variant and module;
+    /// what every ordering protocol exchanges with execution is the contract below
+    /// ([`crate::contract`]).
+    Pbft(PbftMessage),
     // ---- order -> execution ----
     /// NEXT-BATCH (tag 13, committed): a committed batch. Authenticator.
     NextBatch {
@@ -749,11 +645,8 @@ impl Envelope {
         }
         match &self.seal {
             Seal::None => match self.message {
-                Message::AuthRequest { .. }
-                | Message::Checkpoint(_)
-                | Message::ViewChange(_)
-                | Message::NewView(_)
-                | Message::OrderCheckpointState(_) => Ok(()),
+                Message::AuthRequest { .. } => Ok(()),
+                Message::Pbft(ref pbft) if pbft.self_authenticating() => Ok(()),
                 _ => Err(Rejection::WrongSeal),
             },
             Seal::Mac(mac) => keys

@@ -1,0 +1,160 @@
+//! PBFT's order-stage vocabulary: the messages order members exchange among themselves
+//! (agreement, checkpoints, view changes, order state transfer) and the order stage's timers.
+//! They nest in [`Message::Pbft`] and [`crate::stage::Timer::Pbft`], so that another ordering
+//! protocol (Aliph's Chain, LCR) adds a module like this one and one variant in each enum,
+//! without touching these.
+
+use serde::{Deserialize, Serialize};
+
+#[cfg(doc)]
+use super::Message;
+use super::{Batch, OrderCheckpoint, Signed};
+use crate::crypto::Digest;
+use crate::ids::{SeqNo, View};
+
+/// The order stage's messages among order members (PBFT).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PbftMessage {
+    /// PRE-PREPARE (PBFT): the primary assigns `seqno` to `batch` in `view`. Authenticator.
+    PrePrepare {
+        /// View.
+        view: View,
+        /// Sequence number.
+        seqno: SeqNo,
+        /// The batch.
+        batch: Batch,
+    },
+    /// PREPARE (PBFT). Authenticator.
+    Prepare {
+        /// View.
+        view: View,
+        /// Sequence number.
+        seqno: SeqNo,
+        /// Batch digest.
+        digest: Digest,
+    },
+    /// COMMIT (PBFT). Authenticator.
+    Commit {
+        /// View.
+        view: View,
+        /// Sequence number.
+        seqno: SeqNo,
+        /// Batch digest.
+        digest: Digest,
+    },
+    /// CHECKPOINT (PBFT), signed so it can go into stable-checkpoint certificates.
+    Checkpoint(Signed<CheckpointVote>),
+    /// VIEW-CHANGE, signed.
+    ViewChange(Signed<ViewChange>),
+    /// NEW-VIEW, signed.
+    NewView(Signed<NewView>),
+    /// Asks an order member for the full order checkpoint with this digest (order state transfer).
+    FetchOrderCheckpoint {
+        /// Sequence number.
+        seqno: SeqNo,
+        /// Digest of the wanted [`OrderCheckpoint`].
+        digest: Digest,
+    },
+    /// Answer to [`PbftMessage::FetchOrderCheckpoint`]: a stable checkpoint with its certificate.
+    OrderCheckpointState(StableCheckpoint),
+}
+
+impl PbftMessage {
+    /// Whether the message authenticates itself (signed votes and certificates, sent with no
+    /// seal); the others travel under a MAC or an authenticator.
+    pub fn self_authenticating(&self) -> bool {
+        matches!(
+            self,
+            PbftMessage::Checkpoint(_)
+                | PbftMessage::ViewChange(_)
+                | PbftMessage::NewView(_)
+                | PbftMessage::OrderCheckpointState(_)
+        )
+    }
+}
+
+/// The order stage's timers (PBFT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PbftTimer {
+    /// Close the batch being filled.
+    BatchClose,
+    /// The primary has not made progress on known requests; start a view change.
+    ViewChange,
+    /// Periodic housekeeping (resend of VIEW-CHANGE, checkpoint votes, fetches).
+    OrderTick,
+    /// (Backup) a PREPARE that left the primary out has not led to a commit in time; send it to
+    /// the primary too.
+    PrimaryHelp,
+}
+
+/// CHECKPOINT (PBFT): an order member states the digest of its order checkpoint at `seqno`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CheckpointVote {
+    /// The checkpoint's sequence number.
+    pub seqno: SeqNo,
+    /// Digest of the [`OrderCheckpoint`].
+    pub digest: Digest,
+}
+
+/// A stable-checkpoint certificate: `checkpoint_stable` signed votes for the same checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StableCheckpoint {
+    /// The checkpoint itself.
+    pub checkpoint: OrderCheckpoint,
+    /// Signed votes from distinct order members for `(checkpoint.seqno, checkpoint.digest())`.
+    pub votes: Vec<Signed<CheckpointVote>>,
+}
+
+/// An entry of a VIEW-CHANGE's prepared set `P`: the member prepared `digest` at `seqno` in
+/// `view` (the latest such view), and carries the batch so the new primary can re-propose it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PreparedClaim {
+    /// Sequence number.
+    pub seqno: SeqNo,
+    /// View in which it prepared.
+    pub view: View,
+    /// Batch digest.
+    pub digest: Digest,
+    /// The batch.
+    pub batch: Batch,
+}
+
+/// An entry of a VIEW-CHANGE's pre-prepared set `Q`: the member accepted a PRE-PREPARE for
+/// `digest` at `seqno` in `view` (latest view per distinct digest, at most a few per seqno).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PrePreparedClaim {
+    /// Sequence number.
+    pub seqno: SeqNo,
+    /// View of the PRE-PREPARE.
+    pub view: View,
+    /// Batch digest.
+    pub digest: Digest,
+}
+
+/// VIEW-CHANGE body (signed by its sender).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ViewChange {
+    /// The view being moved to.
+    pub new_view: View,
+    /// The sender's latest stable checkpoint (`None` = the initial state at seqno 0).
+    pub stable: Option<StableCheckpoint>,
+    /// Prepared set `P` for seqnos above the stable checkpoint.
+    pub prepared: Vec<PreparedClaim>,
+    /// Pre-prepared set `Q` for seqnos above the stable checkpoint.
+    pub pre_prepared: Vec<PrePreparedClaim>,
+}
+
+/// NEW-VIEW body (signed by the new primary): the view-change quorum it used and its decisions,
+/// which every backup re-derives from the quorum before accepting.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NewView {
+    /// The new view.
+    pub view: View,
+    /// `view_change` signed VIEW-CHANGE messages for `view` from distinct members.
+    pub view_changes: Vec<Signed<ViewChange>>,
+    /// The checkpoint the new view starts from (`None` = initial state).
+    pub stable: Option<StableCheckpoint>,
+    /// For each seqno above it up to the highest chosen one: the batch re-proposed in `view`
+    /// (an empty batch is a null request).
+    pub batches: Vec<(SeqNo, Batch)>,
+}
