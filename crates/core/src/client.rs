@@ -28,8 +28,7 @@ use read_only::ReadOnlyAttempt;
 pub use pushes::PUSH_POLL_US;
 pub use read_only::READ_ONLY_NONCES_PER_REQUEST_ID;
 
-/// Most operations waiting behind the outstanding one.
-pub const CLIENT_QUEUE_MAX: usize = 1024;
+pub use crate::limits::CLIENT_QUEUE_MAX;
 
 struct Outstanding {
     request_id: RequestId,

@@ -27,8 +27,7 @@ use crate::ids::{Principal, Process, ReplicaId, StageKind};
 use crate::message::{Envelope, Message};
 use crate::stage::{Action, Event, Input, Stage, Time, Timer};
 
-/// Most local (co-located) deliveries handled in one flush before yielding back to the network.
-pub const LOCAL_ROUNDS_MAX: usize = 10_000;
+pub use crate::limits::LOCAL_ROUNDS_MAX;
 
 /// Where the host sends envelopes for other processes.
 pub trait Router {

@@ -17,9 +17,7 @@ use crate::codec;
 use crate::ids::ClientId;
 use crate::service::{Access, BatchContext, Effects, RestoreError, Service, ServiceRequest};
 
-/// Most keys with watches at once; a `Get` past it sets no watch (deterministically: every
-/// replica has the same watches).
-pub const WATCHED_KEYS_MAX: usize = 65_536;
+pub use crate::limits::WATCHED_KEYS_MAX;
 
 /// What a watch pushes: the key and its value after the write (`None`: deleted).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,6 +21,7 @@
 
 pub mod codec;
 pub mod config;
+pub mod contract;
 pub mod crypto;
 pub mod ids;
 pub mod limits;

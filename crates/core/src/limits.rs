@@ -1,6 +1,7 @@
-//! Named limits, each with why it is what it is: the fault model's, every message's bounds (the
-//! codec checks them before allocating), and the pushed messages'. The stages' own working
-//! bounds (queues, caches) are named in their modules.
+//! Named limits, each with why it is what it is, in one place: the fault model's, every
+//! message's bounds (the codec checks them before allocating), the pushed messages', and the
+//! stages' working bounds (every queue, cache and in-flight set; their modules re-export them
+//! where they are used).
 
 /// Largest `u` a configuration may use. Bounds the stage sizes (`n <= 3 * MAX_FAULTS + 1`) and with
 /// them every per-member table.
@@ -43,3 +44,75 @@ pub const PUSHES_RESENT_MAX: usize = 16;
 /// How far past its next expected push a client keeps candidates (sequence numbers
 /// `next .. next + PUSH_WINDOW`); pushes further ahead are dropped and fetched again later.
 pub const PUSH_WINDOW: u64 = 2 * PUSHES_KEPT_PER_CLIENT as u64;
+
+// ---- the stages' working bounds (each queue, cache and in-flight set), by stage ----
+
+// Replica host
+
+/// Most local (co-located) deliveries handled in one flush before yielding back to the network.
+pub const LOCAL_ROUNDS_MAX: usize = 10_000;
+
+// Client
+
+/// Most operations waiting behind the outstanding one.
+pub const CLIENT_QUEUE_MAX: usize = 1024;
+
+// Authentication stage
+
+/// Most items waiting for the backup delay; the oldest go at once beyond it.
+pub const LATER_MAX: usize = 4 * AUTH_ITEMS_MAX;
+
+// Order stage
+
+/// How far beyond its last ordered request a client's requests are kept (clients have one
+/// outstanding request; a little slack covers a member that lags behind the commit point).
+pub const POOL_AHEAD_MAX: u64 = 4;
+
+/// Most pre-prepared claims (`Q` entries, one per distinct digest) kept per sequence number; the
+/// claims with the lowest views are dropped first (PBFT's bound `M`, thesis 3.2.5). Safe: after a
+/// batch commits at `(v, n)`, correct members only ever pre-prepare that batch at `n` in views
+/// above `v`, so its claim is always among the newest.
+pub const Q_CLAIMS_PER_SLOT_MAX: usize = 2;
+
+/// Largest exponent of the doubling view-change timeout.
+pub const VIEW_CHANGE_BACKOFF_MAX: u32 = 10;
+
+/// Upper bound of the doubled [`crate::order::QUIET_AGAIN_AFTER`].
+pub const QUIET_AGAIN_AFTER_MAX: u64 = 4096;
+
+/// Most NEXT-BATCH messages resent in answer to one LAST-EXEC.
+pub const LAST_EXEC_RESEND_MAX: u64 = 32;
+
+/// Most bytes of inline request bodies the primary puts in one batch after its first entry
+/// (PROTOCOL.md step 3). With inline bodies of up to `inline_request_bytes_max` (16 KiB by
+/// default) and `batch_size_max` (128) entries a batch could otherwise reach 2 MiB, and the 128
+/// slots of the log window 256 MiB; with it, a batch stays within 1 MiB plus one body (or the
+/// configured inline bound times `batch_size_max`, if that is less).
+pub const BATCH_INLINE_BYTES_MAX: usize = 1 << 20;
+
+/// Most checkpoint votes kept per order member (the lowest are dropped first). Correct members
+/// have at most two unstable checkpoints at a time (the interlock); a little slack lets a lagging
+/// member collect the votes of a checkpoint far ahead of it.
+pub const VOTES_PER_MEMBER_MAX: usize = 4;
+
+// Execution stage
+
+/// Most bodies being fetched for batches after the next one to execute. The next batch's bodies
+/// are always fetched (at most `BATCH_REQUESTS_MAX` more), so a later batch can never starve it.
+pub const FETCHES_OUTSTANDING_MAX: usize = 1024;
+
+/// Checkpoints kept in memory and in storage (the newest ones).
+pub const CHECKPOINTS_KEPT: usize = 2;
+
+/// Most chunk requests outstanding at once during a state transfer.
+pub const CHUNKS_IN_FLIGHT_MAX: usize = 4;
+
+/// Items (nodes and pages) asked for and not yet answered, across all peers. With
+/// [`PAGE_ITEMS_PER_FETCH`] per request, several requests per peer are outstanding at once.
+pub const PAGE_ITEMS_IN_FLIGHT_MAX: usize = 8 * PAGE_ITEMS_PER_FETCH;
+
+// Services
+
+/// Most keys with watches at once; a `Get` past it sets no watch (deterministically: every
+/// replica has the same watches).
+pub const WATCHED_KEYS_MAX: usize = 65_536;

@@ -77,8 +77,7 @@ pub struct AuthStage {
 /// request's latency even under load (~11 ms at 256 clients on 2 cores), so that under load items
 /// are not sent twice.
 pub const BACKUP_DELAY_FRACTION: u64 = 20;
-/// Most items waiting for the backup delay; the oldest go at once beyond it.
-pub const LATER_MAX: usize = 4 * AUTH_ITEMS_MAX;
+pub use crate::limits::LATER_MAX;
 
 /// Storage key of a request body; zero-padded so keys sort by request id.
 fn storage_key(client: ClientId, request_id: RequestId) -> String {

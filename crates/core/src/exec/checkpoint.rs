@@ -16,12 +16,11 @@ use crate::config::ClusterConfig;
 use crate::crypto::Digest;
 use crate::ids::{ClientId, RequestId, SeqNo, StageKind};
 use crate::limits::STATE_CHUNKS_MAX;
-use crate::message::{state_digest, Message, SealFor};
+use crate::message::{state_digest, SealFor};
 use crate::service::RestoreError;
 use crate::stage::{Action, Event, Storage};
 
-/// Checkpoints kept in memory and in storage (the newest ones).
-pub const CHECKPOINTS_KEPT: usize = 2;
+pub use crate::limits::CHECKPOINTS_KEPT;
 
 /// Prefix of the storage keys of execution checkpoints.
 pub const CHECKPOINT_KEY_PREFIX: &str = "exec/cp/";
@@ -211,10 +210,7 @@ impl ExecStage {
     }
 
     fn send_checkpoint_token(&self, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
-        let token = Message::CheckpointToken {
-            seqno,
-            exec_state: digest,
-        };
+        let token = crate::contract::checkpoint_token(seqno, digest);
         let order = ClusterConfig::order_members(&self.q).collect();
         self.send(order, token, SealFor::Stage(StageKind::Order), out);
     }

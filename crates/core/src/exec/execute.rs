@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use super::batches::{AgreedBatch, Offered};
 use super::fetch::Want;
 use super::reply_cache::reply_body;
 use super::ExecStage;
 use crate::config::ClusterConfig;
+use crate::contract::next_batch::{AgreedBatch, Offered};
 use crate::crypto::Digest;
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo};
 use crate::message::{batch_seed, history_digest, Message, RequestBody, RequestEntry, SealFor};

@@ -9,9 +9,7 @@ use bytes::Bytes;
 use crate::crypto::Digest;
 use crate::ids::{ClientId, RequestId, SeqNo};
 
-/// Most bodies being fetched for batches after the next one to execute. The next batch's bodies
-/// are always fetched (at most `BATCH_REQUESTS_MAX` more), so a later batch can never starve it.
-pub const FETCHES_OUTSTANDING_MAX: usize = 1024;
+pub use crate::limits::FETCHES_OUTSTANDING_MAX;
 
 /// Key of a wanted body: the request and the digest its operation must hash to.
 pub(crate) type FetchKey = (ClientId, RequestId, Digest);

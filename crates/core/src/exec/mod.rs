@@ -12,7 +12,6 @@
 //! - [`pushes`]: messages the service pushes to clients, numbered per client, kept for resends;
 //! - [`paged`]: a paged service's page tree: incremental checkpoints, transfer by difference.
 
-mod batches;
 pub mod checkpoint;
 mod execute;
 pub mod fetch;
@@ -36,20 +35,22 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::config::{ClusterConfig, ConfigError};
+use crate::contract::load::LoadVotes;
+use crate::contract::next_batch::{BatchCollector, Offered};
+use crate::contract::{self, ExecSide, Routed};
 use crate::crypto::{Digest, KeyRing};
-use crate::ids::{ClientId, Principal, ReplicaId, SeqNo};
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo};
 use crate::message::{Envelope, Message, SealFor};
 use crate::quorum::Quorums;
 use crate::service::Service;
 use crate::stage::{Action, Input, Stage, Stats, Storage, Time, Timer};
 
-use batches::BatchCollector;
 use checkpoint::CheckpointStore;
 use fetch::Fetcher;
 use pushes::PushLog;
 use read_only::ReadOnlyNonces;
 use reply_cache::ReplyCache;
-use state_transfer::{LoadVotes, Transfer};
+use state_transfer::Transfer;
 
 pub use checkpoint::ExecCheckpoint;
 
@@ -160,9 +161,7 @@ impl ExecStage {
 
     /// LAST-EXEC to every order member.
     fn send_last_executed(&self, out: &mut Vec<Action>) {
-        let message = Message::LastExecuted {
-            seqno: self.last_executed,
-        };
+        let message = contract::last_executed(self.last_executed);
         self.send_each(ClusterConfig::order_members(&self.q), &message, out);
     }
 
@@ -223,17 +222,12 @@ impl ExecStage {
     /// Hands an authenticated message from a configured member to its handler, if that member's
     /// stage may send it.
     fn dispatch(&mut self, now: Time, from: Principal, message: &Message, out: &mut Vec<Action>) {
+        match contract::route_to_exec(self, now, from, message, out) {
+            Routed::Handled => return,
+            Routed::WrongSender => return self.stats.bump("wrong_sender"),
+            Routed::NotContract => {}
+        }
         match (message, from) {
-            (
-                Message::NextBatch {
-                    seqno,
-                    history,
-                    time_us,
-                    entries,
-                    ..
-                },
-                Principal::Order(r),
-            ) => self.on_next_batch(r, *seqno, *history, *time_us, entries, out),
             (
                 Message::Command {
                     client,
@@ -242,12 +236,6 @@ impl ExecStage {
                 },
                 Principal::Auth(_),
             ) => self.on_command(*client, *request_id, operation, out),
-            (Message::Retransmit { client, request_id }, Principal::Order(_)) => {
-                self.on_retransmit(now, *client, *request_id, out)
-            }
-            (Message::LoadCheckpoint { seqno, exec_state }, Principal::Order(r)) => {
-                self.on_load_checkpoint(r, *seqno, *exec_state, out)
-            }
             (
                 Message::FetchState {
                     seqno,
@@ -292,10 +280,7 @@ impl ExecStage {
                 Principal::Exec(r),
             ) if r != self.id => self.on_page_answer(r, *seqno, *state_digest, nodes, pages, out),
             (
-                Message::NextBatch { .. }
-                | Message::Command { .. }
-                | Message::Retransmit { .. }
-                | Message::LoadCheckpoint { .. }
+                Message::Command { .. }
                 | Message::FetchState { .. }
                 | Message::StateManifest { .. }
                 | Message::StateChunk { .. }
@@ -305,6 +290,28 @@ impl ExecStage {
             ) => self.stats.bump("wrong_sender"),
             _ => self.stats.bump("unexpected_message"),
         }
+    }
+}
+
+/// The execution stage's side of the contract with ordering ([`crate::contract`]).
+impl ExecSide for ExecStage {
+    fn next_batch(&mut self, _now: Time, o: Offered<'_>, out: &mut Vec<Action>) {
+        self.on_next_batch(o.from, o.seqno, o.history, o.time_us, o.entries, out)
+    }
+
+    fn load_checkpoint(
+        &mut self,
+        _now: Time,
+        from: ReplicaId,
+        seqno: SeqNo,
+        exec_state: Digest,
+        out: &mut Vec<Action>,
+    ) {
+        self.on_load_checkpoint(from, seqno, exec_state, out)
+    }
+
+    fn retransmit(&mut self, now: Time, client: ClientId, request_id: RequestId, out: &mut Vec<Action>) {
+        self.on_retransmit(now, client, request_id, out)
     }
 }
 

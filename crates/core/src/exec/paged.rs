@@ -37,9 +37,7 @@ use crate::stage::{Action, Storage};
 /// Prefix of the storage keys of checkpointed pages.
 pub const PAGE_KEY_PREFIX: &str = "exec/page/";
 
-/// Items (nodes and pages) asked for and not yet answered, across all peers. With
-/// [`PAGE_ITEMS_PER_FETCH`] per request, several requests per peer are outstanding at once.
-pub const PAGE_ITEMS_IN_FLIGHT_MAX: usize = 8 * PAGE_ITEMS_PER_FETCH;
+pub use crate::limits::PAGE_ITEMS_IN_FLIGHT_MAX;
 
 /// Storage key of page `index`.
 pub fn page_key(index: u64) -> String {

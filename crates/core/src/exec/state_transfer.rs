@@ -17,27 +17,7 @@ use crate::limits::STATE_CHUNKS_MAX;
 use crate::message::{state_digest, Message};
 use crate::stage::{Action, Event};
 
-/// Most chunk requests outstanding at once during a state transfer.
-pub const CHUNKS_IN_FLIGHT_MAX: usize = 4;
-
-/// The latest LOAD-CP of each order member (bounded by the order stage size).
-#[derive(Default)]
-pub(crate) struct LoadVotes {
-    votes: BTreeMap<ReplicaId, (SeqNo, Digest)>,
-}
-
-impl LoadVotes {
-    /// Records a vote; returns `true` when `quorum` members now name `(seqno, digest)`.
-    fn offer(&mut self, from: ReplicaId, seqno: SeqNo, digest: Digest, quorum: usize) -> bool {
-        self.votes.insert(from, (seqno, digest));
-        self.votes.values().filter(|v| **v == (seqno, digest)).count() >= quorum
-    }
-
-    /// Forgets votes at or below `seqno`.
-    fn prune_through(&mut self, seqno: SeqNo) {
-        self.votes.retain(|_, (s, _)| *s > seqno);
-    }
-}
+pub use crate::limits::CHUNKS_IN_FLIGHT_MAX;
 
 /// A state transfer in progress.
 pub(crate) struct Transfer {

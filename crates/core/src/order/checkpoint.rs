@@ -15,10 +15,7 @@ use crate::message::{CheckpointVote, Message, OrderCheckpoint, SealFor, Signed, 
 use crate::quorum::Quorums;
 use crate::stage::{Action, Event, Time};
 
-/// Most checkpoint votes kept per order member (the lowest are dropped first). Correct members
-/// have at most two unstable checkpoints at a time (the interlock); a little slack lets a lagging
-/// member collect the votes of a checkpoint far ahead of it.
-pub const VOTES_PER_MEMBER_MAX: usize = 4;
+pub use crate::limits::VOTES_PER_MEMBER_MAX;
 
 /// Checks a stable-checkpoint certificate: `checkpoint_stable` valid signed votes from distinct
 /// order members for the checkpoint's `(seqno, digest)`, and a well-formed checkpoint.
@@ -70,7 +67,7 @@ impl OrderStage {
         if !seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) || !self.in_window(seqno) {
             return self.stats.bump("drop_token_out_of_window");
         }
-        self.tokens.entry(seqno).or_default().entry(from).or_insert(exec_state);
+        self.tokens.offer(from, seqno, exec_state);
         self.try_votes(now, out);
     }
 
@@ -78,16 +75,11 @@ impl OrderStage {
     pub(super) fn try_votes(&mut self, now: Time, out: &mut Vec<Action>) {
         let candidates: Vec<SeqNo> = self
             .tokens
-            .keys()
-            .copied()
+            .seqnos()
             .filter(|n| *n > self.h && *n <= self.last_committed && !self.own_checkpoints.contains_key(n))
             .collect();
         for seqno in candidates {
-            let mut counts: BTreeMap<Digest, usize> = BTreeMap::new();
-            for digest in self.tokens[&seqno].values() {
-                *counts.entry(*digest).or_default() += 1;
-            }
-            let Some((&exec_state, _)) = counts.iter().find(|(_, c)| **c >= self.q.checkpoint_token()) else {
+            let Some(exec_state) = self.tokens.certified(seqno, self.q.checkpoint_token()) else {
                 continue;
             };
             let Some(snapshot) = self.snapshots.get(&seqno) else {
@@ -239,7 +231,7 @@ impl OrderStage {
             }
         }
         self.buffered = self.buffered.split_off(&keep_from);
-        self.tokens = self.tokens.split_off(&keep_from);
+        self.tokens.prune_below(keep_from);
         self.votes = self.votes.split_off(&keep_from);
         self.snapshots = self.snapshots.split_off(&keep_from);
         self.next_batch_owed = self.next_batch_owed.split_off(&keep_from);

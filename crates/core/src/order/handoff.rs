@@ -4,6 +4,7 @@
 
 use super::{OrderStage, LAST_EXEC_RESEND_MAX, NEXT_BATCH_HOLD_FRACTION};
 use crate::config::{ClusterConfig, Sabotage};
+use crate::contract;
 use crate::ids::{Principal, ReplicaId, SeqNo, StageKind};
 use crate::message::{Message, SealFor};
 use crate::stage::PbftTimer;
@@ -123,13 +124,13 @@ impl OrderStage {
     fn next_batch_message(&self, seqno: SeqNo) -> Option<Message> {
         let slot = self.log.get(&seqno)?;
         let (view, history, accepted) = (slot.record.committed?, slot.history?, slot.record.accepted.as_ref()?);
-        Some(Message::NextBatch {
+        Some(contract::next_batch(
             view,
             seqno,
             history,
-            time_us: accepted.batch.time_us,
-            entries: accepted.batch.entries.iter().map(|e| e.entry.clone()).collect(),
-        })
+            accepted.batch.time_us,
+            accepted.batch.entries.iter().map(|e| e.entry.clone()).collect(),
+        ))
     }
 
     /// `Sabotage::EarlyExecute`: release a batch to execution as soon as it is pre-prepared.
@@ -141,13 +142,13 @@ impl OrderStage {
             return;
         };
         let history = self.projection(seqno.next()).history;
-        let message = Message::NextBatch {
-            view: self.view,
+        let message = contract::next_batch(
+            self.view,
             seqno,
             history,
-            time_us: accepted.batch.time_us,
-            entries: accepted.batch.entries.iter().map(|e| e.entry.clone()).collect(),
-        };
+            accepted.batch.time_us,
+            accepted.batch.entries.iter().map(|e| e.entry.clone()).collect(),
+        );
         self.send_to_exec(out, ClusterConfig::exec_members(&self.q).collect(), message);
     }
 
@@ -157,10 +158,7 @@ impl OrderStage {
         let exec = Principal::Exec(from);
         if seqno < self.h {
             if let Some(stable) = &self.stable {
-                let message = Message::LoadCheckpoint {
-                    seqno: self.h,
-                    exec_state: stable.checkpoint.exec_state,
-                };
+                let message = contract::load_checkpoint(self.h, stable.checkpoint.exec_state);
                 self.stats.bump("load_checkpoint_sent");
                 self.send(out, vec![exec], message, SealFor::One(exec));
             }

@@ -6,9 +6,10 @@ use super::projection::Projection;
 use super::request_pool::{Candidate, Inserted};
 use super::{OrderStage, BATCH_INLINE_BYTES_MAX};
 use crate::config::{ClusterConfig, Sabotage};
+use crate::contract;
 use crate::crypto::{Digest, MatrixRow};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId};
-use crate::message::{AuthItem, Message, RequestEntry, SealFor};
+use crate::message::{AuthItem, RequestEntry, SealFor};
 use crate::stage::{Action, Time};
 
 impl OrderStage {
@@ -88,7 +89,7 @@ impl OrderStage {
             self.send(
                 out,
                 vec![exec],
-                Message::Retransmit { client, request_id },
+                contract::retransmit(client, request_id),
                 SealFor::One(exec),
             );
         }

@@ -20,11 +20,7 @@ use crate::message::{Batch, PrePreparedClaim, PreparedClaim};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct MarkMismatch;
 
-/// Most pre-prepared claims (`Q` entries, one per distinct digest) kept per sequence number; the
-/// claims with the lowest views are dropped first (PBFT's bound `M`, thesis 3.2.5). Safe: after a
-/// batch commits at `(v, n)`, correct members only ever pre-prepare that batch at `n` in views
-/// above `v`, so its claim is always among the newest.
-pub(crate) const Q_CLAIMS_PER_SLOT_MAX: usize = 2;
+pub(crate) use crate::limits::Q_CLAIMS_PER_SLOT_MAX;
 
 /// A PRE-PREPARE this member accepted (or, as primary, sent).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

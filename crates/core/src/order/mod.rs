@@ -24,6 +24,8 @@ pub mod view_change;
 #[cfg(test)]
 mod tests;
 
+use crate::contract::tokens::TokenTally;
+use crate::contract::{self, OrderSide, Routed};
 use crate::message::PbftMessage;
 use crate::stage::PbftTimer;
 use std::collections::BTreeMap;
@@ -44,8 +46,7 @@ use self::persist::{OwnCheckpoint, ViewRecord};
 use self::request_pool::RequestPool;
 use self::view_change::ViewChangeState;
 
-/// Largest exponent of the doubling view-change timeout.
-const VIEW_CHANGE_BACKOFF_MAX: u32 = 10;
+use crate::limits::VIEW_CHANGE_BACKOFF_MAX;
 /// How long an order member holds back a NEXT-BATCH for another process's execution member, as a
 /// fraction of the view-change timeout (`view_change_timeout_us / 200`: 5 ms by default): long
 /// enough for that member's own order member's COMMIT to arrive (then it is not sent), short
@@ -64,16 +65,9 @@ pub const PRIMARY_HELP_HOLD_FRACTION: u64 = 200;
 /// leaving it out again, so a backup that withholds its COMMIT now and then (Byzantine, or
 /// flapping) cannot make the others wait out the hold often; reset after a quiet timeout.
 pub const QUIET_AGAIN_AFTER: u64 = 8;
-/// Upper bound of the doubled [`QUIET_AGAIN_AFTER`].
-pub const QUIET_AGAIN_AFTER_MAX: u64 = 4096;
-/// Most NEXT-BATCH messages resent in answer to one LAST-EXEC.
-pub const LAST_EXEC_RESEND_MAX: u64 = 32;
-/// Most bytes of inline request bodies the primary puts in one batch after its first entry
-/// (PROTOCOL.md step 3). With inline bodies of up to `inline_request_bytes_max` (16 KiB by
-/// default) and `batch_size_max` (128) entries a batch could otherwise reach 2 MiB, and the 128
-/// slots of the log window 256 MiB; with it, a batch stays within 1 MiB plus one body (or the
-/// configured inline bound times `batch_size_max`, if that is less).
-pub const BATCH_INLINE_BYTES_MAX: usize = 1 << 20;
+pub use crate::limits::BATCH_INLINE_BYTES_MAX;
+pub use crate::limits::LAST_EXEC_RESEND_MAX;
+pub use crate::limits::QUIET_AGAIN_AFTER_MAX;
 
 /// The committed prefix's state at a checkpoint sequence number, kept until the checkpoint is
 /// built (execution tokens may arrive after later batches committed).
@@ -128,7 +122,7 @@ pub struct OrderStage {
 
     // ---- checkpoints ----
     /// CP-TOKENs per checkpoint seqno and execution member.
-    tokens: BTreeMap<SeqNo, BTreeMap<ReplicaId, Digest>>,
+    tokens: TokenTally,
     /// Signed checkpoint votes per seqno and member.
     votes: BTreeMap<SeqNo, BTreeMap<ReplicaId, Signed<crate::message::CheckpointVote>>>,
     /// This member's own checkpoints and votes above `h`.
@@ -197,7 +191,7 @@ impl OrderStage {
             batch_cursor: ClientId(u32::MAX),
             batch_timer_armed: false,
             retransmitted: BTreeMap::new(),
-            tokens: BTreeMap::new(),
+            tokens: TokenTally::default(),
             votes: BTreeMap::new(),
             own_checkpoints: recovered.checkpoints,
             fetching: None,
@@ -380,6 +374,11 @@ impl OrderStage {
             self.stats.bump("drop_unknown_sender");
             return;
         }
+        match contract::route_to_order(self, now, envelope.from, &envelope.message, out) {
+            Routed::Handled => return,
+            Routed::WrongSender => return self.stats.bump("drop_wrong_sender_or_kind"),
+            Routed::NotContract => {}
+        }
         match (&envelope.message, envelope.from) {
             (Message::AuthRequest { items }, Principal::Auth(from)) => self.on_auth_requests(now, from, items, out),
             (Message::Pbft(PbftMessage::PrePrepare { view, seqno, batch }), Principal::Order(from)) => {
@@ -404,10 +403,6 @@ impl OrderStage {
             (Message::Pbft(PbftMessage::OrderCheckpointState(stable)), Principal::Order(_)) => {
                 self.on_checkpoint_state(now, stable, out)
             }
-            (Message::CheckpointToken { seqno, exec_state }, Principal::Exec(from)) => {
-                self.on_token(now, from, *seqno, *exec_state, out)
-            }
-            (Message::LastExecuted { seqno }, Principal::Exec(from)) => self.on_last_executed(from, *seqno, out),
             _ => self.stats.bump("drop_wrong_sender_or_kind"),
         }
     }
@@ -434,6 +429,24 @@ impl OrderStage {
     fn after_input(&mut self, now: Time, out: &mut Vec<Action>) {
         self.propose(now, false, out);
         self.update_view_change_timer(now, out);
+    }
+}
+
+/// The order stage's side of the contract with execution ([`crate::contract`]).
+impl OrderSide for OrderStage {
+    fn checkpoint_token(
+        &mut self,
+        now: Time,
+        from: ReplicaId,
+        seqno: SeqNo,
+        exec_state: Digest,
+        out: &mut Vec<Action>,
+    ) {
+        self.on_token(now, from, seqno, exec_state, out)
+    }
+
+    fn last_executed(&mut self, _now: Time, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) {
+        self.on_last_executed(from, seqno, out)
     }
 }
 

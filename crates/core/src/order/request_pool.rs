@@ -8,9 +8,7 @@ use crate::crypto::{Digest, MatrixRow, MatrixSignature};
 use crate::ids::{ClientId, RequestId};
 use crate::message::{RequestBody, RequestEntry, SignedEntry};
 
-/// How far beyond its last ordered request a client's requests are kept (clients have one
-/// outstanding request; a little slack covers a member that lags behind the commit point).
-pub(crate) const POOL_AHEAD_MAX: u64 = 4;
+pub(crate) use crate::limits::POOL_AHEAD_MAX;
 
 /// One candidate entry with the rows (valid for this member) collected for it.
 #[derive(Clone, Debug)]

@@ -14,7 +14,7 @@ use crate::message::{batch_digest, history_digest, RequestEntry};
 
 /// A committed batch vouched for by a NEXT-BATCH quorum, waiting to be executed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct AgreedBatch {
+pub struct AgreedBatch {
     /// Sequence number.
     pub seqno: SeqNo,
     /// History digest `H_seqno`.
@@ -38,7 +38,7 @@ struct Vote {
 }
 
 /// A NEXT-BATCH as received (already authenticated and checked to come from an order member).
-pub(crate) struct Offered<'a> {
+pub struct Offered<'a> {
     /// Sending order member.
     pub from: ReplicaId,
     /// Sequence number.
@@ -52,7 +52,7 @@ pub(crate) struct Offered<'a> {
 }
 
 /// Votes per sequence number and the batches that reached a quorum.
-pub(crate) struct BatchCollector {
+pub struct BatchCollector {
     votes: BTreeMap<SeqNo, BTreeMap<ReplicaId, Vote>>,
     ready: BTreeMap<SeqNo, AgreedBatch>,
     quorum: usize,

@@ -1,0 +1,223 @@
+//! The contract between ordering and execution (UpRight thesis ch. 5, "separating agreement from
+//! execution"; docs/PROTOCOL.md "Normal case" step 4-5, "Checkpoints and the stage interlock",
+//! "Catch-up of execution members"). It is all that execution knows of ordering: an ordering
+//! protocol (PBFT's order stage today; Aliph, LCR and tentative execution next) is any stage that
+//! keeps its side of it, and the execution stage runs unchanged on top.
+//!
+//! | message | direction | seal | accepted on |
+//! |---|---|---|---|
+//! | NEXT-BATCH `{view, seqno, history, time_us, entries}` | order -> exec | authenticator for the execution stage | `q.next_batch()` matching copies from distinct order members, or the co-located order member's alone ([`next_batch::BatchCollector`]) |
+//! | CP-TOKEN `{seqno, exec_state}` | exec -> order | authenticator for the order stage | `q.checkpoint_token()` matching tokens name the execution state an order checkpoint certifies ([`tokens::TokenTally`]) |
+//! | LAST-EXEC `{seqno}` | exec -> order | MAC | each: the order member answers with the committed NEXT-BATCHes after `seqno` it still holds, or with LOAD-CP when they are behind its stable checkpoint |
+//! | LOAD-CP `{seqno, exec_state}` | order -> exec | MAC | `q.load_checkpoint()` matching from distinct order members ([`load::LoadVotes`]): the execution member fetches that state from its peers |
+//! | RETRANSMIT `{client, request_id}` | order -> exec | MAC | each: resend the cached reply |
+//!
+//! The quorums are in [`crate::quorum::Quorums`] with their arguments. An ordering protocol
+//! implements [`OrderSide`] and routes what execution sends with [`route_to_order`]; the
+//! execution stage implements [`ExecSide`] and routes with [`route_to_exec`]. The messages are
+//! built with the constructors below, so both sides agree on their form.
+
+pub mod load;
+pub mod next_batch;
+pub mod tokens;
+
+use crate::crypto::Digest;
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
+use crate::message::{Message, RequestEntry};
+use crate::stage::{Action, Time};
+use next_batch::Offered;
+
+/// NEXT-BATCH: batch `seqno`, committed in `view`, with history digest `history` and agreed time
+/// `time_us`.
+pub fn next_batch(view: View, seqno: SeqNo, history: Digest, time_us: u64, entries: Vec<RequestEntry>) -> Message {
+    Message::NextBatch {
+        view,
+        seqno,
+        history,
+        time_us,
+        entries,
+    }
+}
+
+/// CP-TOKEN: the digest of the execution checkpoint at `seqno`.
+pub fn checkpoint_token(seqno: SeqNo, exec_state: Digest) -> Message {
+    Message::CheckpointToken { seqno, exec_state }
+}
+
+/// LAST-EXEC: the last batch this execution member executed.
+pub fn last_executed(seqno: SeqNo) -> Message {
+    Message::LastExecuted { seqno }
+}
+
+/// LOAD-CP: load the execution checkpoint `exec_state` at `seqno` (certified by the order
+/// stage's stable checkpoint there).
+pub fn load_checkpoint(seqno: SeqNo, exec_state: Digest) -> Message {
+    Message::LoadCheckpoint { seqno, exec_state }
+}
+
+/// RETRANSMIT: the client retransmitted an already ordered request; resend its reply.
+pub fn retransmit(client: ClientId, request_id: RequestId) -> Message {
+    Message::Retransmit { client, request_id }
+}
+
+/// What became of a message offered to one side of the contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routed {
+    /// A contract message from a stage allowed to send it: handed to the side.
+    Handled,
+    /// A contract message from a stage that may not send it (count and drop it).
+    WrongSender,
+    /// Not a contract message for this side: the stage handles it itself.
+    NotContract,
+}
+
+/// The order side: what every ordering protocol does with what execution sends it.
+pub trait OrderSide {
+    /// CP-TOKEN from execution member `from` (authenticated by the caller).
+    fn checkpoint_token(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, exec_state: Digest, out: &mut Vec<Action>);
+    /// LAST-EXEC from execution member `from`: answer with the committed NEXT-BATCHes after
+    /// `seqno`, or with LOAD-CP if they are no longer held.
+    fn last_executed(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>);
+}
+
+/// The execution side: what the execution stage does with what ordering sends it.
+pub trait ExecSide {
+    /// A NEXT-BATCH (authenticated by the caller, from an order member).
+    fn next_batch(&mut self, now: Time, offered: Offered<'_>, out: &mut Vec<Action>);
+    /// A LOAD-CP from order member `from`.
+    fn load_checkpoint(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, exec_state: Digest, out: &mut Vec<Action>);
+    /// A RETRANSMIT from an order member.
+    fn retransmit(&mut self, now: Time, client: ClientId, request_id: RequestId, out: &mut Vec<Action>);
+}
+
+/// Hands an authenticated message from `from` to the order side if it is CP-TOKEN or LAST-EXEC.
+pub fn route_to_order(
+    side: &mut impl OrderSide,
+    now: Time,
+    from: Principal,
+    message: &Message,
+    out: &mut Vec<Action>,
+) -> Routed {
+    match (message, from) {
+        (Message::CheckpointToken { seqno, exec_state }, Principal::Exec(r)) => {
+            side.checkpoint_token(now, r, *seqno, *exec_state, out)
+        }
+        (Message::LastExecuted { seqno }, Principal::Exec(r)) => side.last_executed(now, r, *seqno, out),
+        (Message::CheckpointToken { .. } | Message::LastExecuted { .. }, _) => return Routed::WrongSender,
+        _ => return Routed::NotContract,
+    }
+    Routed::Handled
+}
+
+/// Hands an authenticated message from `from` to the execution side if it is NEXT-BATCH,
+/// LOAD-CP or RETRANSMIT.
+pub fn route_to_exec(
+    side: &mut impl ExecSide,
+    now: Time,
+    from: Principal,
+    message: &Message,
+    out: &mut Vec<Action>,
+) -> Routed {
+    match (message, from) {
+        (
+            Message::NextBatch {
+                seqno,
+                history,
+                time_us,
+                entries,
+                ..
+            },
+            Principal::Order(r),
+        ) => {
+            let offered = Offered {
+                from: r,
+                seqno: *seqno,
+                history: *history,
+                time_us: *time_us,
+                entries,
+            };
+            side.next_batch(now, offered, out)
+        }
+        (Message::LoadCheckpoint { seqno, exec_state }, Principal::Order(r)) => {
+            side.load_checkpoint(now, r, *seqno, *exec_state, out)
+        }
+        (Message::Retransmit { client, request_id }, Principal::Order(_)) => {
+            side.retransmit(now, *client, *request_id, out)
+        }
+        (Message::NextBatch { .. } | Message::LoadCheckpoint { .. } | Message::Retransmit { .. }, _) => {
+            return Routed::WrongSender
+        }
+        _ => return Routed::NotContract,
+    }
+    Routed::Handled
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::ClientId;
+
+    #[derive(Default)]
+    struct Recorder(Vec<String>);
+
+    impl OrderSide for Recorder {
+        fn checkpoint_token(&mut self, _: Time, from: ReplicaId, seqno: SeqNo, _: Digest, _: &mut Vec<Action>) {
+            self.0.push(format!("token {} {}", from.0, seqno.0));
+        }
+        fn last_executed(&mut self, _: Time, from: ReplicaId, seqno: SeqNo, _: &mut Vec<Action>) {
+            self.0.push(format!("last {} {}", from.0, seqno.0));
+        }
+    }
+
+    impl ExecSide for Recorder {
+        fn next_batch(&mut self, _: Time, offered: Offered<'_>, _: &mut Vec<Action>) {
+            self.0.push(format!(
+                "batch {} {} {}",
+                offered.from.0,
+                offered.seqno.0,
+                offered.entries.len()
+            ));
+        }
+        fn load_checkpoint(&mut self, _: Time, from: ReplicaId, seqno: SeqNo, _: Digest, _: &mut Vec<Action>) {
+            self.0.push(format!("load {} {}", from.0, seqno.0));
+        }
+        fn retransmit(&mut self, _: Time, client: ClientId, request_id: RequestId, _: &mut Vec<Action>) {
+            self.0.push(format!("retransmit {} {}", client.0, request_id.0));
+        }
+    }
+
+    #[test]
+    fn each_side_takes_its_messages_from_the_stage_allowed_to_send_them() {
+        let (exec, order, auth) = (
+            Principal::Exec(ReplicaId(2)),
+            Principal::Order(ReplicaId(1)),
+            Principal::Auth(ReplicaId(1)),
+        );
+        let mut side = Recorder::default();
+        let out = &mut Vec::new();
+        let token = checkpoint_token(SeqNo(8), Digest::default());
+        let last = last_executed(SeqNo(3));
+        assert_eq!(route_to_order(&mut side, 0, exec, &token, out), Routed::Handled);
+        assert_eq!(route_to_order(&mut side, 0, exec, &last, out), Routed::Handled);
+        assert_eq!(route_to_order(&mut side, 0, order, &token, out), Routed::WrongSender);
+        assert_eq!(
+            route_to_order(&mut side, 0, exec, &retransmit(ClientId(0), RequestId(1)), out),
+            Routed::NotContract
+        );
+
+        let batch = next_batch(View(0), SeqNo(4), Digest::default(), 7, Vec::new());
+        let load = load_checkpoint(SeqNo(8), Digest::default());
+        let again = retransmit(ClientId(5), RequestId(9));
+        for m in [&batch, &load, &again] {
+            assert_eq!(route_to_exec(&mut side, 0, order, m, out), Routed::Handled);
+            assert_eq!(route_to_exec(&mut side, 0, auth, m, out), Routed::WrongSender);
+        }
+        assert_eq!(route_to_exec(&mut side, 0, order, &token, out), Routed::NotContract);
+        assert_eq!(
+            side.0,
+            ["token 2 8", "last 2 3", "batch 1 4 0", "load 1 8", "retransmit 5 9"],
+            "only the allowed senders reached the sides, with their fields"
+        );
+        assert!(out.is_empty());
+    }
+}
