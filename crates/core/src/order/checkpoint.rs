@@ -56,21 +56,6 @@ impl OrderStage {
         self.stable = Some(stable);
     }
 
-    pub(super) fn on_token(
-        &mut self,
-        now: Time,
-        from: ReplicaId,
-        seqno: SeqNo,
-        exec_state: Digest,
-        out: &mut Vec<Action>,
-    ) {
-        if !seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) || !self.in_window(seqno) {
-            return self.stats.bump("drop_token_out_of_window");
-        }
-        self.tokens.offer(from, seqno, exec_state);
-        self.try_votes(now, out);
-    }
-
     /// Votes for every checkpoint that committed here and has `checkpoint_token` matching tokens.
     pub(super) fn try_votes(&mut self, now: Time, out: &mut Vec<Action>) {
         let candidates: Vec<SeqNo> = self

@@ -442,7 +442,11 @@ impl OrderSide for OrderStage {
         exec_state: Digest,
         out: &mut Vec<Action>,
     ) {
-        self.on_token(now, from, seqno, exec_state, out)
+        if !seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) || !self.in_window(seqno) {
+            return self.stats.bump("drop_token_out_of_window");
+        }
+        self.tokens.offer(from, seqno, exec_state);
+        self.try_votes(now, out);
     }
 
     fn last_executed(&mut self, _now: Time, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) {
