@@ -69,7 +69,7 @@ impl OrderStage {
                 return;
             }
             let n = self.next_accept();
-            let in_flight = n.0 - 1 - self.last_committed.0;
+            let in_flight = n.0 - 1 - self.prefix.last_committed.0;
             if !self.in_window(n) || in_flight >= window {
                 return;
             }
@@ -131,7 +131,7 @@ impl OrderStage {
             return;
         }
         let n = self.next_accept();
-        if n.0 - 1 != self.last_committed.0 || !self.in_window(n) {
+        if n.0 - 1 != self.prefix.last_committed.0 || !self.in_window(n) {
             return;
         }
         let p = self.projection(n);
@@ -335,7 +335,7 @@ impl OrderStage {
         }
         let primary = self.primary_of(self.view);
         // A slot a stable checkpoint already discarded tells nothing either way.
-        let Some(slot) = self.log.get(&SeqNo(self.last_committed.0.saturating_sub(1))) else {
+        let Some(slot) = self.log.get(&SeqNo(self.prefix.last_committed.0.saturating_sub(1))) else {
             return;
         };
         let vote = slot.record.commit_vote();
@@ -366,7 +366,10 @@ impl OrderStage {
     /// includes the primary in every PREPARE for the next view-change timeout (counted
     /// `prepare_primary_helped`). Otherwise sets the timer for the oldest one left.
     pub(super) fn check_quiet_prepares(&mut self, now: Time, out: &mut Vec<Action>) {
-        self.primary_vote.quiet_prepares = self.primary_vote.quiet_prepares.split_off(&self.last_committed.next());
+        self.primary_vote.quiet_prepares = self
+            .primary_vote
+            .quiet_prepares
+            .split_off(&self.prefix.last_committed.next());
         let hold = self.primary_help_hold();
         let Some((_, &oldest)) = self.primary_vote.quiet_prepares.first_key_value() else {
             return;
@@ -433,7 +436,7 @@ impl OrderStage {
             return;
         }
         self.log.entry(seqno).or_default().prepares.insert(from, (view, digest));
-        if seqno <= self.last_committed {
+        if seqno <= self.prefix.last_committed {
             self.help_slot(from, seqno, out);
         }
         self.check_prepared(now, seqno, out);
@@ -500,27 +503,27 @@ impl OrderStage {
 
     /// Applies the next committed batch to the committed prefix, if there is one.
     pub(super) fn apply_next_committed(&mut self) -> Option<SeqNo> {
-        let n = self.last_committed.next();
+        let n = self.prefix.last_committed.next();
         let slot = self.log.get_mut(&n)?;
         slot.record.committed?;
         let accepted = slot.record.accepted.as_ref().expect("a committed slot holds its batch");
-        let history = history_digest(&self.history, &accepted.digest);
+        let history = history_digest(&self.prefix.history, &accepted.digest);
         slot.history = Some(history);
         // A null batch (view change) has time 0; a heartbeat's time counts.
-        self.max_time = self.max_time.max(accepted.batch.time_us);
+        self.prefix.max_time = self.prefix.max_time.max(accepted.batch.time_us);
         for e in &accepted.batch.entries {
-            let last = self.last_ordered.entry(e.entry.client).or_default();
+            let last = self.prefix.last_ordered.entry(e.entry.client).or_default();
             *last = (*last).max(e.entry.request_id);
         }
-        self.history = history;
-        self.last_committed = n;
+        self.prefix.history = history;
+        self.prefix.last_committed = n;
         if n.0.is_multiple_of(self.config.knobs.checkpoint_interval) {
-            let last_ordered = self.last_ordered.iter().map(|(c, r)| (*c, *r)).collect();
-            self.snapshots.insert(
+            let last_ordered = self.prefix.last_ordered.iter().map(|(c, r)| (*c, *r)).collect();
+            self.prefix.snapshots.insert(
                 n,
                 Snapshot {
                     history,
-                    time_us: self.max_time,
+                    time_us: self.prefix.max_time,
                     last_ordered,
                 },
             );

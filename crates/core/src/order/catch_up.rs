@@ -36,10 +36,10 @@ impl OrderStage {
                     batch: accepted.batch.clone(),
                 });
                 self.send(out, missing, message, SealFor::Stage(StageKind::Order));
-            } else if seqno > self.last_committed {
+            } else if seqno > self.prefix.last_committed {
                 self.send_to_order(out, Message::Pbft(PbftMessage::Prepare { view, seqno, digest }));
             }
-            if seqno > self.last_committed && slot.prepared_in(view) {
+            if seqno > self.prefix.last_committed && slot.prepared_in(view) {
                 self.send_to_order(out, Message::Pbft(PbftMessage::Commit { view, seqno, digest }));
             }
         }
@@ -83,11 +83,11 @@ impl OrderStage {
 
     /// A member works beyond our window: we are behind; ask it for its stable checkpoint.
     pub(super) fn ask_for_stable(&mut self, from: ReplicaId, out: &mut Vec<Action>) {
-        if self.fetching.is_some() {
+        if self.checkpoints.fetching.is_some() {
             return;
         }
         let seqno = self.h.next();
-        self.fetching = Some((seqno, Digest::default()));
+        self.checkpoints.fetching = Some((seqno, Digest::default()));
         let message = Message::Pbft(PbftMessage::FetchOrderCheckpoint {
             seqno,
             digest: Digest::default(),

@@ -49,25 +49,26 @@ impl OrderStage {
     pub(super) fn reset_to_checkpoint(&mut self, stable: StableCheckpoint) {
         let cp = &stable.checkpoint;
         self.h = cp.seqno;
-        self.last_committed = cp.seqno;
-        self.history = cp.history;
-        self.max_time = cp.time_us;
-        self.last_ordered = cp.last_ordered.iter().copied().collect();
+        self.prefix.last_committed = cp.seqno;
+        self.prefix.history = cp.history;
+        self.prefix.max_time = cp.time_us;
+        self.prefix.last_ordered = cp.last_ordered.iter().copied().collect();
         self.stable = Some(stable);
     }
 
     /// Votes for every checkpoint that committed here and has `checkpoint_token` matching tokens.
     pub(super) fn try_votes(&mut self, now: Time, out: &mut Vec<Action>) {
         let candidates: Vec<SeqNo> = self
+            .checkpoints
             .tokens
             .seqnos()
-            .filter(|n| *n > self.h && *n <= self.last_committed && !self.own_checkpoints.contains_key(n))
+            .filter(|n| *n > self.h && *n <= self.prefix.last_committed && !self.checkpoints.own.contains_key(n))
             .collect();
         for seqno in candidates {
-            let Some(exec_state) = self.tokens.certified(seqno, self.q.checkpoint_token()) else {
+            let Some(exec_state) = self.checkpoints.tokens.certified(seqno, self.q.checkpoint_token()) else {
                 continue;
             };
-            let Some(snapshot) = self.snapshots.get(&seqno) else {
+            let Some(snapshot) = self.prefix.snapshots.get(&seqno) else {
                 continue;
             };
             let checkpoint = OrderCheckpoint {
@@ -92,8 +93,8 @@ impl OrderStage {
                 Message::Pbft(PbftMessage::Checkpoint(vote.clone())),
                 SealFor::Nothing,
             );
-            self.own_checkpoints.insert(seqno, (checkpoint, vote.clone()));
-            self.votes.entry(seqno).or_default().insert(self.id, vote);
+            self.checkpoints.own.insert(seqno, (checkpoint, vote.clone()));
+            self.checkpoints.votes.entry(seqno).or_default().insert(self.id, vote);
             self.stats.bump("checkpoint_vote_sent");
             self.check_stable(now, seqno, out);
         }
@@ -117,13 +118,14 @@ impl OrderStage {
             self.stats.bump("drop_old_checkpoint_vote");
             return self.help_lagging(now, from, out);
         }
-        if self.votes.get(&seqno).and_then(|v| v.get(&vote.signer)) == Some(vote) {
+        if self.checkpoints.votes.get(&seqno).and_then(|v| v.get(&vote.signer)) == Some(vote) {
             return self.stats.bump("dup_checkpoint_vote");
         }
         if vote.verify(&self.keys, self.sabotage()).is_err() {
             return self.stats.bump("drop_bad_signature");
         }
         let held: Vec<SeqNo> = self
+            .checkpoints
             .votes
             .iter()
             .filter(|(_, v)| v.contains_key(&vote.signer))
@@ -134,16 +136,22 @@ impl OrderStage {
             if lowest > seqno {
                 return self.stats.bump("drop_checkpoint_vote_over_bound");
             }
-            self.votes.get_mut(&lowest).map(|v| v.remove(&vote.signer));
+            self.checkpoints.votes.get_mut(&lowest).map(|v| v.remove(&vote.signer));
         }
-        self.votes.entry(seqno).or_default().insert(vote.signer, vote.clone());
+        self.checkpoints
+            .votes
+            .entry(seqno)
+            .or_default()
+            .insert(vote.signer, vote.clone());
         self.check_stable(now, seqno, out);
     }
 
     /// A checkpoint with `checkpoint_stable` matching votes becomes stable; if this member does not
     /// hold it (it has not committed that far), it fetches it.
     fn check_stable(&mut self, now: Time, seqno: SeqNo, out: &mut Vec<Action>) {
-        let Some(votes) = self.votes.get(&seqno) else { return };
+        let Some(votes) = self.checkpoints.votes.get(&seqno) else {
+            return;
+        };
         let mut by_digest: BTreeMap<Digest, Vec<&Signed<CheckpointVote>>> = BTreeMap::new();
         for vote in votes.values() {
             by_digest.entry(vote.value.digest).or_default().push(vote);
@@ -154,7 +162,7 @@ impl OrderStage {
         else {
             return;
         };
-        match self.own_checkpoints.get(&seqno) {
+        match self.checkpoints.own.get(&seqno) {
             Some((checkpoint, _)) if checkpoint.digest() == digest => {
                 let stable = StableCheckpoint {
                     checkpoint: checkpoint.clone(),
@@ -166,10 +174,10 @@ impl OrderStage {
                 if own.is_some() {
                     self.stats.bump("own_checkpoint_differs_from_stable");
                 }
-                if self.fetching.is_some_and(|(n, _)| n >= seqno) {
+                if self.checkpoints.fetching.is_some_and(|(n, _)| n >= seqno) {
                     return;
                 }
-                self.fetching = Some((seqno, digest));
+                self.checkpoints.fetching = Some((seqno, digest));
                 let voters: Vec<Principal> = votes
                     .iter()
                     .filter(|v| v.signer != self.id)
@@ -193,7 +201,7 @@ impl OrderStage {
         // execution member would need the whole checkpoint instead).
         self.send_owed_next_batches(now, seqno.next(), out);
         persist::write(out, persist::STABLE_KEY.to_string(), &stable);
-        if seqno > self.last_committed {
+        if seqno > self.prefix.last_committed {
             self.stats.bump("order_state_transferred");
             self.reset_to_checkpoint(stable);
             self.tell_auth_last_ordered(out);
@@ -216,16 +224,16 @@ impl OrderStage {
             }
         }
         self.buffered = self.buffered.split_off(&keep_from);
-        self.tokens.prune_below(keep_from);
-        self.votes = self.votes.split_off(&keep_from);
-        self.snapshots = self.snapshots.split_off(&keep_from);
+        self.checkpoints.tokens.prune_below(keep_from);
+        self.checkpoints.votes = self.checkpoints.votes.split_off(&keep_from);
+        self.prefix.snapshots = self.prefix.snapshots.split_off(&keep_from);
         self.next_batch_owed = self.next_batch_owed.split_off(&keep_from);
-        let own = self.own_checkpoints.split_off(&keep_from);
-        for n in std::mem::replace(&mut self.own_checkpoints, own).keys() {
+        let own = self.checkpoints.own.split_off(&keep_from);
+        for n in std::mem::replace(&mut self.checkpoints.own, own).keys() {
             persist::delete(out, persist::checkpoint_key(*n));
         }
-        if self.fetching.is_some_and(|(n, _)| n <= seqno) {
-            self.fetching = None;
+        if self.checkpoints.fetching.is_some_and(|(n, _)| n <= seqno) {
+            self.checkpoints.fetching = None;
         }
         let clients: Vec<_> = self.pool.clients().collect();
         for client in clients {
@@ -267,7 +275,7 @@ impl OrderStage {
 
     /// OrderTick: resend own votes above `h` and any pending order-checkpoint fetch.
     pub(super) fn retransmit_checkpoint(&self, out: &mut Vec<Action>) {
-        for (_, vote) in self.own_checkpoints.values() {
+        for (_, vote) in self.checkpoints.own.values() {
             self.send(
                 out,
                 self.other_order_members(),
@@ -275,7 +283,7 @@ impl OrderStage {
                 SealFor::Nothing,
             );
         }
-        if let Some((seqno, digest)) = self.fetching {
+        if let Some((seqno, digest)) = self.checkpoints.fetching {
             let message = Message::Pbft(PbftMessage::FetchOrderCheckpoint { seqno, digest });
             self.send(
                 out,

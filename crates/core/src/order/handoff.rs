@@ -21,11 +21,16 @@ impl OrderStage {
             // below it leave the pool (nothing else in it can be at or below its client's).
             if let Some(accepted) = &slot.record.accepted {
                 for e in &accepted.batch.entries {
-                    let last = self.last_ordered.get(&e.entry.client).copied().unwrap_or_default();
+                    let last = self
+                        .prefix
+                        .last_ordered
+                        .get(&e.entry.client)
+                        .copied()
+                        .unwrap_or_default();
                     self.pool.gc(e.entry.client, last);
                 }
             }
-            let (view, history) = (slot.record.committed.unwrap_or_default(), self.history);
+            let (view, history) = (slot.record.committed.unwrap_or_default(), self.prefix.history);
             out.push(Action::Note(Event::Committed {
                 seqno: n,
                 view,
@@ -164,7 +169,11 @@ impl OrderStage {
             }
             return;
         }
-        let last = self.last_committed.0.min(seqno.0.saturating_add(LAST_EXEC_RESEND_MAX));
+        let last = self
+            .prefix
+            .last_committed
+            .0
+            .min(seqno.0.saturating_add(LAST_EXEC_RESEND_MAX));
         for n in seqno.0 + 1..=last {
             if let Some(message) = self.next_batch_message(SeqNo(n)) {
                 self.stats.bump("next_batch_resent");

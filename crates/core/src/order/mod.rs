@@ -78,7 +78,40 @@ struct Snapshot {
     last_ordered: Vec<(ClientId, RequestId)>,
 }
 
-/// The order stage: PBFT agreement on batches.
+/// The committed prefix: everything up to `last_committed` committed here, and what it
+/// determines (the history digest, agreed time, each client's last ordered request, and the
+/// snapshots order checkpoints are built from).
+#[derive(Default)]
+struct CommittedPrefix {
+    last_committed: SeqNo,
+    /// `H_last_committed`.
+    history: Digest,
+    /// Largest batch time in the committed prefix (a heartbeat's counts; a view change's null
+    /// batch has time 0).
+    max_time: u64,
+    /// Last ordered request per client in the committed prefix.
+    last_ordered: BTreeMap<ClientId, RequestId>,
+    snapshots: BTreeMap<SeqNo, Snapshot>,
+}
+
+/// Checkpoints above the low watermark: execution's tokens, the members' signed votes, this
+/// member's own checkpoints, and an order state transfer in progress.
+#[derive(Default)]
+struct Checkpoints {
+    /// CP-TOKENs per checkpoint seqno and execution member.
+    tokens: TokenTally,
+    /// Signed checkpoint votes per seqno and member.
+    votes: BTreeMap<SeqNo, BTreeMap<ReplicaId, Signed<crate::message::CheckpointVote>>>,
+    /// This member's own checkpoints and votes above `h`.
+    own: BTreeMap<SeqNo, OwnCheckpoint>,
+    /// Order state transfer in progress: (seqno, digest; default digest = any stable >= seqno).
+    fetching: Option<(SeqNo, Digest)>,
+}
+
+/// The order stage: PBFT agreement on batches. Its state is grouped the way raft-rs groups a
+/// `Raft`: the view and its change (`ViewChangeState`), the log with its watermarks and the
+/// committed prefix (`CommittedPrefix`), the request pool (`RequestPool`), the checkpoints
+/// (`Checkpoints`) and the primary's vote (`PrimaryVote`).
 pub struct OrderStage {
     config: Arc<ClusterConfig>,
     q: Quorums,
@@ -101,15 +134,8 @@ pub struct OrderStage {
     log: BTreeMap<SeqNo, Slot>,
     /// Out-of-order PRE-PREPAREs of the current view (at most one per seqno in the window).
     buffered: BTreeMap<SeqNo, Batch>,
-    last_committed: SeqNo,
-    /// `H_last_committed`.
-    history: Digest,
-    /// Largest batch time in the committed prefix (a heartbeat's counts; a view change's null
-    /// batch has time 0).
-    max_time: u64,
-    /// Last ordered request per client in the committed prefix.
-    last_ordered: BTreeMap<ClientId, RequestId>,
-    snapshots: BTreeMap<SeqNo, Snapshot>,
+    /// How far this member committed, and what that prefix determines.
+    prefix: CommittedPrefix,
 
     // ---- requests ----
     pool: RequestPool,
@@ -121,14 +147,7 @@ pub struct OrderStage {
     retransmitted: BTreeMap<ClientId, (RequestId, Time)>,
 
     // ---- checkpoints ----
-    /// CP-TOKENs per checkpoint seqno and execution member.
-    tokens: TokenTally,
-    /// Signed checkpoint votes per seqno and member.
-    votes: BTreeMap<SeqNo, BTreeMap<ReplicaId, Signed<crate::message::CheckpointVote>>>,
-    /// This member's own checkpoints and votes above `h`.
-    own_checkpoints: BTreeMap<SeqNo, OwnCheckpoint>,
-    /// Order state transfer in progress: (seqno, digest; default digest = any stable >= seqno).
-    fetching: Option<(SeqNo, Digest)>,
+    checkpoints: Checkpoints,
     /// Last time each member was sent help (stable checkpoint / NEW-VIEW).
     helped: BTreeMap<ReplicaId, Time>,
     /// NEXT-BATCHes held back: committed slot -> (when this member committed it, the execution
@@ -182,19 +201,15 @@ impl OrderStage {
             stable: None,
             log: BTreeMap::new(),
             buffered: BTreeMap::new(),
-            last_committed: SeqNo(0),
-            history: Digest::default(),
-            max_time: 0,
-            last_ordered: BTreeMap::new(),
-            snapshots: BTreeMap::new(),
+            prefix: CommittedPrefix::default(),
             pool,
             batch_cursor: ClientId(u32::MAX),
             batch_timer_armed: false,
             retransmitted: BTreeMap::new(),
-            tokens: TokenTally::default(),
-            votes: BTreeMap::new(),
-            own_checkpoints: recovered.checkpoints,
-            fetching: None,
+            checkpoints: Checkpoints {
+                own: recovered.checkpoints,
+                ..Checkpoints::default()
+            },
             helped: BTreeMap::new(),
             next_batch_owed: BTreeMap::new(),
             primary_vote: PrimaryVote::new(),
@@ -236,7 +251,7 @@ impl OrderStage {
 
     /// Highest sequence number such that it and every batch before it committed here.
     pub fn last_committed(&self) -> SeqNo {
-        self.last_committed
+        self.prefix.last_committed
     }
 
     /// Low watermark `h`: the latest stable checkpoint (0 initially).
@@ -306,8 +321,8 @@ impl OrderStage {
 
     /// Every client's last ordered request, to the co-located authentication member.
     fn tell_auth_last_ordered(&self, out: &mut Vec<Action>) {
-        let requests = self.last_ordered.iter().map(|(c, r)| (*c, *r)).collect();
-        self.tell_auth_ordered(self.last_committed, requests, out);
+        let requests = self.prefix.last_ordered.iter().map(|(c, r)| (*c, *r)).collect();
+        self.tell_auth_ordered(self.prefix.last_committed, requests, out);
     }
 
     /// PRIMARY-HINT to the co-located authentication member: the current view and whether it is
@@ -348,7 +363,7 @@ impl OrderStage {
     }
 
     fn last_ordered_of(&self, client: ClientId) -> RequestId {
-        self.last_ordered.get(&client).copied().unwrap_or_default()
+        self.prefix.last_ordered.get(&client).copied().unwrap_or_default()
     }
 
     /// Whether help (stable checkpoint, NEW-VIEW) may be sent to `member` now: at most once per tick.
@@ -445,7 +460,7 @@ impl OrderSide for OrderStage {
         if !seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) || !self.in_window(seqno) {
             return self.stats.bump("drop_token_out_of_window");
         }
-        self.tokens.offer(from, seqno, exec_state);
+        self.checkpoints.tokens.offer(from, seqno, exec_state);
         self.try_votes(now, out);
     }
 

@@ -25,7 +25,7 @@ pub(super) struct Projection {
 impl OrderStage {
     /// First sequence number without an accepted PRE-PREPARE of the current view.
     pub(super) fn next_accept(&self) -> SeqNo {
-        let mut n = self.last_committed.next();
+        let mut n = self.prefix.last_committed.next();
         while self.log.get(&n).and_then(|s| s.accepted_in(self.view)).is_some() {
             n = n.next();
         }
@@ -36,10 +36,10 @@ impl OrderStage {
     pub(super) fn projection(&self, upto: SeqNo) -> Projection {
         let mut p = Projection {
             overlay: BTreeMap::new(),
-            max_time: self.max_time,
-            history: self.history,
+            max_time: self.prefix.max_time,
+            history: self.prefix.history,
         };
-        for (_, slot) in self.log.range(self.last_committed.next()..upto) {
+        for (_, slot) in self.log.range(self.prefix.last_committed.next()..upto) {
             let Some(accepted) = slot.accepted_in(self.view) else {
                 break;
             };

@@ -260,7 +260,7 @@ impl OrderStage {
         if !self.buffered.is_empty()
             || self
                 .log
-                .range(self.last_committed.next()..)
+                .range(self.prefix.last_committed.next()..)
                 .any(|(_, s)| s.accepted_in(self.view).is_some())
         {
             return true;

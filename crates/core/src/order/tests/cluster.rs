@@ -421,7 +421,7 @@ impl Cluster {
 
     /// Per client, the newest request member `i` has committed.
     pub(super) fn last_ordered(&self, i: usize) -> BTreeMap<ClientId, RequestId> {
-        self.member(i).last_ordered.clone()
+        self.member(i).prefix.last_ordered.clone()
     }
 
     /// The lowest committed prefix among `members`.

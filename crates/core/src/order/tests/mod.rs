@@ -312,7 +312,9 @@ fn checkpoints_become_stable_and_garbage_collect() {
         let m = c.member(i);
         assert_eq!(m.low_watermark(), SeqNo(8), "member {i}");
         assert!(m.log.keys().all(|n| *n > SeqNo(8)));
-        assert!(m.votes.keys().all(|n| *n > SeqNo(8)) && m.tokens.seqnos().all(|n| n > SeqNo(8)));
+        assert!(
+            m.checkpoints.votes.keys().all(|n| *n > SeqNo(8)) && m.checkpoints.tokens.seqnos().all(|n| n > SeqNo(8))
+        );
         assert!(c.storage[i].keys().filter(|k| k.starts_with("order/slot/")).count() <= 1);
         assert!(c.storage[i].keys().filter(|k| k.starts_with("order/mark/")).count() <= 1);
         assert!(c.storage[i].contains_key("order/stable"));
