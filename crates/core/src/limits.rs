@@ -107,6 +107,10 @@ pub const CHECKPOINTS_KEPT: usize = 2;
 /// Most chunk requests outstanding at once during a state transfer.
 pub const CHUNKS_IN_FLIGHT_MAX: usize = 4;
 
+/// Most bytes of stored pages a paged service keeps cached in memory (its pages changed since
+/// the last checkpoint are held besides, until the next checkpoint writes them to the store).
+pub const PAGE_CACHE_BYTES: u64 = 256 << 20;
+
 /// Items (nodes and pages) asked for and not yet answered, across all peers. With
 /// [`PAGE_ITEMS_PER_FETCH`] per request, several requests per peer are outstanding at once.
 pub const PAGE_ITEMS_IN_FLIGHT_MAX: usize = 8 * PAGE_ITEMS_PER_FETCH;

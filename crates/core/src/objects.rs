@@ -91,7 +91,7 @@ impl ObjectStore {
         for index in 0..self.pages.len() {
             let page = self.pages.get(index).expect("below len");
             out.put_u64_le(page.len() as u64);
-            out.put_slice(page);
+            out.put_slice(&page);
         }
         out.freeze()
     }
@@ -106,7 +106,7 @@ impl Service for ObjectStore {
                     self.pages.set(index, Bytes::copy_from_slice(bytes));
                     Bytes::from_static(b"OK")
                 }
-                Some(Op::Read(index)) => self.pages.get(index).cloned().unwrap_or(Bytes::from_static(b"ERR")),
+                Some(Op::Read(index)) => self.pages.get(index).unwrap_or(Bytes::from_static(b"ERR")),
                 _ => Bytes::from_static(b"ERR"),
             })
             .collect()
@@ -121,7 +121,7 @@ impl Service for ObjectStore {
 
     fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
         match parse(operation)? {
-            Op::Read(index) => Some(self.pages.get(index).cloned().unwrap_or(Bytes::from_static(b"ERR"))),
+            Op::Read(index) => Some(self.pages.get(index).unwrap_or(Bytes::from_static(b"ERR"))),
             Op::Write(..) => None,
         }
     }

@@ -11,7 +11,8 @@
 //! Pages are [`Bytes`]: the checkpointed version of a page the service replaced is the old
 //! `Bytes`, kept alive by reference count, not a copy.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 
@@ -19,17 +20,118 @@ use crate::crypto::Digest;
 use crate::limits::PAGE_BYTES_MAX;
 use crate::page_tree::PageTree;
 
+/// Where a paged state lives when it does not fit in memory: the pages as of the last
+/// checkpoint, durably. The runtime's is a file (`upright_node::pages::FilePageStore`); a store
+/// keeps the committed version of every page readable until the next commit, so that a crash
+/// while a checkpoint is being written leaves the previous one intact.
+pub trait PageStore: Send {
+    /// The committed state: the sequence number of the checkpoint it belongs to and each page's
+    /// length (the page count is the list's length).
+    fn committed(&self) -> (u64, Vec<u32>);
+    /// The committed version of page `index` (empty if it has none).
+    fn read(&self, index: u64) -> std::io::Result<Bytes>;
+    /// Writes the next version of page `index` (invisible until [`PageStore::commit`]; each page
+    /// at most once per commit).
+    fn write(&mut self, index: u64, bytes: &[u8]) -> std::io::Result<()>;
+    /// Makes the pages written since the last commit, and the page count `len`, the committed
+    /// state of checkpoint `seqno`, durably.
+    fn commit(&mut self, seqno: u64, len: u64) -> std::io::Result<()>;
+}
+
+/// One page: in memory (changed since it was last stored, or no store), or in the store with its
+/// length (its bytes then come from the cache or the store).
+#[derive(Clone, Debug)]
+enum Slot {
+    Memory(Bytes),
+    Stored(u32),
+}
+
+impl Slot {
+    fn len(&self) -> u64 {
+        match self {
+            Slot::Memory(b) => b.len() as u64,
+            Slot::Stored(len) => *len as u64,
+        }
+    }
+}
+
+/// Stored pages recently read or written, least recently used dropped first.
+#[derive(Default)]
+struct Cache {
+    pages: HashMap<u64, (Bytes, u64)>,
+    order: BTreeMap<u64, u64>,
+    tick: u64,
+    bytes: u64,
+}
+
+impl Cache {
+    fn get(&mut self, index: u64) -> Option<Bytes> {
+        let (bytes, used) = self.pages.get_mut(&index)?;
+        self.order.remove(used);
+        self.tick += 1;
+        *used = self.tick;
+        self.order.insert(self.tick, index);
+        Some(bytes.clone())
+    }
+
+    fn insert(&mut self, index: u64, bytes: Bytes, limit: u64) {
+        self.remove(index);
+        self.tick += 1;
+        self.bytes += bytes.len() as u64;
+        self.order.insert(self.tick, index);
+        self.pages.insert(index, (bytes, self.tick));
+        while self.bytes > limit {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            if let Some((b, _)) = self.pages.remove(&oldest) {
+                self.bytes -= b.len() as u64;
+            }
+        }
+    }
+
+    fn remove(&mut self, index: u64) {
+        if let Some((b, used)) = self.pages.remove(&index) {
+            self.order.remove(&used);
+            self.bytes -= b.len() as u64;
+        }
+    }
+}
+
 /// Pages of a service's state, with the checkpointed version of the pages changed since the last
-/// checkpoint ([`Pages::freeze`]).
-#[derive(Clone, Debug, Default)]
+/// checkpoint ([`Pages::freeze`]). Without a store every page is in memory; with one
+/// ([`Pages::attach_store`]) the pages as of the last checkpoint live in the store and at most
+/// [`crate::limits::PAGE_CACHE_BYTES`] of them are cached, so the state may be larger than memory (the pages
+/// changed since the last checkpoint stay in memory until the next one writes them).
+#[derive(Default)]
 pub struct Pages {
-    live: Vec<Bytes>,
+    live: Vec<Slot>,
     /// Per page changed since the last freeze, its version then (`None`: it did not exist).
-    frozen: BTreeMap<u64, Option<Bytes>>,
+    frozen: BTreeMap<u64, Option<Slot>>,
     /// Page count at the last freeze.
     frozen_len: u64,
     /// Sum of the live pages' lengths.
     bytes: u64,
+    store: Option<Box<dyn PageStore>>,
+    cache: RefCell<Cache>,
+    cache_limit: u64,
+}
+
+impl std::fmt::Debug for Pages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pages")
+            .field("pages", &self.live.len())
+            .field("bytes", &self.bytes)
+            .field("changed", &self.frozen.len())
+            .field("stored", &self.store.is_some())
+            .finish()
+    }
+}
+
+fn read_failed(index: u64, e: std::io::Error) -> ! {
+    // A page store that cannot read back what it committed has lost state the checkpoint's
+    // digest vouches for: stop rather than execute on something else.
+    panic!("page store: cannot read page {index}: {e}")
 }
 
 impl Pages {
@@ -50,10 +152,43 @@ impl Pages {
         let bytes = pages.iter().map(|p| p.len() as u64).sum();
         Pages {
             frozen_len: pages.len() as u64,
-            live: pages,
-            frozen: BTreeMap::new(),
+            live: pages.into_iter().map(Slot::Memory).collect(),
             bytes,
+            ..Pages::default()
         }
+    }
+
+    /// Moves the pages into `store`, with a cache of at most `cache_bytes` (at start, before
+    /// anything is frozen or changed). If the store holds a committed state, that replaces the
+    /// service's initial pages and its sequence number is returned; otherwise the initial pages
+    /// are written into it as the state at sequence number 0.
+    pub fn attach_store(&mut self, mut store: Box<dyn PageStore>, cache_bytes: u64) -> std::io::Result<Option<u64>> {
+        let (seqno, lens) = store.committed();
+        self.cache = RefCell::new(Cache::default());
+        self.cache_limit = cache_bytes;
+        self.frozen.clear();
+        let restored = if seqno > 0 || !lens.is_empty() {
+            self.live = lens.iter().map(|len| Slot::Stored(*len)).collect();
+            self.bytes = lens.iter().map(|l| *l as u64).sum();
+            Some(seqno)
+        } else {
+            for (i, slot) in self.live.iter_mut().enumerate() {
+                if let Slot::Memory(bytes) = slot {
+                    store.write(i as u64, bytes)?;
+                    *slot = Slot::Stored(bytes.len() as u32);
+                }
+            }
+            store.commit(0, self.live.len() as u64)?;
+            None
+        };
+        self.frozen_len = self.live.len() as u64;
+        self.store = Some(store);
+        Ok(restored)
+    }
+
+    /// Whether the pages live in a store.
+    pub fn has_store(&self) -> bool {
+        self.store.is_some()
     }
 
     /// Number of pages.
@@ -71,9 +206,31 @@ impl Pages {
         self.bytes
     }
 
+    /// Bytes of stored pages held in the cache now.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache.borrow().bytes
+    }
+
+    fn load(&self, index: u64, slot: &Slot) -> Bytes {
+        match slot {
+            Slot::Memory(bytes) => bytes.clone(),
+            Slot::Stored(0) => Bytes::new(),
+            Slot::Stored(_) => {
+                if let Some(bytes) = self.cache.borrow_mut().get(index) {
+                    return bytes;
+                }
+                let store = self.store.as_ref().expect("stored pages have a store");
+                let bytes = store.read(index).unwrap_or_else(|e| read_failed(index, e));
+                self.cache.borrow_mut().insert(index, bytes.clone(), self.cache_limit);
+                bytes
+            }
+        }
+    }
+
     /// Page `index` (an empty page if it was never written), `None` past the end.
-    pub fn get(&self, index: u64) -> Option<&Bytes> {
-        self.live.get(usize::try_from(index).ok()?)
+    pub fn get(&self, index: u64) -> Option<Bytes> {
+        let slot = self.live.get(usize::try_from(index).ok()?)?;
+        Some(self.load(index, slot))
     }
 
     /// Sets page `index`, growing the state with empty pages if it is past the end.
@@ -90,10 +247,12 @@ impl Pages {
         while self.live.len() <= i {
             let new = self.live.len() as u64;
             self.frozen.entry(new).or_insert(None);
-            self.live.push(Bytes::new());
+            self.live.push(Slot::Memory(Bytes::new()));
         }
-        let old = std::mem::replace(&mut self.live[i], bytes);
-        self.bytes = self.bytes - old.len() as u64 + self.live[i].len() as u64;
+        self.bytes = self.bytes - self.live[i].len() + bytes.len() as u64;
+        let old = std::mem::replace(&mut self.live[i], Slot::Memory(bytes));
+        // A stored page's checkpointed version stays in the store until the next commit; its
+        // cached copy is that version, so it may stay.
         self.frozen.entry(index).or_insert(Some(old));
     }
 
@@ -102,7 +261,7 @@ impl Pages {
         while self.len() > len {
             let index = self.len() - 1;
             let old = self.live.pop().expect("not empty");
-            self.bytes -= old.len() as u64;
+            self.bytes -= old.len();
             self.frozen.entry(index).or_insert(Some(old));
         }
     }
@@ -120,8 +279,8 @@ impl Pages {
     /// Page `index` as of the last checkpoint (`None` if it did not exist then).
     pub fn checkpointed(&self, index: u64) -> Option<Bytes> {
         match self.frozen.get(&index) {
-            Some(old) => old.clone(),
-            None if index < self.frozen_len => self.get(index).cloned(),
+            Some(old) => old.as_ref().map(|slot| self.load(index, slot)),
+            None if index < self.frozen_len => self.get(index),
             None => None,
         }
     }
@@ -137,6 +296,41 @@ impl Pages {
         self.frozen_len = self.len();
         std::mem::take(&mut self.frozen).into_keys().collect()
     }
+
+    /// With a store: writes the pages in memory among `indices` (the ones the last
+    /// [`Pages::freeze`] reported) and commits them as checkpoint `seqno`; they then count
+    /// against the cache like any stored page. Without a store: nothing.
+    pub fn write_back(&mut self, indices: &[u64], seqno: u64) -> std::io::Result<()> {
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        let mut cached = Vec::new();
+        for &index in indices {
+            match self.live.get_mut(index as usize) {
+                Some(slot @ Slot::Memory(_)) => {
+                    let Slot::Memory(bytes) = std::mem::replace(slot, Slot::Stored(0)) else {
+                        unreachable!()
+                    };
+                    store.write(index, &bytes)?;
+                    *slot = Slot::Stored(bytes.len() as u32);
+                    cached.push((index, bytes));
+                }
+                Some(Slot::Stored(_)) => {}
+                // Truncated away: the commit's page count drops it.
+                None => {}
+            }
+        }
+        store.commit(seqno, self.live.len() as u64)?;
+        let mut cache = self.cache.borrow_mut();
+        for (index, bytes) in cached {
+            if bytes.is_empty() {
+                cache.remove(index);
+            } else {
+                cache.insert(index, bytes, self.cache_limit);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The digest of page `index` holding `bytes` as the page tree names it (an empty page is
@@ -150,7 +344,7 @@ pub fn tree_of(pages: &Pages) -> PageTree {
     let mut tree = PageTree::new();
     for index in 0..pages.len() {
         let page = pages.get(index).expect("index below len");
-        tree.set(index, page_digest(index, page));
+        tree.set(index, page_digest(index, &page));
     }
     tree.root();
     tree
@@ -179,7 +373,7 @@ impl PageCheckpoint {
             root,
             pages: pages.len(),
             bytes: pages.total_bytes(),
-            changed: indices.into_iter().map(|i| (i, pages.get(i).cloned())).collect(),
+            changed: indices.into_iter().map(|i| (i, pages.get(i))).collect(),
         }
     }
 }
@@ -189,7 +383,7 @@ impl PageCheckpoint {
 pub fn rehash(tree: &mut PageTree, pages: &Pages, indices: &[u64]) -> Digest {
     for &index in indices {
         if let Some(page) = pages.get(index) {
-            tree.set(index, page_digest(index, page));
+            tree.set(index, page_digest(index, &page));
         }
     }
     if tree.pages() > pages.len() {
@@ -216,7 +410,7 @@ mod tests {
         assert_eq!(pages.checkpointed(2), None);
         assert_eq!(pages.checkpointed(3), None);
         assert_eq!(pages.checkpointed(0), Some(b("a")));
-        assert_eq!(pages.get(2), Some(&Bytes::new()));
+        assert_eq!(pages.get(2), Some(Bytes::new()));
         assert_eq!(pages.total_bytes(), 1 + 2 + 1);
         assert_eq!(pages.freeze(), vec![1, 2, 3]);
         assert_eq!(pages.checkpointed(1), Some(b("BB")));

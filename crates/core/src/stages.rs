@@ -11,6 +11,7 @@ use crate::crypto::KeyRing;
 use crate::exec::ExecStage;
 use crate::ids::Principal;
 use crate::order::OrderStage;
+use crate::pages::PageStore;
 use crate::service::Service;
 use crate::stage::{Stage, Storage};
 
@@ -33,11 +34,31 @@ pub fn build(
     storage: &Storage,
     service: &ServiceFactory,
 ) -> Result<Box<dyn Stage + Send>, ConfigError> {
+    build_with_pages(config, principal, keys, storage, service, None)
+}
+
+/// [`build`], with an execution member's paged service kept in `page_store` (so its state may
+/// exceed memory; see [`crate::pages::PageStore`]). Other principals ignore it.
+pub fn build_with_pages(
+    config: &Arc<ClusterConfig>,
+    principal: Principal,
+    keys: &Arc<KeyRing>,
+    storage: &Storage,
+    service: &ServiceFactory,
+    page_store: Option<Box<dyn PageStore>>,
+) -> Result<Box<dyn Stage + Send>, ConfigError> {
     let (config, keys) = (config.clone(), keys.clone());
     Ok(match principal {
         Principal::Client(c) => Box::new(Client::new(config, c, keys)?),
         Principal::Auth(r) => Box::new(AuthStage::new(config, r, keys, storage)?),
         Principal::Order(r) => Box::new(OrderStage::new(config, r, keys, storage)?),
-        Principal::Exec(r) => Box::new(ExecStage::new(config, r, keys, storage, service())?),
+        Principal::Exec(r) => Box::new(ExecStage::with_page_store(
+            config,
+            r,
+            keys,
+            storage,
+            service(),
+            page_store,
+        )?),
     })
 }

@@ -18,6 +18,7 @@ pub mod gateway;
 pub mod host;
 pub mod metrics;
 pub mod norep;
+pub mod pages;
 pub mod replica;
 pub mod spin;
 pub mod storage;

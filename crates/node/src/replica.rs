@@ -339,7 +339,23 @@ pub fn build_members(spec: &ReplicaSpec, keys: &Arc<KeyRing>) -> Result<Built, F
         let stage: Box<dyn Stage + Send> = match &spec.stages {
             Some(factory) => factory(kind, &storage, keys.clone()).map_err(bad)?,
             None => {
-                upright_core::stages::build(&config, kind.member(id), keys, &storage, &spec.service).map_err(bad)?
+                let page_store: Option<Box<dyn upright_core::pages::PageStore>> = if kind == StageKind::Exec {
+                    let dir = spec.cluster.data_dir(spec.id).join("exec-pages");
+                    let store = crate::pages::FilePageStore::open(&dir)
+                        .map_err(|e| FileError(format!("cannot open the page store {}: {e}", dir.display())))?;
+                    Some(Box::new(store))
+                } else {
+                    None
+                };
+                upright_core::stages::build_with_pages(
+                    &config,
+                    kind.member(id),
+                    keys,
+                    &storage,
+                    &spec.service,
+                    page_store,
+                )
+                .map_err(bad)?
             }
         };
         members.push(Member { kind, stage, log });

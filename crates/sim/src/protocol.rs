@@ -6,6 +6,7 @@ use std::sync::Arc;
 use upright_core::config::{ClusterConfig, ConfigError};
 use upright_core::crypto::KeyRing;
 use upright_core::ids::Principal;
+use upright_core::pages::PageStore;
 use upright_core::stage::{Stage, Storage};
 
 use crate::service::ServiceKind;
@@ -19,6 +20,7 @@ pub trait Protocol {
         principal: Principal,
         keys: &Arc<KeyRing>,
         storage: &Storage,
+        page_store: Option<Box<dyn PageStore>>,
     ) -> Result<Box<dyn Stage + Send>, ConfigError>;
 }
 
@@ -39,8 +41,10 @@ impl Protocol for Upright {
         principal: Principal,
         keys: &Arc<KeyRing>,
         storage: &Storage,
+        page_store: Option<Box<dyn PageStore>>,
     ) -> Result<Box<dyn Stage + Send>, ConfigError> {
-        let stage = upright_core::stages::build(config, principal, keys, storage, &self.service.factory(self.corrupt))?;
+        let factory = self.service.factory(self.corrupt);
+        let stage = upright_core::stages::build_with_pages(config, principal, keys, storage, &factory, page_store)?;
         Ok(stage)
     }
 }

@@ -132,7 +132,7 @@ impl PagedKv {
         let mut kv = KvService::new();
         let page = self.pages.get(bucket).expect("every bucket has a page");
         if !page.is_empty() {
-            kv.restore(page).expect("a bucket page is a KV checkpoint");
+            kv.restore(&page).expect("a bucket page is a KV checkpoint");
         }
         kv
     }
@@ -157,7 +157,7 @@ impl Service for PagedKv {
             let mut reply = kv.execute(context, std::slice::from_ref(request), effects);
             replies.push(reply.pop().expect("one reply per request"));
             let page = kv.checkpoint();
-            if self.pages.get(bucket) != Some(&page) {
+            if self.pages.get(bucket) != Some(page.clone()) {
                 self.pages.set(bucket, page);
             }
         }
@@ -183,7 +183,7 @@ impl Service for PagedKv {
         for bucket in 0..self.pages.len() {
             let page = self.pages.get(bucket).expect("below len");
             if !page.is_empty() {
-                KvService::new().restore(page)?;
+                KvService::new().restore(&page)?;
             }
         }
         Ok(())

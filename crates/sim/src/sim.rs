@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
@@ -14,6 +14,7 @@ use upright_core::host::{Host, Log, Member, Router};
 use upright_core::ids::{ClientId, Principal, Process, ReplicaId, StageKind};
 use upright_core::kv::KvOperation;
 use upright_core::message::Envelope;
+use upright_core::pages::PageStore;
 use upright_core::quorum::Quorums;
 use upright_core::stage::{Action, Input, ReadPath, Stage, Time};
 use upright_core::wire;
@@ -29,7 +30,7 @@ use crate::options::{SabotageMode, SimOptions};
 use crate::protocol::Protocol;
 use crate::report::{SimReport, Tallies};
 use crate::service::ServiceKind;
-use crate::storage::SimLog;
+use crate::storage::{SimLog, SimPageStore, SimPages};
 use crate::workload::Workload;
 
 /// Most events one run may process (a bound against message storms).
@@ -61,6 +62,8 @@ struct ReplicaNode {
     host: Option<Host<SimLog>>,
     /// The members' logs while the replica is down (what survived the crash).
     disk: Vec<(StageKind, SimLog)>,
+    /// The execution member's page store (it survives crashes but for uncommitted writes).
+    pages: Arc<Mutex<SimPages>>,
     skew: Time,
     /// The generation of the host's pending wake-up (older wake events are stale).
     wake_generation: u64,
@@ -198,7 +201,13 @@ impl<P: Protocol> Sim<P> {
                 Process::Client(ClientId(c)),
                 &client_secrets[c as usize],
             ));
-            match protocol.stage(&config, Principal::Client(ClientId(c)), &keys, &Default::default()) {
+            match protocol.stage(
+                &config,
+                Principal::Client(ClientId(c)),
+                &keys,
+                &Default::default(),
+                None,
+            ) {
                 Ok(stage) => clients.push(stage),
                 Err(e) => errors.push(format!("simulator: client {c} refused the configuration: {e}")),
             }
@@ -218,6 +227,7 @@ impl<P: Protocol> Sim<P> {
                 .map(|i| ReplicaNode {
                     host: None,
                     disk: Vec::new(),
+                    pages: Arc::default(),
                     skew: plan.skew[i],
                     wake_generation: 0,
                     wake_at: None,
@@ -488,6 +498,7 @@ impl<P: Protocol> Sim<P> {
                 })
                 .collect();
         }
+        node.pages.lock().expect("not poisoned").crash();
         node.wake_generation += 1;
         node.wake_at = None;
         self.unflushed.remove(&(r as u32));
@@ -504,9 +515,11 @@ impl<P: Protocol> Sim<P> {
             };
             log.lies = self.opts.sabotage == Some(SabotageMode::LyingDisk);
             let p = kind.member(id);
+            let page_store: Option<Box<dyn PageStore>> =
+                (kind == StageKind::Exec).then(|| Box::new(SimPageStore(self.replicas[r].pages.clone())) as _);
             match self
                 .protocol
-                .stage(&self.config, p, &self.replica_keys[r], log.durable())
+                .stage(&self.config, p, &self.replica_keys[r], log.durable(), page_store)
             {
                 Ok(stage) => members.push(Member { kind, stage, log }),
                 Err(e) => self.errors.push(format!("simulator: {p:?} refused to start: {e}")),

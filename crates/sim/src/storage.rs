@@ -3,10 +3,13 @@
 //! a send that follows an eager write; the disk also flushes in the background now and then
 //! (the simulator decides when, from the seed); a crash loses what is unsynced.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use upright_core::host::Log;
+use upright_core::pages::PageStore;
 use upright_core::stage::Storage;
 
 /// One stage member's simulated log.
@@ -82,6 +85,62 @@ impl Log for SimLog {
 
     fn syncs(&self) -> u64 {
         self.syncs
+    }
+}
+
+/// A replica's simulated page store (it survives the replica's crashes): the committed pages,
+/// and the writes of a checkpoint not yet committed (lost on a crash). A commit is durable at
+/// once, as the runtime's store's is when it returns.
+#[derive(Debug, Default)]
+pub struct SimPages {
+    committed: BTreeMap<u64, Bytes>,
+    len: u64,
+    seqno: u64,
+    pending: Vec<(u64, Bytes)>,
+}
+
+impl SimPages {
+    /// A crash: uncommitted writes are lost.
+    pub fn crash(&mut self) {
+        self.pending.clear();
+    }
+}
+
+/// The execution member's handle on its replica's [`SimPages`].
+pub struct SimPageStore(pub Arc<Mutex<SimPages>>);
+
+impl PageStore for SimPageStore {
+    fn committed(&self) -> (u64, Vec<u32>) {
+        let p = self.0.lock().expect("not poisoned");
+        let lens = (0..p.len)
+            .map(|i| p.committed.get(&i).map_or(0, |b| b.len() as u32))
+            .collect();
+        (p.seqno, lens)
+    }
+
+    fn read(&self, index: u64) -> std::io::Result<Bytes> {
+        let p = self.0.lock().expect("not poisoned");
+        Ok(p.committed.get(&index).cloned().unwrap_or_default())
+    }
+
+    fn write(&mut self, index: u64, bytes: &[u8]) -> std::io::Result<()> {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .pending
+            .push((index, Bytes::copy_from_slice(bytes)));
+        Ok(())
+    }
+
+    fn commit(&mut self, seqno: u64, len: u64) -> std::io::Result<()> {
+        let mut p = self.0.lock().expect("not poisoned");
+        for (index, bytes) in std::mem::take(&mut p.pending) {
+            p.committed.insert(index, bytes);
+        }
+        p.committed.retain(|i, _| *i < len);
+        p.len = len;
+        p.seqno = seqno;
+        Ok(())
     }
 }
 

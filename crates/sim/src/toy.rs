@@ -49,6 +49,7 @@ impl Protocol for Toy {
         principal: Principal,
         keys: &Arc<KeyRing>,
         storage: &Storage,
+        _page_store: Option<Box<dyn upright_core::pages::PageStore>>,
     ) -> Result<Box<dyn Stage + Send>, ConfigError> {
         let quorums = config.validate()?;
         let ctx = Ctx {

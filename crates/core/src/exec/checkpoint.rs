@@ -180,7 +180,7 @@ impl ExecStage {
     pub(super) fn take_checkpoint(&mut self, out: &mut Vec<Action>) {
         let (pages, page_root, page_bytes) = match (self.paged.as_mut(), self.service.pages_mut()) {
             (Some(paged), Some(pages)) => {
-                let cp = paged.checkpoint(pages, out);
+                let cp = paged.checkpoint(pages, self.last_executed, out);
                 self.stats.add("checkpoint_pages_changed", cp.changed.len() as u64);
                 (cp.pages, cp.root, cp.bytes)
             }
@@ -250,8 +250,13 @@ impl ExecStage {
     }
 
     /// Loads the newest stored checkpoint that verifies and restores; corrupted ones are ignored.
-    pub(super) fn recover(&mut self, storage: &Storage) {
+    pub(super) fn recover(&mut self, storage: &Storage, page_store: Option<Box<dyn crate::pages::PageStore>>) {
         let chunk_bytes = self.config.knobs.state_chunk_bytes;
+        if let (Some(pages), Some(store)) = (self.service.pages_mut(), page_store) {
+            if let Err(e) = pages.attach_store(store, crate::limits::PAGE_CACHE_BYTES) {
+                panic!("page store: cannot take the service's pages: {e}");
+            }
+        }
         if let Some(pages) = self.service.pages_mut() {
             let mut bad_keys = 0;
             self.paged = Some(PagedState::recover(pages, storage, &mut bad_keys));

@@ -100,6 +100,22 @@ impl ExecStage {
         storage: &Storage,
         service: Box<dyn Service + Send>,
     ) -> Result<ExecStage, ConfigError> {
+        ExecStage::with_page_store(config, id, keys, storage, service, None)
+    }
+
+    /// [`ExecStage::new`], with a paged service's pages kept in `page_store` (so they may exceed
+    /// memory) instead of the stage's storage records; ignored for a service without pages.
+    ///
+    /// # Panics
+    /// If the page store fails to take the service's initial pages (a disk error at start).
+    pub fn with_page_store(
+        config: Arc<ClusterConfig>,
+        id: ReplicaId,
+        keys: Arc<KeyRing>,
+        storage: &Storage,
+        service: Box<dyn Service + Send>,
+        page_store: Option<Box<dyn crate::pages::PageStore>>,
+    ) -> Result<ExecStage, ConfigError> {
         let q = config.validate()?;
         assert!((id.0 as usize) < q.n_exec, "replica {} hosts no execution member", id.0);
         let clients = config.clients.iter().map(|c| c.id).collect();
@@ -129,7 +145,7 @@ impl ExecStage {
             paged: None,
             config,
         };
-        stage.recover(storage);
+        stage.recover(storage, page_store);
         stage.progress_mark = stage.last_executed;
         Ok(stage)
     }

@@ -101,8 +101,8 @@ impl PageSync {
 }
 
 impl PagedState {
-    /// Installs the stored pages over the service's initial ones and builds the tree (hashes the
-    /// whole state once).
+    /// Installs the stored pages over the service's initial ones (unless the pages live in a
+    /// page store, which holds them already) and builds the tree (hashes the whole state once).
     pub fn recover(pages: &mut Pages, storage: &Storage, bad_keys: &mut u64) -> PagedState {
         let mut stored = BTreeSet::new();
         for (key, record) in storage.range(PAGE_KEY_PREFIX.to_string()..) {
@@ -110,6 +110,12 @@ impl PagedState {
                 break;
             }
             match parse_page_key(key) {
+                // With a page store the store holds the pages; records left from a data
+                // directory written without one are deleted at the next checkpoint (a state
+                // they described is brought back by transfer: its root no longer matches).
+                Some(index) if pages.has_store() => {
+                    stored.insert(index);
+                }
                 Some(index) if record.len() <= crate::limits::PAGE_BYTES_MAX => {
                     pages.set(index, record.clone());
                     stored.insert(index);
@@ -130,9 +136,29 @@ impl PagedState {
         self.diverged = true;
     }
 
-    /// Checkpoints the pages: hashes the changed ones into the tree and persists them.
-    pub fn checkpoint(&mut self, pages: &mut Pages, out: &mut Vec<Action>) -> PageCheckpoint {
+    /// Checkpoints the pages as of checkpoint `seqno`: hashes the changed ones into the tree and
+    /// persists them (into the page store if the pages have one, committed before the
+    /// checkpoint's record and CP-TOKEN; otherwise as storage records).
+    ///
+    /// # Panics
+    /// If the page store fails to write (a disk error: the checkpoint cannot be made durable).
+    pub fn checkpoint(&mut self, pages: &mut Pages, seqno: SeqNo, out: &mut Vec<Action>) -> PageCheckpoint {
         let cp = PageCheckpoint::take(&mut self.tree, pages);
+        if pages.has_store() {
+            let indices: Vec<u64> = cp.changed.iter().map(|(i, _)| *i).collect();
+            if let Err(e) = pages.write_back(&indices, seqno.0) {
+                panic!("page store: cannot write checkpoint {}: {e}", seqno.0);
+            }
+            // Records from a data directory written without a store are superseded.
+            for index in std::mem::take(&mut self.stored) {
+                out.push(Action::Persist {
+                    key: page_key(index),
+                    value: None,
+                });
+            }
+            self.diverged = false;
+            return cp;
+        }
         for (index, page) in &cp.changed {
             match page {
                 Some(bytes) if !bytes.is_empty() => {
@@ -368,7 +394,7 @@ impl ExecStage {
         }
         // Persist every page now differing from storage: the installed ones, plus the live
         // changes since our last checkpoint that the certified tree kept (freeze reports both).
-        paged.checkpoint(pages, out);
+        paged.checkpoint(pages, ps.checkpoint.seqno, out);
         self.stats.add("state_transfer_pages", ps.installed.len() as u64);
         self.complete_transfer(ps.checkpoint, out);
     }

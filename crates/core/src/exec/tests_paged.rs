@@ -198,7 +198,7 @@ fn pages_are_served_only_from_the_newest_checkpoint() {
     let cps = checkpointed(&out);
     assert_ne!(
         a.service.pages().unwrap().get(2944),
-        Some(&crate::objects::initial_object(2944, SIZE))
+        Some(crate::objects::initial_object(2944, SIZE))
     );
     let ask = |(seqno, state_digest): (SeqNo, Digest)| {
         net.input(

@@ -1,0 +1,368 @@
+//! The on-disk page store of a paged service ([`upright_core::pages::PageStore`]): the pages as
+//! of the last checkpoint live in a file, so a service's state may be larger than memory (the
+//! execution stage caches a bounded part of it).
+//!
+//! Layout, in the directory the store is opened on:
+//! - `data`: two slots of [`PAGE_BYTES_MAX`] bytes per page (`(2 * index + copy) *
+//!   PAGE_BYTES_MAX`), a sparse file: only the bytes of written pages take disk space. A
+//!   checkpoint writes a changed page into the slot its committed version does not use, so the
+//!   committed version stays intact until the checkpoint commits.
+//! - `journal`: records `WRITE(index, copy, len)` and `COMMIT(seqno, pages)`, each with a CRC-32.
+//!   A commit syncs `data`, appends the checkpoint's records and syncs the journal: the commit
+//!   record is what makes a checkpoint's pages the committed ones. Opening replays the journal up
+//!   to its last intact commit and cuts off anything after it (a torn or uncommitted tail).
+//!   When the journal grows past [`JOURNAL_REWRITE_BYTES`] and four times what the committed
+//!   state needs, it is rewritten (one record per page, then the commit) into a new file that
+//!   replaces it atomically.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use upright_core::limits::PAGE_BYTES_MAX;
+use upright_core::pages::PageStore;
+
+use crate::storage::sync_dir;
+
+/// Journal size past which (and past four times the committed state's records) the journal is
+/// rewritten.
+pub const JOURNAL_REWRITE_BYTES: u64 = 64 << 20;
+
+const WRITE: u8 = 1;
+const COMMIT: u8 = 2;
+/// kind, then 17 bytes (index 8, copy 1, len 4, padding 4 | seqno 8, pages 8, padding 1), CRC.
+const RECORD_BYTES: usize = 1 + 17 + 4;
+
+/// Pages on disk with their journal.
+pub struct FilePageStore {
+    dir: PathBuf,
+    data: File,
+    journal: File,
+    journal_bytes: u64,
+    /// Per committed page: (slot copy, length).
+    committed: Vec<(u8, u32)>,
+    seqno: u64,
+    /// Written since the last commit: (index, copy, length).
+    pending: Vec<(u64, u8, u32)>,
+    rewrite_bytes: u64,
+}
+
+fn record(kind: u8, a: u64, b: u64, c: u8) -> [u8; RECORD_BYTES] {
+    let mut out = [0u8; RECORD_BYTES];
+    out[0] = kind;
+    out[1..9].copy_from_slice(&a.to_le_bytes());
+    out[9..17].copy_from_slice(&b.to_le_bytes());
+    out[17] = c;
+    let crc = crc32fast::hash(&out[..18]);
+    out[18..].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+fn write_record(index: u64, copy: u8, len: u32) -> [u8; RECORD_BYTES] {
+    record(WRITE, index, len as u64, copy)
+}
+
+fn commit_record(seqno: u64, pages: u64) -> [u8; RECORD_BYTES] {
+    record(COMMIT, seqno, pages, 0)
+}
+
+fn invalid(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+impl FilePageStore {
+    /// Opens (creating if needed) the store in `dir`, replaying its journal to the last commit.
+    pub fn open(dir: &Path) -> io::Result<FilePageStore> {
+        std::fs::create_dir_all(dir)?;
+        let open = |name: &str| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(dir.join(name))
+        };
+        let data = open("data")?;
+        let mut journal = open("journal")?;
+        let mut bytes = Vec::new();
+        journal.read_to_end(&mut bytes)?;
+        let mut committed: Vec<(u8, u32)> = Vec::new();
+        let mut seqno = 0;
+        let mut since_commit: Vec<(u64, u8, u32)> = Vec::new();
+        let mut good_end = 0usize;
+        for (n, rec) in bytes.chunks_exact(RECORD_BYTES).enumerate() {
+            let crc = u32::from_le_bytes(rec[18..].try_into().expect("4 bytes"));
+            if crc32fast::hash(&rec[..18]) != crc {
+                break; // a torn tail
+            }
+            let a = u64::from_le_bytes(rec[1..9].try_into().expect("8 bytes"));
+            let b = u64::from_le_bytes(rec[9..17].try_into().expect("8 bytes"));
+            match rec[0] {
+                WRITE if b as usize <= PAGE_BYTES_MAX && rec[17] < 2 => since_commit.push((a, rec[17], b as u32)),
+                COMMIT => {
+                    let pages = usize::try_from(b).map_err(|_| invalid(format!("page count {b} in the journal")))?;
+                    if committed.len() < pages {
+                        committed.resize(pages, (0, 0));
+                    }
+                    for (index, copy, len) in since_commit.drain(..) {
+                        if let Some(slot) = committed.get_mut(index as usize) {
+                            *slot = (copy, len);
+                        }
+                    }
+                    committed.truncate(pages);
+                    seqno = a;
+                    good_end = (n + 1) * RECORD_BYTES;
+                }
+                kind => return Err(invalid(format!("journal record {n} has kind {kind}"))),
+            }
+        }
+        if good_end < bytes.len() {
+            journal.set_len(good_end as u64)?;
+            journal.sync_data()?;
+        }
+        Ok(FilePageStore {
+            dir: dir.to_path_buf(),
+            data,
+            journal,
+            journal_bytes: good_end as u64,
+            committed,
+            seqno,
+            pending: Vec::new(),
+            rewrite_bytes: JOURNAL_REWRITE_BYTES,
+        })
+    }
+
+    fn offset(index: u64, copy: u8) -> u64 {
+        (2 * index + copy as u64) * PAGE_BYTES_MAX as u64
+    }
+
+    fn append(&mut self, records: &[u8]) -> io::Result<()> {
+        self.journal.write_all_at(records, self.journal_bytes)?;
+        self.journal_bytes += records.len() as u64;
+        Ok(())
+    }
+
+    /// Rewrites the journal as one record per committed page and the commit, atomically.
+    fn rewrite_journal(&mut self) -> io::Result<()> {
+        let path = self.dir.join("journal.new");
+        let mut out = Vec::with_capacity((self.committed.len() + 1) * RECORD_BYTES);
+        for (index, (copy, len)) in self.committed.iter().enumerate() {
+            if *len > 0 {
+                out.extend_from_slice(&write_record(index as u64, *copy, *len));
+            }
+        }
+        out.extend_from_slice(&commit_record(self.seqno, self.committed.len() as u64));
+        let mut file = File::create(&path)?;
+        file.write_all(&out)?;
+        file.sync_all()?;
+        std::fs::rename(&path, self.dir.join("journal"))?;
+        sync_dir(&self.dir)?;
+        self.journal = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.dir.join("journal"))?;
+        self.journal_bytes = out.len() as u64;
+        Ok(())
+    }
+
+    /// Sets the journal size past which it may be rewritten (default [`JOURNAL_REWRITE_BYTES`]).
+    pub fn set_journal_rewrite_bytes(&mut self, bytes: u64) {
+        self.rewrite_bytes = bytes;
+    }
+
+    /// Bytes of the journal now.
+    pub fn journal_bytes(&self) -> u64 {
+        self.journal_bytes
+    }
+}
+
+impl PageStore for FilePageStore {
+    fn committed(&self) -> (u64, Vec<u32>) {
+        (self.seqno, self.committed.iter().map(|(_, len)| *len).collect())
+    }
+
+    fn read(&self, index: u64) -> io::Result<Bytes> {
+        let Some(&(copy, len)) = self.committed.get(index as usize) else {
+            return Ok(Bytes::new());
+        };
+        let mut buf = vec![0u8; len as usize];
+        self.data.read_exact_at(&mut buf, Self::offset(index, copy))?;
+        Ok(Bytes::from(buf))
+    }
+
+    fn write(&mut self, index: u64, bytes: &[u8]) -> io::Result<()> {
+        if bytes.len() > PAGE_BYTES_MAX {
+            return Err(invalid(format!("page {index} has {} bytes", bytes.len())));
+        }
+        let copy = match self.committed.get(index as usize) {
+            Some((copy, len)) if *len > 0 => 1 - copy,
+            _ => 0,
+        };
+        self.data.write_all_at(bytes, Self::offset(index, copy))?;
+        self.pending.push((index, copy, bytes.len() as u32));
+        Ok(())
+    }
+
+    fn commit(&mut self, seqno: u64, len: u64) -> io::Result<()> {
+        let pages = usize::try_from(len).map_err(|_| invalid(format!("page count {len}")))?;
+        self.data.sync_data()?;
+        let mut records = Vec::with_capacity((self.pending.len() + 1) * RECORD_BYTES);
+        for (index, copy, bytes) in &self.pending {
+            records.extend_from_slice(&write_record(*index, *copy, *bytes));
+        }
+        records.extend_from_slice(&commit_record(seqno, len));
+        self.append(&records)?;
+        self.journal.sync_data()?;
+        if self.committed.len() < pages {
+            self.committed.resize(pages, (0, 0));
+        }
+        for (index, copy, bytes) in self.pending.drain(..) {
+            if let Some(slot) = self.committed.get_mut(index as usize) {
+                *slot = (copy, bytes);
+            }
+        }
+        self.committed.truncate(pages);
+        self.seqno = seqno;
+        let needed = (self.committed.len() as u64 + 1) * RECORD_BYTES as u64;
+        if self.journal_bytes > self.rewrite_bytes && self.journal_bytes > 4 * needed {
+            self.rewrite_journal()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use upright_core::pages::Pages;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn committed_pages_survive_a_reopen_and_uncommitted_writes_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = FilePageStore::open(dir.path()).unwrap();
+        assert_eq!(store.committed(), (0, vec![]));
+        store.write(0, b"zero").unwrap();
+        store.write(3, b"three").unwrap();
+        store.commit(8, 4).unwrap();
+        store.write(0, b"ZERO!").unwrap();
+        assert_eq!(
+            store.read(0).unwrap(),
+            b("zero"),
+            "the committed version until the commit"
+        );
+        drop(store); // a crash before the commit
+        let mut store = FilePageStore::open(dir.path()).unwrap();
+        assert_eq!(store.committed(), (8, vec![4, 0, 0, 5]));
+        assert_eq!(store.read(0).unwrap(), b("zero"));
+        assert_eq!(store.read(3).unwrap(), b("three"));
+        store.write(0, b"ZERO!").unwrap();
+        store.commit(16, 2).unwrap();
+        let store = FilePageStore::open(dir.path()).unwrap();
+        assert_eq!(
+            store.committed(),
+            (16, vec![5, 0]),
+            "the commit truncated pages 2 and 3"
+        );
+        assert_eq!(store.read(0).unwrap(), b("ZERO!"));
+    }
+
+    #[test]
+    fn a_torn_journal_tail_is_cut_off_at_the_last_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = FilePageStore::open(dir.path()).unwrap();
+        store.write(1, b"one").unwrap();
+        store.commit(1, 2).unwrap();
+        store.write(1, b"uno").unwrap();
+        store.commit(2, 2).unwrap();
+        drop(store);
+        let journal = dir.path().join("journal");
+        let len = std::fs::metadata(&journal).unwrap().len();
+        // Tear the last commit record in half.
+        OpenOptions::new()
+            .write(true)
+            .open(&journal)
+            .unwrap()
+            .set_len(len - 10)
+            .unwrap();
+        let store = FilePageStore::open(dir.path()).unwrap();
+        assert_eq!(store.committed(), (1, vec![0, 3]));
+        assert_eq!(
+            store.read(1).unwrap(),
+            b("one"),
+            "the slot of the torn commit was the other one"
+        );
+        assert_eq!(store.journal_bytes(), 2 * RECORD_BYTES as u64);
+    }
+
+    #[test]
+    fn the_journal_is_rewritten_when_it_outgrows_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = FilePageStore::open(dir.path()).unwrap();
+        store.set_journal_rewrite_bytes(4096);
+        // Many commits of one page: the journal grows by two records each.
+        let commits = 4096 / (2 * RECORD_BYTES as u64) + 2;
+        for seqno in 1..=commits {
+            store.write(0, format!("v{seqno}").as_bytes()).unwrap();
+            store.commit(seqno, 1).unwrap();
+        }
+        assert!(store.journal_bytes() < 4096, "rewritten: {}", store.journal_bytes());
+        let store = FilePageStore::open(dir.path()).unwrap();
+        assert_eq!(store.committed().0, commits);
+        assert_eq!(store.read(0).unwrap(), b(&format!("v{commits}")));
+    }
+
+    #[test]
+    fn pages_over_a_store_keep_at_most_the_cache_in_memory_and_read_the_rest_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let page = |i: u64| Bytes::from(vec![i as u8; 4096]);
+        let mut pages = Pages::from_pages((0..256).map(page).collect());
+        let store = FilePageStore::open(dir.path()).unwrap();
+        assert_eq!(pages.attach_store(Box::new(store), 64 * 1024).unwrap(), None);
+        for i in 0..256 {
+            assert_eq!(pages.get(i).unwrap(), page(i));
+        }
+        assert!(
+            pages.cached_bytes() <= 64 * 1024,
+            "cache bounded: {}",
+            pages.cached_bytes()
+        );
+        pages.set(7, b("seven"));
+        assert_eq!(
+            pages.checkpointed(7).unwrap(),
+            page(7),
+            "the stored version is the checkpointed one"
+        );
+        let changed = pages.freeze();
+        pages.write_back(&changed, 8).unwrap();
+        drop(pages);
+        let mut again = Pages::new();
+        let store = FilePageStore::open(dir.path()).unwrap();
+        assert_eq!(again.attach_store(Box::new(store), 64 * 1024).unwrap(), Some(8));
+        assert_eq!(again.len(), 256);
+        assert_eq!(again.get(7).unwrap(), b("seven"));
+        assert_eq!(again.get(200).unwrap(), page(200));
+        assert_eq!(again.total_bytes(), 255 * 4096 + 5);
+    }
+
+    #[test]
+    fn pages_beyond_4_gib_of_offsets_are_written_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = FilePageStore::open(dir.path()).unwrap();
+        // Page 40 000's second slot starts past 4 GiB into the (sparse) data file.
+        let far = 40_000u64;
+        assert!(FilePageStore::offset(far, 1) > 4 << 30);
+        store.write(far, b"first").unwrap();
+        store.commit(1, far + 1).unwrap();
+        store.write(far, b"second").unwrap();
+        store.commit(2, far + 1).unwrap();
+        let store = FilePageStore::open(dir.path()).unwrap();
+        assert_eq!(store.read(far).unwrap(), b("second"));
+        assert_eq!(store.committed().1.len() as u64, far + 1);
+    }
+}
