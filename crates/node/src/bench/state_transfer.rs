@@ -12,6 +12,7 @@
 //!    recovers its own checkpoint from disk and fetches only what differs; the bytes it received
 //!    are compared with the size of the state.
 
+use std::path::Path;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -223,6 +224,20 @@ pub async fn run(options: &StateTransferOptions) -> Result<StateTransferReport, 
         .prefix("upright-state-transfer-")
         .tempdir()
         .map_err(|e| FileError(format!("cannot create a temporary directory: {e}")))?;
+    let outcome = transfer(options, dir.path(), &mut report).await;
+    if outcome.is_err() {
+        // The error names this directory for its logs: keep it.
+        let _ = dir.keep();
+    }
+    outcome.map(|()| report)
+}
+
+/// The multi-process part: a cluster in `dir`, a replica killed, brought back by transfer.
+async fn transfer(
+    options: &StateTransferOptions,
+    dir: &Path,
+    report: &mut StateTransferReport,
+) -> Result<(), FileError> {
     let target = Target {
         u: 1,
         r: 1,
@@ -241,14 +256,14 @@ pub async fn run(options: &StateTransferOptions) -> Result<StateTransferReport, 
         ],
         replica_env: vec![(crate::replica::WRONG_STATE_ENV.into(), "1".into())],
     };
-    let mut processes = launch(&options.exe, dir.path(), &target)?;
-    let cluster = Cluster::load(&dir.path().join("cluster.toml"))?;
+    let mut processes = launch(&options.exe, dir, &target)?;
+    let cluster = Cluster::load(&dir.join("cluster.toml"))?;
     let mut setups = Vec::new();
     for c in 0..target.clients {
-        setups.push((ClientFile::load(&dir.path().join(format!("client-{c}.toml")))?, None));
+        setups.push((ClientFile::load(&dir.join(format!("client-{c}.toml")))?, None));
     }
     let clients = start_clients(setups)?;
-    let logs = dir.path().display().to_string();
+    let logs = dir.display().to_string();
     let fail = |what: String| FileError(format!("{what}; logs in {logs}"));
 
     // Wait until the cluster (each member generating and hashing its objects) serves.
@@ -410,5 +425,5 @@ pub async fn run(options: &StateTransferOptions) -> Result<StateTransferReport, 
         report.catch_up_seconds, report.pages_fetched, report.wrong_answers, target_seqno
     );
     println!("{}", report.transfer_line());
-    Ok(report)
+    Ok(())
 }
