@@ -5,77 +5,17 @@
 //! Needs `redis-cli`, `redis-benchmark` (Debian `redis-tools`) and Python's `redis` package
 //! (`.ci/run` installs them); skipped, loudly, only if `redis-cli` is missing.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::{Read, Write};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[path = "common/redis_cli.rs"]
 mod redis_cli;
 use redis_cli::{cli, have};
 
-fn free_port() -> u16 {
-    let start = std::process::id().wrapping_mul(7919) % 10_000;
-    (0..10_000)
-        .map(|i| 21_000 + ((start + i) % 10_000) as u16)
-        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        .expect("a free loopback port")
-}
-
-struct Demo {
-    child: Child,
-    log_dir: String,
-}
-
-impl Drop for Demo {
-    fn drop(&mut self) {
-        // SIGINT: the demo stops its replicas on Ctrl-C.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let until = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < until {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_demo(port: u16) -> Demo {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_upright"))
-        .args(["demo", "--port", &port.to_string()])
-        .env("UPRIGHT_TEST_CORRUPT_REPLICA", "2")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start upright demo");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            println!("demo: {line}");
-            let _ = tx.send(line);
-        }
-    });
-    let mut log_dir = String::new();
-    let until = Instant::now() + Duration::from_secs(120);
-    loop {
-        let line = rx
-            .recv_timeout(until.saturating_duration_since(Instant::now()))
-            .expect("upright demo did not announce the Redis port within 120 s");
-        if let Some(i) = line.find("log ") {
-            if line.contains("replica 2:") {
-                log_dir = line[i + 4..].trim().to_string();
-            }
-        }
-        if line.contains(&format!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}")) {
-            break;
-        }
-    }
-    Demo { child, log_dir }
-}
+#[path = "common/demo.rs"]
+mod demo;
+use demo::{free_port, start_demo, Demo};
 
 fn redis_cli_round_trips(port: u16) {
     let cases: &[(&[&str], &str)] = &[

@@ -22,6 +22,9 @@ pub enum Reply {
     Map(Vec<(Reply, Reply)>),
     /// A set (RESP3 `~`; an array in RESP2).
     Set(Vec<Reply>),
+    /// Pairs that may repeat (HRANDFIELD WITHVALUES): an array of two-element arrays in RESP3, a
+    /// flat array in RESP2.
+    Pairs(Vec<(Reply, Reply)>),
 }
 
 impl Reply {
@@ -60,6 +63,16 @@ impl Reply {
             Reply::Set(items) => {
                 number(out, if proto >= 3 { b'~' } else { b'*' }, items.len() as i64);
                 items.iter().for_each(|i| i.write(proto, out));
+            }
+            Reply::Pairs(pairs) => {
+                number(out, b'*', (pairs.len() * if proto >= 3 { 1 } else { 2 }) as i64);
+                for (k, v) in pairs {
+                    if proto >= 3 {
+                        out.extend_from_slice(b"*2\r\n");
+                    }
+                    k.write(proto, out);
+                    v.write(proto, out);
+                }
             }
             Reply::Map(pairs) => {
                 if proto >= 3 {
@@ -112,5 +125,14 @@ mod tests {
         assert_eq!(map.to_resp(2), b"*2\r\n$1\r\na\r\n:1\r\n");
         assert_eq!(map.to_resp(3), b"%1\r\n$1\r\na\r\n:1\r\n");
         assert_eq!(Reply::err("ERR a\r\nb").to_resp(2), b"-ERR a  b\r\n");
+        let pairs = Reply::Pairs(vec![
+            (Reply::text("a"), Reply::Int(1)),
+            (Reply::text("a"), Reply::Int(1)),
+        ]);
+        assert_eq!(pairs.to_resp(2), b"*4\r\n$1\r\na\r\n:1\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(
+            pairs.to_resp(3),
+            b"*2\r\n*2\r\n$1\r\na\r\n:1\r\n*2\r\n$1\r\na\r\n:1\r\n"
+        );
     }
 }

@@ -1,8 +1,9 @@
-//! The string, expiry and keyspace commands, with Redis' replies and errors.
+//! The string, expiry and keyspace commands, with Redis' replies and errors (hashes are in
+//! `hash.rs`).
 
 use bytes::Bytes;
 
-use super::RedisStore;
+use super::{hash, RedisStore};
 use crate::command::{int_arg, not_integer, parse_i64, syntax_error, wrong_arity};
 use crate::glob;
 use crate::reply::Reply;
@@ -16,6 +17,9 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
         return reply;
     }
     let a = &argv[1..];
+    if let Some(reply) = hash::dispatch(s, name, a) {
+        return reply;
+    }
     match name {
         "set" => set(s, a),
         "setnx" => {
@@ -27,11 +31,21 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
         }
         "setex" | "psetex" => setex(s, name, a),
         "getset" => {
-            let old = s.get(&a[0]).map(|e| e.value.clone());
+            let old = match s.get_string(&a[0]) {
+                Ok(old) => old.cloned(),
+                Err(e) => return e,
+            };
             s.put(&a[0], a[1].clone(), None);
             bulk_or_nil(old)
         }
-        "getdel" => bulk_or_nil(s.remove(&a[0]).map(|e| e.value)),
+        "getdel" => match s.get_string(&a[0]) {
+            Err(e) => e,
+            Ok(None) => Reply::Nil,
+            Ok(Some(_)) => match s.remove(&a[0]).map(|e| e.value) {
+                Some(super::Value::Str(b)) => Reply::Bulk(b),
+                _ => Reply::Nil,
+            },
+        },
         "del" | "unlink" => Reply::Int(a.iter().filter(|k| s.remove(k).is_some()).count() as i64),
         "incr" => incr_by(s, &a[0], 1),
         "decr" => incr_by(s, &a[0], -1),
@@ -42,7 +56,10 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
             Ok(by) => incr_by(s, &a[0], -by),
         },
         "append" => {
-            let mut value = s.get(&a[0]).map(|e| e.value.to_vec()).unwrap_or_default();
+            let mut value = match s.get_string(&a[0]) {
+                Ok(v) => v.map(|v| v.to_vec()).unwrap_or_default(),
+                Err(e) => return e,
+            };
             value.extend_from_slice(&a[1]);
             let len = value.len() as i64;
             s.put_keep_ttl(&a[0], Bytes::from(value));
@@ -73,14 +90,20 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
 /// two give byte-identical replies.
 pub(super) fn dispatch_read(s: &RedisStore, name: &str, argv: &[Bytes]) -> Option<Reply> {
     let a = &argv[1..];
+    if let Some(reply) = hash::dispatch_read(s, name, a) {
+        return Some(reply);
+    }
     Some(match name {
-        "get" => bulk_or_nil(s.get(&a[0]).map(|e| e.value.clone())),
+        "get" => s.get_string(&a[0]).map_or_else(|e| e, |v| bulk_or_nil(v.cloned())),
         "exists" => Reply::Int(a.iter().filter(|k| s.get(k).is_some()).count() as i64),
-        "type" => Reply::Status(if s.get(&a[0]).is_some() { "string" } else { "none" }.into()),
-        "strlen" => Reply::Int(s.get(&a[0]).map_or(0, |e| e.value.len() as i64)),
+        "type" => Reply::Status(s.get(&a[0]).map_or("none", |e| e.value.type_name()).into()),
+        "strlen" => s
+            .get_string(&a[0])
+            .map_or_else(|e| e, |v| Reply::Int(v.map_or(0, |v| v.len() as i64))),
+        // MGET answers nil for a key of another type (no error).
         "mget" => Reply::Array(
             a.iter()
-                .map(|k| bulk_or_nil(s.get(k).map(|e| e.value.clone())))
+                .map(|k| bulk_or_nil(s.get(k).and_then(|e| e.string().ok()).cloned()))
                 .collect(),
         ),
         "ttl" | "pttl" => ttl(s, name == "pttl", &a[0]),
@@ -93,8 +116,27 @@ pub(super) fn dispatch_read(s: &RedisStore, name: &str, argv: &[Bytes]) -> Optio
         ),
         "scan" => scan(s, a),
         "dbsize" => Reply::Int(s.map.len() as i64),
+        "memory" => memory(s, a),
         _ => return None,
     })
+}
+
+/// MEMORY USAGE key [SAMPLES n]: the bytes the store counts for the key against its memory bound
+/// (nil if there is no such key). Other MEMORY subcommands describe an allocator the store does
+/// not expose.
+fn memory(s: &RedisStore, a: &[Bytes]) -> Reply {
+    if !is(&a[0], "usage") {
+        return Reply::err(format!(
+            "ERR MEMORY {} is not supported by the upright store",
+            String::from_utf8_lossy(&a[0]).to_uppercase()
+        ));
+    }
+    match &a[1..] {
+        [key] | [key, _, _] if a.len() == 2 || is(&a[2], "samples") => s
+            .get(key)
+            .map_or(Reply::Nil, |e| Reply::Int(RedisStore::cost(key, &e.value) as i64)),
+        _ => syntax_error(),
+    }
 }
 
 fn is(arg: &[u8], word: &str) -> bool {
@@ -169,6 +211,11 @@ fn set(s: &mut RedisStore, a: &[Bytes]) -> Reply {
         None => None,
     };
     let old = s.get(&a[0]).cloned();
+    if get {
+        if let Some(Err(e)) = old.as_ref().map(|e| e.string()) {
+            return e;
+        }
+    }
     let allowed = !(nx && old.is_some() || xx && old.is_none());
     if allowed {
         let ttl = if keep {
@@ -179,7 +226,7 @@ fn set(s: &mut RedisStore, a: &[Bytes]) -> Reply {
         s.put(&a[0], a[1].clone(), ttl);
     }
     match (get, allowed) {
-        (true, _) => bulk_or_nil(old.map(|e| e.value)),
+        (true, _) => bulk_or_nil(old.and_then(|e| e.string().ok().cloned())),
         (false, true) => Reply::ok(),
         (false, false) => Reply::Nil,
     }
@@ -201,12 +248,13 @@ fn setex(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Reply {
 }
 
 fn incr_by(s: &mut RedisStore, key: &Bytes, by: i64) -> Reply {
-    let current = match s.get(key) {
-        Some(e) => match parse_i64(&e.value) {
+    let current = match s.get_string(key) {
+        Err(e) => return e,
+        Ok(Some(value)) => match parse_i64(value) {
             Some(n) => n,
             None => return not_integer(),
         },
-        None => 0,
+        Ok(None) => 0,
     };
     let Some(next) = current.checked_add(by) else {
         return Reply::err("ERR increment or decrement would overflow");
@@ -298,7 +346,7 @@ fn scan(s: &RedisStore, a: &[Bytes]) -> Reply {
     let Some(cursor) = std::str::from_utf8(&a[0]).ok().and_then(|c| c.parse::<u64>().ok()) else {
         return Reply::err("ERR invalid cursor");
     };
-    let (mut pattern, mut count, mut strings_only) = (None, 10usize, true);
+    let (mut pattern, mut count, mut type_name) = (None, 10usize, None::<Bytes>);
     let mut i = 1;
     while i < a.len() {
         if i + 1 >= a.len() {
@@ -314,7 +362,7 @@ fn scan(s: &RedisStore, a: &[Bytes]) -> Reply {
                 Err(e) => return e,
             }
         } else if is(&a[i], "type") {
-            strings_only = is(value, "string");
+            type_name = Some(value.clone());
         } else {
             return syntax_error();
         }
@@ -323,7 +371,12 @@ fn scan(s: &RedisStore, a: &[Bytes]) -> Reply {
     let mut keys = Vec::new();
     let mut walk = s.slots.range((cursor, Bytes::new())..);
     for (_, key) in walk.by_ref().take(count) {
-        if strings_only && pattern.as_ref().is_none_or(|p| glob::matches(p, key)) {
+        let of_type = || {
+            type_name
+                .as_ref()
+                .is_none_or(|t| s.get(key).is_some_and(|e| is(t, e.value.type_name())))
+        };
+        if pattern.as_ref().is_none_or(|p| glob::matches(p, key)) && of_type() {
             keys.push(Reply::Bulk(key.clone()));
         }
     }

@@ -1,4 +1,4 @@
-//! The replicated state machine: Redis strings with expiry by agreed time.
+//! The replicated state machine: Redis strings and hashes with expiry by agreed time.
 //!
 //! Time is the agreed batch time `BatchContext::time_us` (in milliseconds, as Redis counts); a key
 //! whose expiry time is before the batch's time is gone: every batch starts by removing all such
@@ -6,12 +6,14 @@
 //! are `BTreeMap`/`BTreeSet`, so iteration order (KEYS, SCAN, checkpoints) is the same everywhere.
 
 mod commands;
+mod hash;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 use upright_core::service::{Access, BatchContext, Effects, RestoreError, Service, ServiceRequest};
 
 use crate::command;
@@ -26,14 +28,60 @@ const ENTRY_OVERHEAD: usize = 64;
 /// 1 MiB); a reply that would cross it is replaced by an error.
 pub const REPLY_BYTES_MAX: usize = (1 << 20) - 4096;
 
+/// A key's value: one of Redis' types.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum Value {
+    Str(Bytes),
+    /// Fields in byte order (HGETALL, HKEYS and HSCAN walk this order at every replica).
+    Hash(BTreeMap<Bytes, Bytes>),
+}
+
+impl Value {
+    /// Its name as TYPE gives it.
+    fn type_name(&self) -> &'static str {
+        match self {
+            Value::Str(_) => "string",
+            Value::Hash(_) => "hash",
+        }
+    }
+
+    /// Bytes it holds, for the memory bound (a per-field overhead as for keys).
+    fn bytes(&self) -> usize {
+        match self {
+            Value::Str(b) => b.len(),
+            Value::Hash(h) => h.iter().map(|(f, v)| f.len() + v.len() + FIELD_OVERHEAD).sum(),
+        }
+    }
+}
+
+/// Accounting overhead of one hash field.
+const FIELD_OVERHEAD: usize = 16;
+
+/// Redis' error for a command applied to a key of another type.
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+fn wrong_type() -> Reply {
+    Reply::err(WRONGTYPE)
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Entry {
-    value: Bytes,
+    value: Value,
     /// Absolute expiry time in agreed milliseconds.
     expires_ms: Option<u64>,
 }
 
-/// The key-value store (strings only).
+impl Entry {
+    /// The value if it is a string; WRONGTYPE otherwise.
+    fn string(&self) -> Result<&Bytes, Reply> {
+        match &self.value {
+            Value::Str(b) => Ok(b),
+            _ => Err(wrong_type()),
+        }
+    }
+}
+
+/// The key-value store (strings and hashes).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RedisStore {
     map: BTreeMap<Bytes, Entry>,
@@ -44,6 +92,10 @@ pub struct RedisStore {
     used: usize,
     /// Agreed time of the batch being executed, in milliseconds.
     now_ms: u64,
+    /// The agreed seed of the batch being executed (its first 8 bytes), for HRANDFIELD.
+    seed: u64,
+    /// Random draws made in this batch so far (so two HRANDFIELDs of one batch differ).
+    random_calls: u64,
     /// Testing only: behave as a Byzantine replica that corrupts stored values and replies.
     corrupt: bool,
 }
@@ -108,6 +160,9 @@ impl RedisStore {
             return Reply::err("OOM command not allowed when used memory > 'maxmemory'.");
         }
         let reply = commands::dispatch(self, spec.name, argv);
+        if spec.name == "hrandfield" {
+            self.random_calls += 1;
+        }
         if self.corrupt {
             corrupt_reply(reply)
         } else {
@@ -133,11 +188,16 @@ impl RedisStore {
         self.map.get(key)
     }
 
-    fn cost(key: &[u8], value: &[u8]) -> usize {
-        key.len() + value.len() + ENTRY_OVERHEAD
+    /// The string under `key`: `Ok(None)` if there is none, WRONGTYPE if it holds another type.
+    fn get_string(&self, key: &[u8]) -> Result<Option<&Bytes>, Reply> {
+        self.get(key).map(Entry::string).transpose()
     }
 
-    /// Stores `value` under `key` with expiry `expires_ms` (`None`: no expiry).
+    fn cost(key: &[u8], value: &Value) -> usize {
+        key.len() + value.bytes() + ENTRY_OVERHEAD
+    }
+
+    /// Stores the string `value` under `key` with expiry `expires_ms` (`None`: no expiry).
     fn put(&mut self, key: &Bytes, value: Bytes, expires_ms: Option<u64>) {
         let value = if self.corrupt {
             let mut v = value.to_vec();
@@ -146,6 +206,11 @@ impl RedisStore {
         } else {
             value
         };
+        self.put_value(key, Value::Str(value), expires_ms);
+    }
+
+    /// Stores `value` (of any type) under `key` with expiry `expires_ms`.
+    fn put_value(&mut self, key: &Bytes, value: Value, expires_ms: Option<u64>) {
         self.used += Self::cost(key, &value);
         let old = self.map.insert(key.clone(), Entry { value, expires_ms });
         match old {
@@ -222,7 +287,12 @@ fn reply_size(reply: &Reply) -> usize {
         Reply::Bulk(b) => b.len() + 10,
         Reply::Int(_) | Reply::Nil => 11,
         Reply::Array(items) | Reply::Set(items) => 10 + items.iter().map(reply_size).sum::<usize>(),
-        Reply::Map(pairs) => 10 + pairs.iter().map(|(k, v)| reply_size(k) + reply_size(v)).sum::<usize>(),
+        Reply::Map(pairs) | Reply::Pairs(pairs) => {
+            10 + pairs
+                .iter()
+                .map(|(k, v)| 4 + reply_size(k) + reply_size(v))
+                .sum::<usize>()
+        }
     }
 }
 
@@ -244,11 +314,13 @@ fn encode_bounded(replies: impl Iterator<Item = Reply>) -> Bytes {
 }
 
 /// A checkpoint: every key with its value and expiry, in key order.
-type CheckpointRows = Vec<(Bytes, Bytes, Option<u64>)>;
+type CheckpointRows = Vec<(Bytes, Value, Option<u64>)>;
 
 impl Service for RedisStore {
     fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], _effects: &mut Effects) -> Vec<Bytes> {
         self.advance(context.time_us);
+        self.seed = u64::from_le_bytes(context.seed[..8].try_into().expect("8 bytes"));
+        self.random_calls = 0;
         requests
             .iter()
             .map(|request| match crate::decode_operation(&request.operation) {
@@ -294,22 +366,30 @@ impl Service for RedisStore {
     }
 
     fn checkpoint(&self) -> Bytes {
-        let rows: Vec<(&Bytes, &Bytes, Option<u64>)> =
+        let rows: Vec<(&Bytes, &Value, Option<u64>)> =
             self.map.iter().map(|(k, e)| (k, &e.value, e.expires_ms)).collect();
-        Bytes::from(upright_core::codec::to_bytes(&(self.now_ms, rows)))
+        Bytes::from(upright_core::codec::to_bytes(&(
+            self.now_ms,
+            self.seed,
+            self.random_calls,
+            rows,
+        )))
     }
 
     fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
-        let (now_ms, rows): (u64, CheckpointRows) = upright_core::codec::from_bytes(checkpoint)
-            .map_err(|e| RestoreError(format!("redis store checkpoint: {e}")))?;
+        let (now_ms, seed, random_calls, rows): (u64, u64, u64, CheckpointRows) =
+            upright_core::codec::from_bytes(checkpoint)
+                .map_err(|e| RestoreError(format!("redis store checkpoint: {e}")))?;
         let corrupt = self.corrupt;
         *self = RedisStore {
             now_ms,
+            seed,
+            random_calls,
             corrupt: false,
             ..RedisStore::default()
         };
         for (key, value, expires_ms) in rows {
-            self.put(&key, value, expires_ms);
+            self.put_value(&key, value, expires_ms);
         }
         self.corrupt = corrupt;
         Ok(())

@@ -334,3 +334,208 @@ fn access_names_the_keys_of_every_command() {
     assert_eq!(s.access(&op(&[&["NOSUCH", "a"]])), None);
     assert_eq!(s.access(b"\xff"), None);
 }
+
+fn arr(items: &[&str]) -> Reply {
+    Reply::Array(items.iter().map(|s| bulk(s)).collect())
+}
+
+#[test]
+fn hashes() {
+    let s = &mut RedisStore::new();
+    assert_eq!(cmd(s, "HSET h a 1 b 2"), int(2));
+    assert_eq!(cmd(s, "HSET h a 10 c 3"), int(1), "a is updated, c added");
+    assert_eq!(cmd(s, "HGET h a"), bulk("10"));
+    assert_eq!(cmd(s, "HGET h zz"), Reply::Nil);
+    assert_eq!(cmd(s, "HGET nohash a"), Reply::Nil);
+    assert_eq!(
+        cmd(s, "HMGET h a zz c"),
+        Reply::Array(vec![bulk("10"), Reply::Nil, bulk("3")])
+    );
+    assert_eq!(
+        cmd(s, "HGETALL h"),
+        Reply::Map(vec![
+            (bulk("a"), bulk("10")),
+            (bulk("b"), bulk("2")),
+            (bulk("c"), bulk("3"))
+        ])
+    );
+    assert_eq!(cmd(s, "HKEYS h"), arr(&["a", "b", "c"]));
+    assert_eq!(cmd(s, "HVALS h"), arr(&["10", "2", "3"]));
+    assert_eq!(cmd(s, "HLEN h"), int(3));
+    assert_eq!(cmd(s, "HSTRLEN h a"), int(2));
+    assert_eq!(cmd(s, "HEXISTS h b"), int(1));
+    assert_eq!(cmd(s, "HSETNX h b 9"), int(0));
+    assert_eq!(cmd(s, "HSETNX h d 4"), int(1));
+    assert_eq!(cmd(s, "HINCRBY h a 5"), int(15));
+    assert_eq!(cmd(s, "HINCRBY h new -3"), int(-3));
+    assert_eq!(
+        cmd(s, "HINCRBY h a x"),
+        err("ERR value is not an integer or out of range")
+    );
+    assert_eq!(cmd(s, "HSET h s abc"), int(1));
+    assert_eq!(cmd(s, "HINCRBY h s 1"), err("ERR hash value is not an integer"));
+    assert_eq!(cmd(s, "HSET h big 9223372036854775807"), int(1));
+    assert_eq!(
+        cmd(s, "HINCRBY h big 1"),
+        err("ERR increment or decrement would overflow")
+    );
+    assert_eq!(cmd(s, "HINCRBYFLOAT h f 10.5"), bulk("10.5"));
+    assert_eq!(cmd(s, "HINCRBYFLOAT h f 0.1"), bulk("10.6"));
+    assert_eq!(cmd(s, "HINCRBYFLOAT h f -5.6"), bulk("5"));
+    assert_eq!(cmd(s, "HINCRBYFLOAT h s 1"), err("ERR hash value is not a float"));
+    assert_eq!(cmd(s, "HINCRBYFLOAT h f x"), err("ERR value is not a valid float"));
+    assert_eq!(cmd(s, "HINCRBYFLOAT h f +inf"), err("ERR value is NaN or Infinity"));
+    assert_eq!(
+        cmd(s, "HSET h a"),
+        err("ERR wrong number of arguments for 'hset' command")
+    );
+    assert_eq!(
+        cmd(s, "HSET h a 1 b"),
+        err("ERR wrong number of arguments for 'hset' command")
+    );
+    assert_eq!(cmd(s, "HMSET h a 1"), Reply::ok());
+    assert_eq!(cmd(s, "TYPE h"), Reply::Status("hash".into()));
+    assert_eq!(cmd(s, "HDEL h a b zz"), int(2));
+    let len = match cmd(s, "HLEN h") {
+        Reply::Int(n) => n,
+        other => panic!("{other:?}"),
+    };
+    let fields: Vec<String> = match cmd(s, "HKEYS h") {
+        Reply::Array(items) => items.iter().map(|r| format!("{r:?}")).collect(),
+        other => panic!("{other:?}"),
+    };
+    let mut deleting = String::from("HDEL h");
+    for f in ["c", "d", "new", "s", "big", "f"] {
+        deleting.push(' ');
+        deleting.push_str(f);
+    }
+    assert_eq!(cmd(s, &deleting), int(len), "{fields:?}");
+    assert_eq!(cmd(s, "EXISTS h"), int(0), "a hash without fields is gone");
+    assert_eq!(cmd(s, "TYPE h"), Reply::Status("none".into()));
+}
+
+#[test]
+fn a_command_of_the_other_type_is_wrongtype_and_changes_nothing() {
+    let s = &mut RedisStore::new();
+    let wrong = err(super::WRONGTYPE);
+    cmd(s, "SET str v");
+    cmd(s, "HSET h f v");
+    for line in [
+        "HSET str f v",
+        "HGET str f",
+        "HGETALL str",
+        "HINCRBY str f 1",
+        "HDEL str f",
+        "HLEN str",
+    ] {
+        assert_eq!(cmd(s, line), wrong, "{line}");
+    }
+    for line in [
+        "GET h",
+        "APPEND h x",
+        "INCR h",
+        "STRLEN h",
+        "GETSET h x",
+        "GETDEL h",
+        "SET h x GET",
+    ] {
+        assert_eq!(cmd(s, line), wrong, "{line}");
+    }
+    assert_eq!(cmd(s, "HGET h f"), bulk("v"), "nothing was changed");
+    assert_eq!(cmd(s, "MGET str h"), Reply::Array(vec![bulk("v"), Reply::Nil]));
+    assert_eq!(cmd(s, "SET h plain"), Reply::ok(), "SET replaces a value of any type");
+    assert_eq!(cmd(s, "GET h"), bulk("plain"));
+}
+
+#[test]
+fn hscan_walks_every_field_once_and_scan_filters_by_type() {
+    let s = &mut RedisStore::new();
+    let mut line = String::from("HSET h");
+    for i in 0..100 {
+        line.push_str(&format!(" f{i} v{i}"));
+    }
+    cmd(s, &line);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let Reply::Array(parts) = cmd(s, &format!("HSCAN h {cursor} COUNT 7")) else {
+            panic!()
+        };
+        let (Reply::Bulk(next), Reply::Array(items)) = (&parts[0], &parts[1]) else {
+            panic!()
+        };
+        for pair in items.chunks(2) {
+            let (Reply::Bulk(f), Reply::Bulk(v)) = (&pair[0], &pair[1]) else {
+                panic!()
+            };
+            assert_eq!(&v[1..], &f[1..], "each field comes with its value");
+            assert!(seen.insert(f.clone()), "field {f:?} twice");
+        }
+        cursor = String::from_utf8(next.to_vec()).unwrap();
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 100);
+    let Reply::Array(parts) = cmd(s, "HSCAN h 0 COUNT 1000 NOVALUES MATCH f1*") else {
+        panic!()
+    };
+    let mut expected = [
+        "f1", "f10", "f11", "f12", "f13", "f14", "f15", "f16", "f17", "f18", "f19",
+    ];
+    expected.sort_by_key(|f| (super::slot(f.as_bytes()), *f));
+    assert_eq!(
+        parts[1],
+        arr(&expected),
+        "matching fields only, without values, in slot order"
+    );
+    cmd(s, "SET str v");
+    assert_eq!(
+        cmd(s, "SCAN 0 TYPE hash COUNT 100"),
+        Reply::Array(vec![bulk("0"), arr(&["h"])])
+    );
+    assert_eq!(
+        cmd(s, "SCAN 0 TYPE string COUNT 100"),
+        Reply::Array(vec![bulk("0"), arr(&["str"])])
+    );
+}
+
+#[test]
+fn hrandfield_is_the_same_at_every_replica_and_honours_count() {
+    let (a, b) = (&mut RedisStore::new(), &mut RedisStore::new());
+    for s in [&mut *a, &mut *b] {
+        cmd(s, "HSET h a 1 b 2 c 3 d 4");
+    }
+    for line in ["HRANDFIELD h", "HRANDFIELD h 3", "HRANDFIELD h -10 WITHVALUES"] {
+        assert_eq!(cmd(a, line), cmd(b, line), "{line}");
+    }
+    let Reply::Array(distinct) = cmd(a, "HRANDFIELD h 10") else {
+        panic!()
+    };
+    assert_eq!(distinct.len(), 4, "a positive count gives distinct fields, at most all");
+    let mut unique = distinct.clone();
+    unique.sort_by_key(|r| format!("{r:?}"));
+    unique.dedup();
+    assert_eq!(unique.len(), 4);
+    let Reply::Array(repeated) = cmd(a, "HRANDFIELD h -10") else {
+        panic!()
+    };
+    assert_eq!(repeated.len(), 10, "a negative count may repeat");
+    assert_eq!(cmd(a, "HRANDFIELD nohash"), Reply::Nil);
+    assert_eq!(cmd(a, "HRANDFIELD nohash 3"), Reply::Array(vec![]));
+    assert_eq!(cmd(a, "HRANDFIELD h 1 WITHVALUES x"), err("ERR syntax error"));
+}
+
+#[test]
+fn hashes_survive_a_checkpoint_with_their_expiry() {
+    let s = &mut RedisStore::new();
+    cmd(s, "HSET h a 1 b 2");
+    cmd(s, "EXPIRE h 100");
+    cmd(s, "SET str v");
+    let checkpoint = s.checkpoint();
+    let mut restored = RedisStore::new();
+    restored.restore(&checkpoint).unwrap();
+    assert_eq!(&restored, s);
+    assert_eq!(cmd(&mut restored, "HGET h b"), bulk("2"));
+    assert!(matches!(cmd(&mut restored, "TTL h"), Reply::Int(t) if t > 0));
+}

@@ -1,0 +1,312 @@
+//! The hash commands (HSET, HGET, HMGET, HGETALL, HDEL, HEXISTS, HINCRBY, HINCRBYFLOAT, HKEYS,
+//! HVALS, HLEN, HSETNX, HSTRLEN, HRANDFIELD, HSCAN, HMSET), with Redis' replies and errors.
+//! A hash's fields are kept in byte order, so every replica lists them alike; a hash left without
+//! fields is deleted, as in Redis.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use super::{slot, wrong_type, RedisStore, Value, FIELD_OVERHEAD};
+use crate::command::{int_arg, parse_i64, syntax_error, wrong_arity};
+use crate::glob;
+use crate::reply::Reply;
+
+/// Most fields one HSCAN call examines (COUNT is capped to it).
+const HSCAN_COUNT_MAX: usize = 10_000;
+
+type Hash = BTreeMap<Bytes, Bytes>;
+
+fn field_cost(field: &[u8], value: &[u8]) -> usize {
+    field.len() + value.len() + FIELD_OVERHEAD
+}
+
+impl RedisStore {
+    /// The hash under `key`: `Ok(None)` if there is none, WRONGTYPE if it holds another type.
+    fn get_hash(&self, key: &[u8]) -> Result<Option<&Hash>, Reply> {
+        match self.get(key).map(|e| &e.value) {
+            None => Ok(None),
+            Some(Value::Hash(h)) => Ok(Some(h)),
+            Some(_) => Err(wrong_type()),
+        }
+    }
+
+    /// Runs `f` on the hash under `key` (created empty if absent and `create`), keeping the
+    /// memory count; deletes the key if the hash ends up empty. `Ok(None)`: no hash and not
+    /// created.
+    fn with_hash<R>(&mut self, key: &Bytes, create: bool, f: impl FnOnce(&mut Hash) -> R) -> Result<Option<R>, Reply> {
+        match self.get(key).map(|e| &e.value) {
+            None if !create => return Ok(None),
+            None => self.put_value(key, Value::Hash(Hash::new()), None),
+            Some(Value::Hash(_)) => {}
+            Some(_) => return Err(wrong_type()),
+        }
+        let Some(Value::Hash(hash)) = self.map.get_mut(key).map(|e| &mut e.value) else {
+            unreachable!("checked above")
+        };
+        let before: usize = hash.iter().map(|(f, v)| field_cost(f, v)).sum();
+        let result = f(hash);
+        let after: usize = hash.iter().map(|(f, v)| field_cost(f, v)).sum();
+        let empty = hash.is_empty();
+        self.used = self.used + after - before;
+        if empty {
+            self.remove(key);
+        }
+        Ok(Some(result))
+    }
+
+    /// A pseudo-random sequence for HRANDFIELD: from the agreed seed of the last batch, the key
+    /// and the calls made so far in it (the same at every replica in the same state).
+    fn random(&self, key: &[u8]) -> SplitMix {
+        SplitMix(self.seed ^ slot(key) ^ self.random_calls.rotate_left(32))
+    }
+}
+
+/// splitmix64: a small deterministic generator (not for secrets).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+fn bulk(b: &Bytes) -> Reply {
+    Reply::Bulk(b.clone())
+}
+
+/// Runs a hash command that writes; `None` if `name` is not one.
+pub(super) fn dispatch(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Option<Reply> {
+    let reply = match name {
+        "hset" | "hmset" => {
+            if a.len() < 3 || a.len().is_multiple_of(2) {
+                return Some(wrong_arity(name));
+            }
+            let added = s.with_hash(&a[0], true, |h| {
+                a[1..]
+                    .chunks(2)
+                    .filter(|fv| h.insert(fv[0].clone(), fv[1].clone()).is_none())
+                    .count()
+            });
+            match added {
+                Err(e) => e,
+                Ok(n) if name == "hset" => Reply::Int(n.unwrap_or(0) as i64),
+                Ok(_) => Reply::ok(),
+            }
+        }
+        "hsetnx" => s
+            .with_hash(&a[0], true, |h| match h.contains_key(&a[1]) {
+                true => 0,
+                false => {
+                    h.insert(a[1].clone(), a[2].clone());
+                    1
+                }
+            })
+            .map_or_else(|e| e, |n| Reply::Int(n.unwrap_or(0))),
+        "hdel" => s
+            .with_hash(&a[0], false, |h| {
+                a[1..].iter().filter(|f| h.remove(*f).is_some()).count()
+            })
+            .map_or_else(|e| e, |n| Reply::Int(n.unwrap_or(0) as i64)),
+        "hincrby" => {
+            let by = match int_arg(&a[2]) {
+                Ok(by) => by,
+                Err(e) => return Some(e),
+            };
+            let outcome = s.with_hash(&a[0], true, |h| {
+                let current = match h.get(&a[1]) {
+                    None => 0,
+                    Some(v) => match parse_i64(v) {
+                        Some(n) => n,
+                        None => return Err(Reply::err("ERR hash value is not an integer")),
+                    },
+                };
+                let next = current
+                    .checked_add(by)
+                    .ok_or_else(|| Reply::err("ERR increment or decrement would overflow"))?;
+                h.insert(a[1].clone(), Bytes::from(next.to_string()));
+                Ok(next)
+            });
+            match outcome {
+                Err(e) | Ok(Some(Err(e))) => e,
+                Ok(Some(Ok(n))) => Reply::Int(n),
+                Ok(None) => unreachable!("created"),
+            }
+        }
+        "hincrbyfloat" => {
+            let by = match parse_float(&a[2]) {
+                Some(by) if by.is_finite() => by,
+                Some(_) => return Some(Reply::err("ERR value is NaN or Infinity")),
+                None => return Some(Reply::err("ERR value is not a valid float")),
+            };
+            let outcome = s.with_hash(&a[0], true, |h| {
+                let current = match h.get(&a[1]) {
+                    None => 0.0,
+                    Some(v) => parse_float(v)
+                        .filter(|f| f.is_finite())
+                        .ok_or_else(|| Reply::err("ERR hash value is not a float"))?,
+                };
+                let next = current + by;
+                if !next.is_finite() {
+                    return Err(Reply::err("ERR increment would produce NaN or Infinity"));
+                }
+                let text = Bytes::from(format_float(next));
+                h.insert(a[1].clone(), text.clone());
+                Ok(text)
+            });
+            match outcome {
+                Err(e) | Ok(Some(Err(e))) => e,
+                Ok(Some(Ok(text))) => Reply::Bulk(text),
+                Ok(None) => unreachable!("created"),
+            }
+        }
+        _ => return None,
+    };
+    Some(reply)
+}
+
+/// Runs a hash command that only reads; `None` if `name` is not one.
+pub(super) fn dispatch_read(s: &RedisStore, name: &str, a: &[Bytes]) -> Option<Reply> {
+    let hash = match name {
+        "hget" | "hmget" | "hgetall" | "hexists" | "hlen" | "hstrlen" | "hkeys" | "hvals" | "hrandfield" | "hscan" => {
+            match s.get_hash(&a[0]) {
+                Ok(h) => h,
+                Err(e) => return Some(e),
+            }
+        }
+        _ => return None,
+    };
+    let empty = Hash::new();
+    let h = hash.unwrap_or(&empty);
+    Some(match name {
+        "hget" => h.get(&a[1]).map_or(Reply::Nil, bulk),
+        "hmget" => Reply::Array(a[1..].iter().map(|f| h.get(f).map_or(Reply::Nil, bulk)).collect()),
+        "hgetall" => Reply::Map(h.iter().map(|(f, v)| (bulk(f), bulk(v))).collect()),
+        "hexists" => Reply::Int(h.contains_key(&a[1]) as i64),
+        "hlen" => Reply::Int(h.len() as i64),
+        "hstrlen" => Reply::Int(h.get(&a[1]).map_or(0, |v| v.len() as i64)),
+        "hkeys" => Reply::Array(h.keys().map(bulk).collect()),
+        "hvals" => Reply::Array(h.values().map(bulk).collect()),
+        "hrandfield" => randfield(s, &a[0], hash, &a[1..]),
+        "hscan" => hscan(h, &a[1..]),
+        _ => unreachable!("listed above"),
+    })
+}
+
+/// A float argument as Redis reads one (no spaces; `inf` and `nan` read, for the caller to
+/// refuse).
+fn parse_float(b: &[u8]) -> Option<f64> {
+    let text = std::str::from_utf8(b).ok()?;
+    if text.is_empty() || text.trim() != text {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// A float as Redis prints one: the shortest text that reads back the same, no exponent.
+fn format_float(value: f64) -> String {
+    if value == value.trunc() && value.abs() < 1e17 {
+        format!("{}", value as i64)
+    } else {
+        format!("{value}")
+    }
+}
+
+fn randfield(s: &RedisStore, key: &[u8], hash: Option<&Hash>, opts: &[Bytes]) -> Reply {
+    let Some(count_arg) = opts.first() else {
+        let Some(h) = hash else { return Reply::Nil };
+        let index = s.random(key).below(h.len());
+        return h.keys().nth(index).map_or(Reply::Nil, bulk);
+    };
+    let count = match int_arg(count_arg) {
+        Ok(n) => n,
+        Err(e) => return e,
+    };
+    let with_values = match opts.get(1) {
+        None => false,
+        Some(w) if opts.len() == 2 && w.eq_ignore_ascii_case(b"withvalues") => true,
+        Some(_) => return syntax_error(),
+    };
+    // Redis' bounds: the reply's length (doubled with values) must fit.
+    if count == i64::MIN || (with_values && count < -(i64::MAX / 2)) {
+        return Reply::err("ERR value is out of range");
+    }
+    let Some(h) = hash else { return Reply::Array(Vec::new()) };
+    let fields: Vec<(&Bytes, &Bytes)> = h.iter().collect();
+    let mut rng = s.random(key);
+    let picked: Vec<usize> = if count >= 0 {
+        // Distinct fields: a partial Fisher-Yates shuffle of the indices.
+        let n = (count as usize).min(fields.len());
+        let mut order: Vec<usize> = (0..fields.len()).collect();
+        for i in 0..n {
+            let j = i + rng.below(fields.len() - i);
+            order.swap(i, j);
+        }
+        order.truncate(n);
+        order
+    } else {
+        let n = count.unsigned_abs().min(super::REPLY_BYTES_MAX as u64) as usize;
+        (0..n).map(|_| rng.below(fields.len())).collect()
+    };
+    if with_values {
+        Reply::Pairs(picked.iter().map(|&i| (bulk(fields[i].0), bulk(fields[i].1))).collect())
+    } else {
+        Reply::Array(picked.iter().map(|&i| bulk(fields[i].0)).collect())
+    }
+}
+
+/// HSCAN: fields in the order of their scan slot, so a cursor survives writes.
+fn hscan(h: &Hash, a: &[Bytes]) -> Reply {
+    let Some(cursor) = std::str::from_utf8(&a[0]).ok().and_then(|c| c.parse::<u64>().ok()) else {
+        return Reply::err("ERR invalid cursor");
+    };
+    let (mut pattern, mut count, mut values) = (None, 10usize, true);
+    let mut i = 1;
+    while i < a.len() {
+        if a[i].eq_ignore_ascii_case(b"novalues") {
+            values = false;
+            i += 1;
+            continue;
+        }
+        if i + 1 >= a.len() {
+            return syntax_error();
+        }
+        if a[i].eq_ignore_ascii_case(b"match") {
+            pattern = Some(a[i + 1].clone());
+        } else if a[i].eq_ignore_ascii_case(b"count") {
+            match int_arg(&a[i + 1]) {
+                Ok(n) if n >= 1 => count = (n as usize).min(HSCAN_COUNT_MAX),
+                Ok(_) => return syntax_error(),
+                Err(e) => return e,
+            }
+        } else {
+            return syntax_error();
+        }
+        i += 2;
+    }
+    let mut order: Vec<(u64, &Bytes, &Bytes)> = h
+        .iter()
+        .map(|(f, v)| (slot(f), f, v))
+        .filter(|(s, _, _)| *s >= cursor)
+        .collect();
+    order.sort_unstable();
+    let next = order.get(count).map_or(0, |(s, _, _)| *s);
+    let mut items = Vec::new();
+    for (_, f, v) in order.into_iter().take(count) {
+        if pattern.as_ref().is_none_or(|p| glob::matches(p, f)) {
+            items.push(bulk(f));
+            if values {
+                items.push(bulk(v));
+            }
+        }
+    }
+    Reply::Array(vec![Reply::text(next.to_string()), Reply::Array(items)])
+}
