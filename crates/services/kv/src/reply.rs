@@ -22,6 +22,8 @@ pub enum Reply {
     Map(Vec<(Reply, Reply)>),
     /// A set (RESP3 `~`; an array in RESP2).
     Set(Vec<Reply>),
+    /// The null array (RESP2 `*-1`, RESP3 `_`).
+    NilArray,
     /// Pairs that may repeat (HRANDFIELD WITHVALUES): an array of two-element arrays in RESP3, a
     /// flat array in RESP2.
     Pairs(Vec<(Reply, Reply)>),
@@ -56,6 +58,8 @@ impl Reply {
             }
             Reply::Nil if proto >= 3 => out.extend_from_slice(b"_\r\n"),
             Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
+            Reply::NilArray if proto >= 3 => out.extend_from_slice(b"_\r\n"),
+            Reply::NilArray => out.extend_from_slice(b"*-1\r\n"),
             Reply::Array(items) => {
                 number(out, b'*', items.len() as i64);
                 items.iter().for_each(|i| i.write(proto, out));
@@ -119,6 +123,8 @@ mod tests {
         assert_eq!(Reply::ok().to_resp(2), b"+OK\r\n");
         assert_eq!(Reply::Nil.to_resp(2), b"$-1\r\n");
         assert_eq!(Reply::Nil.to_resp(3), b"_\r\n");
+        assert_eq!(Reply::NilArray.to_resp(2), b"*-1\r\n");
+        assert_eq!(Reply::NilArray.to_resp(3), b"_\r\n");
         assert_eq!(Reply::Int(-3).to_resp(2), b":-3\r\n");
         assert_eq!(Reply::text("hi").to_resp(2), b"$2\r\nhi\r\n");
         let map = Reply::Map(vec![(Reply::text("a"), Reply::Int(1))]);

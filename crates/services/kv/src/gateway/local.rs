@@ -252,9 +252,11 @@ fn config(a: &[Bytes]) -> Reply {
     if is(sub, "resetstat") {
         return Reply::ok();
     }
-    if is(sub, "set") && a.len() >= 3 && a.len() % 2 == 1 && a[1..].chunks(2).all(|kv| is_encoding_knob(&kv[0])) {
-        // The store has one representation per type: the encoding thresholds Redis tunes have
-        // nothing to change, so setting them is accepted and does nothing.
+    if is(sub, "set") && a.len() >= 3 && a.len() % 2 == 1 && a[1..].chunks(2).all(|kv| changes_nothing(&kv[0], &kv[1]))
+    {
+        // The store has one representation per type, and no snapshots of its own (its state is
+        // in the replicas' logs): the encoding thresholds Redis tunes and `save ""` (no RDB
+        // snapshots) have nothing to change, so setting them is accepted and does nothing.
         return Reply::ok();
     }
     if is(sub, "set") || is(sub, "rewrite") {
@@ -263,12 +265,16 @@ fn config(a: &[Bytes]) -> Reply {
     unknown_subcommand(sub, "config")
 }
 
-/// Whether a CONFIG parameter only chooses an in-memory encoding (listpack, intset, ziplist
-/// thresholds, list compression), which the store does not have.
-fn is_encoding_knob(name: &[u8]) -> bool {
+/// Whether setting a CONFIG parameter to `value` would change nothing in the store: a parameter
+/// that only chooses an in-memory encoding (listpack, intset, ziplist thresholds, list
+/// compression), which the store does not have, or `save ""` (no RDB snapshots, which it never
+/// takes).
+fn changes_nothing(name: &[u8], value: &[u8]) -> bool {
     let name = name.to_ascii_lowercase();
     let types = ["hash-max-", "set-max-", "zset-max-", "list-max-"];
-    types.iter().any(|t| name.starts_with(t.as_bytes())) || name == b"list-compress-depth"
+    types.iter().any(|t| name.starts_with(t.as_bytes()))
+        || name == b"list-compress-depth"
+        || (name == b"save" && value.is_empty())
 }
 
 /// FUNCTION: the store runs no server-side functions, so there are none to list or flush (FLUSH

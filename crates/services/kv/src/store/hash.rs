@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use super::{slot, wrong_type, RedisStore, Value, FIELD_OVERHEAD};
+use super::{slot, RedisStore};
 use crate::command::{int_arg, parse_i64, syntax_error, wrong_arity};
 use crate::glob;
 use crate::reply::Reply;
@@ -17,42 +17,13 @@ const HSCAN_COUNT_MAX: usize = 10_000;
 
 type Hash = BTreeMap<Bytes, Bytes>;
 
-fn field_cost(field: &[u8], value: &[u8]) -> usize {
-    field.len() + value.len() + FIELD_OVERHEAD
-}
-
 impl RedisStore {
-    /// The hash under `key`: `Ok(None)` if there is none, WRONGTYPE if it holds another type.
     fn get_hash(&self, key: &[u8]) -> Result<Option<&Hash>, Reply> {
-        match self.get(key).map(|e| &e.value) {
-            None => Ok(None),
-            Some(Value::Hash(h)) => Ok(Some(h)),
-            Some(_) => Err(wrong_type()),
-        }
+        self.get_collection(key)
     }
 
-    /// Runs `f` on the hash under `key` (created empty if absent and `create`), keeping the
-    /// memory count; deletes the key if the hash ends up empty. `Ok(None)`: no hash and not
-    /// created.
     fn with_hash<R>(&mut self, key: &Bytes, create: bool, f: impl FnOnce(&mut Hash) -> R) -> Result<Option<R>, Reply> {
-        match self.get(key).map(|e| &e.value) {
-            None if !create => return Ok(None),
-            None => self.put_value(key, Value::Hash(Hash::new()), None),
-            Some(Value::Hash(_)) => {}
-            Some(_) => return Err(wrong_type()),
-        }
-        let Some(Value::Hash(hash)) = self.map.get_mut(key).map(|e| &mut e.value) else {
-            unreachable!("checked above")
-        };
-        let before: usize = hash.iter().map(|(f, v)| field_cost(f, v)).sum();
-        let result = f(hash);
-        let after: usize = hash.iter().map(|(f, v)| field_cost(f, v)).sum();
-        let empty = hash.is_empty();
-        self.used = self.used + after - before;
-        if empty {
-            self.remove(key);
-        }
-        Ok(Some(result))
+        self.with_collection(key, create, f)
     }
 
     /// A pseudo-random sequence for HRANDFIELD: from the agreed seed of the last batch, the key

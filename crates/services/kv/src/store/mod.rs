@@ -1,4 +1,4 @@
-//! The replicated state machine: Redis strings and hashes with expiry by agreed time.
+//! The replicated state machine: Redis strings, hashes and lists with expiry by agreed time.
 //!
 //! Time is the agreed batch time `BatchContext::time_us` (in milliseconds, as Redis counts); a key
 //! whose expiry time is before the batch's time is gone: every batch starts by removing all such
@@ -7,6 +7,7 @@
 
 mod commands;
 mod hash;
+mod list;
 #[cfg(test)]
 mod tests;
 
@@ -34,6 +35,7 @@ enum Value {
     Str(Bytes),
     /// Fields in byte order (HGETALL, HKEYS and HSCAN walk this order at every replica).
     Hash(BTreeMap<Bytes, Bytes>),
+    List(std::collections::VecDeque<Bytes>),
 }
 
 impl Value {
@@ -42,6 +44,7 @@ impl Value {
         match self {
             Value::Str(_) => "string",
             Value::Hash(_) => "hash",
+            Value::List(_) => "list",
         }
     }
 
@@ -49,7 +52,8 @@ impl Value {
     fn bytes(&self) -> usize {
         match self {
             Value::Str(b) => b.len(),
-            Value::Hash(h) => h.iter().map(|(f, v)| f.len() + v.len() + FIELD_OVERHEAD).sum(),
+            Value::Hash(h) => h.cost(),
+            Value::List(l) => l.cost(),
         }
     }
 }
@@ -62,6 +66,68 @@ pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong
 
 fn wrong_type() -> Reply {
     Reply::err(WRONGTYPE)
+}
+
+/// A collection type a key may hold (hash, list): how to find it in a [`Value`] and what it
+/// costs against the memory bound.
+trait Collection: Default {
+    fn of(value: &Value) -> Option<&Self>;
+    fn of_mut(value: &mut Value) -> Option<&mut Self>;
+    fn into_value(self) -> Value;
+    fn cost(&self) -> usize;
+    fn is_empty(&self) -> bool;
+}
+
+impl Collection for BTreeMap<Bytes, Bytes> {
+    fn of(value: &Value) -> Option<&Self> {
+        if let Value::Hash(h) = value {
+            Some(h)
+        } else {
+            None
+        }
+    }
+    fn of_mut(value: &mut Value) -> Option<&mut Self> {
+        if let Value::Hash(h) = value {
+            Some(h)
+        } else {
+            None
+        }
+    }
+    fn into_value(self) -> Value {
+        Value::Hash(self)
+    }
+    fn cost(&self) -> usize {
+        self.iter().map(|(f, v)| f.len() + v.len() + FIELD_OVERHEAD).sum()
+    }
+    fn is_empty(&self) -> bool {
+        BTreeMap::is_empty(self)
+    }
+}
+
+impl Collection for std::collections::VecDeque<Bytes> {
+    fn of(value: &Value) -> Option<&Self> {
+        if let Value::List(l) = value {
+            Some(l)
+        } else {
+            None
+        }
+    }
+    fn of_mut(value: &mut Value) -> Option<&mut Self> {
+        if let Value::List(l) = value {
+            Some(l)
+        } else {
+            None
+        }
+    }
+    fn into_value(self) -> Value {
+        Value::List(self)
+    }
+    fn cost(&self) -> usize {
+        self.iter().map(|e| e.len() + FIELD_OVERHEAD).sum()
+    }
+    fn is_empty(&self) -> bool {
+        std::collections::VecDeque::is_empty(self)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,7 +147,7 @@ impl Entry {
     }
 }
 
-/// The key-value store (strings and hashes).
+/// The key-value store (strings, hashes and lists).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RedisStore {
     map: BTreeMap<Bytes, Entry>,
@@ -188,6 +254,42 @@ impl RedisStore {
         self.map.get(key)
     }
 
+    /// The collection under `key`: `Ok(None)` if there is none, WRONGTYPE if it holds another
+    /// type.
+    fn get_collection<C: Collection>(&self, key: &[u8]) -> Result<Option<&C>, Reply> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(e) => C::of(&e.value).map(Some).ok_or_else(wrong_type),
+        }
+    }
+
+    /// Runs `f` on the collection under `key` (created empty if absent and `create`), keeping
+    /// the memory count; deletes the key if the collection ends up empty, as Redis does.
+    /// `Ok(None)`: none there and not created.
+    fn with_collection<C: Collection, R>(
+        &mut self,
+        key: &Bytes,
+        create: bool,
+        f: impl FnOnce(&mut C) -> R,
+    ) -> Result<Option<R>, Reply> {
+        match self.get(key) {
+            None if !create => return Ok(None),
+            None => self.put_value(key, C::default().into_value(), None),
+            Some(e) if C::of(&e.value).is_none() => return Err(wrong_type()),
+            Some(_) => {}
+        }
+        let entry = self.map.get_mut(key).expect("present");
+        let collection = C::of_mut(&mut entry.value).expect("checked");
+        let before = collection.cost();
+        let result = f(collection);
+        let (after, empty) = (collection.cost(), collection.is_empty());
+        self.used = self.used + after - before;
+        if empty {
+            self.remove(key);
+        }
+        Ok(Some(result))
+    }
+
     /// The string under `key`: `Ok(None)` if there is none, WRONGTYPE if it holds another type.
     fn get_string(&self, key: &[u8]) -> Result<Option<&Bytes>, Reply> {
         self.get(key).map(Entry::string).transpose()
@@ -285,7 +387,7 @@ fn reply_size(reply: &Reply) -> usize {
     match reply {
         Reply::Status(s) | Reply::Error(s) => s.len() + 10,
         Reply::Bulk(b) => b.len() + 10,
-        Reply::Int(_) | Reply::Nil => 11,
+        Reply::Int(_) | Reply::Nil | Reply::NilArray => 11,
         Reply::Array(items) | Reply::Set(items) => 10 + items.iter().map(reply_size).sum::<usize>(),
         Reply::Map(pairs) | Reply::Pairs(pairs) => {
             10 + pairs

@@ -539,3 +539,60 @@ fn hashes_survive_a_checkpoint_with_their_expiry() {
     assert_eq!(cmd(&mut restored, "HGET h b"), bulk("2"));
     assert!(matches!(cmd(&mut restored, "TTL h"), Reply::Int(t) if t > 0));
 }
+
+#[test]
+fn lists() {
+    let s = &mut RedisStore::new();
+    assert_eq!(cmd(s, "RPUSH l a b c"), int(3));
+    assert_eq!(cmd(s, "LPUSH l z"), int(4));
+    assert_eq!(cmd(s, "LRANGE l 0 -1"), arr(&["z", "a", "b", "c"]));
+    assert_eq!(cmd(s, "LRANGE l -2 100"), arr(&["b", "c"]));
+    assert_eq!(cmd(s, "LRANGE l 5 10"), arr(&[]));
+    assert_eq!(cmd(s, "LINDEX l -1"), bulk("c"));
+    assert_eq!(cmd(s, "LINDEX l 9"), Reply::Nil);
+    assert_eq!(cmd(s, "LLEN l"), int(4));
+    assert_eq!(cmd(s, "LPUSHX nolist x"), int(0));
+    assert_eq!(cmd(s, "EXISTS nolist"), int(0));
+    assert_eq!(cmd(s, "LINSERT l BEFORE b x"), int(5));
+    assert_eq!(cmd(s, "LINSERT l AFTER nope y"), int(-1));
+    assert_eq!(cmd(s, "LRANGE l 0 -1"), arr(&["z", "a", "x", "b", "c"]));
+    assert_eq!(cmd(s, "LSET l 1 A"), Reply::ok());
+    assert_eq!(cmd(s, "LSET l 9 A"), err("ERR index out of range"));
+    assert_eq!(cmd(s, "LSET nolist 0 A"), err("ERR no such key"));
+    assert_eq!(cmd(s, "RPUSH l x x"), int(7));
+    assert_eq!(cmd(s, "LREM l -1 x"), int(1));
+    assert_eq!(cmd(s, "LPOS l x"), int(2));
+    assert_eq!(cmd(s, "LPOS l x COUNT 0"), Reply::Array(vec![int(2), int(5)]));
+    assert_eq!(cmd(s, "LPOS l x RANK -1"), int(5));
+    assert_eq!(cmd(s, "LREM l 0 x"), int(2));
+    assert_eq!(cmd(s, "LRANGE l 0 -1"), arr(&["z", "A", "b", "c"]));
+    assert_eq!(cmd(s, "LPOP l"), bulk("z"));
+    assert_eq!(cmd(s, "RPOP l 2"), arr(&["c", "b"]));
+    assert_eq!(cmd(s, "LPOP l -1"), err("ERR value is out of range, must be positive"));
+    assert_eq!(cmd(s, "LPOP nolist 2"), Reply::NilArray);
+    assert_eq!(
+        cmd(s, "LPOP l 1 2"),
+        err("ERR wrong number of arguments for 'lpop' command")
+    );
+    assert_eq!(
+        cmd(s, "LPOS l x RANK -9223372036854775808"),
+        err("ERR value is out of range")
+    );
+    assert_eq!(cmd(s, "RPUSH src 1 2 3"), int(3));
+    assert_eq!(cmd(s, "LMOVE src dst RIGHT LEFT"), bulk("3"));
+    assert_eq!(cmd(s, "RPOPLPUSH src dst"), bulk("2"));
+    assert_eq!(cmd(s, "LRANGE dst 0 -1"), arr(&["2", "3"]));
+    assert_eq!(cmd(s, "LMOVE src dst UP LEFT"), err("ERR syntax error"));
+    assert_eq!(cmd(s, "LTRIM dst 1 -1"), Reply::ok());
+    assert_eq!(cmd(s, "LRANGE dst 0 -1"), arr(&["3"]));
+    assert_eq!(cmd(s, "LTRIM dst 5 10"), Reply::ok());
+    assert_eq!(cmd(s, "EXISTS dst"), int(0), "an emptied list is gone");
+    assert_eq!(cmd(s, "TYPE l"), Reply::Status("list".into()));
+    assert_eq!(cmd(s, "LPOP l"), bulk("A"));
+    assert_eq!(cmd(s, "TYPE l"), Reply::Status("none".into()));
+    cmd(s, "SET str v");
+    assert_eq!(cmd(s, "LPUSH str x"), err(super::WRONGTYPE));
+    assert_eq!(cmd(s, "LMOVE src str LEFT LEFT"), err(super::WRONGTYPE));
+    assert_eq!(cmd(s, "LLEN src"), int(1), "a refused LMOVE moved nothing");
+    assert_eq!(cmd(s, "GET src"), err(super::WRONGTYPE));
+}
