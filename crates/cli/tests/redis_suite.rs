@@ -14,14 +14,25 @@ mod demo;
 use demo::{free_port, start_demo};
 
 /// Units that pass fully, each with the tests skipped in it (and why, in a comment).
-const UNITS: &[(&str, &[&str])] = &[(
-    "unit/type/hash",
-    // Both serialize values with DUMP/RESTORE (Redis' RDB format), which the store does not speak.
-    &[
-        "Hash ziplist of various encodings",
-        "Hash ziplist of various encodings - sanitize dump",
-    ],
-)];
+const UNITS: &[(&str, &[&str])] = &[
+    (
+        "unit/type/hash",
+        // Both serialize values with DUMP/RESTORE (Redis' RDB format), which the store does not speak.
+        &[
+            "Hash ziplist of various encodings",
+            "Hash ziplist of various encodings - sanitize dump",
+        ],
+    ),
+    (
+        "unit/type/set",
+        &[
+            // Builds its fixture with ZADD: sorted sets are not built yet.
+            "SMISMEMBER requires one or more members",
+            // Uses WATCH/MULTI/EXEC: not built yet.
+            "SMOVE only notify dstset when the addition is successful",
+        ],
+    ),
+];
 
 fn suite() -> Option<PathBuf> {
     let from_env = std::env::var_os("UPRIGHT_REDIS_TESTS").map(PathBuf::from);

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::{hash, list, RedisStore};
+use super::{hash, list, set, RedisStore};
 use crate::command::{int_arg, not_integer, parse_i64, syntax_error, wrong_arity};
 use crate::glob;
 use crate::reply::Reply;
@@ -17,7 +17,10 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
         return reply;
     }
     let a = &argv[1..];
-    if let Some(reply) = hash::dispatch(s, name, a).or_else(|| list::dispatch(s, name, a)) {
+    let typed = hash::dispatch(s, name, a)
+        .or_else(|| list::dispatch(s, name, a))
+        .or_else(|| set::dispatch(s, name, a));
+    if let Some(reply) = typed {
         return reply;
     }
     match name {
@@ -90,7 +93,10 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
 /// two give byte-identical replies.
 pub(super) fn dispatch_read(s: &RedisStore, name: &str, argv: &[Bytes]) -> Option<Reply> {
     let a = &argv[1..];
-    if let Some(reply) = hash::dispatch_read(s, name, a).or_else(|| list::dispatch_read(s, name, a)) {
+    let typed = hash::dispatch_read(s, name, a)
+        .or_else(|| list::dispatch_read(s, name, a))
+        .or_else(|| set::dispatch_read(s, name, a));
+    if let Some(reply) = typed {
         return Some(reply);
     }
     Some(match name {

@@ -7,13 +7,9 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use super::{slot, RedisStore};
+use super::RedisStore;
 use crate::command::{int_arg, parse_i64, syntax_error, wrong_arity};
-use crate::glob;
 use crate::reply::Reply;
-
-/// Most fields one HSCAN call examines (COUNT is capped to it).
-const HSCAN_COUNT_MAX: usize = 10_000;
 
 type Hash = BTreeMap<Bytes, Bytes>;
 
@@ -24,29 +20,6 @@ impl RedisStore {
 
     fn with_hash<R>(&mut self, key: &Bytes, create: bool, f: impl FnOnce(&mut Hash) -> R) -> Result<Option<R>, Reply> {
         self.with_collection(key, create, f)
-    }
-
-    /// A pseudo-random sequence for HRANDFIELD: from the agreed seed of the last batch, the key
-    /// and the calls made so far in it (the same at every replica in the same state).
-    fn random(&self, key: &[u8]) -> SplitMix {
-        SplitMix(self.seed ^ slot(key) ^ self.random_calls.rotate_left(32))
-    }
-}
-
-/// splitmix64: a small deterministic generator (not for secrets).
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
     }
 }
 
@@ -234,50 +207,7 @@ fn randfield(s: &RedisStore, key: &[u8], hash: Option<&Hash>, opts: &[Bytes]) ->
     }
 }
 
-/// HSCAN: fields in the order of their scan slot, so a cursor survives writes.
+/// HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES].
 fn hscan(h: &Hash, a: &[Bytes]) -> Reply {
-    let Some(cursor) = std::str::from_utf8(&a[0]).ok().and_then(|c| c.parse::<u64>().ok()) else {
-        return Reply::err("ERR invalid cursor");
-    };
-    let (mut pattern, mut count, mut values) = (None, 10usize, true);
-    let mut i = 1;
-    while i < a.len() {
-        if a[i].eq_ignore_ascii_case(b"novalues") {
-            values = false;
-            i += 1;
-            continue;
-        }
-        if i + 1 >= a.len() {
-            return syntax_error();
-        }
-        if a[i].eq_ignore_ascii_case(b"match") {
-            pattern = Some(a[i + 1].clone());
-        } else if a[i].eq_ignore_ascii_case(b"count") {
-            match int_arg(&a[i + 1]) {
-                Ok(n) if n >= 1 => count = (n as usize).min(HSCAN_COUNT_MAX),
-                Ok(_) => return syntax_error(),
-                Err(e) => return e,
-            }
-        } else {
-            return syntax_error();
-        }
-        i += 2;
-    }
-    let mut order: Vec<(u64, &Bytes, &Bytes)> = h
-        .iter()
-        .map(|(f, v)| (slot(f), f, v))
-        .filter(|(s, _, _)| *s >= cursor)
-        .collect();
-    order.sort_unstable();
-    let next = order.get(count).map_or(0, |(s, _, _)| *s);
-    let mut items = Vec::new();
-    for (_, f, v) in order.into_iter().take(count) {
-        if pattern.as_ref().is_none_or(|p| glob::matches(p, f)) {
-            items.push(bulk(f));
-            if values {
-                items.push(bulk(v));
-            }
-        }
-    }
-    Reply::Array(vec![Reply::text(next.to_string()), Reply::Array(items)])
+    super::scan_collection(h.iter().map(|(f, v)| (f, Some(v))), a, true)
 }

@@ -1,4 +1,4 @@
-//! The replicated state machine: Redis strings, hashes and lists with expiry by agreed time.
+//! The replicated state machine: Redis strings, hashes, lists and sets with expiry by agreed time.
 //!
 //! Time is the agreed batch time `BatchContext::time_us` (in milliseconds, as Redis counts); a key
 //! whose expiry time is before the batch's time is gone: every batch starts by removing all such
@@ -8,6 +8,7 @@
 mod commands;
 mod hash;
 mod list;
+mod set;
 #[cfg(test)]
 mod tests;
 
@@ -36,6 +37,8 @@ enum Value {
     /// Fields in byte order (HGETALL, HKEYS and HSCAN walk this order at every replica).
     Hash(BTreeMap<Bytes, Bytes>),
     List(std::collections::VecDeque<Bytes>),
+    /// Members in byte order.
+    Set(BTreeSet<Bytes>),
 }
 
 impl Value {
@@ -45,6 +48,7 @@ impl Value {
             Value::Str(_) => "string",
             Value::Hash(_) => "hash",
             Value::List(_) => "list",
+            Value::Set(_) => "set",
         }
     }
 
@@ -54,6 +58,7 @@ impl Value {
             Value::Str(b) => b.len(),
             Value::Hash(h) => h.cost(),
             Value::List(l) => l.cost(),
+            Value::Set(m) => m.cost(),
         }
     }
 }
@@ -130,6 +135,32 @@ impl Collection for std::collections::VecDeque<Bytes> {
     }
 }
 
+impl Collection for BTreeSet<Bytes> {
+    fn of(value: &Value) -> Option<&Self> {
+        if let Value::Set(m) = value {
+            Some(m)
+        } else {
+            None
+        }
+    }
+    fn of_mut(value: &mut Value) -> Option<&mut Self> {
+        if let Value::Set(m) = value {
+            Some(m)
+        } else {
+            None
+        }
+    }
+    fn into_value(self) -> Value {
+        Value::Set(self)
+    }
+    fn cost(&self) -> usize {
+        self.iter().map(|m| m.len() + FIELD_OVERHEAD).sum()
+    }
+    fn is_empty(&self) -> bool {
+        BTreeSet::is_empty(self)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Entry {
     value: Value,
@@ -147,7 +178,7 @@ impl Entry {
     }
 }
 
-/// The key-value store (strings, hashes and lists).
+/// The key-value store (strings, hashes, lists and sets).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RedisStore {
     map: BTreeMap<Bytes, Entry>,
@@ -290,6 +321,13 @@ impl RedisStore {
         Ok(Some(result))
     }
 
+    /// A pseudo-random sequence for HRANDFIELD, SPOP and SRANDMEMBER: from the agreed seed of
+    /// the last batch, the key and the draws made so far in it (the same at every replica in the
+    /// same state).
+    fn random(&self, key: &[u8]) -> SplitMix {
+        SplitMix(self.seed ^ slot(key) ^ self.random_calls.rotate_left(32))
+    }
+
     /// The string under `key`: `Ok(None)` if there is none, WRONGTYPE if it holds another type.
     fn get_string(&self, key: &[u8]) -> Result<Option<&Bytes>, Reply> {
         self.get(key).map(Entry::string).transpose()
@@ -365,6 +403,80 @@ impl RedisStore {
         self.slots.clear();
         self.used = 0;
     }
+}
+
+/// splitmix64: a small deterministic generator (not for secrets).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Most elements one HSCAN or SSCAN call examines (COUNT is capped to it).
+const COLLECTION_SCAN_COUNT_MAX: usize = 10_000;
+
+/// HSCAN and SSCAN over `elements` (each a name and, for a hash, its value), arguments `cursor
+/// [MATCH pattern] [COUNT count]` and, if `novalues` is allowed, `[NOVALUES]`. Elements go in
+/// the order of their scan slot from the cursor on, so a cursor survives writes.
+fn scan_collection<'a>(
+    elements: impl Iterator<Item = (&'a Bytes, Option<&'a Bytes>)>,
+    a: &[Bytes],
+    novalues: bool,
+) -> Reply {
+    use crate::command::{int_arg, syntax_error};
+    let Some(cursor) = std::str::from_utf8(&a[0]).ok().and_then(|c| c.parse::<u64>().ok()) else {
+        return Reply::err("ERR invalid cursor");
+    };
+    let (mut pattern, mut count, mut values) = (None, 10usize, true);
+    let mut i = 1;
+    while i < a.len() {
+        if novalues && a[i].eq_ignore_ascii_case(b"novalues") {
+            values = false;
+            i += 1;
+            continue;
+        }
+        if i + 1 >= a.len() {
+            return syntax_error();
+        }
+        if a[i].eq_ignore_ascii_case(b"match") {
+            pattern = Some(a[i + 1].clone());
+        } else if a[i].eq_ignore_ascii_case(b"count") {
+            match int_arg(&a[i + 1]) {
+                Ok(n) if n >= 1 => count = (n as usize).min(COLLECTION_SCAN_COUNT_MAX),
+                Ok(_) => return syntax_error(),
+                Err(e) => return e,
+            }
+        } else {
+            return syntax_error();
+        }
+        i += 2;
+    }
+    let mut order: Vec<(u64, &Bytes, Option<&Bytes>)> = elements
+        .map(|(n, v)| (slot(n), n, v))
+        .filter(|(s, _, _)| *s >= cursor)
+        .collect();
+    order.sort_unstable();
+    let next = order.get(count).map_or(0, |(s, _, _)| *s);
+    let mut items = Vec::new();
+    for (_, name, value) in order.into_iter().take(count) {
+        if pattern.as_ref().is_none_or(|p| crate::glob::matches(p, name)) {
+            items.push(Reply::Bulk(name.clone()));
+            if let (true, Some(v)) = (values, value) {
+                items.push(Reply::Bulk(v.clone()));
+            }
+        }
+    }
+    Reply::Array(vec![Reply::text(next.to_string()), Reply::Array(items)])
 }
 
 fn corrupt_reply(reply: Reply) -> Reply {

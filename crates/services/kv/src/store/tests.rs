@@ -596,3 +596,82 @@ fn lists() {
     assert_eq!(cmd(s, "LLEN src"), int(1), "a refused LMOVE moved nothing");
     assert_eq!(cmd(s, "GET src"), err(super::WRONGTYPE));
 }
+
+#[test]
+fn sets() {
+    let s = &mut RedisStore::new();
+    assert_eq!(cmd(s, "SADD a x y z"), int(3));
+    assert_eq!(cmd(s, "SADD a x w"), int(1));
+    assert_eq!(cmd(s, "SCARD a"), int(4));
+    assert_eq!(
+        cmd(s, "SMEMBERS a"),
+        Reply::Set(vec![bulk("w"), bulk("x"), bulk("y"), bulk("z")])
+    );
+    assert_eq!(cmd(s, "SISMEMBER a y"), int(1));
+    assert_eq!(cmd(s, "SMISMEMBER a y nope"), Reply::Array(vec![int(1), int(0)]));
+    assert_eq!(cmd(s, "SADD b y z q"), int(3));
+    assert_eq!(cmd(s, "SINTER a b"), Reply::Set(vec![bulk("y"), bulk("z")]));
+    assert_eq!(
+        cmd(s, "SUNION a b"),
+        Reply::Set(["q", "w", "x", "y", "z"].iter().map(|m| bulk(m)).collect())
+    );
+    assert_eq!(cmd(s, "SDIFF a b"), Reply::Set(vec![bulk("w"), bulk("x")]));
+    assert_eq!(cmd(s, "SINTER a nokey"), Reply::Set(vec![]));
+    assert_eq!(cmd(s, "SINTERSTORE c a b"), int(2));
+    assert_eq!(cmd(s, "SMEMBERS c"), Reply::Set(vec![bulk("y"), bulk("z")]));
+    assert_eq!(cmd(s, "SDIFFSTORE c a a"), int(0));
+    assert_eq!(cmd(s, "EXISTS c"), int(0), "an empty result deletes the destination");
+    assert_eq!(cmd(s, "SINTERCARD 2 a b"), int(2));
+    assert_eq!(cmd(s, "SINTERCARD 2 a b LIMIT 1"), int(1));
+    assert_eq!(cmd(s, "SINTERCARD 0 a"), err("ERR numkeys should be greater than 0"));
+    assert_eq!(cmd(s, "SINTERCARD x a"), err("ERR numkeys should be greater than 0"));
+    assert_eq!(
+        cmd(s, "SINTERCARD 3 a b"),
+        err("ERR Number of keys can't be greater than number of args")
+    );
+    assert_eq!(cmd(s, "SINTERCARD 1 a LIMIT x"), err("ERR LIMIT can't be negative"));
+    assert_eq!(cmd(s, "SMOVE a b w"), int(1));
+    assert_eq!(cmd(s, "SMOVE a b nope"), int(0));
+    assert_eq!(cmd(s, "SISMEMBER b w"), int(1));
+    assert_eq!(cmd(s, "SREM a x y z"), int(3));
+    assert_eq!(cmd(s, "EXISTS a"), int(0), "an emptied set is gone");
+    assert_eq!(cmd(s, "TYPE b"), Reply::Status("set".into()));
+    cmd(s, "SET str v");
+    assert_eq!(cmd(s, "SADD str x"), err(super::WRONGTYPE));
+    assert_eq!(cmd(s, "SUNION b str"), err(super::WRONGTYPE));
+    assert_eq!(cmd(s, "SMOVE b str q"), err(super::WRONGTYPE));
+    assert_eq!(cmd(s, "SCARD b"), int(4), "a refused SMOVE moved nothing");
+}
+
+#[test]
+fn spop_and_srandmember_draw_alike_at_every_replica() {
+    let (a, b) = (&mut RedisStore::new(), &mut RedisStore::new());
+    for s in [&mut *a, &mut *b] {
+        cmd(s, "SADD s 1 2 3 4 5 6 7 8");
+    }
+    for line in [
+        "SRANDMEMBER s",
+        "SRANDMEMBER s 3",
+        "SRANDMEMBER s -20",
+        "SPOP s",
+        "SPOP s 2",
+    ] {
+        assert_eq!(cmd(a, line), cmd(b, line), "{line}");
+    }
+    assert_eq!(cmd(a, "SCARD s"), int(5));
+    let Reply::Array(distinct) = cmd(a, "SRANDMEMBER s 10") else {
+        panic!()
+    };
+    assert_eq!(distinct.len(), 5, "at most every member, each once");
+    let Reply::Array(repeated) = cmd(a, "SRANDMEMBER s -10") else {
+        panic!()
+    };
+    assert_eq!(repeated.len(), 10);
+    assert_eq!(cmd(a, "SPOP s -1"), err("ERR value is out of range, must be positive"));
+    assert_eq!(cmd(a, "SPOP nokey"), Reply::Nil);
+    assert_eq!(cmd(a, "SPOP nokey 3"), Reply::Set(vec![]));
+    assert_eq!(cmd(a, "SRANDMEMBER nokey 3"), Reply::Array(vec![]));
+    let popped = cmd(a, "SPOP s 10");
+    assert!(matches!(&popped, Reply::Set(m) if m.len() == 5), "{popped:?}");
+    assert_eq!(cmd(a, "EXISTS s"), int(0));
+}
