@@ -9,7 +9,10 @@
 //! far expiry, MSET, GETSET or SETEX; APPEND followed by GET; DEL, UNLINK or GETDEL), and each
 //! result is translated back into the model's reply, checking on the way that the commands agree
 //! with each other (APPEND's length with the value GET returns). A result that does not translate
-//! becomes an undecodable reply, which the linearizability checker reports.
+//! becomes an undecodable reply, which the linearizability checker reports. About a third of the
+//! keys ([`is_list_key`]) hold their value as a Redis list whose elements, joined, are the value
+//! (PUT: DEL then RPUSH or LPUSH, or RPUSH of two pieces; APPEND: RPUSH then LRANGE; GET: LRANGE,
+//! or LLEN with LRANGE), so list commands run under every fault too.
 
 use bytes::Bytes;
 use rand::Rng;
@@ -242,7 +245,69 @@ fn argv(words: &[&[u8]]) -> Vec<Bytes> {
 }
 
 /// The Redis commands of `op` in form `form` (any number; taken modulo the forms of `op`).
+/// Whether the model's `key` is held as a Redis list (a fixed third of the keys, by hash).
+pub fn is_list_key(key: &[u8]) -> bool {
+    upright_kv::store::slot(key) % 3 == 1
+}
+
+fn list_commands(op: &KvOperation, form: u32) -> Vec<Vec<Bytes>> {
+    match op {
+        KvOperation::Get { key } => match form % 2 {
+            0 => vec![argv(&[b"LRANGE", key, b"0", b"-1"])],
+            _ => vec![argv(&[b"LLEN", key]), argv(&[b"LRANGE", key, b"0", b"-1"])],
+        },
+        KvOperation::Put { key, value } => match form % 3 {
+            0 => vec![argv(&[b"DEL", key]), argv(&[b"RPUSH", key, value])],
+            1 => vec![argv(&[b"DEL", key]), argv(&[b"LPUSH", key, value])],
+            _ => {
+                let (first, rest) = value.split_at(value.len() / 2);
+                vec![argv(&[b"DEL", key]), argv(&[b"RPUSH", key, first, rest])]
+            }
+        },
+        KvOperation::Append { key, value } => vec![argv(&[b"RPUSH", key, value]), argv(&[b"LRANGE", key, b"0", b"-1"])],
+        KvOperation::Delete { key } => match form % 2 {
+            0 => vec![argv(&[b"DEL", key])],
+            _ => vec![argv(&[b"UNLINK", key])],
+        },
+    }
+}
+
+/// A list's elements joined: the model's value (`None` for an empty list: no key).
+fn joined(items: &[Reply]) -> Option<Option<Bytes>> {
+    if items.is_empty() {
+        return Some(None);
+    }
+    let mut out = Vec::new();
+    for item in items {
+        let Reply::Bulk(b) = item else { return None };
+        out.extend_from_slice(b);
+    }
+    Some(Some(Bytes::from(out)))
+}
+
+/// The model's reply from the Redis replies to a list key's commands.
+fn list_reply(op: &KvOperation, replies: &[Reply]) -> Option<KvReply> {
+    match (op, replies) {
+        (KvOperation::Get { .. }, [Reply::Array(items)]) => Some(KvReply::Value(joined(items)?)),
+        (KvOperation::Get { .. }, [Reply::Int(len), Reply::Array(items)]) => {
+            (*len >= 0 && *len as usize == items.len()).then_some(())?;
+            Some(KvReply::Value(joined(items)?))
+        }
+        // DEL's count, then RPUSH's or LPUSH's length: one element, or two pieces.
+        (KvOperation::Put { .. }, [Reply::Int(0 | 1), Reply::Int(1 | 2)]) => Some(KvReply::Done),
+        (KvOperation::Append { .. }, [Reply::Int(n), Reply::Array(items)]) => {
+            (*n >= 1 && *n as usize == items.len()).then_some(())?;
+            Some(KvReply::Value(joined(items)?))
+        }
+        (KvOperation::Delete { .. }, [Reply::Int(0 | 1)]) => Some(KvReply::Done),
+        _ => None,
+    }
+}
+
 fn redis_commands(op: &KvOperation, form: u32) -> Vec<Vec<Bytes>> {
+    if is_list_key(op_key(op)) {
+        return list_commands(op, form);
+    }
     let far = FAR_EXPIRY_S.as_bytes();
     match op {
         KvOperation::Get { key } => match form % 2 {
@@ -274,8 +339,20 @@ fn value(reply: &Reply) -> Option<Option<Bytes>> {
     }
 }
 
+fn op_key(op: &KvOperation) -> &Bytes {
+    match op {
+        KvOperation::Get { key }
+        | KvOperation::Put { key, .. }
+        | KvOperation::Append { key, .. }
+        | KvOperation::Delete { key } => key,
+    }
+}
+
 /// The model's reply from the Redis replies to `op`'s commands.
 fn redis_reply(op: &KvOperation, replies: &[Reply]) -> Option<KvReply> {
+    if is_list_key(op_key(op)) {
+        return list_reply(op, replies);
+    }
     match (op, replies) {
         (KvOperation::Get { .. }, [Reply::Array(items)]) if items.len() == 1 => Some(KvReply::Value(value(&items[0])?)),
         (KvOperation::Get { .. }, [one]) => Some(KvReply::Value(value(one)?)),
@@ -368,6 +445,52 @@ mod tests {
         run(ServiceKind::Kv, &history());
         run(ServiceKind::Redis, &history());
         run(ServiceKind::PagedKv, &history());
+    }
+
+    /// The history with its two keys replaced by `k` and `n`.
+    fn history_on(k: &Bytes, n: &Bytes) -> Vec<(KvOperation, KvReply)> {
+        let rename = |key: &Bytes| if key.as_ref() == b"k" { k.clone() } else { n.clone() };
+        history()
+            .into_iter()
+            .map(|(op, reply)| {
+                let op = match op {
+                    KvOperation::Get { key } => KvOperation::Get { key: rename(&key) },
+                    KvOperation::Put { key, value } => KvOperation::Put {
+                        key: rename(&key),
+                        value,
+                    },
+                    KvOperation::Append { key, value } => KvOperation::Append {
+                        key: rename(&key),
+                        value,
+                    },
+                    KvOperation::Delete { key } => KvOperation::Delete { key: rename(&key) },
+                };
+                (op, reply)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn list_keys_and_string_keys_both_give_the_models_replies() {
+        let keys: Vec<Bytes> = (0..100).map(|i| b(&format!("k{i}"))).collect();
+        let list = keys.iter().find(|k| is_list_key(k)).expect("a list key").clone();
+        let string = keys.iter().find(|k| !is_list_key(k)).expect("a string key").clone();
+        run(ServiceKind::Redis, &history_on(&list, &string));
+        run(ServiceKind::Redis, &history_on(&string, &list));
+        let share = keys.iter().filter(|k| is_list_key(k)).count();
+        assert!(
+            (20..=45).contains(&share),
+            "about a third of the keys are lists: {share}"
+        );
+        let append = KvOperation::Append {
+            key: list.clone(),
+            value: b("b"),
+        };
+        let lie = [
+            Reply::Int(3),
+            Reply::Array(vec![Reply::Bulk(b("a")), Reply::Bulk(b("b"))]),
+        ];
+        assert_eq!(redis_reply(&append, &lie), None, "RPUSH's length must match LRANGE's");
     }
 
     #[test]
