@@ -23,6 +23,7 @@ const UNITS: &[(&str, &[&str])] = &[
             "Hash ziplist of various encodings - sanitize dump",
         ],
     ),
+    ("unit/type/incr", &[]),
     (
         "unit/type/set",
         &[

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::{hash, list, set, RedisStore};
+use super::{hash, keys, list, set, RedisStore};
 use crate::command::{int_arg, not_integer, parse_i64, syntax_error, wrong_arity};
 use crate::glob;
 use crate::reply::Reply;
@@ -19,7 +19,8 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
     let a = &argv[1..];
     let typed = hash::dispatch(s, name, a)
         .or_else(|| list::dispatch(s, name, a))
-        .or_else(|| set::dispatch(s, name, a));
+        .or_else(|| set::dispatch(s, name, a))
+        .or_else(|| keys::dispatch(s, name, a));
     if let Some(reply) = typed {
         return reply;
     }
@@ -69,7 +70,7 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
             Reply::Int(len)
         }
         "mset" | "msetnx" => mset(s, name, a),
-        "expire" | "pexpire" => expire(s, name, a),
+        "expire" | "pexpire" | "expireat" | "pexpireat" => expire(s, name, a),
         "persist" => match s.get(&a[0]).and_then(|e| e.expires_ms) {
             Some(_) => {
                 s.set_expiry(&a[0], None);
@@ -95,7 +96,8 @@ pub(super) fn dispatch_read(s: &RedisStore, name: &str, argv: &[Bytes]) -> Optio
     let a = &argv[1..];
     let typed = hash::dispatch_read(s, name, a)
         .or_else(|| list::dispatch_read(s, name, a))
-        .or_else(|| set::dispatch_read(s, name, a));
+        .or_else(|| set::dispatch_read(s, name, a))
+        .or_else(|| keys::dispatch_read(s, name, a));
     if let Some(reply) = typed {
         return Some(reply);
     }
@@ -158,7 +160,7 @@ fn invalid_expire(name: &str) -> Reply {
 }
 
 /// Absolute expiry in ms from a relative or absolute amount, or Redis' invalid-expire error.
-fn expiry_at(now_ms: u64, amount: i64, unit_ms: i64, absolute: bool, name: &str) -> Result<u64, Reply> {
+pub(super) fn expiry_at(now_ms: u64, amount: i64, unit_ms: i64, absolute: bool, name: &str) -> Result<u64, Reply> {
     if amount <= 0 {
         return Err(invalid_expire(name));
     }
@@ -307,10 +309,17 @@ fn expire(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Reply {
     if gt && lt {
         return Reply::err("ERR GT and LT options at the same time are not compatible");
     }
-    let unit: i64 = if name == "expire" { 1000 } else { 1 };
+    let unit: i64 = if name.starts_with('p') { 1 } else { 1000 };
+    let absolute = name.ends_with("at");
     let at = amount
         .checked_mul(unit)
-        .and_then(|ms| ms.checked_add(s.now_ms as i64))
+        .and_then(|ms| {
+            if absolute {
+                Some(ms)
+            } else {
+                ms.checked_add(s.now_ms as i64)
+            }
+        })
         .ok_or_else(|| invalid_expire(name));
     let at = match at {
         Ok(at) => at,

@@ -86,7 +86,7 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Option<Re
             }
         }
         "hincrbyfloat" => {
-            let by = match parse_float(&a[2]) {
+            let by = match super::parse_float(&a[2]) {
                 Some(by) if by.is_finite() => by,
                 Some(_) => return Some(Reply::err("ERR value is NaN or Infinity")),
                 None => return Some(Reply::err("ERR value is not a valid float")),
@@ -94,7 +94,7 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Option<Re
             let outcome = s.with_hash(&a[0], true, |h| {
                 let current = match h.get(&a[1]) {
                     None => 0.0,
-                    Some(v) => parse_float(v)
+                    Some(v) => super::parse_float(v)
                         .filter(|f| f.is_finite())
                         .ok_or_else(|| Reply::err("ERR hash value is not a float"))?,
                 };
@@ -102,7 +102,7 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Option<Re
                 if !next.is_finite() {
                     return Err(Reply::err("ERR increment would produce NaN or Infinity"));
                 }
-                let text = Bytes::from(format_float(next));
+                let text = Bytes::from(super::format_float(next));
                 h.insert(a[1].clone(), text.clone());
                 Ok(text)
             });
@@ -143,25 +143,6 @@ pub(super) fn dispatch_read(s: &RedisStore, name: &str, a: &[Bytes]) -> Option<R
         "hscan" => hscan(h, &a[1..]),
         _ => unreachable!("listed above"),
     })
-}
-
-/// A float argument as Redis reads one (no spaces; `inf` and `nan` read, for the caller to
-/// refuse).
-fn parse_float(b: &[u8]) -> Option<f64> {
-    let text = std::str::from_utf8(b).ok()?;
-    if text.is_empty() || text.trim() != text {
-        return None;
-    }
-    text.parse().ok()
-}
-
-/// A float as Redis prints one: the shortest text that reads back the same, no exponent.
-fn format_float(value: f64) -> String {
-    if value == value.trunc() && value.abs() < 1e17 {
-        format!("{}", value as i64)
-    } else {
-        format!("{value}")
-    }
 }
 
 fn randfield(s: &RedisStore, key: &[u8], hash: Option<&Hash>, opts: &[Bytes]) -> Reply {

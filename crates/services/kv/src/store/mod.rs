@@ -7,6 +7,7 @@
 
 mod commands;
 mod hash;
+mod keys;
 mod list;
 mod set;
 #[cfg(test)]
@@ -479,6 +480,25 @@ fn scan_collection<'a>(
     Reply::Array(vec![Reply::text(next.to_string()), Reply::Array(items)])
 }
 
+/// A float argument as Redis reads one (no spaces; `inf` and `nan` read, for the caller to
+/// refuse).
+fn parse_float(b: &[u8]) -> Option<f64> {
+    let text = std::str::from_utf8(b).ok()?;
+    if text.is_empty() || text.trim() != text {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// A float as Redis prints one: the shortest text that reads back the same, no exponent.
+fn format_float(value: f64) -> String {
+    if value == value.trunc() && value.abs() < 1e17 {
+        format!("{}", value as i64)
+    } else {
+        format!("{value}")
+    }
+}
+
 fn corrupt_reply(reply: Reply) -> Reply {
     match reply {
         Reply::Bulk(b) => {
@@ -542,6 +562,17 @@ impl Service for RedisStore {
                 None => crate::encode_replies(&[Reply::err("ERR malformed upright operation")]),
             })
             .collect()
+    }
+
+    /// The agreed time at which the earliest expiring key is gone (`advance` removes a key once
+    /// the time is past its expiry): the replicas then wake the store with the next batch, a
+    /// heartbeat on an idle cluster, so expired keys leave reads within about one heartbeat.
+    fn wake_at(&self) -> Option<u64> {
+        self.expiries.first().map(|(at_ms, _)| (at_ms + 1).saturating_mul(1000))
+    }
+
+    fn wake(&mut self, context: &BatchContext, _effects: &mut Effects) {
+        self.advance(context.time_us);
     }
 
     /// The keys each command names (by the command table's key positions), read by read-only

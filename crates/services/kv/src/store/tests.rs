@@ -675,3 +675,90 @@ fn spop_and_srandmember_draw_alike_at_every_replica() {
     assert!(matches!(&popped, Reply::Set(m) if m.len() == 5), "{popped:?}");
     assert_eq!(cmd(a, "EXISTS s"), int(0));
 }
+
+#[test]
+fn more_string_and_key_commands() {
+    let s = &mut RedisStore::new();
+    s.advance(1_000_000_000); // agreed time: 1,000 s
+    cmd(s, "SET k Hello");
+    assert_eq!(cmd(s, "GETRANGE k 0 3"), bulk("Hell"));
+    assert_eq!(cmd(s, "GETRANGE k -3 -1"), bulk("llo"));
+    assert_eq!(cmd(s, "GETRANGE k 10 20"), bulk(""));
+    assert_eq!(cmd(s, "GETRANGE nokey 0 -1"), bulk(""));
+    assert_eq!(cmd(s, "SETRANGE k 6 World"), int(11));
+    assert_eq!(cmd(s, "GET k"), Reply::Bulk(Bytes::from_static(b"Hello\0World")));
+    assert_eq!(cmd(s, "SETRANGE k -1 x"), err("ERR offset is out of range"));
+    assert_eq!(cmd(s, "SETRANGE nokey 0 "), int(0));
+    assert_eq!(cmd(s, "EXISTS nokey"), int(0), "an empty SETRANGE creates nothing");
+    assert_eq!(cmd(s, "SET f 10.5"), Reply::ok());
+    assert_eq!(cmd(s, "INCRBYFLOAT f 0.1"), bulk("10.6"));
+    assert_eq!(cmd(s, "INCRBYFLOAT f x"), err("ERR value is not a valid float"));
+    assert_eq!(
+        cmd(s, "INCRBYFLOAT f +inf"),
+        err("ERR increment would produce NaN or Infinity")
+    );
+    assert_eq!(cmd(s, "INCRBYFLOAT k 1"), err("ERR value is not a valid float"));
+    assert_eq!(
+        cmd(s, "GETEX k EX 100"),
+        Reply::Bulk(Bytes::from_static(b"Hello\0World"))
+    );
+    assert_eq!(cmd(s, "TTL k"), int(100));
+    assert_eq!(cmd(s, "EXPIRETIME k"), int(1_100));
+    assert_eq!(cmd(s, "PEXPIRETIME k"), int(1_100_000));
+    assert_eq!(
+        cmd(s, "GETEX k PERSIST"),
+        Reply::Bulk(Bytes::from_static(b"Hello\0World"))
+    );
+    assert_eq!(cmd(s, "EXPIRETIME k"), int(-1));
+    assert_eq!(cmd(s, "EXPIRETIME nokey"), int(-2));
+    assert_eq!(cmd(s, "GETEX k EX 1 PERSIST"), err("ERR syntax error"));
+    assert_eq!(cmd(s, "EXPIREAT k 2000"), int(1));
+    assert_eq!(cmd(s, "TTL k"), int(1_000));
+    assert_eq!(cmd(s, "PEXPIREAT k 500"), int(1));
+    assert_eq!(cmd(s, "EXISTS k"), int(0), "an expiry in the past deletes the key");
+    cmd(s, "SET a 1");
+    cmd(s, "EXPIRE a 50");
+    assert_eq!(cmd(s, "RENAME a b"), Reply::ok());
+    assert_eq!(cmd(s, "TTL b"), int(50), "RENAME keeps the time to live");
+    assert_eq!(cmd(s, "RENAME a c"), err("ERR no such key"));
+    cmd(s, "SET c 3");
+    assert_eq!(cmd(s, "RENAMENX b c"), int(0));
+    assert_eq!(cmd(s, "COPY b c"), int(0));
+    assert_eq!(cmd(s, "COPY b c REPLACE"), int(1));
+    assert_eq!(cmd(s, "GET c"), bulk("1"));
+    assert_eq!(
+        cmd(s, "COPY b b"),
+        err("ERR source and destination objects are the same")
+    );
+    assert_eq!(cmd(s, "COPY b d DB 1"), err("ERR DB index is out of range"));
+    cmd(s, "HSET h f v");
+    assert_eq!(cmd(s, "COPY h h2"), int(1));
+    assert_eq!(cmd(s, "HGET h2 f"), bulk("v"));
+    assert_eq!(cmd(s, "TOUCH b c nokey"), int(2));
+    assert_eq!(cmd(s, "OBJECT ENCODING c"), bulk("int"));
+    assert_eq!(cmd(s, "OBJECT ENCODING h"), bulk("hashtable"));
+    assert_eq!(cmd(s, "OBJECT ENCODING nokey"), Reply::Nil);
+    let Reply::Bulk(key) = cmd(s, "RANDOMKEY") else {
+        panic!("a key")
+    };
+    assert_eq!(cmd(s, &format!("EXISTS {}", String::from_utf8_lossy(&key))), int(1));
+    assert_eq!(cmd(&mut RedisStore::new(), "RANDOMKEY"), Reply::Nil);
+}
+
+#[test]
+fn the_store_asks_to_be_woken_when_its_first_key_expires_and_the_wake_removes_it() {
+    let s = &mut RedisStore::new();
+    s.advance(1_000_000);
+    assert_eq!(s.wake_at(), None);
+    cmd(s, "SET a 1 PX 500");
+    cmd(s, "SET b 1 PX 100");
+    assert_eq!(s.wake_at(), Some(1_101_000), "just past b's expiry at 1,100 ms");
+    let context = BatchContext {
+        seqno: SeqNo(9),
+        time_us: 1_101_000,
+        seed: [0; 32],
+    };
+    s.wake(&context, &mut Effects::default());
+    assert_eq!(cmd(s, "EXISTS a b"), int(1), "b is gone, a is not yet");
+    assert_eq!(s.wake_at(), Some(1_501_000));
+}
