@@ -173,6 +173,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     local("hello", -1, &["noscript", "loading", "stale", "fast"]),
     local("config", -2, &["admin", "noscript", "loading", "stale"]),
     local("function", -2, &["noscript"]),
+    local("time", 1, &["loading", "stale", "fast"]),
     local("quit", -1, &["noscript", "loading", "stale", "fast"]),
     local("reset", 1, &["noscript", "loading", "stale", "fast"]),
 ];

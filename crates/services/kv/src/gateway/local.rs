@@ -72,6 +72,7 @@ pub fn answer(session: &mut Session, name: &str, argv: &[Bytes], shared: &Shared
         "info" => Reply::Bulk(Bytes::from(info(shared, session))),
         "config" => config(a),
         "function" => function(a),
+        "time" => time_now(),
         other => unreachable!("{other} is not a gateway command"),
     };
     (reply, false)
@@ -277,6 +278,19 @@ fn changes_nothing(name: &[u8], value: &[u8]) -> bool {
         || (name == b"save" && value.is_empty())
 }
 
+/// TIME: the gateway's wall clock (seconds and microseconds), as a client expects from the
+/// server it talks to. The replicated store never reads a clock: its time is the agreed batch
+/// time, which runs up to a heartbeat behind this one.
+fn time_now() -> Reply {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Reply::Array(vec![
+        Reply::text(now.as_secs().to_string()),
+        Reply::text(now.subsec_micros().to_string()),
+    ])
+}
+
 /// FUNCTION: the store runs no server-side functions, so there are none to list or flush (FLUSH
 /// is a no-op that succeeds, which is what Redis' own test harness sends before each file).
 fn function(a: &[Bytes]) -> Reply {
@@ -322,4 +336,47 @@ fn info(shared: &Shared, session: &Session) -> String {
         shared.pool.operations(),
         session.proto,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_is_the_wall_clock_in_seconds_and_microseconds() {
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let Reply::Array(parts) = time_now() else {
+            panic!("an array")
+        };
+        let number = |r: &Reply| match r {
+            Reply::Bulk(b) => std::str::from_utf8(b).unwrap().parse::<u64>().unwrap(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(parts.len(), 2);
+        assert!((before..=before + 1).contains(&number(&parts[0])));
+        assert!(number(&parts[1]) < 1_000_000);
+    }
+
+    #[test]
+    fn only_settings_that_change_nothing_may_be_set() {
+        let set = |k: &str, v: &str| {
+            config(&[
+                Bytes::from_static(b"set"),
+                Bytes::copy_from_slice(k.as_bytes()),
+                Bytes::copy_from_slice(v.as_bytes()),
+            ])
+        };
+        assert_eq!(set("hash-max-listpack-value", "8"), Reply::ok());
+        assert_eq!(set("save", ""), Reply::ok());
+        assert!(
+            matches!(set("save", "900 1"), Reply::Error(_)),
+            "snapshots cannot be turned on"
+        );
+        assert!(matches!(set("maxmemory", "10"), Reply::Error(_)));
+        assert_eq!(function(&[Bytes::from_static(b"flush")]), Reply::ok());
+        assert!(matches!(function(&[Bytes::from_static(b"load")]), Reply::Error(_)));
+    }
 }
