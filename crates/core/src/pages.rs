@@ -304,25 +304,20 @@ impl Pages {
         let Some(store) = self.store.as_mut() else {
             return Ok(());
         };
-        let mut cached = Vec::new();
+        let mut written = Vec::new();
         for &index in indices {
-            match self.live.get_mut(index as usize) {
-                Some(slot @ Slot::Memory(_)) => {
-                    let Slot::Memory(bytes) = std::mem::replace(slot, Slot::Stored(0)) else {
-                        unreachable!()
-                    };
-                    store.write(index, &bytes)?;
-                    *slot = Slot::Stored(bytes.len() as u32);
-                    cached.push((index, bytes));
-                }
-                Some(Slot::Stored(_)) => {}
-                // Truncated away: the commit's page count drops it.
-                None => {}
+            // A stored page is in the store already; one truncated away is dropped by the
+            // commit's page count.
+            if let Some(Slot::Memory(bytes)) = self.live.get(index as usize) {
+                store.write(index, bytes)?;
+                written.push((index, bytes.clone()));
             }
         }
         store.commit(seqno, self.live.len() as u64)?;
         let mut cache = self.cache.borrow_mut();
-        for (index, bytes) in cached {
+        for (index, bytes) in written {
+            // Only now, committed, is the page the store's.
+            self.live[index as usize] = Slot::Stored(bytes.len() as u32);
             if bytes.is_empty() {
                 cache.remove(index);
             } else {

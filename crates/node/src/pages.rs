@@ -68,6 +68,20 @@ fn commit_record(seqno: u64, pages: u64) -> [u8; RECORD_BYTES] {
     record(COMMIT, seqno, pages, 0)
 }
 
+/// What a COMMIT does to the committed table, at commit time and when the journal is replayed:
+/// the page count becomes `pages` and each write's slot and length become its page's.
+fn apply_commit(committed: &mut Vec<(u8, u32)>, writes: impl Iterator<Item = (u64, u8, u32)>, pages: usize) {
+    if committed.len() < pages {
+        committed.resize(pages, (0, 0));
+    }
+    for (index, copy, len) in writes {
+        if let Some(slot) = committed.get_mut(index as usize) {
+            *slot = (copy, len);
+        }
+    }
+    committed.truncate(pages);
+}
+
 fn invalid(what: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what)
 }
@@ -103,15 +117,7 @@ impl FilePageStore {
                 WRITE if b as usize <= PAGE_BYTES_MAX && rec[17] < 2 => since_commit.push((a, rec[17], b as u32)),
                 COMMIT => {
                     let pages = usize::try_from(b).map_err(|_| invalid(format!("page count {b} in the journal")))?;
-                    if committed.len() < pages {
-                        committed.resize(pages, (0, 0));
-                    }
-                    for (index, copy, len) in since_commit.drain(..) {
-                        if let Some(slot) = committed.get_mut(index as usize) {
-                            *slot = (copy, len);
-                        }
-                    }
-                    committed.truncate(pages);
+                    apply_commit(&mut committed, since_commit.drain(..), pages);
                     seqno = a;
                     good_end = (n + 1) * RECORD_BYTES;
                 }
@@ -215,15 +221,7 @@ impl PageStore for FilePageStore {
         records.extend_from_slice(&commit_record(seqno, len));
         self.append(&records)?;
         self.journal.sync_data()?;
-        if self.committed.len() < pages {
-            self.committed.resize(pages, (0, 0));
-        }
-        for (index, copy, bytes) in self.pending.drain(..) {
-            if let Some(slot) = self.committed.get_mut(index as usize) {
-                *slot = (copy, bytes);
-            }
-        }
-        self.committed.truncate(pages);
+        apply_commit(&mut self.committed, self.pending.drain(..), pages);
         self.seqno = seqno;
         let needed = (self.committed.len() as u64 + 1) * RECORD_BYTES as u64;
         if self.journal_bytes > self.rewrite_bytes && self.journal_bytes > 4 * needed {
