@@ -178,6 +178,11 @@ pub const COMMANDS: &[CommandSpec] = &[
     local("reset", 1, &["noscript", "loading", "stale", "fast"]),
 ];
 
+/// Whether argument `arg` is the keyword `word` (Redis compares keywords case-insensitively).
+pub fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
 /// Looks a command up by name, case-insensitively.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     COMMANDS.iter().find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))

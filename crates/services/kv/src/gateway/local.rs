@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use super::Shared;
-use crate::command::{self, parse_i64, wrong_arity, CommandSpec, Place, COMMANDS};
+use crate::command::{self, is, parse_i64, wrong_arity, CommandSpec, Place, COMMANDS};
 use crate::reply::Reply;
 
 /// The Redis version the gateway reports (the command set and replies follow Redis 7.0).
@@ -32,10 +32,6 @@ impl Session {
             name: None,
         }
     }
-}
-
-fn is(arg: &[u8], word: &str) -> bool {
-    arg.eq_ignore_ascii_case(word.as_bytes())
 }
 
 fn unknown_subcommand(sub: &[u8], cmd: &str) -> Reply {

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use super::{hash, keys, list, set, RedisStore};
-use crate::command::{int_arg, not_integer, parse_i64, syntax_error, wrong_arity};
+use crate::command::{int_arg, is, not_integer, parse_i64, syntax_error, wrong_arity};
 use crate::glob;
 use crate::reply::Reply;
 
@@ -145,10 +145,6 @@ fn memory(s: &RedisStore, a: &[Bytes]) -> Reply {
             .map_or(Reply::Nil, |e| Reply::Int(RedisStore::cost(key, &e.value) as i64)),
         _ => syntax_error(),
     }
-}
-
-fn is(arg: &[u8], word: &str) -> bool {
-    arg.eq_ignore_ascii_case(word.as_bytes())
 }
 
 fn bulk_or_nil(value: Option<Bytes>) -> Reply {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use super::RedisStore;
+use super::{bulk, RedisStore};
 use crate::command::{int_arg, parse_i64, syntax_error, wrong_arity};
 use crate::reply::Reply;
 
@@ -21,10 +21,6 @@ impl RedisStore {
     fn with_hash<R>(&mut self, key: &Bytes, create: bool, f: impl FnOnce(&mut Hash) -> R) -> Result<Option<R>, Reply> {
         self.with_collection(key, create, f)
     }
-}
-
-fn bulk(b: &Bytes) -> Reply {
-    Reply::Bulk(b.clone())
 }
 
 /// Runs a hash command that writes; `None` if `name` is not one.
@@ -166,21 +162,7 @@ fn randfield(s: &RedisStore, key: &[u8], hash: Option<&Hash>, opts: &[Bytes]) ->
     }
     let Some(h) = hash else { return Reply::Array(Vec::new()) };
     let fields: Vec<(&Bytes, &Bytes)> = h.iter().collect();
-    let mut rng = s.random(key);
-    let picked: Vec<usize> = if count >= 0 {
-        // Distinct fields: a partial Fisher-Yates shuffle of the indices.
-        let n = (count as usize).min(fields.len());
-        let mut order: Vec<usize> = (0..fields.len()).collect();
-        for i in 0..n {
-            let j = i + rng.below(fields.len() - i);
-            order.swap(i, j);
-        }
-        order.truncate(n);
-        order
-    } else {
-        let n = count.unsigned_abs().min(super::REPLY_BYTES_MAX as u64) as usize;
-        (0..n).map(|_| rng.below(fields.len())).collect()
-    };
+    let picked = s.random(key).pick(fields.len(), count);
     if with_values {
         Reply::Pairs(picked.iter().map(|&i| (bulk(fields[i].0), bulk(fields[i].1))).collect())
     } else {

@@ -4,15 +4,11 @@
 use bytes::Bytes;
 
 use super::{Entry, RedisStore, Value};
-use crate::command::{int_arg, syntax_error};
+use crate::command::{int_arg, is, syntax_error};
 use crate::reply::Reply;
 
 /// Redis' `proto-max-bulk-len`: the largest string SETRANGE may make.
 const STRING_BYTES_MAX: i64 = 512 << 20;
-
-fn is(arg: &[u8], word: &str) -> bool {
-    arg.eq_ignore_ascii_case(word.as_bytes())
-}
 
 /// Runs a command of this module that writes; `None` if `name` is not one.
 pub(super) fn dispatch(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Option<Reply> {

@@ -7,19 +7,11 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use super::RedisStore;
-use crate::command::{int_arg, syntax_error, wrong_arity};
+use super::{bulk, RedisStore};
+use crate::command::{int_arg, is, syntax_error, wrong_arity};
 use crate::reply::Reply;
 
 type List = VecDeque<Bytes>;
-
-fn bulk(b: &Bytes) -> Reply {
-    Reply::Bulk(b.clone())
-}
-
-fn is(arg: &[u8], word: &str) -> bool {
-    arg.eq_ignore_ascii_case(word.as_bytes())
-}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum End {

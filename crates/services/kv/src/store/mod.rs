@@ -70,6 +70,11 @@ const FIELD_OVERHEAD: usize = 16;
 /// Redis' error for a command applied to a key of another type.
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
+/// A bulk reply of `b`.
+fn bulk(b: &Bytes) -> Reply {
+    Reply::Bulk(b.clone())
+}
+
 fn wrong_type() -> Reply {
     Reply::err(WRONGTYPE)
 }
@@ -420,6 +425,25 @@ impl SplitMix {
 
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
+    }
+
+    /// Indices into `len` elements as Redis' random-member commands pick them: for a count of
+    /// `n >= 0`, up to `n` distinct ones (a partial Fisher-Yates shuffle); for a negative count,
+    /// that many with repetition (at most [`REPLY_BYTES_MAX`], far past what a reply can hold).
+    fn pick(&mut self, len: usize, count: i64) -> Vec<usize> {
+        if count >= 0 {
+            let n = (count as usize).min(len);
+            let mut order: Vec<usize> = (0..len).collect();
+            for i in 0..n {
+                let j = i + self.below(len - i);
+                order.swap(i, j);
+            }
+            order.truncate(n);
+            order
+        } else {
+            let n = count.unsigned_abs().min(REPLY_BYTES_MAX as u64) as usize;
+            (0..n).map(|_| self.below(len)).collect()
+        }
     }
 }
 

@@ -7,15 +7,11 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 
-use super::RedisStore;
+use super::{bulk, RedisStore};
 use crate::command::{int_arg, syntax_error};
 use crate::reply::Reply;
 
 type Set = BTreeSet<Bytes>;
-
-fn bulk(b: &Bytes) -> Reply {
-    Reply::Bulk(b.clone())
-}
 
 impl RedisStore {
     fn get_set(&self, key: &[u8]) -> Result<Option<&Set>, Reply> {
@@ -89,15 +85,11 @@ fn combine(op: &str, sets: Vec<Set>) -> Set {
     })
 }
 
-fn count_arg(arg: &Bytes) -> Result<i64, Reply> {
-    int_arg(arg)
-}
-
 fn spop(s: &mut RedisStore, a: &[Bytes]) -> Reply {
     if a.len() > 2 {
         return syntax_error();
     }
-    let count = match a.get(1).map(count_arg) {
+    let count = match a.get(1).map(|c| int_arg(c)) {
         None => None,
         Some(Ok(n)) if n >= 0 => Some(n as usize),
         Some(Ok(_)) => return Reply::err("ERR value is out of range, must be positive"),
@@ -138,7 +130,7 @@ fn srandmember(s: &mut RedisStore, a: &[Bytes]) -> Reply {
         (None, None) => Reply::Nil,
         (None, Some(set)) => set.iter().nth(rng.below(set.len())).map_or(Reply::Nil, bulk),
         (Some(c), set) => {
-            let count = match count_arg(c) {
+            let count = match int_arg(c) {
                 Ok(n) => n,
                 Err(e) => return e,
             };
@@ -149,18 +141,12 @@ fn srandmember(s: &mut RedisStore, a: &[Bytes]) -> Reply {
                 return Reply::Array(Vec::new());
             };
             let members: Vec<&Bytes> = set.iter().collect();
-            if count >= 0 {
-                let n = (count as usize).min(members.len());
-                let mut order: Vec<usize> = (0..members.len()).collect();
-                for i in 0..n {
-                    let j = i + rng.below(members.len() - i);
-                    order.swap(i, j);
-                }
-                Reply::Array(order[..n].iter().map(|&i| bulk(members[i])).collect())
-            } else {
-                let n = count.unsigned_abs().min(super::REPLY_BYTES_MAX as u64) as usize;
-                Reply::Array((0..n).map(|_| bulk(members[rng.below(members.len())])).collect())
-            }
+            Reply::Array(
+                rng.pick(members.len(), count)
+                    .into_iter()
+                    .map(|i| bulk(members[i]))
+                    .collect(),
+            )
         }
     };
     s.random_calls += 1;
