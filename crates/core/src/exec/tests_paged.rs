@@ -58,6 +58,28 @@ fn workload() -> (Vec<TestBatch>, Vec<BTreeSet<u64>>) {
     (chain(batches), written)
 }
 
+/// LOAD-CP for `(seqno, digest)` from order members 0 and 1 (a quorum at u = r = 1) to
+/// execution member 1; returns what it does.
+fn load_from_two_orders(net: &Net, b: &mut ExecStage, seqno: SeqNo, digest: Digest) -> Vec<Action> {
+    let load = Message::LoadCheckpoint {
+        seqno,
+        exec_state: digest,
+    };
+    let mut out = Vec::new();
+    for order in [0, 1] {
+        b.handle(
+            10,
+            net.input(
+                Principal::Order(ReplicaId(order)),
+                load.clone(),
+                SealFor::One(Principal::Exec(ReplicaId(1))),
+            ),
+            &mut out,
+        );
+    }
+    out
+}
+
 fn run(net: &Net, stage: &mut ExecStage, batches: &[TestBatch]) -> Vec<Action> {
     batches.iter().flat_map(|b| net.deliver(stage, b)).collect()
 }
@@ -118,22 +140,7 @@ fn a_member_behind_fetches_only_the_differing_pages_despite_a_lying_peer() {
     // change past its checkpoint that the transfer must undo or keep, as the certified state says).
     let mut b = object_stage(&net, 1, &Storage::new());
     run(&net, &mut b, &batches[..5]);
-    let load = Message::LoadCheckpoint {
-        seqno,
-        exec_state: digest,
-    };
-    let mut out = Vec::new();
-    for order in [0, 1] {
-        b.handle(
-            10,
-            net.input(
-                Principal::Order(ReplicaId(order)),
-                load.clone(),
-                SealFor::One(Principal::Exec(ReplicaId(1))),
-            ),
-            &mut out,
-        );
-    }
+    let out = load_from_two_orders(&net, &mut b, seqno, digest);
     let mut log = pump(&net, &mut a, &mut b, out, 10);
     // Retries move every outstanding item away from the liar.
     for tick in 1..20 {
@@ -280,22 +287,7 @@ fn after_an_unrestorable_transfer_nothing_executes_on_the_installed_pages() {
         Box::new(Unrestorable(ObjectStore::new(OBJECTS, SIZE))),
     );
     run(&net, &mut b, &batches[..4]);
-    let load = Message::LoadCheckpoint {
-        seqno,
-        exec_state: digest,
-    };
-    let mut out = Vec::new();
-    for order in [0, 1] {
-        b.handle(
-            10,
-            net.input(
-                Principal::Order(ReplicaId(order)),
-                load.clone(),
-                SealFor::One(Principal::Exec(ReplicaId(1))),
-            ),
-            &mut out,
-        );
-    }
+    let out = load_from_two_orders(&net, &mut b, seqno, digest);
     pump(&net, &mut a, &mut b, out, 10);
     for tick in 1..20 {
         if b.stats().get("state_transfer_unrestorable") > 0 {
