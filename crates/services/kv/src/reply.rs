@@ -27,6 +27,9 @@ pub enum Reply {
     /// Pairs that may repeat (HRANDFIELD WITHVALUES): an array of two-element arrays in RESP3, a
     /// flat array in RESP2.
     Pairs(Vec<(Reply, Reply)>),
+    /// A floating-point number, already in Redis' text form (RESP3 `,1.5`; a bulk string in
+    /// RESP2).
+    Double(String),
 }
 
 impl Reply {
@@ -51,6 +54,8 @@ impl Reply {
             Reply::Status(s) => line(out, b'+', s.as_bytes()),
             Reply::Error(s) => line(out, b'-', s.as_bytes()),
             Reply::Int(i) => number(out, b':', *i),
+            Reply::Double(s) if proto >= 3 => line(out, b',', s.as_bytes()),
+            Reply::Double(s) => Reply::Bulk(Bytes::copy_from_slice(s.as_bytes())).write(proto, out),
             Reply::Bulk(b) => {
                 number(out, b'$', b.len() as i64);
                 out.extend_from_slice(b);
@@ -131,6 +136,8 @@ mod tests {
         assert_eq!(map.to_resp(2), b"*2\r\n$1\r\na\r\n:1\r\n");
         assert_eq!(map.to_resp(3), b"%1\r\n$1\r\na\r\n:1\r\n");
         assert_eq!(Reply::err("ERR a\r\nb").to_resp(2), b"-ERR a  b\r\n");
+        assert_eq!(Reply::Double("1.5".into()).to_resp(2), b"$3\r\n1.5\r\n");
+        assert_eq!(Reply::Double("-inf".into()).to_resp(3), b",-inf\r\n");
         let pairs = Reply::Pairs(vec![
             (Reply::text("a"), Reply::Int(1)),
             (Reply::text("a"), Reply::Int(1)),

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::{hash, keys, list, set, RedisStore};
+use super::{hash, keys, list, set, zset, RedisStore};
 use crate::command::{int_arg, is, not_integer, parse_i64, syntax_error, wrong_arity};
 use crate::glob;
 use crate::reply::Reply;
@@ -20,6 +20,7 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
     let typed = hash::dispatch(s, name, a)
         .or_else(|| list::dispatch(s, name, a))
         .or_else(|| set::dispatch(s, name, a))
+        .or_else(|| zset::dispatch(s, name, a))
         .or_else(|| keys::dispatch(s, name, a));
     if let Some(reply) = typed {
         return reply;
@@ -97,6 +98,7 @@ pub(super) fn dispatch_read(s: &RedisStore, name: &str, argv: &[Bytes]) -> Optio
     let typed = hash::dispatch_read(s, name, a)
         .or_else(|| list::dispatch_read(s, name, a))
         .or_else(|| set::dispatch_read(s, name, a))
+        .or_else(|| zset::dispatch_read(s, name, a))
         .or_else(|| keys::dispatch_read(s, name, a));
     if let Some(reply) = typed {
         return Some(reply);

@@ -18,17 +18,13 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Option<Re
         "incrbyfloat" => incrbyfloat(s, a),
         "rename" | "renamenx" => rename(s, name == "renamenx", a),
         "copy" => copy(s, a),
-        "randomkey" => {
-            let reply = match s.map.len() {
-                0 => Reply::Nil,
-                n => {
-                    let index = s.random(b"randomkey").below(n);
-                    s.map.keys().nth(index).map_or(Reply::Nil, |k| Reply::Bulk(k.clone()))
-                }
-            };
-            s.random_calls += 1;
-            reply
-        }
+        "randomkey" => match s.map.len() {
+            0 => Reply::Nil,
+            n => {
+                let index = s.random(b"randomkey").below(n);
+                s.map.keys().nth(index).map_or(Reply::Nil, |k| Reply::Bulk(k.clone()))
+            }
+        },
         _ => return None,
     })
 }
@@ -262,6 +258,7 @@ fn object(s: &RedisStore, a: &[Bytes]) -> Reply {
             Value::Hash(_) => "hashtable",
             Value::List(_) => "quicklist",
             Value::Set(_) => "hashtable",
+            Value::ZSet(_) => "skiplist",
         };
         Reply::Bulk(Bytes::from_static(encoding.as_bytes()))
     } else if is(sub, "refcount") {

@@ -184,13 +184,9 @@ fn range(start: i64, stop: i64, len: usize) -> (usize, usize) {
 }
 
 fn pop(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Reply {
-    let count = match a.get(1) {
-        None => None,
-        Some(c) => match int_arg(c) {
-            Ok(n) if n >= 0 => Some(n as usize),
-            Ok(_) => return Reply::err("ERR value is out of range, must be positive"),
-            Err(e) => return e,
-        },
+    let count = match super::pop_count(a.get(1)) {
+        Ok(count) => count,
+        Err(e) => return e,
     };
     if a.len() > 2 {
         return wrong_arity(name);

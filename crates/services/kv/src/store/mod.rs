@@ -1,4 +1,5 @@
-//! The replicated state machine: Redis strings, hashes, lists and sets with expiry by agreed time.
+//! The replicated state machine: Redis strings, hashes, lists, sets and sorted sets with expiry by
+//! agreed time.
 //!
 //! Time is the agreed batch time `BatchContext::time_us` (in milliseconds, as Redis counts); a key
 //! whose expiry time is before the batch's time is gone: every batch starts by removing all such
@@ -12,6 +13,9 @@ mod list;
 mod set;
 #[cfg(test)]
 mod tests;
+mod zset;
+#[cfg(test)]
+mod zset_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -40,6 +44,8 @@ enum Value {
     List(std::collections::VecDeque<Bytes>),
     /// Members in byte order.
     Set(BTreeSet<Bytes>),
+    /// Members with scores, in (score, member) order.
+    ZSet(zset::ZSet),
 }
 
 impl Value {
@@ -50,6 +56,7 @@ impl Value {
             Value::Hash(_) => "hash",
             Value::List(_) => "list",
             Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
         }
     }
 
@@ -60,6 +67,7 @@ impl Value {
             Value::Hash(h) => h.cost(),
             Value::List(l) => l.cost(),
             Value::Set(m) => m.cost(),
+            Value::ZSet(z) => z.cost(),
         }
     }
 }
@@ -79,7 +87,7 @@ fn wrong_type() -> Reply {
     Reply::err(WRONGTYPE)
 }
 
-/// A collection type a key may hold (hash, list): how to find it in a [`Value`] and what it
+/// A collection type a key may hold (hash, list, set, sorted set): how to find it in a [`Value`] and what it
 /// costs against the memory bound.
 trait Collection: Default {
     fn of(value: &Value) -> Option<&Self>;
@@ -184,7 +192,7 @@ impl Entry {
     }
 }
 
-/// The key-value store (strings, hashes, lists and sets).
+/// The key-value store (strings, hashes, lists, sets and sorted sets).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RedisStore {
     map: BTreeMap<Bytes, Entry>,
@@ -263,7 +271,8 @@ impl RedisStore {
             return Reply::err("OOM command not allowed when used memory > 'maxmemory'.");
         }
         let reply = commands::dispatch(self, spec.name, argv);
-        if spec.name == "hrandfield" {
+        if spec.flags.contains(&"random") || spec.name == "spop" {
+            // The next draw of this batch differs from this one.
             self.random_calls += 1;
         }
         if self.corrupt {
@@ -447,6 +456,17 @@ impl SplitMix {
     }
 }
 
+/// The optional count of a pop (LPOP, SPOP, ZPOPMIN, ...): `None` if not given; a negative one is
+/// Redis' range error.
+fn pop_count(arg: Option<&Bytes>) -> Result<Option<usize>, Reply> {
+    match arg.map(|c| crate::command::int_arg(c)) {
+        None => Ok(None),
+        Some(Ok(n)) if n >= 0 => Ok(Some(n as usize)),
+        Some(Ok(_)) => Err(Reply::err("ERR value is out of range, must be positive")),
+        Some(Err(e)) => Err(e),
+    }
+}
+
 /// Most elements one HSCAN or SSCAN call examines (COUNT is capped to it).
 const COLLECTION_SCAN_COUNT_MAX: usize = 10_000;
 
@@ -533,6 +553,7 @@ fn corrupt_reply(reply: Reply) -> Reply {
         Reply::Nil => Reply::text("evil"),
         Reply::Int(i) => Reply::Int(i.wrapping_add(1000)),
         Reply::Status(_) => Reply::Status("EVIL".into()),
+        Reply::Double(_) => Reply::Double("666".into()),
         Reply::Array(items) => Reply::Array(items.into_iter().map(corrupt_reply).collect()),
         other => other,
     }
@@ -541,7 +562,7 @@ fn corrupt_reply(reply: Reply) -> Reply {
 /// Upper bound of a reply's encoded size.
 fn reply_size(reply: &Reply) -> usize {
     match reply {
-        Reply::Status(s) | Reply::Error(s) => s.len() + 10,
+        Reply::Status(s) | Reply::Error(s) | Reply::Double(s) => s.len() + 10,
         Reply::Bulk(b) => b.len() + 10,
         Reply::Int(_) | Reply::Nil | Reply::NilArray => 11,
         Reply::Array(items) | Reply::Set(items) => 10 + items.iter().map(reply_size).sum::<usize>(),

@@ -89,14 +89,11 @@ fn spop(s: &mut RedisStore, a: &[Bytes]) -> Reply {
     if a.len() > 2 {
         return syntax_error();
     }
-    let count = match a.get(1).map(|c| int_arg(c)) {
-        None => None,
-        Some(Ok(n)) if n >= 0 => Some(n as usize),
-        Some(Ok(_)) => return Reply::err("ERR value is out of range, must be positive"),
-        Some(Err(e)) => return e,
+    let count = match super::pop_count(a.get(1)) {
+        Ok(count) => count,
+        Err(e) => return e,
     };
     let mut rng = s.random(&a[0]);
-    s.random_calls += 1;
     let popped = s.with_set(&a[0], false, |set| {
         let n = count.unwrap_or(1).min(set.len());
         let mut out = Vec::with_capacity(n);
@@ -149,7 +146,6 @@ fn srandmember(s: &mut RedisStore, a: &[Bytes]) -> Reply {
             )
         }
     };
-    s.random_calls += 1;
     reply
 }
 

@@ -5,20 +5,20 @@ use upright_core::service::{BatchContext, Effects, Service, ServiceRequest};
 use super::RedisStore;
 use crate::reply::Reply;
 
-fn cmd(s: &mut RedisStore, line: &str) -> Reply {
+pub(super) fn cmd(s: &mut RedisStore, line: &str) -> Reply {
     let argv: Vec<Bytes> = line.split(' ').map(|w| Bytes::copy_from_slice(w.as_bytes())).collect();
     s.apply(&argv)
 }
 
-fn int(i: i64) -> Reply {
+pub(super) fn int(i: i64) -> Reply {
     Reply::Int(i)
 }
 
-fn bulk(s: &str) -> Reply {
+pub(super) fn bulk(s: &str) -> Reply {
     Reply::text(s)
 }
 
-fn err(s: &str) -> Reply {
+pub(super) fn err(s: &str) -> Reply {
     Reply::err(s)
 }
 
@@ -171,7 +171,7 @@ fn keys_and_scan() {
     assert_eq!(cmd(s, "SCAN 0 COUNT 0"), err("ERR syntax error"));
 }
 
-fn batch(s: &mut RedisStore, time_us: u64, seq: u64, commands: &[&[&str]]) -> Vec<Reply> {
+pub(super) fn batch(s: &mut RedisStore, time_us: u64, seq: u64, commands: &[&[&str]]) -> Vec<Reply> {
     let argvs: Vec<Vec<Bytes>> = commands
         .iter()
         .map(|c| c.iter().map(|w| Bytes::copy_from_slice(w.as_bytes())).collect())
@@ -335,7 +335,7 @@ fn access_names_the_keys_of_every_command() {
     assert_eq!(s.access(b"\xff"), None);
 }
 
-fn arr(items: &[&str]) -> Reply {
+pub(super) fn arr(items: &[&str]) -> Reply {
     Reply::Array(items.iter().map(|s| bulk(s)).collect())
 }
 
