@@ -63,6 +63,9 @@ const RF: &[&str] = &["readonly", "fast"];
 const WK: &[&str] = &["write"];
 const WKF: &[&str] = &["write", "fast"];
 const L: &[&str] = &["fast", "loading", "stale"];
+const B: &[&str] = &["write", "blocking"];
+const BF: &[&str] = &["write", "fast", "blocking"];
+const BD: &[&str] = &["write", "denyoom", "blocking"];
 
 /// Every supported command.
 pub const COMMANDS: &[CommandSpec] = &[
@@ -143,6 +146,15 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("sintercard", -3, R, (2, -1, 1)),
     spec("smove", 4, WF, (1, 2, 1)),
     spec("sscan", -3, R, (1, 1, 1)),
+    spec("lmpop", -4, WK, (2, -1, 1)),
+    spec("blpop", -3, B, (1, -2, 1)),
+    spec("brpop", -3, B, (1, -2, 1)),
+    spec("brpoplpush", 4, BD, (1, 2, 1)),
+    spec("blmove", 6, BD, (1, 2, 1)),
+    spec("blmpop", -5, B, (3, -1, 1)),
+    spec("bzpopmin", -3, BF, (1, -2, 1)),
+    spec("bzpopmax", -3, BF, (1, -2, 1)),
+    spec("bzmpop", -5, B, (3, -1, 1)),
     spec("zadd", -4, WF, (1, 1, 1)),
     spec("zincrby", 4, WF, (1, 1, 1)),
     spec("zcard", 2, RF, (1, 1, 1)),
@@ -193,6 +205,10 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("randomkey", 1, &["random"], (0, 0, 0)),
     spec("object", -2, R, (2, 2, 1)),
     spec("memory", -2, R, (2, 2, 1)),
+    // Patterns (BY, GET) name other keys: no key positions, so the object analysis says
+    // "anything" for SORT.
+    spec("sort", -2, W, (0, 0, 0)),
+    spec("sort_ro", -2, R, (0, 0, 0)),
     spec("keys", 2, R, (0, 0, 0)),
     spec("scan", -2, R, (0, 0, 0)),
     spec("dbsize", 1, RF, (0, 0, 0)),
@@ -209,6 +225,14 @@ pub const COMMANDS: &[CommandSpec] = &[
     local("function", -2, &["noscript"]),
     local("time", 1, &["loading", "stale", "fast"]),
     local("quit", -1, &["noscript", "loading", "stale", "fast"]),
+    local("save", 1, &["admin", "noscript", "no-async-loading", "no-multi"]),
+    local("bgsave", -1, &["admin", "noscript", "no-async-loading"]),
+    local("shutdown", -1, &["admin", "noscript", "loading", "stale", "no-multi"]),
+    local("multi", 1, &["noscript", "loading", "stale", "fast", "allow-busy"]),
+    local("exec", 1, &["noscript", "loading", "stale", "skip-slowlog"]),
+    local("discard", 1, &["noscript", "loading", "stale", "fast", "allow-busy"]),
+    local("watch", -2, &["noscript", "loading", "stale", "fast", "allow-busy"]),
+    local("unwatch", 1, &["noscript", "loading", "stale", "fast", "allow-busy"]),
     local("reset", 1, &["noscript", "loading", "stale", "fast"]),
 ];
 

@@ -4,13 +4,21 @@
 /// of hostile patterns such as `*a*a*a*a*b`).
 pub const GLOB_STEPS_MAX: usize = 1_000_000;
 
+/// Most `*` nested in one match attempt (Redis' limit too): a pattern that needs more does not
+/// match, and the recursion stays shallow.
+pub const GLOB_NESTING_MAX: usize = 1000;
+
 /// Whether `string` matches `pattern`.
 pub fn matches(pattern: &[u8], string: &[u8]) -> bool {
     let mut steps = 0usize;
-    match_at(pattern, string, &mut steps)
+    match_at(pattern, string, &mut steps, 0)
 }
 
-fn match_at(mut p: &[u8], mut s: &[u8], steps: &mut usize) -> bool {
+fn match_at(mut p: &[u8], mut s: &[u8], steps: &mut usize, nesting: usize) -> bool {
+    if nesting > GLOB_NESTING_MAX {
+        *steps = GLOB_STEPS_MAX + 1; // the whole match fails, not only this branch
+        return false;
+    }
     while let Some(&c) = p.first() {
         *steps += 1;
         if *steps > GLOB_STEPS_MAX {
@@ -25,7 +33,7 @@ fn match_at(mut p: &[u8], mut s: &[u8], steps: &mut usize) -> bool {
                     return true;
                 }
                 for start in 0..=s.len() {
-                    if match_at(&p[1..], &s[start..], steps) {
+                    if match_at(&p[1..], &s[start..], steps, nesting + 1) {
                         return true;
                     }
                     if *steps > GLOB_STEPS_MAX {
@@ -120,5 +128,10 @@ mod tests {
         assert!(matches(b"a\\*b", b"a*b"));
         assert!(!matches(b"a\\*b", b"axb"));
         assert!(!matches(b"*a*a*a*a*a*a*a*a*a*b", &[b'a'; 64]));
+        // Deeper than Redis' nesting limit: no match (as in Redis), and no deep recursion.
+        let deep = b"*?".repeat(50_000);
+        assert!(!matches(&deep, &[b'a'; 50_000]));
+        let shallow = b"*?".repeat(super::GLOB_NESTING_MAX);
+        assert!(matches(&shallow, &[b'a'; super::GLOB_NESTING_MAX]));
     }
 }

@@ -30,6 +30,9 @@ pub enum Reply {
     /// A floating-point number, already in Redis' text form (RESP3 `,1.5`; a bulk string in
     /// RESP2).
     Double(String),
+    /// Between the store and its gateway only: a blocking command is waiting (the gateway
+    /// collects its reply once the store pushes its token). Never sent to a Redis client.
+    Blocked,
 }
 
 impl Reply {
@@ -63,8 +66,8 @@ impl Reply {
             }
             Reply::Nil if proto >= 3 => out.extend_from_slice(b"_\r\n"),
             Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
-            Reply::NilArray if proto >= 3 => out.extend_from_slice(b"_\r\n"),
-            Reply::NilArray => out.extend_from_slice(b"*-1\r\n"),
+            Reply::NilArray | Reply::Blocked if proto >= 3 => out.extend_from_slice(b"_\r\n"),
+            Reply::NilArray | Reply::Blocked => out.extend_from_slice(b"*-1\r\n"),
             Reply::Array(items) => {
                 number(out, b'*', items.len() as i64);
                 items.iter().for_each(|i| i.write(proto, out));

@@ -2,6 +2,7 @@
 //! rest for the cluster, and a writer that answers them all in the order sent.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -9,17 +10,23 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc::{self, error::TryRecvError, error::TrySendError};
 
+use super::blocked::{Wait, POLL};
+use super::local::Transaction;
 use super::local::{self, Session};
 use super::{is_read, Queue, Shared};
-use crate::command::{self, Place};
+use crate::command::{self, is, Place};
 use crate::reply::Reply;
 use crate::resp;
+use crate::store::MULTI_COMMANDS_MAX;
 
 /// Most answers a connection may owe (a pipelining client waits when it is reached); this also
 /// bounds its commands and replies held by the pool.
 pub const PENDING_MAX: usize = 1024;
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
+/// Most bytes read ahead while the connection waits in a blocking command (Redis, too, reads
+/// but does not run a blocked client's next commands).
+const BLOCKED_READ_AHEAD_MAX: usize = 1 << 20;
 /// Answers are written once this many bytes are encoded, or when nothing more is ready.
 const WRITE_CHUNK: usize = 64 * 1024;
 
@@ -27,10 +34,35 @@ const WRITE_CHUNK: usize = 64 * 1024;
 enum Pending {
     /// Already known (local command or error), encoded.
     Ready(Vec<u8>),
-    /// The cluster's next reply for this connection, to be encoded with this protocol version.
-    Cluster(u8),
+    /// The cluster's next reply for this connection, to be encoded with this protocol version,
+    /// for the command `name` read at `start` (INFO commandstats).
+    Cluster(u8, &'static str, Instant),
+    /// A blocking command's reply: the cluster's next reply for this connection, or, if the store
+    /// says it waits, the reply collected once its token is pushed.
+    Blocking {
+        proto: u8,
+        token: Bytes,
+        wait: Arc<Wait>,
+        name: &'static str,
+        start: Instant,
+    },
+    /// EXEC's answer: the store's reply to the transaction, with the replies of the gateway's
+    /// own commands (`Some`) put in their places among the store's (`None`).
+    Exec { proto: u8, slots: Vec<Option<Reply>> },
+    /// Take the cluster's next reply for this connection and answer this instead (DISCARD,
+    /// an aborted EXEC: the store forgot the connection's WATCH).
+    Instead(Vec<u8>),
     /// Close after everything before it is written.
     Close,
+}
+
+/// What the reader does after a command.
+enum Flow {
+    Continue,
+    /// Close after the answer.
+    Close,
+    /// A blocking command was sent: run nothing more until it is answered.
+    Wait(Bytes, Arc<Wait>),
 }
 
 /// The commands read but not yet handed to the pool (handed over once the read buffer holds no
@@ -52,7 +84,9 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
     let (mut read, write) = stream.into_split();
     let queue = Arc::new(Queue::default());
     let (tx, rx) = mpsc::channel(PENDING_MAX);
-    let writer = tokio::spawn(write_answers(write, rx, queue.clone()));
+    // The writer says here when it has answered a blocking command.
+    let (resume_tx, mut resume_rx) = mpsc::channel(1);
+    let writer = tokio::spawn(write_answers(write, rx, queue.clone(), shared.clone(), resume_tx));
     let mut session = Session::new(id);
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut batch = Batch {
@@ -61,12 +95,12 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
     };
     'conn: loop {
         loop {
-            let (pending, close) = match resp::parse(&mut buf) {
+            let (pending, flow) = match resp::parse(&mut buf) {
                 Ok(Some(argv)) => dispatch(argv, &mut session, &mut batch, &shared),
                 Ok(None) => break,
                 Err(e) => {
                     Shared::bump(&shared.protocol_errors);
-                    (Pending::Ready(Reply::Error(e.0).to_resp(session.proto)), true)
+                    (Pending::Ready(Reply::Error(e.0).to_resp(session.proto)), Flow::Close)
                 }
             };
             // Never wait for room while holding back commands whose answers the writer awaits.
@@ -81,9 +115,29 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
                     break 'conn;
                 }
             }
-            if close {
-                let _ = tx.send(Pending::Close).await;
-                break 'conn;
+            match flow {
+                Flow::Continue => {}
+                Flow::Close => {
+                    let _ = tx.send(Pending::Close).await;
+                    break 'conn;
+                }
+                Flow::Wait(token, wait) => {
+                    batch.submit(&shared, &queue);
+                    if !wait_for_answer(&mut read, &mut buf, &mut resume_rx).await {
+                        // Closed while waiting: end the wait at the store (on this connection's
+                        // queue, so it is ordered after the blocking command itself).
+                        let mut drop = vec![vec![
+                            Bytes::from_static(b"upright.unblock"),
+                            token.clone(),
+                            Bytes::from_static(b"drop"),
+                        ]];
+                        shared.pool.submit(&queue, &mut drop, false);
+                        wait.closed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        wait.wake.notify_one();
+                        shared.blocked.finish(&token);
+                        break 'conn;
+                    }
+                }
             }
         }
         batch.submit(&shared, &queue);
@@ -93,33 +147,256 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
             Ok(n) => upright_node::timeline::event("gateway-read", n as u64, id, 0),
         }
     }
+    if let Some(token) = session.watch.take() {
+        batch.commands.push(vec![Bytes::from_static(b"upright.unwatch"), token]);
+        batch.reads_only = false;
+    }
     batch.submit(&shared, &queue); // commands sent before a QUIT or a protocol error still run
     queue.closed();
     drop(tx);
     let _ = writer.await;
 }
 
-/// Answers a gateway command or queues a cluster command in `batch`; the flag asks to close the
-/// connection after the answer.
-fn dispatch(argv: Vec<Bytes>, session: &mut Session, batch: &mut Batch, shared: &Shared) -> (Pending, bool) {
+/// Waits until the writer has answered the blocking command, reading ahead (without running)
+/// what the client sends meanwhile; `false` if the connection closed first.
+async fn wait_for_answer(
+    read: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut BytesMut,
+    resume: &mut mpsc::Receiver<()>,
+) -> bool {
+    loop {
+        let room = buf.len() < BLOCKED_READ_AHEAD_MAX;
+        if room {
+            buf.reserve(READ_CHUNK);
+        }
+        tokio::select! {
+            answered = resume.recv() => return answered.is_some(),
+            n = read.read_buf(buf), if room => match n {
+                Ok(0) | Err(_) => return false,
+                Ok(_) => {}
+            },
+        }
+    }
+}
+
+/// Answers a gateway command or queues a cluster command in `batch`.
+fn dispatch(argv: Vec<Bytes>, session: &mut Session, batch: &mut Batch, shared: &Shared) -> (Pending, Flow) {
     Shared::bump(&shared.commands);
-    match command::check(&argv) {
-        Err(reply) => (Pending::Ready(reply.to_resp(session.proto)), false),
+    let proto = session.proto;
+    let ready = |reply: Reply| (Pending::Ready(reply.to_resp(proto)), Flow::Continue);
+    let checked = command::check(&argv);
+    let start = Instant::now();
+    match &checked {
+        Ok(spec) => shared.stats.called(spec.name),
+        Err(_) => {
+            if let Some(spec) = command::lookup(&argv[0]) {
+                shared.stats.rejected(spec.name);
+            }
+        }
+    }
+    if let Some(tx) = session.multi.as_mut() {
+        match checked {
+            Err(reply) => {
+                tx.failed = true;
+                return ready(reply);
+            }
+            Ok(spec) if spec.flags.contains(&"no-multi") => {
+                tx.failed = true;
+                return ready(Reply::err("ERR Command not allowed inside a transaction"));
+            }
+            Ok(spec) if !matches!(spec.name, "multi" | "exec" | "discard" | "watch" | "quit" | "reset") => {
+                let bytes: usize = argv.iter().map(|a| a.len() + 8).sum();
+                if tx.commands.len() >= MULTI_COMMANDS_MAX || tx.bytes + bytes > super::OPERATION_ARG_BYTES_MAX {
+                    tx.failed = true;
+                    return ready(Reply::err(format!(
+                        "ERR upright: transaction too large (at most {MULTI_COMMANDS_MAX} commands and {} bytes)",
+                        super::OPERATION_ARG_BYTES_MAX
+                    )));
+                }
+                tx.bytes += bytes;
+                tx.commands.push(argv);
+                return ready(Reply::Status("QUEUED".into()));
+            }
+            Ok(_) => {}
+        }
+    }
+    match checked {
+        Err(reply) => ready(reply),
+        Ok(spec) if matches!(spec.name, "multi" | "exec" | "discard" | "watch" | "unwatch" | "reset") => {
+            let (pending, flow) = transaction(spec.name, argv, session, batch, shared);
+            if let Pending::Ready(bytes) = &pending {
+                shared.stats.answered(spec.name, start, bytes.first() == Some(&b'-'));
+            }
+            (pending, flow)
+        }
+        Ok(spec) if spec.name == "client" && is(&argv[1], "unblock") => match client_unblock(&argv[2..], shared) {
+            Ok(command) => {
+                batch.reads_only = false;
+                batch.commands.push(command);
+                (Pending::Cluster(session.proto, spec.name, start), Flow::Continue)
+            }
+            Err(reply) => (Pending::Ready(reply.to_resp(session.proto)), Flow::Continue),
+        },
         Ok(spec) if spec.place == Place::Gateway => {
             let (reply, close) = local::answer(session, spec.name, &argv, shared);
-            (Pending::Ready(reply.to_resp(session.proto)), close)
+            shared
+                .stats
+                .answered(spec.name, start, matches!(reply, Reply::Error(_)));
+            let flow = if close { Flow::Close } else { Flow::Continue };
+            (Pending::Ready(reply.to_resp(session.proto)), flow)
+        }
+        Ok(spec) if spec.flags.contains(&"blocking") => {
+            let (token, wait) = shared.blocked.register(session.id);
+            let mut wrapped = Vec::with_capacity(argv.len() + 2);
+            wrapped.push(Bytes::from_static(b"upright.block"));
+            wrapped.push(token.clone());
+            wrapped.extend(argv);
+            batch.reads_only = false;
+            batch.commands.push(wrapped);
+            let pending = Pending::Blocking {
+                proto: session.proto,
+                token: token.clone(),
+                wait: wait.clone(),
+                name: spec.name,
+                start,
+            };
+            (pending, Flow::Wait(token, wait))
         }
         Ok(spec) => {
             batch.reads_only &= is_read(spec);
             batch.commands.push(argv);
-            (Pending::Cluster(session.proto), false)
+            (Pending::Cluster(session.proto, spec.name, start), Flow::Continue)
         }
+    }
+}
+
+/// MULTI, EXEC, DISCARD, WATCH, UNWATCH and RESET (which also ends a transaction and the
+/// WATCH), outside a transaction being queued.
+fn transaction(
+    name: &str,
+    argv: Vec<Bytes>,
+    session: &mut Session,
+    batch: &mut Batch,
+    shared: &Shared,
+) -> (Pending, Flow) {
+    let proto = session.proto;
+    let ready = |reply: Reply| (Pending::Ready(reply.to_resp(proto)), Flow::Continue);
+    let send = |batch: &mut Batch, command: Vec<Bytes>| {
+        batch.reads_only = false;
+        batch.commands.push(command);
+    };
+    let unwatch = |token: Bytes| vec![Bytes::from_static(b"upright.unwatch"), token];
+    match name {
+        "multi" if session.multi.is_some() => ready(Reply::err("ERR MULTI calls can not be nested")),
+        "multi" => {
+            session.multi = Some(Transaction::default());
+            ready(Reply::ok())
+        }
+        "watch" if session.multi.is_some() => ready(Reply::err("ERR WATCH inside MULTI is not allowed")),
+        "watch" => {
+            let token = session.watch.get_or_insert_with(|| shared.blocked.new_token()).clone();
+            let mut command = vec![Bytes::from_static(b"upright.watch"), token];
+            command.extend(argv.into_iter().skip(1));
+            send(batch, command);
+            (Pending::Cluster(proto, "watch", Instant::now()), Flow::Continue)
+        }
+        "unwatch" => match session.watch.take() {
+            Some(token) => {
+                send(batch, unwatch(token));
+                (Pending::Cluster(proto, "unwatch", Instant::now()), Flow::Continue)
+            }
+            None => ready(Reply::ok()),
+        },
+        "exec" | "discard" if session.multi.is_none() => {
+            ready(Reply::err(format!("ERR {} without MULTI", name.to_uppercase())))
+        }
+        "discard" | "reset" => {
+            session.multi = None;
+            let answer = if name == "reset" {
+                let (reply, _) = local::answer(session, name, &argv, shared);
+                reply
+            } else {
+                Reply::ok()
+            };
+            match session.watch.take() {
+                Some(token) => {
+                    send(batch, unwatch(token));
+                    (Pending::Instead(answer.to_resp(proto)), Flow::Continue)
+                }
+                None => ready(answer),
+            }
+        }
+        _ => {
+            let tx = session.multi.take().expect("checked above");
+            let watch = session.watch.take();
+            if tx.failed {
+                let abort = Reply::err("EXECABORT Transaction discarded because of previous errors.");
+                return match watch {
+                    Some(token) => {
+                        send(batch, unwatch(token));
+                        (Pending::Instead(abort.to_resp(proto)), Flow::Continue)
+                    }
+                    None => ready(abort),
+                };
+            }
+            // The gateway's own commands are answered here, in order; the store runs the rest.
+            let mut slots = Vec::with_capacity(tx.commands.len());
+            let mut replicated = Vec::new();
+            for argv in tx.commands {
+                match command::lookup(&argv[0]) {
+                    Some(spec) if spec.place == Place::Gateway => {
+                        slots.push(Some(local::answer(session, spec.name, &argv, shared).0));
+                    }
+                    _ => {
+                        slots.push(None);
+                        replicated.push(argv);
+                    }
+                }
+            }
+            send(
+                batch,
+                vec![
+                    Bytes::from_static(b"upright.exec"),
+                    watch.unwrap_or_default(),
+                    crate::store::encode_transaction(&replicated),
+                ],
+            );
+            (
+                Pending::Exec {
+                    proto: session.proto,
+                    slots,
+                },
+                Flow::Continue,
+            )
+        }
+    }
+}
+
+/// CLIENT UNBLOCK id [TIMEOUT|ERROR]: the store command that ends connection `id`'s wait, or
+/// the reply if there is nothing to send (0: it does not wait).
+fn client_unblock(a: &[Bytes], shared: &Shared) -> Result<Vec<Bytes>, Reply> {
+    let (id, how) = match a {
+        [id] => (id, Bytes::from_static(b"timeout")),
+        [id, how] if is(how, "timeout") || is(how, "error") => (id, how.clone()),
+        [_, _] => return Err(Reply::err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")),
+        _ => return Err(command::syntax_error()),
+    };
+    let id = command::parse_i64(id).ok_or_else(command::not_integer)?;
+    match shared.blocked.token_of(id as u64) {
+        Some(token) => Ok(vec![Bytes::from_static(b"upright.unblock"), token, how]),
+        None => Err(Reply::Int(0)),
     }
 }
 
 /// Writes the answers in order: everything ready is encoded into one buffer and written with one
 /// call; it waits (after writing what it has) only for a reply the cluster has not given yet.
-async fn write_answers(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Pending>, queue: Arc<Queue>) {
+async fn write_answers(
+    mut write: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Pending>,
+    queue: Arc<Queue>,
+    shared: Arc<Shared>,
+    resume: mpsc::Sender<()>,
+) {
     let mut out = Vec::with_capacity(WRITE_CHUNK);
     loop {
         let pending = match rx.try_recv() {
@@ -137,17 +414,52 @@ async fn write_answers(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Pending
         };
         match pending {
             Pending::Ready(bytes) => out.extend_from_slice(&bytes),
-            Pending::Cluster(proto) => {
-                let reply = match queue.try_reply() {
-                    Some(reply) => reply,
-                    None => {
-                        if flush(&mut write, &mut out).await.is_err() {
-                            return;
-                        }
-                        queue.next_reply().await
+            Pending::Cluster(proto, name, start) => {
+                let Some(reply) = next_cluster_reply(&mut write, &mut out, &queue).await else {
+                    return;
+                };
+                shared.stats.answered(name, start, matches!(reply, Reply::Error(_)));
+                reply.write(proto, &mut out);
+            }
+            Pending::Blocking {
+                proto,
+                token,
+                wait,
+                name,
+                start,
+            } => {
+                if flush(&mut write, &mut out).await.is_err() {
+                    return;
+                }
+                let Some(reply) = blocking_answer(&queue, &shared, &token, &wait).await else {
+                    break; // the connection closed while waiting
+                };
+                shared.stats.answered(name, start, matches!(reply, Reply::Error(_)));
+                reply.write(proto, &mut out);
+                let _ = resume.try_send(());
+            }
+            Pending::Exec { proto, slots } => {
+                let reply = next_cluster_reply(&mut write, &mut out, &queue).await;
+                let Some(reply) = reply else { return };
+                let reply = match reply {
+                    Reply::Array(replies) => {
+                        let mut replies = replies.into_iter();
+                        Reply::Array(
+                            slots
+                                .into_iter()
+                                .map(|slot| slot.or_else(|| replies.next()).unwrap_or(Reply::Nil))
+                                .collect(),
+                        )
                     }
+                    other => other, // aborted by a WATCH (null array) or refused
                 };
                 reply.write(proto, &mut out);
+            }
+            Pending::Instead(bytes) => {
+                if next_cluster_reply(&mut write, &mut out, &queue).await.is_none() {
+                    return;
+                }
+                out.extend_from_slice(&bytes);
             }
             Pending::Close => break,
         }
@@ -157,6 +469,43 @@ async fn write_answers(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Pending
     }
     let _ = flush(&mut write, &mut out).await;
     let _ = write.shutdown().await;
+}
+
+/// The cluster's next reply for this connection, writing what is ready first if it has to
+/// wait; `None` if the client went away.
+async fn next_cluster_reply(write: &mut OwnedWriteHalf, out: &mut Vec<u8>, queue: &Queue) -> Option<Reply> {
+    if let Some(reply) = queue.try_reply() {
+        return Some(reply);
+    }
+    flush(write, out).await.ok()?;
+    Some(queue.next_reply().await)
+}
+
+/// A blocking command's answer: its reply if the store served it at once; otherwise, once the
+/// store pushes its token (or every [`POLL`]), the reply collected from the store. `None` if the
+/// connection closed first.
+async fn blocking_answer(queue: &Arc<Queue>, shared: &Shared, token: &Bytes, wait: &Wait) -> Option<Reply> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut reply = queue.next_reply().await;
+    let mut counted = false;
+    while reply == Reply::Blocked {
+        if !counted {
+            shared.blocked.confirmed.fetch_add(1, Relaxed);
+            counted = true;
+        }
+        let _ = tokio::time::timeout(POLL, wait.wake.notified()).await;
+        if wait.closed.load(Relaxed) {
+            break;
+        }
+        let mut collect = vec![vec![Bytes::from_static(b"upright.collect"), token.clone()]];
+        shared.pool.submit(queue, &mut collect, false);
+        reply = queue.next_reply().await;
+    }
+    if counted {
+        shared.blocked.confirmed.fetch_sub(1, Relaxed);
+    }
+    shared.blocked.finish(token);
+    (!wait.closed.load(Relaxed)).then_some(reply)
 }
 
 async fn flush(write: &mut OwnedWriteHalf, out: &mut Vec<u8>) -> std::io::Result<()> {

@@ -21,6 +21,21 @@ pub struct Session {
     pub proto: u8,
     /// CLIENT SETNAME.
     pub name: Option<Bytes>,
+    /// Commands queued since MULTI.
+    pub multi: Option<Transaction>,
+    /// The token of this connection's WATCHes at the store, if it watches.
+    pub watch: Option<Bytes>,
+}
+
+/// A transaction being queued.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    /// The commands, in order.
+    pub commands: Vec<Vec<Bytes>>,
+    /// Their argument bytes.
+    pub bytes: usize,
+    /// A command was refused while queueing: EXEC discards the transaction.
+    pub failed: bool,
 }
 
 impl Session {
@@ -30,6 +45,8 @@ impl Session {
             id,
             proto: 2,
             name: None,
+            multi: None,
+            watch: None,
         }
     }
 }
@@ -59,16 +76,36 @@ pub fn answer(session: &mut Session, name: &str, argv: &[Bytes], shared: &Shared
         },
         "quit" => return (Reply::ok(), true),
         "reset" => {
+            // The caller ends the connection's WATCH at the store first.
             *session = Session::new(session.id);
             Reply::Status("RESET".into())
         }
         "hello" => hello(session, a, shared),
         "client" => client(session, a),
         "command" => command_cmd(a),
-        "info" => Reply::Bulk(Bytes::from(info(shared, session))),
+        "info" => {
+            let mut text = info(shared, session);
+            if a.iter()
+                .any(|s| is(s, "commandstats") || is(s, "all") || is(s, "everything"))
+            {
+                text.push_str("\r\n");
+                text.push_str(&shared.stats.render());
+            }
+            Reply::Bulk(Bytes::from(text))
+        }
+        "config" if is(&a[0], "resetstat") => {
+            shared.stats.reset();
+            Reply::ok()
+        }
         "config" => config(a),
         "function" => function(a),
         "time" => time_now(),
+        "save" | "bgsave" => Reply::err(
+            "ERR upright: the store takes no snapshots of its own (its state is in the replicas' logs and checkpoints)",
+        ),
+        "shutdown" => Reply::err("ERR upright: the gateway does not shut the cluster down (stop its processes)"),
+        // Queued inside MULTI: EXEC forgets the connection's WATCH anyway.
+        "unwatch" => Reply::ok(),
         other => unreachable!("{other} is not a gateway command"),
     };
     (reply, false)
@@ -256,8 +293,14 @@ fn config(a: &[Bytes]) -> Reply {
         // snapshots) have nothing to change, so setting them is accepted and does nothing.
         return Reply::ok();
     }
-    if is(sub, "set") || is(sub, "rewrite") {
-        return Reply::err("ERR CONFIG SET/REWRITE is not supported by the upright gateway");
+    if is(sub, "set") {
+        return Reply::err(format!(
+            "ERR CONFIG SET failed (possibly related to argument '{}') - not supported by the upright gateway",
+            String::from_utf8_lossy(a.get(1).map_or(&b""[..], |p| &p[..]))
+        ));
+    }
+    if is(sub, "rewrite") {
+        return Reply::err("ERR CONFIG REWRITE is not supported by the upright gateway");
     }
     unknown_subcommand(sub, "config")
 }
@@ -313,23 +356,25 @@ fn info(shared: &Shared, session: &Session) -> String {
     format!(
         "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\nupright_version:{}\r\n\
          process_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\n\r\n\
-         # Clients\r\nconnected_clients:{}\r\n\r\n\
+         # Clients\r\nconnected_clients:{}\r\nblocked_clients:{}\r\n\r\n\
          # Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
          protocol_errors:{}\r\n\r\n\
          # Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n\
          # Upright\r\nupright_service:redis-kv\r\nupright_client_pool:{}\r\nupright_operations:{}\r\n\
-         upright_read_path:read-only-with-fallback\r\nconnection_resp:{}\r\n",
+         upright_read_path:read-only-with-fallback\r\nupright_unclaimed_pushes:{}\r\nconnection_resp:{}\r\n",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
         shared.port,
         uptime / 86_400,
         n(&shared.connected),
+        n(&shared.blocked.confirmed),
         n(&shared.total_connections),
         n(&shared.commands),
         n(&shared.rejected),
         n(&shared.protocol_errors),
         shared.pool.size(),
         shared.pool.operations(),
+        n(&shared.blocked.unclaimed),
         session.proto,
     )
 }

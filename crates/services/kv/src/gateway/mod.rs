@@ -19,8 +19,10 @@
 //! member slow, down or lying) the same operation is ordered. An operation with any write is
 //! ordered.
 
+mod blocked;
 mod conn;
 mod local;
+mod stats;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::net::TcpListener;
-use upright_node::client::ClientHandle;
+use upright_node::client::{ClientHandle, PushEvent};
 use upright_node::gateway::{Pool, Protocol};
 
 use crate::command::CommandSpec;
@@ -94,6 +96,10 @@ pub struct Shared {
     commands: AtomicU64,
     rejected: AtomicU64,
     protocol_errors: AtomicU64,
+    /// Connections waiting in blocking commands.
+    blocked: Arc<blocked::Blocked>,
+    /// INFO commandstats.
+    stats: stats::CommandStats,
 }
 
 impl Shared {
@@ -107,6 +113,10 @@ impl Shared {
 pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io::Result<()> {
     assert!(!clients.is_empty(), "the gateway needs at least one upright client");
     let port = listener.local_addr()?.port();
+    let blocked = Arc::new(blocked::Blocked::default());
+    for client in &clients {
+        watch_pushes(client, blocked.clone());
+    }
     let shared = Arc::new(Shared {
         started: Instant::now(),
         port,
@@ -116,6 +126,8 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
         commands: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
         protocol_errors: AtomicU64::new(0),
+        blocked,
+        stats: stats::CommandStats::default(),
     });
     loop {
         let (stream, _) = match listener.accept().await {
@@ -139,6 +151,33 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
             shared.connected.fetch_sub(1, Ordering::Relaxed);
         });
     }
+}
+
+/// Routes the tokens the store pushes to `client` to the connections waiting on them, and first
+/// drops the waiters a previous gateway with this client identity left at the store.
+fn watch_pushes(client: &ClientHandle, blocked: Arc<blocked::Blocked>) {
+    let stale = crate::encode_operation(&[vec![
+        Bytes::from_static(b"upright.unblock-stale"),
+        Bytes::copy_from_slice(blocked.prefix().as_bytes()),
+    ]]);
+    let handle = client.clone();
+    tokio::spawn(async move {
+        if let Err(e) = handle.invoke(stale, false).await {
+            tracing::warn!("gateway could not drop its predecessor's blocked commands: {e}");
+        }
+    });
+    let Some(mut pushes) = client.pushes() else {
+        tracing::warn!("gateway client's pushes are taken elsewhere: blocking commands rely on polling");
+        return;
+    };
+    tokio::spawn(async move {
+        while let Some(event) = pushes.recv().await {
+            match event {
+                PushEvent::Message { payload, .. } => blocked.pushed(&payload),
+                PushEvent::Gap { .. } => blocked.wake_all(),
+            }
+        }
+    });
 }
 
 #[cfg(test)]

@@ -79,6 +79,7 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
             }
             None => Reply::Int(0),
         },
+        "sort" => s.sort_store(a),
         "flushdb" | "flushall" => {
             if a.len() > 1 || a.first().is_some_and(|m| !is(m, "async") && !is(m, "sync")) {
                 return syntax_error();
@@ -126,6 +127,7 @@ pub(super) fn dispatch_read(s: &RedisStore, name: &str, argv: &[Bytes]) -> Optio
         ),
         "scan" => scan(s, a),
         "dbsize" => Reply::Int(s.map.len() as i64),
+        "sort_ro" => return s.sort_read(a, true),
         "memory" => memory(s, a),
         _ => return None,
     })

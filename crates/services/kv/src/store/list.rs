@@ -1,7 +1,6 @@
 //! The list commands (LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LRANGE, LINDEX, LINSERT, LLEN,
-//! LREM, LSET, LTRIM, LPOS, LMOVE, RPOPLPUSH), with Redis' replies and errors. A list left
-//! without elements is deleted, as in Redis. (The blocking forms wait on agreed time and pushed
-//! messages: not yet.)
+//! LREM, LSET, LTRIM, LPOS, LMOVE, RPOPLPUSH, LMPOP), with Redis' replies and errors. A list left
+//! without elements is deleted, as in Redis. The blocking forms are in `blocking`.
 
 use std::collections::VecDeque;
 
@@ -68,6 +67,7 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Option<Re
             .map_or_else(|e| e, |n| Reply::Int(n.unwrap_or(0) as i64))
         }
         "lpop" | "rpop" => pop(s, name, a),
+        "lmpop" => lmpop(s, a),
         "linsert" => {
             let before = match &a[1] {
                 w if is(w, "before") => true,
@@ -209,9 +209,44 @@ fn pop(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Reply {
     }
 }
 
+/// LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]: pops from the first non-empty list.
+fn lmpop(s: &mut RedisStore, a: &[Bytes]) -> Reply {
+    let (keys, right, count) = match super::mpop_args(a, ["left", "right"]) {
+        Ok(args) => args,
+        Err(e) => return e,
+    };
+    for key in keys {
+        match s.get_list(key) {
+            Err(e) => return e,
+            Ok(None) => continue,
+            Ok(Some(_)) => {}
+        }
+        let popped = s.with_list(key, false, |l| {
+            let n = count.min(l.len());
+            (0..n)
+                .filter_map(|_| if right { l.pop_back() } else { l.pop_front() })
+                .collect::<Vec<Bytes>>()
+        });
+        return match popped {
+            Err(e) => e,
+            Ok(popped) => Reply::Array(vec![
+                bulk(key),
+                Reply::Array(popped.unwrap_or_default().iter().map(bulk).collect()),
+            ]),
+        };
+    }
+    Reply::NilArray
+}
+
 fn lmove(s: &mut RedisStore, source: &Bytes, destination: &Bytes, from: End, to: End) -> Reply {
-    // Check both types before changing anything.
-    if let Err(e) = s.get_list(source).and(s.get_list(destination)) {
+    // An absent source moves nothing, whatever the destination holds (as in Redis); otherwise
+    // both types are checked before anything changes.
+    match s.get_list(source) {
+        Err(e) => return e,
+        Ok(None) => return Reply::Nil,
+        Ok(Some(_)) => {}
+    }
+    if let Err(e) = s.get_list(destination) {
         return e;
     }
     let popped = s.with_list(source, false, |l| {

@@ -6,11 +6,16 @@
 //! keys, so no command, reply or checkpoint depends on when a replica happens to run. All tables
 //! are `BTreeMap`/`BTreeSet`, so iteration order (KEYS, SCAN, checkpoints) is the same everywhere.
 
+mod blocking;
+#[cfg(test)]
+mod blocking_tests;
 mod commands;
 mod hash;
 mod keys;
 mod list;
+mod multi;
 mod set;
+mod sort;
 #[cfg(test)]
 mod tests;
 mod zset;
@@ -21,10 +26,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use upright_core::ids::ClientId;
 use upright_core::service::{Access, BatchContext, Effects, RestoreError, Service, ServiceRequest};
 
 use crate::command;
 use crate::reply::Reply;
+
+pub use multi::{encode_transaction, MULTI_COMMANDS_MAX};
 
 /// Most bytes of keys and values (plus a per-key overhead) the store holds; writes that could
 /// grow it beyond get Redis' OOM error (Redis' `maxmemory` with the `noeviction` policy).
@@ -207,6 +215,13 @@ pub struct RedisStore {
     seed: u64,
     /// Random draws made in this batch so far (so two HRANDFIELDs of one batch differ).
     random_calls: u64,
+    /// Blocking commands waiting, and their served replies not yet collected.
+    blocked: blocking::Blocked,
+    /// WATCH tokens and their keys.
+    watches: multi::Watches,
+    /// The client whose request is executing (for the blocking commands' waiters); `None`
+    /// between batches.
+    client: Option<ClientId>,
     /// Testing only: behave as a Byzantine replica that corrupts stored values and replies.
     corrupt: bool,
 }
@@ -246,7 +261,8 @@ impl RedisStore {
         self.map.is_empty()
     }
 
-    /// Starts a batch at agreed time `time_us`: removes every key that expired before it.
+    /// Starts a batch at agreed time `time_us`: removes every key that expired before it and
+    /// answers every blocked command whose timeout passed.
     pub fn advance(&mut self, time_us: u64) {
         self.now_ms = self.now_ms.max(time_us / 1000);
         while let Some((at, key)) = self.expiries.first().cloned() {
@@ -255,10 +271,47 @@ impl RedisStore {
             }
             self.remove(&key);
         }
+        self.expire_waiters();
     }
 
-    /// Executes one command (an argument vector) at the current agreed time.
+    /// Executes one command (an argument vector) at the current agreed time, then serves the
+    /// blocked commands its writes woke.
     pub fn apply(&mut self, argv: &[Bytes]) -> Reply {
+        let reply = self.apply_one(argv);
+        self.serve_ready();
+        reply
+    }
+
+    /// The commands a gateway sends besides Redis' (`upright.block`, `upright.collect`,
+    /// `upright.unblock`, `upright.unblock-stale`: see `blocking`; `upright.watch`,
+    /// `upright.unwatch`, `upright.exec`: see `multi`); `None` for any other.
+    fn internal(&mut self, argv: &[Bytes]) -> Option<Reply> {
+        let name = argv.first()?;
+        if !name.starts_with(b"upright.") {
+            return None;
+        }
+        let a = &argv[1..];
+        Some(match (&name[8..], a) {
+            (b"block", [token, command @ ..]) if !command.is_empty() => self.block(self.caller(), token, command),
+            (b"collect", [token]) => self.collect(token),
+            (b"unblock", [token, how]) => self.unblock(token, how),
+            (b"unblock-stale", [prefix]) => self.unblock_stale(self.caller(), prefix),
+            (b"watch", [token, keys @ ..]) if !keys.is_empty() => self.watch(token, keys),
+            (b"unwatch", [token]) => self.unwatch(token),
+            (b"exec", [token, commands]) => self.exec(token, commands),
+            _ => command::unknown_command(argv),
+        })
+    }
+
+    /// The client whose request is executing (client 0 outside a batch: tests).
+    fn caller(&self) -> ClientId {
+        self.client.unwrap_or(ClientId(0))
+    }
+
+    fn apply_one(&mut self, argv: &[Bytes]) -> Reply {
+        if let Some(reply) = self.internal(argv) {
+            return if self.corrupt { corrupt_reply(reply) } else { reply };
+        }
         let spec = match command::check(argv) {
             Ok(spec) => spec,
             Err(reply) => return reply,
@@ -270,7 +323,12 @@ impl RedisStore {
         if spec.flags.contains(&"denyoom") && self.used > STORE_BYTES_MAX {
             return Reply::err("OOM command not allowed when used memory > 'maxmemory'.");
         }
-        let reply = commands::dispatch(self, spec.name, argv);
+        let reply = if spec.flags.contains(&"blocking") {
+            // Sent without a gateway's token: served now or answered as on timeout.
+            self.blocking_now(argv)
+        } else {
+            commands::dispatch(self, spec.name, argv)
+        };
         if spec.flags.contains(&"random") || spec.name == "spop" {
             // The next draw of this batch differs from this one.
             self.random_calls += 1;
@@ -285,6 +343,9 @@ impl RedisStore {
     /// Answers one command without changing anything, if it only reads (`None` otherwise). Argument
     /// errors are state-independent and answered too.
     pub fn apply_read(&self, argv: &[Bytes]) -> Option<Reply> {
+        if argv.first().is_some_and(|name| name.starts_with(b"upright.")) {
+            return None;
+        }
         let spec = match command::check(argv) {
             Ok(spec) => spec,
             Err(reply) => return Some(reply),
@@ -324,6 +385,7 @@ impl RedisStore {
             Some(e) if C::of(&e.value).is_none() => return Err(wrong_type()),
             Some(_) => {}
         }
+        self.touched(key);
         let entry = self.map.get_mut(key).expect("present");
         let collection = C::of_mut(&mut entry.value).expect("checked");
         let before = collection.cost();
@@ -366,6 +428,7 @@ impl RedisStore {
 
     /// Stores `value` (of any type) under `key` with expiry `expires_ms`.
     fn put_value(&mut self, key: &Bytes, value: Value, expires_ms: Option<u64>) {
+        self.touched(key);
         self.used += Self::cost(key, &value);
         let old = self.map.insert(key.clone(), Entry { value, expires_ms });
         match old {
@@ -390,8 +453,16 @@ impl RedisStore {
         self.put(key, value, ttl);
     }
 
+    /// `key` is being written: blocked commands waiting on it may now be served, and WATCHes
+    /// on it are broken.
+    fn touched(&mut self, key: &Bytes) {
+        self.blocked.touch(key);
+        self.watches.touch(key);
+    }
+
     fn remove(&mut self, key: &[u8]) -> Option<Entry> {
         let (key, old) = self.map.remove_entry(key)?;
+        self.watches.touch(&key);
         self.used -= Self::cost(&key, &old.value);
         self.slots.remove(&(slot(&key), key.clone()));
         if let Some(at) = old.expires_ms {
@@ -401,6 +472,9 @@ impl RedisStore {
     }
 
     fn set_expiry(&mut self, key: &Bytes, expires_ms: Option<u64>) {
+        if self.map.contains_key(key) {
+            self.watches.touch(key);
+        }
         if let Some(entry) = self.map.get_mut(key) {
             if let Some(at) = entry.expires_ms.take() {
                 self.expiries.remove(&(at, key.clone()));
@@ -413,6 +487,8 @@ impl RedisStore {
     }
 
     fn clear(&mut self) {
+        let watched: Vec<Bytes> = self.map.keys().filter(|k| self.watches.watched(k)).cloned().collect();
+        watched.iter().for_each(|k| self.watches.touch(k));
         self.map.clear();
         self.expiries.clear();
         self.slots.clear();
@@ -465,6 +541,35 @@ fn pop_count(arg: Option<&Bytes>) -> Result<Option<usize>, Reply> {
         Some(Ok(_)) => Err(Reply::err("ERR value is out of range, must be positive")),
         Some(Err(e)) => Err(e),
     }
+}
+
+/// The arguments `numkeys key [key ...] END [COUNT count]` of LMPOP and ZMPOP, where END is one
+/// of `ends` (LEFT/RIGHT, MIN/MAX): the keys, whether END is the second of `ends`, and the count
+/// (1 if not given).
+fn mpop_args<'a>(a: &'a [Bytes], ends: [&str; 2]) -> Result<(&'a [Bytes], bool, usize), Reply> {
+    use crate::command::{is, parse_i64, syntax_error};
+    let n = match parse_i64(&a[0]) {
+        Some(n) if n > 0 => n as usize,
+        _ => return Err(Reply::err("ERR numkeys should be greater than 0")),
+    };
+    if a.len() < n + 2 {
+        return Err(syntax_error());
+    }
+    let (keys, rest) = (&a[1..1 + n], &a[1 + n..]);
+    let second = match &rest[0] {
+        w if is(w, ends[0]) => false,
+        w if is(w, ends[1]) => true,
+        _ => return Err(syntax_error()),
+    };
+    let count = match &rest[1..] {
+        [] => 1,
+        [word, c] if is(word, "count") => match parse_i64(c) {
+            Some(c) if c > 0 => c as usize,
+            _ => return Err(Reply::err("ERR count should be greater than 0")),
+        },
+        _ => return Err(syntax_error()),
+    };
+    Ok((keys, second, count))
 }
 
 /// Most elements one HSCAN or SSCAN call examines (COUNT is capped to it).
@@ -564,7 +669,7 @@ fn reply_size(reply: &Reply) -> usize {
     match reply {
         Reply::Status(s) | Reply::Error(s) | Reply::Double(s) => s.len() + 10,
         Reply::Bulk(b) => b.len() + 10,
-        Reply::Int(_) | Reply::Nil | Reply::NilArray => 11,
+        Reply::Int(_) | Reply::Nil | Reply::NilArray | Reply::Blocked => 11,
         Reply::Array(items) | Reply::Set(items) => 10 + items.iter().map(reply_size).sum::<usize>(),
         Reply::Map(pairs) | Reply::Pairs(pairs) => {
             10 + pairs
@@ -592,32 +697,57 @@ fn encode_bounded(replies: impl Iterator<Item = Reply>) -> Bytes {
     crate::encode_replies(&replies)
 }
 
+impl RedisStore {
+    /// Pushes to their clients the tokens of the blocked commands served since the last call.
+    fn push_served(&mut self, effects: &mut Effects) {
+        for (client, token) in self.blocked.take_outbox() {
+            effects.push(client, token);
+        }
+    }
+}
+
 /// A checkpoint: every key with its value and expiry, in key order.
 type CheckpointRows = Vec<(Bytes, Value, Option<u64>)>;
 
 impl Service for RedisStore {
-    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], _effects: &mut Effects) -> Vec<Bytes> {
+    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
         self.advance(context.time_us);
         self.seed = u64::from_le_bytes(context.seed[..8].try_into().expect("8 bytes"));
         self.random_calls = 0;
-        requests
+        self.push_served(effects);
+        let replies = requests
             .iter()
-            .map(|request| match crate::decode_operation(&request.operation) {
-                Some(commands) => encode_bounded(commands.iter().map(|argv| self.apply(argv))),
-                None => crate::encode_replies(&[Reply::err("ERR malformed upright operation")]),
+            .map(|request| {
+                self.client = Some(request.client);
+                let reply = match crate::decode_operation(&request.operation) {
+                    Some(commands) => encode_bounded(commands.iter().map(|argv| self.apply(argv))),
+                    None => crate::encode_replies(&[Reply::err("ERR malformed upright operation")]),
+                };
+                self.push_served(effects);
+                reply
             })
-            .collect()
+            .collect::<Vec<Bytes>>();
+        self.client = None;
+        replies
     }
 
     /// The agreed time at which the earliest expiring key is gone (`advance` removes a key once
-    /// the time is past its expiry): the replicas then wake the store with the next batch, a
-    /// heartbeat on an idle cluster, so expired keys leave reads within about one heartbeat.
+    /// the time is past its expiry) or the earliest blocked command times out: the replicas then
+    /// wake the store with the next batch, a heartbeat on an idle cluster, so expired keys leave
+    /// reads and timeouts are answered within about one heartbeat.
     fn wake_at(&self) -> Option<u64> {
-        self.expiries.first().map(|(at_ms, _)| (at_ms + 1).saturating_mul(1000))
+        let expiry = self.expiries.first().map(|(at_ms, _)| at_ms + 1);
+        let timeout = self.blocked.first_deadline();
+        expiry
+            .into_iter()
+            .chain(timeout)
+            .min()
+            .map(|ms| ms.saturating_mul(1000))
     }
 
-    fn wake(&mut self, context: &BatchContext, _effects: &mut Effects) {
+    fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {
         self.advance(context.time_us);
+        self.push_served(effects);
     }
 
     /// The keys each command names (by the command table's key positions), read by read-only
@@ -663,11 +793,14 @@ impl Service for RedisStore {
             self.seed,
             self.random_calls,
             rows,
+            self.blocked.rows(),
+            self.watches.rows(),
         )))
     }
 
     fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
-        let (now_ms, seed, random_calls, rows): (u64, u64, u64, CheckpointRows) =
+        type Checkpoint = (u64, u64, u64, CheckpointRows, blocking::BlockedRows, multi::WatchRows);
+        let (now_ms, seed, random_calls, rows, blocked, watches): Checkpoint =
             upright_core::codec::from_bytes(checkpoint)
                 .map_err(|e| RestoreError(format!("redis store checkpoint: {e}")))?;
         let corrupt = self.corrupt;
@@ -681,6 +814,8 @@ impl Service for RedisStore {
         for (key, value, expires_ms) in rows {
             self.put_value(&key, value, expires_ms);
         }
+        self.blocked = blocking::Blocked::from_rows(blocked);
+        self.watches = multi::Watches::from_rows(watches);
         self.corrupt = corrupt;
         Ok(())
     }

@@ -50,7 +50,11 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Option<Re
             let moved = s.with_set(&a[0], false, |set| set.remove(&a[2]));
             match moved {
                 Ok(Some(true)) => {
-                    let _ = s.with_set(&a[1], true, |set| set.insert(a[2].clone()));
+                    // A member the destination has already leaves it untouched (WATCH sees no
+                    // change), as in Redis.
+                    if !s.get_set(&a[1]).ok().flatten().is_some_and(|d| d.contains(&a[2])) {
+                        let _ = s.with_set(&a[1], true, |set| set.insert(a[2].clone()));
+                    }
                     Reply::Int(1)
                 }
                 Ok(_) => Reply::Int(0),

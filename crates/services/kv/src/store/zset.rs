@@ -122,6 +122,11 @@ impl ZSet {
         Some(score.0)
     }
 
+    /// Members, lowest score first.
+    pub(super) fn members(&self) -> impl Iterator<Item = &Bytes> {
+        self.order.iter().map(|(_, m)| m)
+    }
+
     /// Members with scores, lowest first.
     fn iter(&self) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> {
         self.order.iter().map(|(s, m)| (m, s.0))
@@ -909,26 +914,9 @@ fn zpop(s: &mut RedisStore, max: bool, a: &[Bytes]) -> Reply {
 
 /// ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]: pops from the first non-empty sorted set.
 fn zmpop(s: &mut RedisStore, a: &[Bytes]) -> Reply {
-    let n = match parse_i64(&a[0]) {
-        Some(n) if n > 0 => n as usize,
-        _ => return Reply::err("ERR numkeys should be greater than 0"),
-    };
-    if a.len() < n + 2 {
-        return syntax_error();
-    }
-    let (keys, rest) = (&a[1..1 + n], &a[1 + n..]);
-    let max = match &rest[0] {
-        w if is(w, "min") => false,
-        w if is(w, "max") => true,
-        _ => return syntax_error(),
-    };
-    let count = match &rest[1..] {
-        [] => 1,
-        [word, c] if is(word, "count") => match parse_i64(c) {
-            Some(c) if c > 0 => c as usize,
-            _ => return Reply::err("ERR count should be greater than 0"),
-        },
-        _ => return syntax_error(),
+    let (keys, max, count) = match super::mpop_args(a, ["min", "max"]) {
+        Ok(args) => args,
+        Err(e) => return e,
     };
     for key in keys {
         match s.get_zset(key) {
