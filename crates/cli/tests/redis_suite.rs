@@ -49,6 +49,16 @@ const UNITS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "unit/pubsub",
+        &[
+            // Lua scripting (EVAL).
+            "publish to self inside script",
+            // Keyspace notifications (CONFIG SET notify-keyspace-events): not built yet, see
+            // docs/SERVICES.md.
+            "/Keyspace notifications",
+        ],
+    ),
+    (
         "unit/keyspace",
         // Streams: not a type the store keeps.
         &["COPY basic usage for stream", "COPY basic usage for stream-cgroups"],

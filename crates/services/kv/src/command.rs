@@ -64,6 +64,7 @@ const WK: &[&str] = &["write"];
 const WKF: &[&str] = &["write", "fast"];
 const L: &[&str] = &["fast", "loading", "stale"];
 const B: &[&str] = &["write", "blocking"];
+const PS: &[&str] = &["pubsub", "noscript", "loading", "stale"];
 const BF: &[&str] = &["write", "fast", "blocking"];
 const BD: &[&str] = &["write", "denyoom", "blocking"];
 
@@ -209,6 +210,8 @@ pub const COMMANDS: &[CommandSpec] = &[
     // "anything" for SORT.
     spec("sort", -2, W, (0, 0, 0)),
     spec("sort_ro", -2, R, (0, 0, 0)),
+    spec("publish", 3, &["pubsub", "loading", "stale", "fast"], (0, 0, 0)),
+    spec("pubsub", -2, &["readonly", "pubsub", "loading", "stale"], (0, 0, 0)),
     spec("keys", 2, R, (0, 0, 0)),
     spec("scan", -2, R, (0, 0, 0)),
     spec("dbsize", 1, RF, (0, 0, 0)),
@@ -228,6 +231,12 @@ pub const COMMANDS: &[CommandSpec] = &[
     local("save", 1, &["admin", "noscript", "no-async-loading", "no-multi"]),
     local("bgsave", -1, &["admin", "noscript", "no-async-loading"]),
     local("shutdown", -1, &["admin", "noscript", "loading", "stale", "no-multi"]),
+    local("subscribe", -2, PS),
+    local("unsubscribe", -1, PS),
+    local("psubscribe", -2, PS),
+    local("punsubscribe", -1, PS),
+    local("ssubscribe", -2, PS),
+    local("sunsubscribe", -1, PS),
     local("multi", 1, &["noscript", "loading", "stale", "fast", "allow-busy"]),
     local("exec", 1, &["noscript", "loading", "stale", "skip-slowlog"]),
     local("discard", 1, &["noscript", "loading", "stale", "fast", "allow-busy"]),

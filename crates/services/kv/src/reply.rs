@@ -30,6 +30,8 @@ pub enum Reply {
     /// A floating-point number, already in Redis' text form (RESP3 `,1.5`; a bulk string in
     /// RESP2).
     Double(String),
+    /// An out-of-band message (pub/sub): RESP3 push `>`, an array in RESP2.
+    Push(Vec<Reply>),
     /// Between the store and its gateway only: a blocking command is waiting (the gateway
     /// collects its reply once the store pushes its token). Never sent to a Redis client.
     Blocked,
@@ -70,6 +72,10 @@ impl Reply {
             Reply::NilArray | Reply::Blocked => out.extend_from_slice(b"*-1\r\n"),
             Reply::Array(items) => {
                 number(out, b'*', items.len() as i64);
+                items.iter().for_each(|i| i.write(proto, out));
+            }
+            Reply::Push(items) => {
+                number(out, if proto >= 3 { b'>' } else { b'*' }, items.len() as i64);
                 items.iter().for_each(|i| i.write(proto, out));
             }
             Reply::Set(items) => {

@@ -11,8 +11,9 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc::{self, error::TryRecvError, error::TrySendError};
 
 use super::blocked::{Wait, POLL};
-use super::local::Transaction;
 use super::local::{self, Session};
+use super::local::{ReplyMode, Transaction};
+use super::pubsub::{self, Outbox};
 use super::{is_read, Queue, Shared};
 use crate::command::{self, is, Place};
 use crate::reply::Reply;
@@ -47,13 +48,24 @@ enum Pending {
         start: Instant,
     },
     /// EXEC's answer: the store's reply to the transaction, with the replies of the gateway's
-    /// own commands (`Some`) put in their places among the store's (`None`).
-    Exec { proto: u8, slots: Vec<Option<Reply>> },
+    /// own commands put in their places among the store's.
+    Exec { proto: u8, slots: Vec<Slot> },
     /// Take the cluster's next reply for this connection and answer this instead (DISCARD,
     /// an aborted EXEC: the store forgot the connection's WATCH).
     Instead(Vec<u8>),
     /// Close after everything before it is written.
     Close,
+}
+
+/// Where one command of a transaction is answered.
+enum Slot {
+    /// By the gateway, with this reply.
+    Local(Reply),
+    /// By the store.
+    Store,
+    /// By the store, whose reply is replaced by this one (a subscription change: the store
+    /// records it, the gateway confirms it).
+    StoreAs(Reply),
 }
 
 /// What the reader does after a command.
@@ -86,8 +98,16 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
     let (tx, rx) = mpsc::channel(PENDING_MAX);
     // The writer says here when it has answered a blocking command.
     let (resume_tx, mut resume_rx) = mpsc::channel(1);
-    let writer = tokio::spawn(write_answers(write, rx, queue.clone(), shared.clone(), resume_tx));
-    let mut session = Session::new(id);
+    let (outbox, messages) = Outbox::new();
+    let writer = tokio::spawn(write_answers(
+        write,
+        rx,
+        queue.clone(),
+        shared.clone(),
+        resume_tx,
+        (messages, outbox.clone()),
+    ));
+    let mut session = Session::new(id, outbox);
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut batch = Batch {
         commands: Vec::new(),
@@ -96,7 +116,25 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
     'conn: loop {
         loop {
             let (pending, flow) = match resp::parse(&mut buf) {
-                Ok(Some(argv)) => dispatch(argv, &mut session, &mut batch, &shared),
+                Ok(Some(argv)) => {
+                    let subscription =
+                        command::lookup(&argv[0]).is_some_and(|c| SUBSCRIPTION_COMMANDS.contains(&c.name));
+                    let mode = session.reply;
+                    let (pending, flow) = dispatch(argv, &mut session, &mut batch, &shared);
+                    // RESP3 subscription confirmations are pushes: written whatever CLIENT REPLY says.
+                    let pushes = subscription && session.proto >= 3;
+                    // Written when replies are on after the command (CLIENT REPLY ON answers
+                    // OK; OFF and SKIP answer nothing), and not while skipping.
+                    let silent = session.reply != ReplyMode::On;
+                    if mode == ReplyMode::SkipNext && session.reply == ReplyMode::SkipNext {
+                        session.reply = ReplyMode::On; // the skipped command was this one
+                    }
+                    if silent && !pushes {
+                        (silence(pending), flow)
+                    } else {
+                        (pending, flow)
+                    }
+                }
                 Ok(None) => break,
                 Err(e) => {
                     Shared::bump(&shared.protocol_errors);
@@ -151,6 +189,17 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
         batch.commands.push(vec![Bytes::from_static(b"upright.unwatch"), token]);
         batch.reads_only = false;
     }
+    let unsubscribe = pubsub::drop_all(
+        &mut session.subs,
+        id,
+        &session.outbox,
+        &shared.hub,
+        shared.blocked.prefix(),
+    );
+    if !unsubscribe.is_empty() {
+        batch.commands.extend(unsubscribe);
+        batch.reads_only = false;
+    }
     batch.submit(&shared, &queue); // commands sent before a QUIT or a protocol error still run
     queue.closed();
     drop(tx);
@@ -186,6 +235,19 @@ fn dispatch(argv: Vec<Bytes>, session: &mut Session, batch: &mut Batch, shared: 
     let ready = |reply: Reply| (Pending::Ready(reply.to_resp(proto)), Flow::Continue);
     let checked = command::check(&argv);
     let start = Instant::now();
+    if let Ok(spec) = &checked {
+        let subscribed = session.subs.count() > 0;
+        if subscribed && proto == 2 && !SUBSCRIBED_ALLOWED.contains(&spec.name) {
+            return ready(Reply::err(format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                spec.name
+            )));
+        }
+        if subscribed && proto == 2 && spec.name == "ping" && session.multi.is_none() {
+            let said = argv.get(1).cloned().unwrap_or_default();
+            return ready(Reply::Array(vec![Reply::text("pong"), Reply::Bulk(said)]));
+        }
+    }
     match &checked {
         Ok(spec) => shared.stats.called(spec.name),
         Err(_) => {
@@ -222,12 +284,33 @@ fn dispatch(argv: Vec<Bytes>, session: &mut Session, batch: &mut Batch, shared: 
     }
     match checked {
         Err(reply) => ready(reply),
+        Ok(spec) if SUBSCRIPTION_COMMANDS.contains(&spec.name) => {
+            let (replies, command) = subscription(spec.name, &argv[1..], session, shared);
+            let bytes = replies.iter().flat_map(|r| r.to_resp(proto)).collect();
+            match command {
+                Some(command) => {
+                    batch.reads_only = false;
+                    batch.commands.push(command);
+                    (Pending::Instead(bytes), Flow::Continue)
+                }
+                None => (Pending::Ready(bytes), Flow::Continue),
+            }
+        }
         Ok(spec) if matches!(spec.name, "multi" | "exec" | "discard" | "watch" | "unwatch" | "reset") => {
             let (pending, flow) = transaction(spec.name, argv, session, batch, shared);
             if let Pending::Ready(bytes) = &pending {
                 shared.stats.answered(spec.name, start, bytes.first() == Some(&b'-'));
             }
             (pending, flow)
+        }
+        Ok(spec) if spec.name == "client" && is(&argv[1], "reply") => {
+            session.reply = match argv.get(2) {
+                Some(m) if argv.len() == 3 && is(m, "on") => ReplyMode::On,
+                Some(m) if argv.len() == 3 && is(m, "off") => ReplyMode::Off,
+                Some(m) if argv.len() == 3 && is(m, "skip") => ReplyMode::SkipNext,
+                _ => return ready(command::syntax_error()),
+            };
+            ready(Reply::ok())
         }
         Ok(spec) if spec.name == "client" && is(&argv[1], "unblock") => match client_unblock(&argv[2..], shared) {
             Ok(command) => {
@@ -239,6 +322,10 @@ fn dispatch(argv: Vec<Bytes>, session: &mut Session, batch: &mut Batch, shared: 
         },
         Ok(spec) if spec.place == Place::Gateway => {
             let (reply, close) = local::answer(session, spec.name, &argv, shared);
+            session
+                .outbox
+                .proto
+                .store(session.proto, std::sync::atomic::Ordering::Relaxed);
             shared
                 .stats
                 .answered(spec.name, start, matches!(reply, Reply::Error(_)));
@@ -268,6 +355,63 @@ fn dispatch(argv: Vec<Bytes>, session: &mut Session, batch: &mut Batch, shared: 
             (Pending::Cluster(session.proto, spec.name, start), Flow::Continue)
         }
     }
+}
+
+/// The answer of `pending` left unwritten (CLIENT REPLY OFF / SKIP); a cluster reply is still
+/// taken, in order.
+fn silence(pending: Pending) -> Pending {
+    match pending {
+        Pending::Ready(_) => Pending::Ready(Vec::new()),
+        Pending::Cluster(..) | Pending::Exec { .. } | Pending::Instead(_) => Pending::Instead(Vec::new()),
+        other => other,
+    }
+}
+
+/// The pub/sub commands a connection runs through [`pubsub::change`].
+const SUBSCRIPTION_COMMANDS: &[&str] = &[
+    "subscribe",
+    "unsubscribe",
+    "psubscribe",
+    "punsubscribe",
+    "ssubscribe",
+    "sunsubscribe",
+];
+
+/// What a RESP2 connection with subscriptions may run (Redis' "subscribed context").
+const SUBSCRIBED_ALLOWED: &[&str] = &[
+    "subscribe",
+    "unsubscribe",
+    "psubscribe",
+    "punsubscribe",
+    "ssubscribe",
+    "sunsubscribe",
+    "ping",
+    "quit",
+    "reset",
+];
+
+/// A subscription change of this connection: its confirmations and the store command.
+fn subscription(
+    name: &str,
+    args: &[Bytes],
+    session: &mut Session,
+    shared: &Shared,
+) -> (Vec<Reply>, Option<Vec<Bytes>>) {
+    // Sharded pub/sub is plain pub/sub here (the store is one shard).
+    let name = match name {
+        "ssubscribe" => "subscribe",
+        "sunsubscribe" => "unsubscribe",
+        other => other,
+    };
+    pubsub::change(
+        name,
+        args,
+        &mut session.subs,
+        session.id,
+        &session.outbox,
+        &shared.hub,
+        shared.blocked.prefix(),
+    )
 }
 
 /// MULTI, EXEC, DISCARD, WATCH, UNWATCH and RESET (which also ends a transaction and the
@@ -312,6 +456,12 @@ fn transaction(
         }
         "discard" | "reset" => {
             session.multi = None;
+            if name == "reset" {
+                let prefix = shared.blocked.prefix();
+                for command in pubsub::drop_all(&mut session.subs, session.id, &session.outbox, &shared.hub, prefix) {
+                    send(batch, command);
+                }
+            }
             let answer = if name == "reset" {
                 let (reply, _) = local::answer(session, name, &argv, shared);
                 reply
@@ -344,11 +494,26 @@ fn transaction(
             let mut replicated = Vec::new();
             for argv in tx.commands {
                 match command::lookup(&argv[0]) {
+                    Some(spec) if SUBSCRIPTION_COMMANDS.contains(&spec.name) => {
+                        let (mut replies, command) = subscription(spec.name, &argv[1..], session, shared);
+                        let reply = if replies.len() == 1 {
+                            replies.pop().expect("one")
+                        } else {
+                            Reply::Array(replies)
+                        };
+                        match command {
+                            Some(command) => {
+                                slots.push(Slot::StoreAs(reply));
+                                replicated.push(command);
+                            }
+                            None => slots.push(Slot::Local(reply)),
+                        }
+                    }
                     Some(spec) if spec.place == Place::Gateway => {
-                        slots.push(Some(local::answer(session, spec.name, &argv, shared).0));
+                        slots.push(Slot::Local(local::answer(session, spec.name, &argv, shared).0));
                     }
                     _ => {
-                        slots.push(None);
+                        slots.push(Slot::Store);
                         replicated.push(argv);
                     }
                 }
@@ -396,9 +561,18 @@ async fn write_answers(
     queue: Arc<Queue>,
     shared: Arc<Shared>,
     resume: mpsc::Sender<()>,
+    (mut messages, outbox): (mpsc::Receiver<Reply>, Arc<Outbox>),
 ) {
+    use std::sync::atomic::Ordering::Relaxed;
     let mut out = Vec::with_capacity(WRITE_CHUNK);
     loop {
+        // Pub/sub messages go out between answers, as they come.
+        while let Ok(message) = messages.try_recv() {
+            message.write(outbox.proto.load(Relaxed), &mut out);
+        }
+        if outbox.overflowed.load(Relaxed) {
+            break; // a subscriber this far behind is closed, as Redis does
+        }
         let pending = match rx.try_recv() {
             Ok(pending) => pending,
             Err(TryRecvError::Disconnected) => break,
@@ -406,9 +580,15 @@ async fn write_answers(
                 if flush(&mut write, &mut out).await.is_err() {
                     return;
                 }
-                match rx.recv().await {
-                    Some(pending) => pending,
-                    None => break,
+                tokio::select! {
+                    pending = rx.recv() => match pending {
+                        Some(pending) => pending,
+                        None => break,
+                    },
+                    Some(message) = messages.recv() => {
+                        message.write(outbox.proto.load(Relaxed), &mut out);
+                        continue;
+                    }
                 }
             }
         };
@@ -447,7 +627,14 @@ async fn write_answers(
                         Reply::Array(
                             slots
                                 .into_iter()
-                                .map(|slot| slot.or_else(|| replies.next()).unwrap_or(Reply::Nil))
+                                .map(|slot| match slot {
+                                    Slot::Local(reply) => reply,
+                                    Slot::Store => replies.next().unwrap_or(Reply::Nil),
+                                    Slot::StoreAs(reply) => {
+                                        replies.next();
+                                        reply
+                                    }
+                                })
                                 .collect(),
                         )
                     }

@@ -25,6 +25,23 @@ pub struct Session {
     pub multi: Option<Transaction>,
     /// The token of this connection's WATCHes at the store, if it watches.
     pub watch: Option<Bytes>,
+    /// Channels and patterns it subscribes to.
+    pub subs: super::pubsub::Subscriptions,
+    /// Where its pub/sub messages go.
+    pub outbox: std::sync::Arc<super::pubsub::Outbox>,
+    /// CLIENT REPLY: whether answers are written.
+    pub reply: ReplyMode,
+}
+
+/// CLIENT REPLY ON | OFF | SKIP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyMode {
+    /// Every answer is written.
+    On,
+    /// No answer is written (pub/sub pushes still are).
+    Off,
+    /// The next command's answer is not written.
+    SkipNext,
 }
 
 /// A transaction being queued.
@@ -39,10 +56,13 @@ pub struct Transaction {
 }
 
 impl Session {
-    /// A fresh RESP2 session.
-    pub fn new(id: u64) -> Session {
+    /// A fresh RESP2 session whose messages go to `outbox`.
+    pub fn new(id: u64, outbox: std::sync::Arc<super::pubsub::Outbox>) -> Session {
         Session {
             id,
+            subs: Default::default(),
+            outbox,
+            reply: ReplyMode::On,
             proto: 2,
             name: None,
             multi: None,
@@ -76,8 +96,8 @@ pub fn answer(session: &mut Session, name: &str, argv: &[Bytes], shared: &Shared
         },
         "quit" => return (Reply::ok(), true),
         "reset" => {
-            // The caller ends the connection's WATCH at the store first.
-            *session = Session::new(session.id);
+            // The caller ends the connection's WATCH and subscriptions at the store first.
+            *session = Session::new(session.id, session.outbox.clone());
             Reply::Status("RESET".into())
         }
         "hello" => hello(session, a, shared),

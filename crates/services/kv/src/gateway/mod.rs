@@ -22,6 +22,7 @@
 mod blocked;
 mod conn;
 mod local;
+mod pubsub;
 mod stats;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,6 +101,8 @@ pub struct Shared {
     blocked: Arc<blocked::Blocked>,
     /// INFO commandstats.
     stats: stats::CommandStats,
+    /// This gateway's pub/sub subscriptions.
+    hub: Arc<pubsub::Hub>,
 }
 
 impl Shared {
@@ -114,8 +117,9 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
     assert!(!clients.is_empty(), "the gateway needs at least one upright client");
     let port = listener.local_addr()?.port();
     let blocked = Arc::new(blocked::Blocked::default());
+    let hub = Arc::new(pubsub::Hub::default());
     for client in &clients {
-        watch_pushes(client, blocked.clone());
+        watch_pushes(client, blocked.clone(), hub.clone());
     }
     let shared = Arc::new(Shared {
         started: Instant::now(),
@@ -128,6 +132,7 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
         protocol_errors: AtomicU64::new(0),
         blocked,
         stats: stats::CommandStats::default(),
+        hub,
     });
     loop {
         let (stream, _) = match listener.accept().await {
@@ -153,9 +158,10 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
     }
 }
 
-/// Routes the tokens the store pushes to `client` to the connections waiting on them, and first
-/// drops the waiters a previous gateway with this client identity left at the store.
-fn watch_pushes(client: &ClientHandle, blocked: Arc<blocked::Blocked>) {
+/// Routes what the store pushes to `client` (blocked commands' tokens, pub/sub messages) to the
+/// connections waiting for it, and first drops the waiters, watches and subscriptions a previous
+/// gateway with this client identity left at the store.
+fn watch_pushes(client: &ClientHandle, blocked: Arc<blocked::Blocked>, hub: Arc<pubsub::Hub>) {
     let stale = crate::encode_operation(&[vec![
         Bytes::from_static(b"upright.unblock-stale"),
         Bytes::copy_from_slice(blocked.prefix().as_bytes()),
@@ -173,7 +179,11 @@ fn watch_pushes(client: &ClientHandle, blocked: Arc<blocked::Blocked>) {
     tokio::spawn(async move {
         while let Some(event) = pushes.recv().await {
             match event {
-                PushEvent::Message { payload, .. } => blocked.pushed(&payload),
+                PushEvent::Message { payload, .. } => match crate::store::Pushed::decode(&payload) {
+                    Some(crate::store::Pushed::Ready(token)) => blocked.pushed(&token),
+                    Some(message) => hub.deliver(message),
+                    None => tracing::warn!("gateway: undecodable push ({} bytes)", payload.len()),
+                },
                 PushEvent::Gap { .. } => blocked.wake_all(),
             }
         }

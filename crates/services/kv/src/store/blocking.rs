@@ -379,8 +379,9 @@ impl RedisStore {
         Reply::Int(1)
     }
 
-    /// `upright.unblock-stale PREFIX` from `client`: drops its waiters, kept replies and WATCH
-    /// tokens whose tokens do not start with PREFIX; the number dropped.
+    /// `upright.unblock-stale PREFIX` from `client`: drops its waiters, kept replies, WATCH
+    /// tokens and subscriptions whose tokens (prefixes) do not start with PREFIX; the number
+    /// dropped.
     pub(super) fn unblock_stale(&mut self, client: ClientId, prefix: &[u8]) -> Reply {
         let stale = |c: ClientId, t: &Bytes| c == client && !t.starts_with(prefix);
         let ids: Vec<u64> = self
@@ -396,7 +397,8 @@ impl RedisStore {
         let before = self.blocked.served.len();
         self.blocked.served.retain(|t, (c, _)| !stale(*c, t));
         let watches = self.watches.forget_stale(client, prefix);
-        Reply::Int((ids.len() + before - self.blocked.served.len() + watches) as i64)
+        let subscriptions = self.pubsub.forget_stale(client, prefix);
+        Reply::Int((ids.len() + before - self.blocked.served.len() + watches + subscriptions) as i64)
     }
 
     /// Tries the waiters of every key written since the last call, in arrival order, until no

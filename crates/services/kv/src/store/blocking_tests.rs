@@ -5,7 +5,7 @@ use upright_core::ids::{ClientId, RequestId, SeqNo};
 use upright_core::service::{BatchContext, Effects, Service, ServiceRequest};
 
 use super::tests::{bulk, int};
-use super::{encode_transaction, RedisStore};
+use super::{encode_transaction, Pushed, RedisStore};
 use crate::reply::Reply;
 
 fn words(line: &str) -> Vec<Bytes> {
@@ -14,12 +14,12 @@ fn words(line: &str) -> Vec<Bytes> {
 
 /// Runs one request of `client` (its commands, each a line) at agreed time `ms`: its replies and
 /// the pushes of the batch (client, token).
-fn run(s: &mut RedisStore, ms: u64, client: u32, lines: &[&str]) -> (Vec<Reply>, Vec<(u32, Bytes)>) {
+fn run(s: &mut RedisStore, ms: u64, client: u32, lines: &[&str]) -> (Vec<Reply>, Vec<(u32, Pushed)>) {
     let commands: Vec<Vec<Bytes>> = lines.iter().map(|l| words(l)).collect();
     run_argv(s, ms, client, commands)
 }
 
-fn run_argv(s: &mut RedisStore, ms: u64, client: u32, commands: Vec<Vec<Bytes>>) -> (Vec<Reply>, Vec<(u32, Bytes)>) {
+fn run_argv(s: &mut RedisStore, ms: u64, client: u32, commands: Vec<Vec<Bytes>>) -> (Vec<Reply>, Vec<(u32, Pushed)>) {
     let ctx = BatchContext {
         seqno: SeqNo(ms),
         time_us: ms * 1000,
@@ -35,13 +35,17 @@ fn run_argv(s: &mut RedisStore, ms: u64, client: u32, commands: Vec<Vec<Bytes>>)
     let pushes = effects
         .pushes()
         .iter()
-        .map(|p| (p.client.0, p.payload.clone()))
+        .map(|p| (p.client.0, Pushed::decode(&p.payload).expect("a store push")))
         .collect();
     (crate::decode_replies(&out[0]).unwrap(), pushes)
 }
 
 fn token(t: &str) -> Bytes {
     Bytes::copy_from_slice(t.as_bytes())
+}
+
+fn ready(t: &str) -> Pushed {
+    Pushed::Ready(token(t))
 }
 
 fn exec_argv(watch: &str, lines: &[&str]) -> Vec<Bytes> {
@@ -58,7 +62,7 @@ fn a_blocked_pop_is_served_by_a_later_push_and_collected_once() {
     assert_eq!(run(s, 1001, 1, &["upright.collect g.1"]).0, vec![Reply::Blocked]);
     let (r, pushes) = run(s, 1002, 2, &["RPUSH l a b"]);
     assert_eq!(r, vec![int(2)]);
-    assert_eq!(pushes, vec![(1, token("g.1"))], "the token goes to the waiter's client");
+    assert_eq!(pushes, vec![(1, ready("g.1"))], "the token goes to the waiter's client");
     assert_eq!(
         run(s, 1003, 2, &["LRANGE l 0 -1"]).0,
         vec![Reply::Array(vec![bulk("b")])]
@@ -90,7 +94,7 @@ fn waiters_are_served_in_arrival_order_and_time_out_on_agreed_time() {
         "woken when the second waiter's timeout passes"
     );
     let (_, pushes) = run(s, 1002, 3, &["ZADD z 5 m"]);
-    assert_eq!(pushes, vec![(1, token("g.1"))], "the first to wait is served first");
+    assert_eq!(pushes, vec![(1, ready("g.1"))], "the first to wait is served first");
     assert_eq!(
         run(s, 1003, 1, &["upright.collect g.1"]).0,
         vec![Reply::Array(vec![bulk("z"), bulk("m"), Reply::Double("5".into())])]
@@ -226,5 +230,72 @@ fn watch_aborts_exec_on_any_change_and_nothing_else() {
         vec![Reply::NilArray]
     );
     let (_, pushes) = run(&mut copy, 1606, 2, &["RPUSH q x"]);
-    assert_eq!(pushes, vec![(1, token("g.1"))]);
+    assert_eq!(pushes, vec![(1, ready("g.1"))]);
+}
+
+#[test]
+fn publish_reaches_every_subscribed_gateway_once_and_counts_its_subscribers() {
+    let s = &mut RedisStore::new();
+    run(
+        s,
+        1000,
+        1,
+        &[
+            "upright.subscribe g1. channel news",
+            "upright.subscribe g1. channel news",
+        ],
+    );
+    run(s, 1001, 2, &["upright.subscribe g2. pattern n*"]);
+    let (r, pushes) = run(s, 1002, 3, &["PUBLISH news hi", "PUBLISH other x"]);
+    assert_eq!(r, vec![int(3), int(0)], "two subscriptions at g1, one pattern at g2");
+    let message = |c: &str| Pushed::Message {
+        channel: token(c),
+        message: token("hi"),
+    };
+    assert_eq!(
+        pushes,
+        vec![
+            (1, message("news")),
+            (
+                2,
+                Pushed::PMessage {
+                    pattern: token("n*"),
+                    channel: token("news"),
+                    message: token("hi"),
+                }
+            ),
+        ]
+    );
+    assert_eq!(
+        run(
+            s,
+            1003,
+            3,
+            &["PUBSUB NUMSUB news none", "PUBSUB NUMPAT", "PUBSUB CHANNELS"]
+        )
+        .0,
+        vec![
+            Reply::Pairs(vec![(bulk("news"), int(2)), (bulk("none"), int(0))]),
+            int(1),
+            Reply::Array(vec![bulk("news")]),
+        ]
+    );
+    let mut copy = RedisStore::new();
+    copy.restore(&s.checkpoint()).unwrap();
+    assert_eq!(&copy, s);
+    run(
+        s,
+        1004,
+        1,
+        &[
+            "upright.unsubscribe g1. channel news",
+            "upright.unsubscribe g1. channel news",
+        ],
+    );
+    run(s, 1005, 2, &["upright.unblock-stale g9."]);
+    let (r, pushes) = run(s, 1006, 3, &["PUBLISH news hi"]);
+    assert_eq!((r, pushes), (vec![int(0)], vec![]));
+    let big = "x".repeat(super::pubsub::MESSAGE_BYTES_MAX);
+    let (r, _) = run_argv(s, 1007, 3, vec![vec![token("PUBLISH"), token("c"), token(&big)]]);
+    assert!(matches!(&r[0], Reply::Error(e) if e.contains("at most")), "{r:?}");
 }

@@ -80,6 +80,7 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
             None => Reply::Int(0),
         },
         "sort" => s.sort_store(a),
+        "publish" => s.publish(&a[0], &a[1]),
         "flushdb" | "flushall" => {
             if a.len() > 1 || a.first().is_some_and(|m| !is(m, "async") && !is(m, "sync")) {
                 return syntax_error();
@@ -128,6 +129,7 @@ pub(super) fn dispatch_read(s: &RedisStore, name: &str, argv: &[Bytes]) -> Optio
         "scan" => scan(s, a),
         "dbsize" => Reply::Int(s.map.len() as i64),
         "sort_ro" => return s.sort_read(a, true),
+        "pubsub" => s.pubsub(a),
         "memory" => memory(s, a),
         _ => return None,
     })

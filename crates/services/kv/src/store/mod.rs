@@ -14,6 +14,7 @@ mod hash;
 mod keys;
 mod list;
 mod multi;
+mod pubsub;
 mod set;
 mod sort;
 #[cfg(test)]
@@ -33,6 +34,7 @@ use crate::command;
 use crate::reply::Reply;
 
 pub use multi::{encode_transaction, MULTI_COMMANDS_MAX};
+pub use pubsub::Pushed;
 
 /// Most bytes of keys and values (plus a per-key overhead) the store holds; writes that could
 /// grow it beyond get Redis' OOM error (Redis' `maxmemory` with the `noeviction` policy).
@@ -219,6 +221,10 @@ pub struct RedisStore {
     blocked: blocking::Blocked,
     /// WATCH tokens and their keys.
     watches: multi::Watches,
+    /// The gateways' pub/sub subscriptions.
+    pubsub: pubsub::PubSub,
+    /// Messages to push to clients, in order (transient: drained after each request).
+    outbox: Vec<(ClientId, Bytes)>,
     /// The client whose request is executing (for the blocking commands' waiters); `None`
     /// between batches.
     client: Option<ClientId>,
@@ -284,7 +290,8 @@ impl RedisStore {
 
     /// The commands a gateway sends besides Redis' (`upright.block`, `upright.collect`,
     /// `upright.unblock`, `upright.unblock-stale`: see `blocking`; `upright.watch`,
-    /// `upright.unwatch`, `upright.exec`: see `multi`); `None` for any other.
+    /// `upright.unwatch`, `upright.exec`: see `multi`; `upright.subscribe`,
+    /// `upright.unsubscribe`: see `pubsub`); `None` for any other.
     fn internal(&mut self, argv: &[Bytes]) -> Option<Reply> {
         let name = argv.first()?;
         if !name.starts_with(b"upright.") {
@@ -299,6 +306,8 @@ impl RedisStore {
             (b"watch", [token, keys @ ..]) if !keys.is_empty() => self.watch(token, keys),
             (b"unwatch", [token]) => self.unwatch(token),
             (b"exec", [token, commands]) => self.exec(token, commands),
+            (b"subscribe", rest) => self.gateway_subscription(true, rest),
+            (b"unsubscribe", rest) => self.gateway_subscription(false, rest),
             _ => command::unknown_command(argv),
         })
     }
@@ -670,7 +679,9 @@ fn reply_size(reply: &Reply) -> usize {
         Reply::Status(s) | Reply::Error(s) | Reply::Double(s) => s.len() + 10,
         Reply::Bulk(b) => b.len() + 10,
         Reply::Int(_) | Reply::Nil | Reply::NilArray | Reply::Blocked => 11,
-        Reply::Array(items) | Reply::Set(items) => 10 + items.iter().map(reply_size).sum::<usize>(),
+        Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => {
+            10 + items.iter().map(reply_size).sum::<usize>()
+        }
         Reply::Map(pairs) | Reply::Pairs(pairs) => {
             10 + pairs
                 .iter()
@@ -698,10 +709,14 @@ fn encode_bounded(replies: impl Iterator<Item = Reply>) -> Bytes {
 }
 
 impl RedisStore {
-    /// Pushes to their clients the tokens of the blocked commands served since the last call.
+    /// Pushes to their clients the tokens of the blocked commands served and the pub/sub
+    /// messages published since the last call.
     fn push_served(&mut self, effects: &mut Effects) {
         for (client, token) in self.blocked.take_outbox() {
-            effects.push(client, token);
+            effects.push(client, Pushed::Ready(token).encode());
+        }
+        for (client, payload) in self.outbox.drain(..) {
+            effects.push(client, payload);
         }
     }
 }
@@ -795,12 +810,21 @@ impl Service for RedisStore {
             rows,
             self.blocked.rows(),
             self.watches.rows(),
+            self.pubsub.rows(),
         )))
     }
 
     fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
-        type Checkpoint = (u64, u64, u64, CheckpointRows, blocking::BlockedRows, multi::WatchRows);
-        let (now_ms, seed, random_calls, rows, blocked, watches): Checkpoint =
+        type Checkpoint = (
+            u64,
+            u64,
+            u64,
+            CheckpointRows,
+            blocking::BlockedRows,
+            multi::WatchRows,
+            pubsub::PubSubRows,
+        );
+        let (now_ms, seed, random_calls, rows, blocked, watches, subscriptions): Checkpoint =
             upright_core::codec::from_bytes(checkpoint)
                 .map_err(|e| RestoreError(format!("redis store checkpoint: {e}")))?;
         let corrupt = self.corrupt;
@@ -816,6 +840,7 @@ impl Service for RedisStore {
         }
         self.blocked = blocking::Blocked::from_rows(blocked);
         self.watches = multi::Watches::from_rows(watches);
+        self.pubsub = pubsub::PubSub::from_rows(subscriptions);
         self.corrupt = corrupt;
         Ok(())
     }

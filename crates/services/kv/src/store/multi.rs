@@ -176,7 +176,10 @@ impl RedisStore {
         let replies = commands
             .iter()
             .map(|argv| {
-                if argv[0].starts_with(b"upright.") {
+                // A gateway's (un)subscriptions may be part of a transaction; nothing else of its.
+                let internal = argv[0].starts_with(b"upright.")
+                    && !matches!(&argv[0][..], b"upright.subscribe" | b"upright.unsubscribe");
+                if internal {
                     crate::command::unknown_command(argv)
                 } else {
                     self.apply_one(argv)
