@@ -12,7 +12,11 @@
 //! becomes an undecodable reply, which the linearizability checker reports. About a third of the
 //! keys ([`is_list_key`]) hold their value as a Redis list whose elements, joined, are the value
 //! (PUT: DEL then RPUSH or LPUSH, or RPUSH of two pieces; APPEND: RPUSH then LRANGE; GET: LRANGE,
-//! or LLEN with LRANGE), so list commands run under every fault too.
+//! or LLEN with LRANGE), so list commands run under every fault too. Another third
+//! ([`is_collection_key`]) hold their value as a sorted set of its appended pieces, in order (an
+//! APPEND halves every score with ZUNIONSTORE ... WEIGHTS 0.5 and adds the piece at score 1),
+//! beside a hash and a set of the same pieces that every GET checks against it. String keys'
+//! commands also run inside MULTI/EXEC (`upright.exec`), with or without a WATCH of the key.
 
 use bytes::Bytes;
 use rand::Rng;
@@ -75,7 +79,7 @@ impl ServiceKind {
     pub fn encode(self, op: &KvOperation, rng: &mut ChaCha8Rng) -> Bytes {
         match self {
             ServiceKind::Kv | ServiceKind::PagedKv => op.encode(),
-            ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, rng.random_range(0..5))),
+            ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, rng.random_range(0..FORMS))),
         }
     }
 
@@ -304,12 +308,18 @@ fn list_reply(op: &KvOperation, replies: &[Reply]) -> Option<KvReply> {
     }
 }
 
+/// How many forms [`redis_commands`] draws from.
+const FORMS: u32 = 15;
+
 fn redis_commands(op: &KvOperation, form: u32) -> Vec<Vec<Bytes>> {
     if is_list_key(op_key(op)) {
         return list_commands(op, form);
     }
+    if is_collection_key(op_key(op)) {
+        return collection_commands(op, form);
+    }
     let far = FAR_EXPIRY_S.as_bytes();
-    match op {
+    let commands = match op {
         KvOperation::Get { key } => match form % 2 {
             0 => vec![argv(&[b"GET", key])],
             _ => vec![argv(&[b"MGET", key])],
@@ -327,6 +337,140 @@ fn redis_commands(op: &KvOperation, form: u32) -> Vec<Vec<Bytes>> {
             1 => vec![argv(&[b"UNLINK", key])],
             _ => vec![argv(&[b"GETDEL", key])],
         },
+    };
+    // As a transaction (MULTI ... EXEC), or one guarded by a WATCH of the key (never broken:
+    // nothing runs between the two).
+    let transaction = |watch: &[u8]| {
+        argv(&[
+            b"upright.exec",
+            watch,
+            &upright_kv::store::encode_transaction(&commands),
+        ])
+    };
+    match (form / 5) % 3 {
+        0 => commands,
+        1 => vec![transaction(b"")],
+        _ => vec![
+            argv(&[b"upright.watch", SIM_WATCH_TOKEN, op_key(op)]),
+            transaction(SIM_WATCH_TOKEN),
+        ],
+    }
+}
+
+/// The WATCH token of the simulated transactions.
+const SIM_WATCH_TOKEN: &[u8] = b"sim.watch";
+
+/// Whether the model's `key` is held as a sorted set of pieces, with a hash and a set of them (a
+/// fixed third of the keys, by hash).
+pub fn is_collection_key(key: &[u8]) -> bool {
+    upright_kv::store::slot(key) % 3 == 2
+}
+
+/// The hash and the set kept beside a collection key's sorted set.
+fn companions(key: &[u8]) -> (Bytes, Bytes) {
+    let with = |suffix: &[u8]| Bytes::from([key, suffix].concat());
+    (with(b"{hash}"), with(b"{set}"))
+}
+
+fn collection_commands(op: &KvOperation, form: u32) -> Vec<Vec<Bytes>> {
+    let piece_commands = |key: &Bytes, piece: &Bytes| {
+        let (hash, set) = companions(key);
+        vec![
+            argv(&[b"ZADD", key, b"1", piece]),
+            argv(&[b"HSET", &hash, piece, piece.len().to_string().as_bytes()]),
+            argv(&[b"SADD", &set, piece]),
+        ]
+    };
+    match op {
+        KvOperation::Get { key } => {
+            let (hash, set) = companions(key);
+            match form % 2 {
+                0 => vec![
+                    argv(&[b"ZRANGE", key, b"0", b"-1"]),
+                    argv(&[b"HKEYS", &hash]),
+                    argv(&[b"SMEMBERS", &set]),
+                ],
+                _ => vec![
+                    argv(&[b"ZCARD", key]),
+                    argv(&[b"ZRANGE", key, b"0", b"-1", b"WITHSCORES"]),
+                ],
+            }
+        }
+        KvOperation::Put { key, value } => {
+            let (hash, set) = companions(key);
+            let mut commands = vec![argv(&[b"DEL", key, &hash, &set])];
+            commands.extend(piece_commands(key, value));
+            commands
+        }
+        KvOperation::Append { key, value } => {
+            let mut commands = vec![argv(&[b"ZUNIONSTORE", key, b"1", key, b"WEIGHTS", b"0.5"])];
+            commands.extend(piece_commands(key, value));
+            commands.push(argv(&[b"ZRANGE", key, b"0", b"-1"]));
+            commands
+        }
+        KvOperation::Delete { key } => {
+            let (hash, set) = companions(key);
+            match form % 2 {
+                0 => vec![argv(&[b"DEL", key, &hash, &set])],
+                _ => vec![argv(&[b"UNLINK", key, &hash, &set])],
+            }
+        }
+    }
+}
+
+/// Bulk strings as byte strings (`None` if any is not one).
+fn bulks(items: &[Reply]) -> Option<Vec<Bytes>> {
+    items
+        .iter()
+        .map(|i| match i {
+            Reply::Bulk(b) => Some(b.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The model's reply from the Redis replies to a collection key's commands: the pieces in score
+/// order, joined, checked against the hash's fields and the set's members.
+fn collection_reply(op: &KvOperation, replies: &[Reply]) -> Option<KvReply> {
+    let sorted = |mut v: Vec<Bytes>| {
+        v.sort();
+        v
+    };
+    match (op, replies) {
+        (KvOperation::Get { .. }, [Reply::Array(pieces), Reply::Array(fields), Reply::Set(members)]) => {
+            let pieces = bulks(pieces)?;
+            let fields = bulks(fields)?;
+            (fields == bulks(members)? && fields == sorted(pieces.clone())).then_some(())?;
+            Some(KvReply::Value(
+                (!pieces.is_empty()).then(|| Bytes::from(pieces.concat())),
+            ))
+        }
+        (KvOperation::Get { .. }, [Reply::Int(0), Reply::Array(none)]) if none.is_empty() => Some(KvReply::Value(None)),
+        (KvOperation::Get { .. }, [Reply::Int(n), Reply::Pairs(scored)]) => {
+            (*n >= 0 && *n as usize == scored.len()).then_some(())?;
+            let mut pieces = Vec::new();
+            for (piece, score) in scored {
+                let (Reply::Bulk(piece), Reply::Double(_)) = (piece, score) else {
+                    return None;
+                };
+                pieces.push(piece.clone());
+            }
+            Some(KvReply::Value(
+                (!pieces.is_empty()).then(|| Bytes::from(pieces.concat())),
+            ))
+        }
+        (KvOperation::Put { .. }, [Reply::Int(0..=3), Reply::Int(1), Reply::Int(1), Reply::Int(1)]) => {
+            Some(KvReply::Done)
+        }
+        (
+            KvOperation::Append { .. },
+            [Reply::Int(before), Reply::Int(1), Reply::Int(1), Reply::Int(1), Reply::Array(pieces)],
+        ) => {
+            (*before >= 0 && *before as usize + 1 == pieces.len()).then_some(())?;
+            Some(KvReply::Value(Some(Bytes::from(bulks(pieces)?.concat()))))
+        }
+        (KvOperation::Delete { .. }, [Reply::Int(0..=3)]) => Some(KvReply::Done),
+        _ => None,
     }
 }
 
@@ -353,6 +497,22 @@ fn redis_reply(op: &KvOperation, replies: &[Reply]) -> Option<KvReply> {
     if is_list_key(op_key(op)) {
         return list_reply(op, replies);
     }
+    if is_collection_key(op_key(op)) {
+        return collection_reply(op, replies);
+    }
+    if let Some(reply) = string_reply(op, replies) {
+        return Some(reply);
+    }
+    // Inside MULTI/EXEC: the transaction's replies, after the WATCH's OK if it had one.
+    match replies {
+        [Reply::Array(inner)] => string_reply(op, inner),
+        [Reply::Status(ok), Reply::Array(inner)] if ok == "OK" => string_reply(op, inner),
+        _ => None,
+    }
+}
+
+/// The model's reply from the Redis replies to a string key's commands.
+fn string_reply(op: &KvOperation, replies: &[Reply]) -> Option<KvReply> {
     match (op, replies) {
         (KvOperation::Get { .. }, [Reply::Array(items)]) if items.len() == 1 => Some(KvReply::Value(value(&items[0])?)),
         (KvOperation::Get { .. }, [one]) => Some(KvReply::Value(value(one)?)),
@@ -380,7 +540,7 @@ mod tests {
 
     /// Runs `ops` in order on a fresh service of `kind`, each in every form, through the real store.
     fn run(kind: ServiceKind, ops: &[(KvOperation, KvReply)]) {
-        for form in 0..5 {
+        for form in 0..FORMS as u64 {
             let mut service = kind.factory(false)();
             let mut rng = ChaCha8Rng::seed_from_u64(form);
             for (i, (op, want)) in ops.iter().enumerate() {
@@ -471,12 +631,51 @@ mod tests {
     }
 
     #[test]
-    fn list_keys_and_string_keys_both_give_the_models_replies() {
+    fn list_keys_collection_keys_and_string_keys_all_give_the_models_replies() {
         let keys: Vec<Bytes> = (0..100).map(|i| b(&format!("k{i}"))).collect();
         let list = keys.iter().find(|k| is_list_key(k)).expect("a list key").clone();
-        let string = keys.iter().find(|k| !is_list_key(k)).expect("a string key").clone();
+        let collection = keys
+            .iter()
+            .find(|k| is_collection_key(k))
+            .expect("a collection key")
+            .clone();
+        let string = keys
+            .iter()
+            .find(|k| !is_list_key(k) && !is_collection_key(k))
+            .expect("a string key")
+            .clone();
         run(ServiceKind::Redis, &history_on(&list, &string));
         run(ServiceKind::Redis, &history_on(&string, &list));
+        run(ServiceKind::Redis, &history_on(&collection, &string));
+        run(ServiceKind::Redis, &history_on(&list, &collection));
+        // Many appends keep their order (each halves the earlier pieces' scores).
+        let mut ops = vec![];
+        let mut value = String::new();
+        for i in 0..200 {
+            let piece = format!("p{i:03}");
+            value.push_str(&piece);
+            ops.push((
+                KvOperation::Append {
+                    key: collection.clone(),
+                    value: b(&piece),
+                },
+                KvReply::Value(Some(b(&value))),
+            ));
+        }
+        run(ServiceKind::Redis, &ops);
+        let get = KvOperation::Get {
+            key: collection.clone(),
+        };
+        let mismatched = [
+            Reply::Array(vec![Reply::Bulk(b("a"))]),
+            Reply::Array(vec![Reply::Bulk(b("b"))]),
+            Reply::Set(vec![Reply::Bulk(b("a"))]),
+        ];
+        assert_eq!(
+            redis_reply(&get, &mismatched),
+            None,
+            "the hash must hold the sorted set's pieces"
+        );
         let share = keys.iter().filter(|k| is_list_key(k)).count();
         assert!(
             (20..=45).contains(&share),
