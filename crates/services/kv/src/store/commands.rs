@@ -148,7 +148,7 @@ fn memory(s: &RedisStore, a: &[Bytes]) -> Reply {
     match &a[1..] {
         [key] | [key, _, _] if a.len() == 2 || is(&a[2], "samples") => s
             .get(key)
-            .map_or(Reply::Nil, |e| Reply::Int(RedisStore::cost(key, &e.value) as i64)),
+            .map_or(Reply::Nil, |e| Reply::Int(RedisStore::cost(key, e.cost) as i64)),
         _ => syntax_error(),
     }
 }

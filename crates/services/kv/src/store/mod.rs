@@ -103,9 +103,20 @@ trait Collection: Default {
     fn of(value: &Value) -> Option<&Self>;
     fn of_mut(value: &mut Value) -> Option<&mut Self>;
     fn into_value(self) -> Value;
+    /// Bytes held (an iteration over the elements unless [`Collection::COST_IS_KEPT`]).
     fn cost(&self) -> usize;
-    fn is_empty(&self) -> bool;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Whether [`Collection::cost`] is kept as elements change (O(1)).
+    const COST_IS_KEPT: bool = false;
 }
+
+/// Collections up to this many elements have their cost counted exactly after every change;
+/// larger ones every `len / 16` changes, and by the average element in between (O(1)
+/// amortized per change instead of O(len); deterministic, so every replica counts alike).
+const EXACT_COST_LEN: usize = 64;
 
 impl Collection for BTreeMap<Bytes, Bytes> {
     fn of(value: &Value) -> Option<&Self> {
@@ -128,8 +139,8 @@ impl Collection for BTreeMap<Bytes, Bytes> {
     fn cost(&self) -> usize {
         self.iter().map(|(f, v)| f.len() + v.len() + FIELD_OVERHEAD).sum()
     }
-    fn is_empty(&self) -> bool {
-        BTreeMap::is_empty(self)
+    fn len(&self) -> usize {
+        BTreeMap::len(self)
     }
 }
 
@@ -154,8 +165,8 @@ impl Collection for std::collections::VecDeque<Bytes> {
     fn cost(&self) -> usize {
         self.iter().map(|e| e.len() + FIELD_OVERHEAD).sum()
     }
-    fn is_empty(&self) -> bool {
-        std::collections::VecDeque::is_empty(self)
+    fn len(&self) -> usize {
+        std::collections::VecDeque::len(self)
     }
 }
 
@@ -180,8 +191,8 @@ impl Collection for BTreeSet<Bytes> {
     fn cost(&self) -> usize {
         self.iter().map(|m| m.len() + FIELD_OVERHEAD).sum()
     }
-    fn is_empty(&self) -> bool {
-        BTreeSet::is_empty(self)
+    fn len(&self) -> usize {
+        BTreeSet::len(self)
     }
 }
 
@@ -190,6 +201,10 @@ struct Entry {
     value: Value,
     /// Absolute expiry time in agreed milliseconds.
     expires_ms: Option<u64>,
+    /// The value's bytes as counted against the memory bound (see [`EXACT_COST_LEN`]).
+    cost: usize,
+    /// Changes since `cost` was last counted exactly.
+    estimated: u32,
 }
 
 impl Entry {
@@ -397,10 +412,22 @@ impl RedisStore {
         self.touched(key);
         let entry = self.map.get_mut(key).expect("present");
         let collection = C::of_mut(&mut entry.value).expect("checked");
-        let before = collection.cost();
+        let (before, before_len) = (entry.cost, collection.len());
         let result = f(collection);
-        let (after, empty) = (collection.cost(), collection.is_empty());
-        self.used = self.used + after - before;
+        let (after_len, empty) = (collection.len(), collection.is_empty());
+        entry.estimated += 1;
+        let exact = C::COST_IS_KEPT
+            || after_len <= EXACT_COST_LEN
+            || before_len == 0
+            || entry.estimated as usize * 16 >= after_len;
+        let after = if exact {
+            entry.estimated = 0;
+            collection.cost()
+        } else {
+            (before as u128 * after_len as u128 / before_len as u128) as usize
+        };
+        entry.cost = after;
+        self.used = self.used - before + after;
         if empty {
             self.remove(key);
         }
@@ -419,8 +446,8 @@ impl RedisStore {
         self.get(key).map(Entry::string).transpose()
     }
 
-    fn cost(key: &[u8], value: &Value) -> usize {
-        key.len() + value.bytes() + ENTRY_OVERHEAD
+    fn cost(key: &[u8], value_cost: usize) -> usize {
+        key.len() + value_cost + ENTRY_OVERHEAD
     }
 
     /// Stores the string `value` under `key` with expiry `expires_ms` (`None`: no expiry).
@@ -437,12 +464,24 @@ impl RedisStore {
 
     /// Stores `value` (of any type) under `key` with expiry `expires_ms`.
     fn put_value(&mut self, key: &Bytes, value: Value, expires_ms: Option<u64>) {
+        self.put_entry(key, value, expires_ms, None);
+    }
+
+    /// Stores `value` under `key`, its cost counted (or, from a checkpoint, as counted there).
+    fn put_entry(&mut self, key: &Bytes, value: Value, expires_ms: Option<u64>, counted: Option<(usize, u32)>) {
         self.touched(key);
-        self.used += Self::cost(key, &value);
-        let old = self.map.insert(key.clone(), Entry { value, expires_ms });
+        let (cost, estimated) = counted.unwrap_or_else(|| (value.bytes(), 0));
+        self.used += Self::cost(key, cost);
+        let entry = Entry {
+            value,
+            expires_ms,
+            cost,
+            estimated,
+        };
+        let old = self.map.insert(key.clone(), entry);
         match old {
             Some(old) => {
-                self.used -= Self::cost(key, &old.value);
+                self.used -= Self::cost(key, old.cost);
                 if let Some(at) = old.expires_ms {
                     self.expiries.remove(&(at, key.clone()));
                 }
@@ -472,7 +511,7 @@ impl RedisStore {
     fn remove(&mut self, key: &[u8]) -> Option<Entry> {
         let (key, old) = self.map.remove_entry(key)?;
         self.watches.touch(&key);
-        self.used -= Self::cost(&key, &old.value);
+        self.used -= Self::cost(&key, old.cost);
         self.slots.remove(&(slot(&key), key.clone()));
         if let Some(at) = old.expires_ms {
             self.expiries.remove(&(at, key));
@@ -721,8 +760,8 @@ impl RedisStore {
     }
 }
 
-/// A checkpoint: every key with its value and expiry, in key order.
-type CheckpointRows = Vec<(Bytes, Value, Option<u64>)>;
+/// A checkpoint: every key with its value, expiry and counted cost, in key order.
+type CheckpointRows = Vec<(Bytes, Value, Option<u64>, usize, u32)>;
 
 impl Service for RedisStore {
     fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
@@ -801,8 +840,11 @@ impl Service for RedisStore {
     }
 
     fn checkpoint(&self) -> Bytes {
-        let rows: Vec<(&Bytes, &Value, Option<u64>)> =
-            self.map.iter().map(|(k, e)| (k, &e.value, e.expires_ms)).collect();
+        let rows: Vec<(&Bytes, &Value, Option<u64>, usize, u32)> = self
+            .map
+            .iter()
+            .map(|(k, e)| (k, &e.value, e.expires_ms, e.cost, e.estimated))
+            .collect();
         Bytes::from(upright_core::codec::to_bytes(&(
             self.now_ms,
             self.seed,
@@ -835,8 +877,8 @@ impl Service for RedisStore {
             corrupt: false,
             ..RedisStore::default()
         };
-        for (key, value, expires_ms) in rows {
-            self.put_value(&key, value, expires_ms);
+        for (key, value, expires_ms, cost, estimated) in rows {
+            self.put_entry(&key, value, expires_ms, Some((cost, estimated)));
         }
         self.blocked = blocking::Blocked::from_rows(blocked);
         self.watches = multi::Watches::from_rows(watches);

@@ -762,3 +762,23 @@ fn the_store_asks_to_be_woken_when_its_first_key_expires_and_the_wake_removes_it
     assert_eq!(cmd(s, "EXISTS a b"), int(1), "b is gone, a is not yet");
     assert_eq!(s.wake_at(), Some(1_501_000));
 }
+
+#[test]
+fn large_collections_count_their_memory_alike_after_a_restore_and_return_it_all() {
+    let s = &mut RedisStore::new();
+    for i in 0..1000 {
+        cmd(s, &format!("RPUSH big element-{i}"));
+        cmd(s, &format!("HSET h field-{i} {i}"));
+    }
+    let used = s.used;
+    assert!(used > 1000 * 16, "every element counts: {used}");
+    let mut copy = RedisStore::new();
+    copy.restore(&s.checkpoint()).unwrap();
+    assert_eq!(&copy, s, "a restored replica counts exactly as the one that ran");
+    for _ in 0..10 {
+        assert_eq!(cmd(s, "RPOP big"), cmd(&mut copy, "RPOP big"));
+    }
+    assert_eq!(copy.used, s.used);
+    cmd(s, "DEL big h");
+    assert_eq!(s.used, 0, "every byte counted is returned");
+}

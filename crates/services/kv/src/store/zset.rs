@@ -205,9 +205,10 @@ impl Collection for ZSet {
     fn cost(&self) -> usize {
         self.bytes
     }
-    fn is_empty(&self) -> bool {
-        self.scores.is_empty()
+    fn len(&self) -> usize {
+        self.scores.len()
     }
+    const COST_IS_KEPT: bool = true;
 }
 
 /// A score as Redis 7.2 prints one: `inf`/`-inf`, else the shortest digits that read back the
