@@ -1,6 +1,10 @@
 """Real-client checks for the upright Redis gateway: the Python `redis` package, RESP2 and RESP3,
-plain commands and pipelines. Usage: redis_clients.py PORT. Exits non-zero on the first mismatch."""
+plain commands and pipelines, every data type, transactions with WATCH, blocking pops, pub/sub and
+values larger than one upright operation. Usage: redis_clients.py PORT. Exits non-zero on the first
+mismatch."""
 import sys
+import threading
+import time
 
 import redis
 
@@ -54,4 +58,59 @@ for proto in (2, 3):
         check(out[3 * i + 1], True, f"pipelined set {i}")
         check(out[3 * i + 2], str(i).encode(), f"pipelined get {i}")
     check(r.get(p + "pipe"), b"300", "pipeline total")
+
+    # Every type.
+    check(r.hset(p + "h", mapping={"f1": "a", "f2": "b"}), 2, "hset")
+    check(r.hgetall(p + "h"), {b"f1": b"a", b"f2": b"b"}, "hgetall")
+    check(r.rpush(p + "l", "x", "y", "z"), 3, "rpush")
+    check(r.lrange(p + "l", 0, -1), [b"x", b"y", b"z"], "lrange")
+    check(r.sadd(p + "s", "m1", "m2"), 2, "sadd")
+    check(r.smembers(p + "s"), {b"m1", b"m2"}, "smembers")
+    check(r.zadd(p + "z", {"one": 1, "two": 2.5}), 2, "zadd")
+    scored = [tuple(pair) for pair in r.zrange(p + "z", 0, -1, withscores=True)]
+    check(scored, [(b"one", 1.0), (b"two", 2.5)], "zrange withscores")
+    check(r.zscore(p + "z", "two"), 2.5, "zscore")
+
+    # MULTI/EXEC, and WATCH that sees another client's write.
+    pipe = r.pipeline(transaction=True)
+    pipe.incr(p + "tx").incr(p + "tx").get(p + "tx")
+    check(pipe.execute(), [1, 2, b"2"], "multi/exec")
+    other = redis.Redis(host="127.0.0.1", port=port, protocol=proto, socket_timeout=60)
+    with r.pipeline() as pipe:
+        pipe.watch(p + "tx")
+        other.set(p + "tx", "changed")
+        pipe.multi()
+        pipe.set(p + "tx", "mine")
+        try:
+            pipe.execute()
+            check("executed", "aborted", "watch")
+        except redis.WatchError:
+            pass
+    check(r.get(p + "tx"), b"changed", "aborted transaction wrote nothing")
+
+    # A blocking pop served by another client's push.
+    def push_later():
+        time.sleep(0.5)
+        other.rpush(p + "queue", "job")
+
+    threading.Thread(target=push_later).start()
+    popped = r.blpop([p + "queue"], timeout=10)
+    check(tuple(popped or ()), ((p + "queue").encode(), b"job"), "blpop")
+    check(r.blpop([p + "empty"], timeout=0.2), None, "blpop timeout")
+
+    # Pub/sub.
+    sub = other.pubsub()
+    sub.subscribe(p + "news")
+    check(sub.get_message(timeout=5)["type"], "subscribe", "subscribe confirmation")
+    check(r.publish(p + "news", "hello"), 1, "publish count")
+    message = sub.get_message(timeout=5)
+    check((message["type"], message["data"]), ("message", b"hello"), "message")
+    sub.close()
+
+    # Values larger than one upright operation, both ways.
+    big = bytes(range(256)) * (6 * 4096)  # 6 MiB
+    check(r.set(p + "big", big), True, "set 6 MiB")
+    check(r.strlen(p + "big"), len(big), "strlen 6 MiB")
+    check(r.get(p + "big"), big, "get 6 MiB")
+    other.close()
 print("python redis: ok")

@@ -32,6 +32,15 @@ pub enum Reply {
     Double(String),
     /// An out-of-band message (pub/sub): RESP3 push `>`, an array in RESP2.
     Push(Vec<Reply>),
+    /// Between the store and its gateway only: a reply too large for one operation, kept by the
+    /// store as number `id` (`len` encoded bytes) for the gateway to fetch in pieces. Never sent
+    /// to a Redis client.
+    Large {
+        /// The number it is kept under.
+        id: u64,
+        /// Its encoded length.
+        len: u64,
+    },
     /// Between the store and its gateway only: a blocking command is waiting (the gateway
     /// collects its reply once the store pushes its token). Never sent to a Redis client.
     Blocked,
@@ -70,6 +79,7 @@ impl Reply {
             Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
             Reply::NilArray | Reply::Blocked if proto >= 3 => out.extend_from_slice(b"_\r\n"),
             Reply::NilArray | Reply::Blocked => out.extend_from_slice(b"*-1\r\n"),
+            Reply::Large { .. } => line(out, b'-', b"ERR upright: a large reply was not fetched"),
             Reply::Array(items) => {
                 number(out, b'*', items.len() as i64);
                 items.iter().for_each(|i| i.write(proto, out));

@@ -1,6 +1,7 @@
 //! One client connection: a reader that parses commands, answers the gateway's own and queues the
 //! rest for the cluster, and a writer that answers them all in the order sent.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,13 +19,20 @@ use super::{is_read, Queue, Shared};
 use crate::command::{self, is, Place};
 use crate::reply::Reply;
 use crate::resp;
-use crate::store::MULTI_COMMANDS_MAX;
+use crate::store::{MULTI_COMMANDS_MAX, PIECE_BYTES_MAX, STAGE_THRESHOLD};
 
 /// Most answers a connection may owe (a pipelining client waits when it is reached); this also
 /// bounds its commands and replies held by the pool.
 pub const PENDING_MAX: usize = 1024;
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
+/// What a connection may buffer without counting against [`BUFFERED_BYTES_MAX`].
+const SMALL_BUFFER_BYTES: usize = 1 << 20;
+/// Most bytes all connections together buffer beyond [`SMALL_BUFFER_BYTES`] each (large commands
+/// being read); a connection that would pass it is refused and closed.
+pub const BUFFERED_BYTES_MAX: usize = 2 << 30;
+/// Largest read-buffer growth at once (reading a large command doubles the buffer up to this).
+const MAX_READ_RESERVE: usize = 16 << 20;
 /// Most bytes read ahead while the connection waits in a blocking command (Redis, too, reads
 /// but does not run a blocked client's next commands).
 const BLOCKED_READ_AHEAD_MAX: usize = 1 << 20;
@@ -50,6 +58,14 @@ enum Pending {
     /// EXEC's answer: the store's reply to the transaction, with the replies of the gateway's
     /// own commands put in their places among the store's.
     Exec { proto: u8, slots: Vec<Slot> },
+    /// A command uploaded in `pieces` staged pieces: their replies (OK, or the first error,
+    /// which is then the answer), then the run's reply.
+    Staged {
+        proto: u8,
+        pieces: usize,
+        name: &'static str,
+        start: Instant,
+    },
     /// Take the cluster's next reply for this connection and answer this instead (DISCARD,
     /// an aborted EXEC: the store forgot the connection's WATCH).
     Instead(Vec<u8>),
@@ -108,6 +124,8 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
         (messages, outbox.clone()),
     ));
     let mut session = Session::new(id, outbox);
+    // Bytes of `buf` counted in `shared.buffered`.
+    let mut held = 0usize;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut batch = Batch {
         commands: Vec::new(),
@@ -179,7 +197,23 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
             }
         }
         batch.submit(&shared, &queue);
-        buf.reserve(READ_CHUNK);
+        // A command larger than an operation is read whole before it is staged: what the
+        // gateway's connections hold beyond the first MiB each is bounded together.
+        let large = buf.len().saturating_sub(SMALL_BUFFER_BYTES);
+        if large > held {
+            let total = shared.buffered.fetch_add(large - held, Ordering::Relaxed) + large - held;
+            held = large;
+            if total > BUFFERED_BYTES_MAX {
+                let refusal = Reply::err("ERR upright: the gateway holds too many large commands; try again");
+                let _ = tx.send(Pending::Ready(refusal.to_resp(session.proto))).await;
+                let _ = tx.send(Pending::Close).await;
+                break;
+            }
+        } else if large < held {
+            shared.buffered.fetch_sub(held - large, Ordering::Relaxed);
+            held = large;
+        }
+        buf.reserve(READ_CHUNK.max(buf.len().min(MAX_READ_RESERVE)));
         match read.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => upright_node::timeline::event("gateway-read", n as u64, id, 0),
@@ -201,6 +235,7 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
         batch.reads_only = false;
     }
     batch.submit(&shared, &queue); // commands sent before a QUIT or a protocol error still run
+    shared.buffered.fetch_sub(held, Ordering::Relaxed);
     queue.closed();
     drop(tx);
     let _ = writer.await;
@@ -350,6 +385,27 @@ fn dispatch(argv: Vec<Bytes>, session: &mut Session, batch: &mut Batch, shared: 
             };
             (pending, Flow::Wait(token, wait))
         }
+        Ok(spec) if argv.iter().map(Bytes::len).sum::<usize>() > STAGE_THRESHOLD => {
+            // Too large for one operation: staged in pieces, then run whole.
+            let token = shared.blocked.new_token();
+            let encoded = Bytes::from(upright_core::codec::to_bytes(&argv));
+            let pieces = encoded.len().div_ceil(PIECE_BYTES_MAX);
+            for at in (0..encoded.len()).step_by(PIECE_BYTES_MAX) {
+                let piece = encoded.slice(at..(at + PIECE_BYTES_MAX).min(encoded.len()));
+                batch
+                    .commands
+                    .push(vec![Bytes::from_static(b"upright.stage"), token.clone(), piece]);
+            }
+            batch.commands.push(vec![Bytes::from_static(b"upright.run"), token]);
+            batch.reads_only = false;
+            let pending = Pending::Staged {
+                proto: session.proto,
+                pieces,
+                name: spec.name,
+                start,
+            };
+            (pending, Flow::Continue)
+        }
         Ok(spec) => {
             batch.reads_only &= is_read(spec);
             batch.commands.push(argv);
@@ -364,6 +420,14 @@ fn silence(pending: Pending) -> Pending {
     match pending {
         Pending::Ready(_) => Pending::Ready(Vec::new()),
         Pending::Cluster(..) | Pending::Exec { .. } | Pending::Instead(_) => Pending::Instead(Vec::new()),
+        Pending::Staged {
+            pieces, name, start, ..
+        } => Pending::Staged {
+            proto: 0, // 0: write nothing
+            pieces,
+            name,
+            start,
+        },
         other => other,
     }
 }
@@ -590,8 +654,33 @@ async fn write_answers(
                 let Some(reply) = next_cluster_reply(&mut write, &mut out, &queue).await else {
                     return;
                 };
+                let reply = fetch_large(reply, &shared).await;
                 shared.stats.answered(name, start, matches!(reply, Reply::Error(_)));
                 reply.write(proto, &mut out);
+            }
+            Pending::Staged {
+                proto,
+                pieces,
+                name,
+                start,
+            } => {
+                let mut refused = None;
+                for _ in 0..pieces {
+                    let Some(reply) = next_cluster_reply(&mut write, &mut out, &queue).await else {
+                        return;
+                    };
+                    if let (Reply::Error(_), None) = (&reply, &refused) {
+                        refused = Some(reply);
+                    }
+                }
+                let Some(reply) = next_cluster_reply(&mut write, &mut out, &queue).await else {
+                    return;
+                };
+                let reply = refused.unwrap_or(fetch_large(reply, &shared).await);
+                shared.stats.answered(name, start, matches!(reply, Reply::Error(_)));
+                if proto != 0 {
+                    reply.write(proto, &mut out);
+                }
             }
             Pending::Blocking {
                 proto,
@@ -606,6 +695,7 @@ async fn write_answers(
                 let Some(reply) = blocking_answer(&queue, &shared, &token, &wait).await else {
                     break; // the connection closed while waiting
                 };
+                let reply = fetch_large(reply, &shared).await;
                 shared.stats.answered(name, start, matches!(reply, Reply::Error(_)));
                 reply.write(proto, &mut out);
                 let _ = resume.try_send(());
@@ -613,6 +703,7 @@ async fn write_answers(
             Pending::Exec { proto, slots } => {
                 let reply = next_cluster_reply(&mut write, &mut out, &queue).await;
                 let Some(reply) = reply else { return };
+                let reply = fetch_large(reply, &shared).await;
                 let reply = match reply {
                     Reply::Array(replies) => {
                         let mut replies = replies.into_iter();
@@ -635,8 +726,16 @@ async fn write_answers(
                 reply.write(proto, &mut out);
             }
             Pending::Instead(bytes) => {
-                if next_cluster_reply(&mut write, &mut out, &queue).await.is_none() {
+                let Some(reply) = next_cluster_reply(&mut write, &mut out, &queue).await else {
                     return;
+                };
+                if let Reply::Large { id, .. } = reply {
+                    // Not written (CLIENT REPLY OFF): free what the store kept for it.
+                    let mut release = vec![vec![
+                        Bytes::from_static(b"upright.release"),
+                        Bytes::from(id.to_string()),
+                    ]];
+                    shared.pool.submit(&Arc::new(Queue::default()), &mut release, false);
                 }
                 out.extend_from_slice(&bytes);
             }
@@ -648,6 +747,42 @@ async fn write_answers(
     }
     let _ = flush(&mut write, &mut out).await;
     let _ = write.shutdown().await;
+}
+
+/// Piece of a kept reply asked for at once (several fit one operation's reply bound).
+const FETCH_PIECE_BYTES: usize = 128 * 1024;
+/// Attempts at one piece refused because its operation's replies were full, before giving up.
+const FETCH_ATTEMPTS_MAX: usize = 64;
+
+/// `reply`, or, if the store kept it as too large for one operation, the reply read back in
+/// pieces (on the read-only path, every execution replica answering each alike) and then freed.
+async fn fetch_large(reply: Reply, shared: &Shared) -> Reply {
+    let Reply::Large { id, len } = reply else { return reply };
+    // Its own queue: the connection's answers stay in their order meanwhile.
+    let queue = Arc::new(Queue::default());
+    let id_arg = Bytes::from(id.to_string());
+    let mut encoded = Vec::with_capacity(len as usize);
+    let mut attempts = 0;
+    while (encoded.len() as u64) < len {
+        let mut fetch = vec![vec![
+            Bytes::from_static(b"upright.fetch"),
+            id_arg.clone(),
+            Bytes::from(encoded.len().to_string()),
+            Bytes::from(FETCH_PIECE_BYTES.to_string()),
+        ]];
+        shared.pool.submit(&queue, &mut fetch, true);
+        match queue.next_reply().await {
+            Reply::Bulk(piece) if !piece.is_empty() => encoded.extend_from_slice(&piece),
+            Reply::Error(e) if e.contains("reply too large") && attempts < FETCH_ATTEMPTS_MAX => attempts += 1,
+            Reply::Error(e) => return Reply::Error(e),
+            _ => return Reply::err("ERR upright: a large reply could not be read"),
+        }
+    }
+    let mut release = vec![vec![Bytes::from_static(b"upright.release"), id_arg]];
+    shared.pool.submit(&queue, &mut release, false);
+    queue.closed();
+    upright_core::codec::from_bytes(&encoded)
+        .unwrap_or_else(|_| Reply::err("ERR upright: a large reply did not decode"))
 }
 
 /// The cluster's next reply for this connection, writing what is ready first if it has to

@@ -103,6 +103,8 @@ pub struct Shared {
     stats: stats::CommandStats,
     /// This gateway's pub/sub subscriptions.
     hub: Arc<pubsub::Hub>,
+    /// Bytes the connections buffer beyond their first MiB (large commands being read).
+    buffered: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -133,6 +135,7 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
         blocked,
         stats: stats::CommandStats::default(),
         hub,
+        buffered: std::sync::atomic::AtomicUsize::new(0),
     });
     loop {
         let (stream, _) = match listener.accept().await {

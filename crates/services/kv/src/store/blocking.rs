@@ -398,7 +398,8 @@ impl RedisStore {
         self.blocked.served.retain(|t, (c, _)| !stale(*c, t));
         let watches = self.watches.forget_stale(client, prefix);
         let subscriptions = self.pubsub.forget_stale(client, prefix);
-        Reply::Int((ids.len() + before - self.blocked.served.len() + watches + subscriptions) as i64)
+        let large = self.large.forget_stale(client, prefix);
+        Reply::Int((ids.len() + before - self.blocked.served.len() + watches + subscriptions + large) as i64)
     }
 
     /// Tries the waiters of every key written since the last call, in arrival order, until no

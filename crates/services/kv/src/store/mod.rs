@@ -12,6 +12,7 @@ mod blocking_tests;
 mod commands;
 mod hash;
 mod keys;
+mod large;
 mod list;
 mod multi;
 mod pubsub;
@@ -33,6 +34,7 @@ use upright_core::service::{Access, BatchContext, Effects, RestoreError, Service
 use crate::command;
 use crate::reply::Reply;
 
+pub use large::{PIECE_BYTES_MAX, STAGED_COMMAND_BYTES_MAX, STAGE_THRESHOLD};
 pub use multi::{encode_transaction, MULTI_COMMANDS_MAX};
 pub use pubsub::Pushed;
 
@@ -238,6 +240,8 @@ pub struct RedisStore {
     watches: multi::Watches,
     /// The gateways' pub/sub subscriptions.
     pubsub: pubsub::PubSub,
+    /// Commands being staged and replies kept for fetching (values above one operation).
+    large: large::Large,
     /// Messages to push to clients, in order (transient: drained after each request).
     outbox: Vec<(ClientId, Bytes)>,
     /// The client whose request is executing (for the blocking commands' waiters); `None`
@@ -300,7 +304,10 @@ impl RedisStore {
     pub fn apply(&mut self, argv: &[Bytes]) -> Reply {
         let reply = self.apply_one(argv);
         self.serve_ready();
-        reply
+        if argv.first().is_some_and(|name| &name[..] == b"upright.fetch") {
+            return reply; // a piece of a kept reply: bounded by the piece size
+        }
+        self.bounded(reply)
     }
 
     /// The commands a gateway sends besides Redis' (`upright.block`, `upright.collect`,
@@ -321,6 +328,11 @@ impl RedisStore {
             (b"watch", [token, keys @ ..]) if !keys.is_empty() => self.watch(token, keys),
             (b"unwatch", [token]) => self.unwatch(token),
             (b"exec", [token, commands]) => self.exec(token, commands),
+            (b"stage", [token, piece]) => self.stage(token, piece),
+            (b"run", [token]) => self.run_staged(token),
+            (b"drop", [token]) => self.drop_staged_command(token),
+            (b"fetch", [_, _, _]) => self.fetch(a),
+            (b"release", [n]) => self.release(n),
             (b"subscribe", rest) => self.gateway_subscription(true, rest),
             (b"unsubscribe", rest) => self.gateway_subscription(false, rest),
             _ => command::unknown_command(argv),
@@ -368,7 +380,9 @@ impl RedisStore {
     /// errors are state-independent and answered too.
     pub fn apply_read(&self, argv: &[Bytes]) -> Option<Reply> {
         if argv.first().is_some_and(|name| name.starts_with(b"upright.")) {
-            return None;
+            // Pieces of kept replies are read on the read-only path; nothing else of the
+            // gateway's is.
+            return (argv.len() == 4 && &argv[0][..] == b"upright.fetch").then(|| self.fetch(&argv[1..]));
         }
         let spec = match command::check(argv) {
             Ok(spec) => spec,
@@ -718,6 +732,7 @@ fn reply_size(reply: &Reply) -> usize {
         Reply::Status(s) | Reply::Error(s) | Reply::Double(s) => s.len() + 10,
         Reply::Bulk(b) => b.len() + 10,
         Reply::Int(_) | Reply::Nil | Reply::NilArray | Reply::Blocked => 11,
+        Reply::Large { .. } => 24,
         Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => {
             10 + items.iter().map(reply_size).sum::<usize>()
         }
@@ -835,6 +850,8 @@ impl Service for RedisStore {
         let replies = commands
             .iter()
             .map(|argv| self.apply_read(argv))
+            // A reply too large for one operation is kept by the ordered path: order it.
+            .map(|reply| reply.filter(|r| reply_size(r) <= large::LARGE_REPLY_BYTES))
             .collect::<Option<Vec<Reply>>>()?;
         Some(encode_bounded(replies.into_iter()))
     }
@@ -853,6 +870,7 @@ impl Service for RedisStore {
             self.blocked.rows(),
             self.watches.rows(),
             self.pubsub.rows(),
+            self.large.rows(),
         )))
     }
 
@@ -865,8 +883,9 @@ impl Service for RedisStore {
             blocking::BlockedRows,
             multi::WatchRows,
             pubsub::PubSubRows,
+            large::LargeRows,
         );
-        let (now_ms, seed, random_calls, rows, blocked, watches, subscriptions): Checkpoint =
+        let (now_ms, seed, random_calls, rows, blocked, watches, subscriptions, large): Checkpoint =
             upright_core::codec::from_bytes(checkpoint)
                 .map_err(|e| RestoreError(format!("redis store checkpoint: {e}")))?;
         let corrupt = self.corrupt;
@@ -883,6 +902,7 @@ impl Service for RedisStore {
         self.blocked = blocking::Blocked::from_rows(blocked);
         self.watches = multi::Watches::from_rows(watches);
         self.pubsub = pubsub::PubSub::from_rows(subscriptions);
+        self.large = large::Large::from_rows(large);
         self.corrupt = corrupt;
         Ok(())
     }
