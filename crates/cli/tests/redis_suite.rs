@@ -24,6 +24,7 @@ const UNITS: &[(&str, &[&str])] = &[
         ],
     ),
     ("unit/type/incr", &[]),
+    ("unit/type/string", &[]),
     ("unit/type/set", &[]),
     (
         "unit/type/list",
@@ -63,6 +64,8 @@ const UNITS: &[(&str, &[&str])] = &[
         // Streams: not a type the store keeps.
         &["COPY basic usage for stream", "COPY basic usage for stream-cgroups"],
     ),
+    ("unit/scan", &[]),
+    ("unit/protocol", &[]),
 ];
 
 fn suite() -> Option<PathBuf> {

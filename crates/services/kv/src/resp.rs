@@ -43,8 +43,17 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
         if buf.is_empty() {
             return Ok(None);
         }
-        let parsed = if buf[0] == b'*' { multibulk(buf)? } else { inline(buf)? };
-        match parsed {
+        if buf[0] != b'*' {
+            let Some((used, argv)) = inline(buf)? else {
+                return Ok(None);
+            };
+            buf.advance(used);
+            if argv.is_empty() {
+                continue;
+            }
+            return Ok(Some(argv));
+        }
+        match multibulk(buf)? {
             None => return Ok(None),
             Some((used, argv)) => {
                 let frozen = buf.split_to(used).freeze();
@@ -98,7 +107,7 @@ fn multibulk(buf: &[u8]) -> Result<Option<(usize, Spans)>, ProtocolError> {
     Ok(Some((at, spans)))
 }
 
-fn inline(buf: &[u8]) -> Result<Option<(usize, Spans)>, ProtocolError> {
+fn inline(buf: &[u8]) -> Result<Option<(usize, Vec<Bytes>)>, ProtocolError> {
     let end = match buf.iter().position(|&b| b == b'\n') {
         Some(i) if i > INLINE_BYTES_MAX => return Err(protocol("too big inline request")),
         Some(i) => i,
@@ -106,21 +115,88 @@ fn inline(buf: &[u8]) -> Result<Option<(usize, Spans)>, ProtocolError> {
         None => return Ok(None),
     };
     let line_stop = if end > 0 && buf[end - 1] == b'\r' { end - 1 } else { end };
-    let mut spans = Vec::new();
+    let args = split_args(&buf[..line_stop]).ok_or_else(|| protocol("unbalanced quotes in request"))?;
+    Ok(Some((end + 1, args)))
+}
+
+/// Splits an inline command into arguments as Redis' `sdssplitargs` does: blanks separate them;
+/// "double quotes" take `\n`, `\r`, `\t`, `\b`, `\a`, `\xHH` and `\` before any other
+/// character; 'single quotes' take `\'`. A closing quote must end the argument. `None`: the
+/// quotes do not balance.
+fn split_args(line: &[u8]) -> Option<Vec<Bytes>> {
+    let mut args = Vec::new();
     let mut i = 0;
-    while i < line_stop {
-        while i < line_stop && buf[i].is_ascii_whitespace() {
+    loop {
+        while i < line.len() && line[i].is_ascii_whitespace() {
             i += 1;
         }
-        let start = i;
-        while i < line_stop && !buf[i].is_ascii_whitespace() {
+        if i >= line.len() {
+            return Some(args);
+        }
+        let mut arg = Vec::new();
+        let (mut double, mut single) = (false, false);
+        loop {
+            let c = line.get(i).copied();
+            if double {
+                match c? {
+                    b'\\'
+                        if line.get(i + 1) == Some(&b'x')
+                            && line.get(i + 2).is_some_and(u8::is_ascii_hexdigit)
+                            && line.get(i + 3).is_some_and(u8::is_ascii_hexdigit) =>
+                    {
+                        let hex = std::str::from_utf8(&line[i + 2..i + 4]).ok()?;
+                        arg.push(u8::from_str_radix(hex, 16).ok()?);
+                        i += 3;
+                    }
+                    b'\\' if i + 1 < line.len() => {
+                        i += 1;
+                        arg.push(match line[i] {
+                            b'n' => b'\n',
+                            b'r' => b'\r',
+                            b't' => b'\t',
+                            b'b' => 8,
+                            b'a' => 7,
+                            other => other,
+                        });
+                    }
+                    b'"' => {
+                        // The closing quote must end the argument.
+                        if line.get(i + 1).is_some_and(|n| !n.is_ascii_whitespace()) {
+                            return None;
+                        }
+                        i += 1;
+                        break;
+                    }
+                    other => arg.push(other),
+                }
+            } else if single {
+                match c? {
+                    b'\\' if line.get(i + 1) == Some(&b'\'') => {
+                        i += 1;
+                        arg.push(b'\'');
+                    }
+                    b'\'' => {
+                        if line.get(i + 1).is_some_and(|n| !n.is_ascii_whitespace()) {
+                            return None;
+                        }
+                        i += 1;
+                        break;
+                    }
+                    other => arg.push(other),
+                }
+            } else {
+                match c {
+                    None => break,
+                    Some(b) if b.is_ascii_whitespace() => break,
+                    Some(b'"') => double = true,
+                    Some(b'\'') => single = true,
+                    Some(other) => arg.push(other),
+                }
+            }
             i += 1;
         }
-        if i > start {
-            spans.push((start, i));
-        }
+        args.push(Bytes::from(arg));
     }
-    Ok(Some((end + 1, spans)))
 }
 
 /// Drops everything parsed so far (used after a protocol error).
@@ -149,6 +225,25 @@ mod tests {
         assert_eq!(got[0], vec![Bytes::from("GET"), Bytes::from("a")]);
         assert_eq!(got[1], vec![Bytes::from("PING")]);
         assert_eq!(got[2], vec![Bytes::from("set"), Bytes::from("k"), Bytes::from("v")]);
+    }
+
+    #[test]
+    fn inline_quotes_as_redis_splits_them() {
+        let got = all(b"set \"a b\" 'c\\'d' \"\\x41\\n\"\r\n").unwrap();
+        assert_eq!(
+            got[0],
+            vec![
+                Bytes::from("set"),
+                Bytes::from("a b"),
+                Bytes::from("c'd"),
+                Bytes::from("A\n")
+            ]
+        );
+        assert!(
+            all(b"set \"\"\"k\"\"\" v\r\n").is_err(),
+            "a closing quote must end its argument"
+        );
+        assert!(all(b"set \"open v\r\n").is_err());
     }
 
     #[test]

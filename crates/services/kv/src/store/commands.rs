@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::{hash, keys, list, set, zset, RedisStore};
+use super::{bits, hash, keys, list, set, zset, RedisStore};
 use crate::command::{int_arg, is, not_integer, parse_i64, syntax_error, wrong_arity};
 use crate::glob;
 use crate::reply::Reply;
@@ -18,6 +18,7 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
     }
     let a = &argv[1..];
     let typed = hash::dispatch(s, name, a)
+        .or_else(|| bits::dispatch(s, name, a))
         .or_else(|| list::dispatch(s, name, a))
         .or_else(|| set::dispatch(s, name, a))
         .or_else(|| zset::dispatch(s, name, a))
@@ -98,6 +99,7 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, argv: &[Bytes]) -> Reply 
 pub(super) fn dispatch_read(s: &RedisStore, name: &str, argv: &[Bytes]) -> Option<Reply> {
     let a = &argv[1..];
     let typed = hash::dispatch_read(s, name, a)
+        .or_else(|| bits::dispatch_read(s, name, a))
         .or_else(|| list::dispatch_read(s, name, a))
         .or_else(|| set::dispatch_read(s, name, a))
         .or_else(|| zset::dispatch_read(s, name, a))

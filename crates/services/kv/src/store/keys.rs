@@ -32,7 +32,7 @@ pub(super) fn dispatch(s: &mut RedisStore, name: &str, a: &[Bytes]) -> Option<Re
 /// Runs a command of this module that only reads; `None` if `name` is not one.
 pub(super) fn dispatch_read(s: &RedisStore, name: &str, a: &[Bytes]) -> Option<Reply> {
     Some(match name {
-        "getrange" => getrange(s, a),
+        "getrange" | "substr" => getrange(s, a),
         "expiretime" | "pexpiretime" => match s.get(&a[0]) {
             None => Reply::Int(-2),
             Some(Entry { expires_ms: None, .. }) => Reply::Int(-1),
@@ -132,7 +132,12 @@ fn setrange(s: &mut RedisStore, a: &[Bytes]) -> Reply {
     if piece.is_empty() {
         return Reply::Int(current.map_or(0, |v| v.len() as i64));
     }
-    if offset + piece.len() as i64 > STRING_BYTES_MAX {
+    // Checked: an offset near i64::MAX must be refused, not wrap around (every replica would
+    // then try to allocate it).
+    if offset
+        .checked_add(piece.len() as i64)
+        .is_none_or(|end| end > STRING_BYTES_MAX)
+    {
         return Reply::err("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
     }
     let mut value = current.map(|v| v.to_vec()).unwrap_or_default();

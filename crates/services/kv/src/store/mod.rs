@@ -6,6 +6,7 @@
 //! keys, so no command, reply or checkpoint depends on when a replica happens to run. All tables
 //! are `BTreeMap`/`BTreeSet`, so iteration order (KEYS, SCAN, checkpoints) is the same everywhere.
 
+mod bits;
 mod blocking;
 #[cfg(test)]
 mod blocking_tests;

@@ -782,3 +782,16 @@ fn large_collections_count_their_memory_alike_after_a_restore_and_return_it_all(
     cmd(s, "DEL big h");
     assert_eq!(s.used, 0, "every byte counted is returned");
 }
+
+#[test]
+fn setrange_refuses_offsets_past_the_largest_string_without_overflowing() {
+    let s = &mut RedisStore::new();
+    for offset in ["9223372036854775807", "2147483647", "536870912"] {
+        assert_eq!(
+            cmd(s, &format!("SETRANGE k {offset} A")),
+            err("ERR string exceeds maximum allowed size (proto-max-bulk-len)"),
+            "{offset}"
+        );
+    }
+    assert_eq!(cmd(s, "EXISTS k"), int(0));
+}
