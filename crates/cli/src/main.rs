@@ -136,6 +136,12 @@ enum Command {
         #[arg(long, default_value_t = demo::GATEWAY_POOL,
               value_parser = clap::value_parser!(u32).range(1..=i64::from(upright_node::gateway::clients::POOL_MAX)))]
         pool: u32,
+        /// Users that AUTH selects, each with its own upright client identities and command set
+        /// (a TOML file of `[[user]]` tables: name, password, client, pool, commands; see
+        /// docs/OPERATING.md). Without it anyone may run every command as `default`, through
+        /// --client's pool.
+        #[arg(long)]
+        users: Option<PathBuf>,
     },
     /// Start a local 4-replica cluster (u = r = 1) on this host; runs until Ctrl-C.
     Demo {
@@ -207,10 +213,15 @@ fn main() -> ExitCode {
         } => replica(&config, id, key, &service, (objects, object_bytes as usize)),
         Command::Status { config } => runtime().block_on(status(&config)),
         Command::Kv { client, args } => runtime().block_on(kv(&client, &args)),
-        Command::Redis { client, listen, pool } => {
+        Command::Redis {
+            client,
+            listen,
+            pool,
+            users,
+        } => {
             init_logging("warn");
             // One thread, as in the demo: the gateway is one event loop.
-            single_thread_runtime().block_on(redis(&client, &listen, pool))
+            single_thread_runtime().block_on(redis(&client, &listen, pool, users.as_deref()))
         }
         Command::Demo {
             smoke,
@@ -515,11 +526,39 @@ async fn kv(client: &Path, args: &[String]) -> Result<ExitCode, FileError> {
 }
 
 /// `upright redis`: the Redis-protocol gateway against the cluster of `client`'s file.
-async fn redis(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileError> {
+async fn redis(client: &Path, listen: &str, pool: u32, users: Option<&Path>) -> Result<ExitCode, FileError> {
     use upright_node::gateway::clients::{self, RequestIds};
     let members = clients::load(client, pool)?;
     let cluster = &members[0].1.cluster;
     let (name, replicas) = (cluster.config.cluster_name.clone(), cluster.file.replicas.len());
+    // With --users, each user's own pool (and none for --client alone).
+    let mut user_members = Vec::new();
+    if let Some(file) = users {
+        let mut taken = std::collections::BTreeSet::new();
+        for (spec, commands) in upright_kv::gateway::users::read_users(file).map_err(FileError)? {
+            let own = clients::load(&spec.client, spec.pool)?;
+            for (path, setup) in &own {
+                if setup.cluster.config.cluster_name != name {
+                    return Err(FileError(format!(
+                        "{}: user {:?}'s client {} belongs to cluster {:?}, not {name:?}",
+                        file.display(),
+                        spec.name,
+                        path.display(),
+                        setup.cluster.config.cluster_name
+                    )));
+                }
+                if !taken.insert(setup.id.0) {
+                    return Err(FileError(format!(
+                        "{}: client {} ({}) serves two users; each user needs its own client identities",
+                        file.display(),
+                        setup.id.0,
+                        path.display()
+                    )));
+                }
+            }
+            user_members.push((spec, commands, own));
+        }
+    }
     let (u, r) = (cluster.config.u, cluster.config.r);
     let first = members[0].1.id.0;
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
@@ -528,17 +567,39 @@ async fn redis(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileE
         ))
     })?;
     let addr = listener.local_addr().map_err(|e| FileError(e.to_string()))?;
-    let handles = clients::start(members, RequestIds::Durable)?;
+    let gateway_users = if user_members.is_empty() {
+        vec![upright_kv::gateway::users::GatewayUser::open(clients::start(
+            members,
+            RequestIds::Durable,
+        )?)]
+    } else {
+        let mut out = Vec::new();
+        for (spec, commands, own) in user_members {
+            out.push(upright_kv::gateway::users::GatewayUser {
+                name: spec.name,
+                password: spec.password,
+                clients: clients::start(own, RequestIds::Durable)?,
+                commands,
+            });
+        }
+        out
+    };
     println!(
         "Redis protocol (RESP2/RESP3) on {addr}, served by cluster {name:?} ({replicas} replicas, u = {u}, r = {r})"
     );
-    println!(
-        "  gateway: {pool} upright client(s) (clients {first}..{}); a result is accepted only from matching replies of enough replicas, so a lying replica cannot change it",
-        first + pool - 1
-    );
+    if users.is_some() {
+        let names: Vec<&str> = gateway_users.iter().map(|u| u.name.as_str()).collect();
+        println!("  users (AUTH): {}", names.join(", "));
+    }
+    if users.is_none() {
+        println!(
+            "  gateway: {pool} upright client(s) (clients {first}..{}); a result is accepted only from matching replies of enough replicas, so a lying replica cannot change it",
+            first + pool - 1
+        );
+    }
     println!("press Ctrl-C to stop");
     tokio::select! {
-        result = upright_kv::gateway::serve(listener, handles) => {
+        result = upright_kv::gateway::serve_users(listener, gateway_users) => {
             result.map_err(|e| FileError(format!("the gateway stopped: {e}")))?;
         }
         _ = stop_requested() => {}

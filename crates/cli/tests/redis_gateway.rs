@@ -49,10 +49,16 @@ fn upright(dir: &Path, args: &[&str], log: &str) -> Command {
 
 /// Starts the gateway and waits for its banner.
 fn start_gateway(dir: &Path, port: u16) -> Proc {
+    start_gateway_with(dir, port, &[])
+}
+
+/// Starts the gateway with `extra` arguments and waits for its banner.
+fn start_gateway_with(dir: &Path, port: u16, extra: &[&str]) -> Proc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_upright"))
         .args(["redis", "--client"])
         .arg(dir.join("client-0.toml"))
         .args(["--listen", &format!("127.0.0.1:{port}"), "--pool", "2"])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -159,7 +165,92 @@ fn redis_cli_through_upright_redis_against_an_initialised_cluster() {
     assert_eq!(cli(port, &["GET", "gw:after"]), "restart");
     assert_eq!(cli(port, &["GET", "gw:a"]), "hello world");
 
+    users_select_identities_and_commands(dir, base + 301);
+
     // The Byzantine stand-in really ran.
     let log = std::fs::read_to_string(dir.join("replica-2.log")).unwrap();
     assert!(log.contains("corrupts its stored values and replies"), "{log}");
+}
+
+/// redis-cli as `user` (password `password`), or unauthenticated: its output, error or not.
+fn cli_as(port: u16, auth: Option<(&str, &str)>, args: &[&str]) -> String {
+    let mut command = Command::new("redis-cli");
+    command.args(["-p", &port.to_string(), "--no-auth-warning"]);
+    if let Some((user, password)) = auth {
+        command.args(["--user", user, "--pass", password]);
+    }
+    let out = command.args(args).output().expect("run redis-cli");
+    (String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
+        .trim_end()
+        .to_string()
+}
+
+/// A second gateway with two users (`--users`): each authenticates with its own password, runs
+/// only its own commands, and its writes reach the cluster under its own client identity.
+fn users_select_identities_and_commands(dir: &Path, port: u16) {
+    let users = dir.join("users.toml");
+    std::fs::write(
+        &users,
+        "[[user]]\nname = \"app\"\npassword = \"app-secret\"\nclient = \"client-2.toml\"\ncommands = [\"@all\", \"-@admin\"]\n\n\
+         [[user]]\nname = \"viewer\"\npassword = \"viewer-secret\"\nclient = \"client-3.toml\"\ncommands = [\"@read\", \"ping\"]\n",
+    )
+    .unwrap();
+    let _gateway = start_gateway_with(dir, port, &["--users", users.to_str().unwrap()]);
+    let app = Some(("app", "app-secret"));
+    let viewer = Some(("viewer", "viewer-secret"));
+    let until = Instant::now() + Duration::from_secs(60);
+    while cli_as(port, app, &["SET", "users:k", "v"]) != "OK" {
+        assert!(Instant::now() < until, "the users' gateway never answered");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        cli_as(port, None, &["GET", "users:k"]),
+        "NOAUTH Authentication required."
+    );
+    assert!(
+        cli_as(port, Some(("app", "wrong")), &["GET", "users:k"]).contains("WRONGPASS"),
+        "a wrong password is refused"
+    );
+    assert_eq!(cli_as(port, viewer, &["GET", "users:k"]), "v");
+    // redis-cli -3 authenticates with HELLO 3 AUTH.
+    let hello = Command::new("redis-cli")
+        .args([
+            "-3",
+            "-p",
+            &port.to_string(),
+            "--no-auth-warning",
+            "--user",
+            "viewer",
+            "--pass",
+            "viewer-secret",
+        ])
+        .args(["GET", "users:k"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&hello.stdout).trim_end(), "v", "{hello:?}");
+    assert_eq!(
+        cli_as(port, viewer, &["SET", "users:k", "w"]),
+        "NOPERM User viewer has no permissions to run the 'set' command"
+    );
+    assert_eq!(
+        cli_as(port, app, &["FLUSHALL"]),
+        "NOPERM User app has no permissions to run the 'flushall' command"
+    );
+    assert_eq!(cli_as(port, app, &["GET", "users:k"]), "v", "nothing was flushed");
+    // Each user's commands travel through its own pool (its own client identity).
+    let operations = |user: &str| -> u64 {
+        let info = cli_as(port, app, &["INFO"]);
+        let line = info
+            .lines()
+            .find(|l| l.starts_with(&format!("upright_user_{user}:")))
+            .unwrap_or_else(|| panic!("no line for {user} in {info}"));
+        line.split("operations=").nth(1).unwrap().trim().parse().unwrap()
+    };
+    let (app_before, viewer_before) = (operations("app"), operations("viewer"));
+    assert_eq!(cli_as(port, app, &["SET", "users:k2", "x"]), "OK");
+    assert!(
+        operations("app") > app_before,
+        "the app's write went through the app's pool"
+    );
+    assert_eq!(operations("viewer"), viewer_before, "and not through the viewer's");
 }

@@ -232,6 +232,11 @@ pub const COMMANDS: &[CommandSpec] = &[
     local("function", -2, &["noscript"]),
     local("time", 1, &["loading", "stale", "fast"]),
     local("quit", -1, &["noscript", "loading", "stale", "fast"]),
+    local(
+        "auth",
+        -2,
+        &["noscript", "loading", "stale", "fast", "no-auth", "allow-busy"],
+    ),
     local("save", 1, &["admin", "noscript", "no-async-loading", "no-multi"]),
     local("bgsave", -1, &["admin", "noscript", "no-async-loading"]),
     local("shutdown", -1, &["admin", "noscript", "loading", "stale", "no-multi"]),

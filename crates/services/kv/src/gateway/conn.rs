@@ -15,6 +15,7 @@ use super::blocked::{Wait, POLL};
 use super::local::{self, Session};
 use super::local::{ReplyMode, Transaction};
 use super::pubsub::{self, Outbox};
+use super::users;
 use super::{is_read, Queue, Shared};
 use crate::command::{self, is, Place};
 use crate::reply::Reply;
@@ -69,6 +70,8 @@ enum Pending {
     /// Take the cluster's next reply for this connection and answer this instead (DISCARD,
     /// an aborted EXEC: the store forgot the connection's WATCH).
     Instead(Vec<u8>),
+    /// Tell the reader that everything before is written (a user switch).
+    Resume,
     /// Close after everything before it is written.
     Close,
 }
@@ -91,6 +94,9 @@ enum Flow {
     Close,
     /// A blocking command was sent: run nothing more until it is answered.
     Wait(Bytes, Arc<Wait>),
+    /// The connection is now user N's: its next commands go through that user's pool, once
+    /// everything before is answered.
+    Switch(usize),
 }
 
 /// The commands read but not yet handed to the pool (handed over once the read buffer holds no
@@ -98,11 +104,15 @@ enum Flow {
 struct Batch {
     commands: Vec<Vec<Bytes>>,
     reads_only: bool,
+    /// The user whose pool (upright client identities) carries the commands.
+    user: usize,
 }
 
 impl Batch {
     fn submit(&mut self, shared: &Shared, queue: &Arc<Queue>) {
-        shared.pool.submit(queue, &mut self.commands, self.reads_only);
+        shared.users[self.user]
+            .pool
+            .submit(queue, &mut self.commands, self.reads_only);
         self.reads_only = true;
     }
 }
@@ -127,9 +137,11 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
     // Bytes of `buf` counted in `shared.buffered`.
     let mut held = 0usize;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    session.user = shared.initial_user();
     let mut batch = Batch {
         commands: Vec::new(),
         reads_only: true,
+        user: session.user.unwrap_or(0),
     };
     'conn: loop {
         loop {
@@ -177,6 +189,17 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
                     let _ = tx.send(Pending::Close).await;
                     break 'conn;
                 }
+                Flow::Switch(user) => {
+                    // Everything before the switch is carried (and answered) under the previous
+                    // user's identities before the next command goes under the new one's.
+                    batch.submit(&shared, &queue);
+                    if tx.send(Pending::Resume).await.is_err()
+                        || !wait_for_answer(&mut read, &mut buf, &mut resume_rx).await
+                    {
+                        break 'conn;
+                    }
+                    batch.user = user;
+                }
                 Flow::Wait(token, wait) => {
                     batch.submit(&shared, &queue);
                     if !wait_for_answer(&mut read, &mut buf, &mut resume_rx).await {
@@ -187,7 +210,7 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
                             token.clone(),
                             Bytes::from_static(b"drop"),
                         ]];
-                        shared.pool.submit(&queue, &mut drop, false);
+                        shared.pool().submit(&queue, &mut drop, false);
                         wait.closed.store(true, std::sync::atomic::Ordering::Relaxed);
                         wait.wake.notify_one();
                         shared.blocked.finish(&token);
@@ -271,6 +294,24 @@ fn dispatch(argv: Vec<Bytes>, session: &mut Session, batch: &mut Batch, shared: 
     let checked = command::check(&argv);
     let start = Instant::now();
     if let Ok(spec) = &checked {
+        match session.user {
+            None if !users::ALWAYS_ALLOWED.contains(&spec.name) => {
+                return ready(Reply::err("NOAUTH Authentication required."));
+            }
+            Some(u) if !shared.users[u].commands.allows(spec.name) => {
+                if let Some(tx) = session.multi.as_mut() {
+                    tx.failed = true;
+                }
+                return ready(Reply::err(format!(
+                    "NOPERM User {} has no permissions to run the '{}' command",
+                    shared.users[u].name, spec.name
+                )));
+            }
+            _ => {}
+        }
+        if spec.name == "auth" || (spec.name == "hello" && argv.iter().any(|a| is(a, "auth"))) {
+            return authenticate(spec.name, argv, session, shared);
+        }
         let subscribed = session.subs.count() > 0;
         let allowed = SUBSCRIPTION_COMMANDS.contains(&spec.name) || SUBSCRIBED_ALSO_ALLOWED.contains(&spec.name);
         if subscribed && proto == 2 && !allowed {
@@ -414,6 +455,47 @@ fn dispatch(argv: Vec<Bytes>, session: &mut Session, batch: &mut Batch, shared: 
     }
 }
 
+/// AUTH [user] password, or HELLO [protover [AUTH user password] [SETNAME name]]: the
+/// connection becomes that user's.
+fn authenticate(name: &str, argv: Vec<Bytes>, session: &mut Session, shared: &Shared) -> (Pending, Flow) {
+    let proto = session.proto;
+    let ready = |reply: Reply| (Pending::Ready(reply.to_resp(proto)), Flow::Continue);
+    let (user, password, rest) = if name == "auth" {
+        match &argv[1..] {
+            [password] => (Bytes::from_static(b"default"), password.clone(), Vec::new()),
+            [user, password] => (user.clone(), password.clone(), Vec::new()),
+            _ => return ready(command::syntax_error()),
+        }
+    } else {
+        let at = argv.iter().position(|a| is(a, "auth")).expect("checked");
+        if at + 2 >= argv.len() {
+            return ready(Reply::err("ERR Syntax error in HELLO option 'auth'"));
+        }
+        let mut rest = argv.clone();
+        let taken: Vec<Bytes> = rest.drain(at..at + 3).collect();
+        (taken[1].clone(), taken[2].clone(), rest)
+    };
+    if name == "auth" && argv.len() == 2 && shared.users.iter().all(|u| u.password.is_none()) {
+        return ready(Reply::err(
+            "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+        ));
+    }
+    let Some(u) = shared.authenticate(&user, &password) else {
+        return ready(Reply::err(
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        ));
+    };
+    session.user = Some(u);
+    let reply = if name == "auth" {
+        Reply::ok()
+    } else {
+        let (reply, _) = local::answer(session, "hello", &rest, shared);
+        session.outbox.proto.store(session.proto, Ordering::Relaxed);
+        reply
+    };
+    (Pending::Ready(reply.to_resp(session.proto)), Flow::Switch(u))
+}
+
 /// The answer of `pending` left unwritten (CLIENT REPLY OFF / SKIP); a cluster reply is still
 /// taken, in order.
 fn silence(pending: Pending) -> Pending {
@@ -520,16 +602,21 @@ fn transaction(
             }
             let answer = if name == "reset" {
                 let (reply, _) = local::answer(session, name, &argv, shared);
+                session.user = shared.initial_user();
                 reply
             } else {
                 Reply::ok()
             };
-            match session.watch.take() {
+            let (pending, flow) = match session.watch.take() {
                 Some(token) => {
                     send(batch, unwatch(token));
                     (Pending::Instead(answer.to_resp(proto)), Flow::Continue)
                 }
                 None => ready(answer),
+            };
+            match (name, session.user) {
+                ("reset", Some(u)) if u != batch.user => (pending, Flow::Switch(u)),
+                _ => (pending, flow),
             }
         }
         _ => {
@@ -735,9 +822,12 @@ async fn write_answers(
                         Bytes::from_static(b"upright.release"),
                         Bytes::from(id.to_string()),
                     ]];
-                    shared.pool.submit(&Arc::new(Queue::default()), &mut release, false);
+                    shared.pool().submit(&Arc::new(Queue::default()), &mut release, false);
                 }
                 out.extend_from_slice(&bytes);
+            }
+            Pending::Resume => {
+                let _ = resume.try_send(());
             }
             Pending::Close => break,
         }
@@ -770,7 +860,7 @@ async fn fetch_large(reply: Reply, shared: &Shared) -> Reply {
             Bytes::from(encoded.len().to_string()),
             Bytes::from(FETCH_PIECE_BYTES.to_string()),
         ]];
-        shared.pool.submit(&queue, &mut fetch, true);
+        shared.pool().submit(&queue, &mut fetch, true);
         match queue.next_reply().await {
             Reply::Bulk(piece) if !piece.is_empty() => encoded.extend_from_slice(&piece),
             Reply::Error(e) if e.contains("reply too large") && attempts < FETCH_ATTEMPTS_MAX => attempts += 1,
@@ -779,7 +869,7 @@ async fn fetch_large(reply: Reply, shared: &Shared) -> Reply {
         }
     }
     let mut release = vec![vec![Bytes::from_static(b"upright.release"), id_arg]];
-    shared.pool.submit(&queue, &mut release, false);
+    shared.pool().submit(&queue, &mut release, false);
     queue.closed();
     upright_core::codec::from_bytes(&encoded)
         .unwrap_or_else(|_| Reply::err("ERR upright: a large reply did not decode"))
@@ -812,7 +902,7 @@ async fn blocking_answer(queue: &Arc<Queue>, shared: &Shared, token: &Bytes, wai
             break;
         }
         let mut collect = vec![vec![Bytes::from_static(b"upright.collect"), token.clone()]];
-        shared.pool.submit(queue, &mut collect, false);
+        shared.pool().submit(queue, &mut collect, false);
         reply = queue.next_reply().await;
     }
     if counted {

@@ -31,6 +31,8 @@ pub struct Session {
     pub outbox: std::sync::Arc<super::pubsub::Outbox>,
     /// CLIENT REPLY: whether answers are written.
     pub reply: ReplyMode,
+    /// The gateway user it is authenticated as (`None`: not yet).
+    pub user: Option<usize>,
 }
 
 /// CLIENT REPLY ON | OFF | SKIP.
@@ -63,6 +65,7 @@ impl Session {
             subs: Default::default(),
             outbox,
             reply: ReplyMode::On,
+            user: None,
             proto: 2,
             name: None,
             multi: None,
@@ -96,7 +99,8 @@ pub fn answer(session: &mut Session, name: &str, argv: &[Bytes], shared: &Shared
         },
         "quit" => return (Reply::ok(), true),
         "reset" => {
-            // The caller ends the connection's WATCH and subscriptions at the store first.
+            // The caller ends the connection's WATCH and subscriptions at the store first, and
+            // sets its user back.
             *session = Session::new(session.id, session.outbox.clone());
             Reply::Status("RESET".into())
         }
@@ -157,8 +161,6 @@ fn hello(session: &mut Session, a: &[Bytes], shared: &Shared) -> Reply {
                 return e;
             }
             i += 2;
-        } else if is(&a[i], "auth") && i + 2 < a.len() {
-            return Reply::err("ERR AUTH is not supported by the upright gateway (no passwords are configured)");
         } else {
             return Reply::err(format!(
                 "ERR Syntax error in HELLO option '{}'",
@@ -373,7 +375,7 @@ fn function(a: &[Bytes]) -> Reply {
 fn info(shared: &Shared, session: &Session) -> String {
     let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     let uptime = shared.started.elapsed().as_secs();
-    format!(
+    let mut text = format!(
         "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\nupright_version:{}\r\n\
          process_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\n\r\n\
          # Clients\r\nconnected_clients:{}\r\nblocked_clients:{}\r\n\r\n\
@@ -392,11 +394,20 @@ fn info(shared: &Shared, session: &Session) -> String {
         n(&shared.commands),
         n(&shared.rejected),
         n(&shared.protocol_errors),
-        shared.pool.size(),
-        shared.pool.operations(),
+        shared.users.iter().map(|u| u.pool.size()).sum::<usize>(),
+        shared.users.iter().map(|u| u.pool.operations()).sum::<u64>(),
         n(&shared.blocked.unclaimed),
         session.proto,
-    )
+    );
+    for user in &shared.users {
+        text.push_str(&format!(
+            "upright_user_{}:clients={},operations={}\r\n",
+            user.name,
+            user.pool.size(),
+            user.pool.operations()
+        ));
+    }
+    text
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ mod conn;
 mod local;
 mod pubsub;
 mod stats;
+pub mod users;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -91,7 +92,8 @@ pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Shared {
     started: Instant,
     port: u16,
-    pool: Pool<Redis>,
+    /// The gateway's users, each with its own pool of upright clients.
+    users: Vec<UserEntry>,
     connected: AtomicU64,
     total_connections: AtomicU64,
     commands: AtomicU64,
@@ -107,26 +109,85 @@ pub struct Shared {
     buffered: std::sync::atomic::AtomicUsize,
 }
 
+/// A user with its pool.
+struct UserEntry {
+    /// Its name.
+    pub(crate) name: String,
+    password: Option<String>,
+    pool: Pool<Redis>,
+    commands: users::CommandSet,
+}
+
+impl std::fmt::Debug for UserEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserEntry")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Shared {
+    /// The pool the gateway's own requests use (fetching kept replies, collecting blocked
+    /// commands' replies): the first user's. A connection's commands use its user's.
+    fn pool(&self) -> &Pool<Redis> {
+        &self.users[0].pool
+    }
+
+    /// The user that authenticates with `name` and `password`, if any.
+    fn authenticate(&self, name: &[u8], password: &[u8]) -> Option<usize> {
+        self.users.iter().position(|u| {
+            users::same_secret(u.name.as_bytes(), name)
+                && u.password
+                    .as_ref()
+                    .is_some_and(|p| users::same_secret(p.as_bytes(), password))
+        })
+    }
+
+    /// The user a new connection starts as: `default` if it needs no password.
+    fn initial_user(&self) -> Option<usize> {
+        self.users
+            .iter()
+            .position(|u| u.name == "default" && u.password.is_none())
+    }
+
     fn bump(counter: &AtomicU64) -> u64 {
         counter.fetch_add(1, Ordering::Relaxed) + 1
     }
 }
 
 /// Serves Redis clients on `listener` until the task is dropped, with one pool member per
-/// upright client handle (each handle must be a distinct client identity).
+/// upright client handle (each handle must be a distinct client identity), to anyone (the
+/// `default` user, no password, every command).
 pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io::Result<()> {
-    assert!(!clients.is_empty(), "the gateway needs at least one upright client");
+    serve_users(listener, vec![users::GatewayUser::open(clients)]).await
+}
+
+/// Serves Redis clients on `listener` until the task is dropped, for `users` (AUTH selects one;
+/// each needs at least one upright client, and no two users may share one).
+pub async fn serve_users(listener: TcpListener, users: Vec<users::GatewayUser>) -> std::io::Result<()> {
+    assert!(
+        !users.is_empty() && users.iter().all(|u| !u.clients.is_empty()),
+        "every gateway user needs at least one upright client"
+    );
     let port = listener.local_addr()?.port();
     let blocked = Arc::new(blocked::Blocked::default());
     let hub = Arc::new(pubsub::Hub::default());
-    for client in &clients {
+    for client in users.iter().flat_map(|u| &u.clients) {
         watch_pushes(client, blocked.clone(), hub.clone());
     }
+    let users = users
+        .into_iter()
+        .map(|u| UserEntry {
+            name: u.name,
+            password: u.password,
+            pool: Pool::start(u.clients, OPERATION_TIMEOUT),
+            commands: u.commands,
+        })
+        .collect();
     let shared = Arc::new(Shared {
         started: Instant::now(),
         port,
-        pool: Pool::start(clients, OPERATION_TIMEOUT),
+        users,
         connected: AtomicU64::new(0),
         total_connections: AtomicU64::new(0),
         commands: AtomicU64::new(0),
