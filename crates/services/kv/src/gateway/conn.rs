@@ -151,8 +151,9 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
                         command::lookup(&argv[0]).is_some_and(|c| SUBSCRIPTION_COMMANDS.contains(&c.name));
                     let mode = session.reply;
                     let (pending, flow) = dispatch(argv, &mut session, &mut batch, &shared);
-                    // RESP3 subscription confirmations are pushes: written whatever CLIENT REPLY says.
-                    let pushes = subscription && session.proto >= 3;
+                    // Subscription confirmations are pub/sub messages: written whatever CLIENT
+                    // REPLY says (as Redis does, in RESP2 too).
+                    let pushes = subscription;
                     // Written when replies are on after the command (CLIENT REPLY ON answers
                     // OK; OFF and SKIP answer nothing), and not while skipping.
                     let silent = session.reply != ReplyMode::On;
@@ -379,6 +380,19 @@ fn dispatch(argv: Vec<Bytes>, session: &mut Session, batch: &mut Batch, shared: 
                 shared.stats.answered(spec.name, start, bytes.first() == Some(&b'-'));
             }
             (pending, flow)
+        }
+        Ok(spec)
+            if spec.name == "config"
+                && argv.len() >= 3
+                && is(&argv[2], "notify-keyspace-events")
+                && ((argv.len() == 3 && is(&argv[1], "get")) || (argv.len() == 4 && is(&argv[1], "set"))) =>
+        {
+            // Keyspace notifications are the store's to publish: their setting is agreed state.
+            let mut command = vec![Bytes::from_static(b"upright.notify-config")];
+            command.extend(argv.get(3).cloned());
+            batch.reads_only = false;
+            batch.commands.push(command);
+            (Pending::Cluster(session.proto, spec.name, start), Flow::Continue)
         }
         Ok(spec) if spec.name == "client" && is(&argv[1], "reply") => {
             session.reply = match argv.get(2) {

@@ -299,3 +299,55 @@ fn publish_reaches_every_subscribed_gateway_once_and_counts_its_subscribers() {
     let (r, _) = run_argv(s, 1007, 3, vec![vec![token("PUBLISH"), token("c"), token(&big)]]);
     assert!(matches!(&r[0], Reply::Error(e) if e.contains("at most")), "{r:?}");
 }
+
+#[test]
+fn keyspace_notifications_publish_the_enabled_events_only() {
+    let s = &mut RedisStore::new();
+    run(s, 1000, 1, &["upright.subscribe g1. pattern *"]);
+    assert_eq!(run(s, 1001, 2, &["SET quiet 1"]).1, vec![], "off by default");
+    run(s, 1002, 2, &["upright.notify-config KEl"]);
+    let (_, pushes) = run(s, 1003, 2, &["SET a 1", "LPUSH l x", "SREM nothing y"]);
+    let events: Vec<(Bytes, Bytes)> = pushes
+        .into_iter()
+        .map(|(_, p)| match p {
+            Pushed::PMessage { channel, message, .. } => (channel, message),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            (token("__keyspace@0__:l"), token("lpush")),
+            (token("__keyevent@0__:lpush"), token("l")),
+        ],
+        "only the list class, and only what changed"
+    );
+    run(s, 1004, 2, &["upright.notify-config Exn", "SET e 1 PX 10"]);
+    let mut effects = Effects::default();
+    let ctx = BatchContext {
+        seqno: SeqNo(9),
+        time_us: 2_000_000,
+        seed: [0; 32],
+    };
+    s.wake(&ctx, &mut effects);
+    let expired: Vec<Pushed> = effects
+        .pushes()
+        .iter()
+        .map(|p| Pushed::decode(&p.payload).unwrap())
+        .collect();
+    assert_eq!(
+        expired,
+        vec![Pushed::PMessage {
+            pattern: token("*"),
+            channel: token("__keyevent@0__:expired"),
+            message: token("e"),
+        }]
+    );
+    assert_eq!(
+        run(s, 3000, 2, &["upright.notify-config"]).0,
+        vec![Reply::Map(vec![(bulk("notify-keyspace-events"), bulk("xEn"))])]
+    );
+    let mut copy = RedisStore::new();
+    copy.restore(&s.checkpoint()).unwrap();
+    assert_eq!(&copy, s, "the setting is in the checkpoint");
+}

@@ -16,6 +16,7 @@ mod keys;
 mod large;
 mod list;
 mod multi;
+mod notify;
 mod pubsub;
 mod set;
 mod sort;
@@ -243,6 +244,8 @@ pub struct RedisStore {
     pubsub: pubsub::PubSub,
     /// Commands being staged and replies kept for fetching (values above one operation).
     large: large::Large,
+    /// notify-keyspace-events: the enabled classes (see `notify`).
+    notify: u16,
     /// Messages to push to clients, in order (transient: drained after each request).
     outbox: Vec<(ClientId, Bytes)>,
     /// The client whose request is executing (for the blocking commands' waiters); `None`
@@ -296,6 +299,7 @@ impl RedisStore {
                 break;
             }
             self.remove(&key);
+            self.notify('x', "expired", &key);
         }
         self.expire_waiters();
     }
@@ -334,6 +338,8 @@ impl RedisStore {
             (b"drop", [token]) => self.drop_staged_command(token),
             (b"fetch", [_, _, _]) => self.fetch(a),
             (b"release", [n]) => self.release(n),
+            (b"notify-config", []) => self.notify_config(None),
+            (b"notify-config", [value]) => self.notify_config(Some(value)),
             (b"subscribe", rest) => self.gateway_subscription(true, rest),
             (b"unsubscribe", rest) => self.gateway_subscription(false, rest),
             _ => command::unknown_command(argv),
@@ -360,12 +366,20 @@ impl RedisStore {
         if spec.flags.contains(&"denyoom") && self.used > STORE_BYTES_MAX {
             return Reply::err("OOM command not allowed when used memory > 'maxmemory'.");
         }
+        let existed = if self.notifying() && matches!(spec.name, "del" | "unlink" | "getdel") {
+            self.existing_keys(spec, argv)
+        } else {
+            Vec::new()
+        };
         let reply = if spec.flags.contains(&"blocking") {
             // Sent without a gateway's token: served now or answered as on timeout.
             self.blocking_now(argv)
         } else {
             commands::dispatch(self, spec.name, argv)
         };
+        if self.notifying() {
+            self.notify_command(spec, argv, &reply, existed);
+        }
         if spec.flags.contains(&"random") || spec.name == "spop" {
             // The next draw of this batch differs from this one.
             self.random_calls += 1;
@@ -503,6 +517,9 @@ impl RedisStore {
             }
             None => {
                 self.slots.insert((slot(key), key.clone()));
+                if counted.is_none() {
+                    self.notify('n', "new", key);
+                }
             }
         }
         if let Some(at) = expires_ms {
@@ -872,6 +889,7 @@ impl Service for RedisStore {
             self.watches.rows(),
             self.pubsub.rows(),
             self.large.rows(),
+            self.notify,
         )))
     }
 
@@ -885,8 +903,9 @@ impl Service for RedisStore {
             multi::WatchRows,
             pubsub::PubSubRows,
             large::LargeRows,
+            u16,
         );
-        let (now_ms, seed, random_calls, rows, blocked, watches, subscriptions, large): Checkpoint =
+        let (now_ms, seed, random_calls, rows, blocked, watches, subscriptions, large, notify): Checkpoint =
             upright_core::codec::from_bytes(checkpoint)
                 .map_err(|e| RestoreError(format!("redis store checkpoint: {e}")))?;
         let corrupt = self.corrupt;
@@ -904,6 +923,7 @@ impl Service for RedisStore {
         self.watches = multi::Watches::from_rows(watches);
         self.pubsub = pubsub::PubSub::from_rows(subscriptions);
         self.large = large::Large::from_rows(large);
+        self.notify = notify;
         self.corrupt = corrupt;
         Ok(())
     }
