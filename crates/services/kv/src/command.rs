@@ -34,6 +34,19 @@ impl CommandSpec {
     pub fn is_read(&self) -> bool {
         self.place == Place::Replicated && self.flags.contains(&"readonly")
     }
+
+    /// The keys `argv` names by the table's key positions (none for a command without them).
+    pub fn keys_of(&self, argv: &[Bytes]) -> Vec<Bytes> {
+        let (first, last, step) = self.keys;
+        if first == 0 {
+            return Vec::new();
+        }
+        let last = if last < 0 { argv.len() as i64 + last } else { last };
+        (first..=last)
+            .step_by(step.max(1) as usize)
+            .filter_map(|i| argv.get(i as usize).cloned())
+            .collect()
+    }
 }
 
 const fn spec(name: &'static str, arity: i32, flags: &'static [&'static str], keys: (i64, i64, i64)) -> CommandSpec {

@@ -844,14 +844,10 @@ impl Service for RedisStore {
         let mut access = Access::default();
         for argv in crate::decode_operation(operation)? {
             let spec = crate::command::check(&argv).ok()?;
-            let (first, last, step) = spec.keys;
-            if first == 0 {
+            if spec.keys.0 == 0 {
                 return None;
             }
-            let last = if last < 0 { argv.len() as i64 + last } else { last };
-            let keys = (first..=last)
-                .step_by(step.max(1) as usize)
-                .filter_map(|i| argv.get(i as usize).cloned());
+            let keys = spec.keys_of(&argv);
             access.merge(if spec.is_read() {
                 Access::reading(keys)
             } else {

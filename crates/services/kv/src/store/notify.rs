@@ -170,7 +170,7 @@ impl RedisStore {
     /// The keys of `argv` (spec key positions) that exist now: for DEL-like commands, whose
     /// events name only the keys they removed.
     pub(super) fn existing_keys(&self, spec: &crate::command::CommandSpec, argv: &[Bytes]) -> Vec<Bytes> {
-        command_keys(spec, argv)
+        spec.keys_of(argv)
             .into_iter()
             .filter(|k| self.get(k).is_some())
             .collect()
@@ -193,25 +193,12 @@ impl RedisStore {
         }
         let keys = match spec.name {
             "del" | "unlink" | "getdel" => existed.into_iter().filter(|k| self.get(k).is_none()).collect(),
-            _ => command_keys(spec, argv),
+            _ => spec.keys_of(argv),
         };
         for key in keys {
             self.notify(class, event, &key);
         }
     }
-}
-
-/// The keys of a command by its table positions.
-fn command_keys(spec: &crate::command::CommandSpec, argv: &[Bytes]) -> Vec<Bytes> {
-    let (first, last, step) = spec.keys;
-    if first == 0 {
-        return Vec::new();
-    }
-    let last = if last < 0 { argv.len() as i64 + last } else { last };
-    (first..=last)
-        .step_by(step.max(1) as usize)
-        .filter_map(|i| argv.get(i as usize).cloned())
-        .collect()
 }
 
 #[cfg(test)]
