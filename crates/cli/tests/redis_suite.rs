@@ -63,6 +63,7 @@ const UNITS: &[(&str, &[&str])] = &[
         // Streams: not a type the store keeps.
         &["COPY basic usage for stream", "COPY basic usage for stream-cgroups"],
     ),
+    ("unit/expire", &[]),
     ("unit/scan", &[]),
     ("unit/protocol", &[]),
 ];

@@ -63,7 +63,9 @@ pub fn stage_for(message: &Message) -> Option<StageKind> {
     use Message::*;
     match message {
         ClientRequest { .. } | BatchComplete { .. } | Fetch { .. } | PrimaryHint { .. } => Some(StageKind::Auth),
-        AuthRequest { .. } | Pbft(_) | CheckpointToken { .. } | LastExecuted { .. } => Some(StageKind::Order),
+        AuthRequest { .. } | Pbft(_) | CheckpointToken { .. } | LastExecuted { .. } | WakeAt { .. } => {
+            Some(StageKind::Order)
+        }
         Command { .. }
         | NextBatch { .. }
         | LoadCheckpoint { .. }

@@ -142,9 +142,10 @@ pub trait Service {
     }
 
     /// Called with the first batch whose agreed time reached [`Service::wake_at`], before that
-    /// batch's requests. When the cluster is idle the order stage still orders empty heartbeat
-    /// batches (`Knobs::heartbeat_interval_us`), so a wake-up comes within about one interval
-    /// of its time. Part of the deterministic execution: it may change the state and push.
+    /// batch's requests. When the cluster is idle the execution stage tells the order stage the
+    /// next wake-up (WAKE-AT) and the primary orders an empty batch then (besides heartbeat
+    /// batches every `Knobs::heartbeat_interval_us`), so a wake-up comes about one agreement
+    /// round after its time. Part of the deterministic execution: it may change the state and push.
     fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {
         let _ = (context, effects);
     }

@@ -189,6 +189,7 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
         | Message::Retransmit { .. }
         | Message::CheckpointToken { .. }
         | Message::LastExecuted { .. }
+        | Message::WakeAt { .. }
         | Message::Fetch { .. }
         | Message::FetchState { .. }
         | Message::PrimaryHint { .. }

@@ -117,6 +117,10 @@ fn message() -> impl Strategy<Value = Message> {
                 time_us: t,
                 entries
             }),
+        (any::<u64>(), any::<Option<u64>>()).prop_map(|(n, at)| Message::WakeAt {
+            seqno: SeqNo(n),
+            at_us: at
+        }),
         (
             any::<u64>(),
             digest(),

@@ -223,6 +223,16 @@ impl Byzantine {
                     };
                     out.extend(self.reseal(from, &message, &envelope.seal, &remote));
                 }
+                // It asks the order stage for wake-ups earlier than its service wants (hoping
+                // to hasten agreed time), and for one when the service wants none.
+                Message::WakeAt { seqno, at_us } => {
+                    counts.bump(class);
+                    let message = Message::WakeAt {
+                        seqno: *seqno,
+                        at_us: Some(at_us.map_or(1, |at| at / 2 + 1)),
+                    };
+                    out.extend(self.reseal(from, &message, &envelope.seal, &remote));
+                }
                 // The same member also serves wrong state: chunks and pages that do not match
                 // the certified digest, tree nodes with a forged child.
                 Message::StateChunk { .. } | Message::PageAnswer { .. } => {

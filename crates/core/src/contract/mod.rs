@@ -11,6 +11,7 @@
 //! | LAST-EXEC `{seqno}` | exec -> order | MAC | each: the order member answers with the committed NEXT-BATCHes after `seqno` it still holds, or with LOAD-CP when they are behind its stable checkpoint |
 //! | LOAD-CP `{seqno, exec_state}` | order -> exec | MAC | `q.load_checkpoint()` matching from distinct order members ([`load::LoadVotes`]): the execution member fetches that state from its peers |
 //! | RETRANSMIT `{client, request_id}` | order -> exec | MAC | each: resend the cached reply |
+//! | WAKE-AT `{seqno, at_us}` | exec -> order | MAC | the newest per execution member; an idle primary orders an empty batch at the `q.small()`-th earliest pending wake-up (one correct member asked for it), and backups accept it on the same count ([`WakeUps`]) |
 //!
 //! The quorums are in [`crate::quorum::Quorums`] with their arguments. An ordering protocol
 //! implements [`OrderSide`] and routes what execution sends with [`route_to_order`]; the
@@ -60,6 +61,42 @@ pub fn retransmit(client: ClientId, request_id: RequestId) -> Message {
     Message::Retransmit { client, request_id }
 }
 
+/// WAKE-AT: after executing `seqno`, the service asks to be woken at agreed time `at_us`.
+pub fn wake_at(seqno: SeqNo, at_us: Option<u64>) -> Message {
+    Message::WakeAt { seqno, at_us }
+}
+
+/// The wake-ups execution members asked for (WAKE-AT), the newest per member, and the earliest
+/// agreed time at which an empty batch is justified: one that `small` members asked for at or
+/// before it, so at least one correct member did. A faulty member can neither hasten it (it needs
+/// `small - 1` others) nor make it repeat (a wake-up at or before the last batch's time counts
+/// for nothing), so a faulty primary gets no more empty batches than the service asked for.
+#[derive(Clone, Debug, Default)]
+pub struct WakeUps {
+    newest: std::collections::BTreeMap<ReplicaId, (SeqNo, Option<u64>)>,
+}
+
+impl WakeUps {
+    /// Records `from`'s wake-up after `seqno` (an older report than one held is ignored).
+    pub fn offer(&mut self, from: ReplicaId, seqno: SeqNo, at_us: Option<u64>) {
+        let slot = self.newest.entry(from).or_insert((seqno, at_us));
+        if seqno >= slot.0 {
+            *slot = (seqno, at_us);
+        }
+    }
+
+    /// The earliest time after `after` at which `small` members have asked to be woken.
+    pub fn due(&self, after: u64, small: usize) -> Option<u64> {
+        let mut pending: Vec<u64> = self
+            .newest
+            .values()
+            .filter_map(|&(_, at)| at.filter(|&at| at > after))
+            .collect();
+        pending.sort_unstable();
+        pending.get(small.checked_sub(1)?).copied()
+    }
+}
+
 /// What became of a message offered to one side of the contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Routed {
@@ -78,6 +115,8 @@ pub trait OrderSide {
     /// LAST-EXEC from execution member `from`: answer with the committed NEXT-BATCHes after
     /// `seqno`, or with LOAD-CP if they are no longer held.
     fn last_executed(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>);
+    /// WAKE-AT from execution member `from`: its service's next wake-up after `seqno`.
+    fn wake_at(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, at_us: Option<u64>, out: &mut Vec<Action>);
 }
 
 /// The execution side: what the execution stage does with what ordering sends it.
@@ -90,7 +129,8 @@ pub trait ExecSide {
     fn retransmit(&mut self, now: Time, client: ClientId, request_id: RequestId, out: &mut Vec<Action>);
 }
 
-/// Hands an authenticated message from `from` to the order side if it is CP-TOKEN or LAST-EXEC.
+/// Hands an authenticated message from `from` to the order side if it is CP-TOKEN, LAST-EXEC or
+/// WAKE-AT.
 pub fn route_to_order(
     side: &mut impl OrderSide,
     now: Time,
@@ -103,7 +143,10 @@ pub fn route_to_order(
             side.checkpoint_token(now, r, *seqno, *exec_state, out)
         }
         (Message::LastExecuted { seqno }, Principal::Exec(r)) => side.last_executed(now, r, *seqno, out),
-        (Message::CheckpointToken { .. } | Message::LastExecuted { .. }, _) => return Routed::WrongSender,
+        (Message::WakeAt { seqno, at_us }, Principal::Exec(r)) => side.wake_at(now, r, *seqno, *at_us, out),
+        (Message::CheckpointToken { .. } | Message::LastExecuted { .. } | Message::WakeAt { .. }, _) => {
+            return Routed::WrongSender
+        }
         _ => return Routed::NotContract,
     }
     Routed::Handled
@@ -167,6 +210,9 @@ mod tests {
         fn last_executed(&mut self, _: Time, from: ReplicaId, seqno: SeqNo, _: &mut Vec<Action>) {
             self.0.push(format!("last {} {}", from.0, seqno.0));
         }
+        fn wake_at(&mut self, _: Time, from: ReplicaId, seqno: SeqNo, at: Option<u64>, _: &mut Vec<Action>) {
+            self.0.push(format!("wake {} {} {at:?}", from.0, seqno.0));
+        }
     }
 
     impl ExecSide for Recorder {
@@ -197,9 +243,12 @@ mod tests {
         let out = &mut Vec::new();
         let token = checkpoint_token(SeqNo(8), Digest::default());
         let last = last_executed(SeqNo(3));
+        let wake = wake_at(SeqNo(3), Some(90));
         assert_eq!(route_to_order(&mut side, 0, exec, &token, out), Routed::Handled);
         assert_eq!(route_to_order(&mut side, 0, exec, &last, out), Routed::Handled);
+        assert_eq!(route_to_order(&mut side, 0, exec, &wake, out), Routed::Handled);
         assert_eq!(route_to_order(&mut side, 0, order, &token, out), Routed::WrongSender);
+        assert_eq!(route_to_order(&mut side, 0, auth, &wake, out), Routed::WrongSender);
         assert_eq!(
             route_to_order(&mut side, 0, exec, &retransmit(ClientId(0), RequestId(1)), out),
             Routed::NotContract
@@ -215,9 +264,50 @@ mod tests {
         assert_eq!(route_to_exec(&mut side, 0, order, &token, out), Routed::NotContract);
         assert_eq!(
             side.0,
-            ["token 2 8", "last 2 3", "batch 1 4 0", "load 1 8", "retransmit 5 9"],
+            [
+                "token 2 8",
+                "last 2 3",
+                "wake 2 3 Some(90)",
+                "batch 1 4 0",
+                "load 1 8",
+                "retransmit 5 9"
+            ],
             "only the allowed senders reached the sides, with their fields"
         );
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_wake_up_is_due_when_small_members_asked_for_it() {
+        let mut wakes = WakeUps::default();
+        assert_eq!(wakes.due(0, 2), None);
+        wakes.offer(ReplicaId(0), SeqNo(5), Some(100));
+        assert_eq!(wakes.due(0, 2), None, "one member alone may be the faulty one");
+        assert_eq!(wakes.due(0, 1), Some(100));
+        wakes.offer(ReplicaId(1), SeqNo(5), Some(120));
+        wakes.offer(ReplicaId(2), SeqNo(4), Some(1));
+        assert_eq!(
+            wakes.due(0, 2),
+            Some(100),
+            "the second earliest: a correct member asked by then"
+        );
+        assert_eq!(
+            wakes.due(1, 2),
+            Some(120),
+            "a wake-up at or before the last batch counts for nothing"
+        );
+        wakes.offer(ReplicaId(1), SeqNo(3), None);
+        assert_eq!(
+            wakes.due(1, 2),
+            Some(120),
+            "an older report does not replace a newer one"
+        );
+        wakes.offer(ReplicaId(1), SeqNo(6), None);
+        assert_eq!(
+            wakes.due(1, 2),
+            None,
+            "a member that waits for nothing counts for nothing"
+        );
+        assert_eq!(wakes.due(0, 0), None);
     }
 }

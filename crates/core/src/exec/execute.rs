@@ -267,6 +267,7 @@ impl ExecStage {
         if batch.seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) {
             self.take_checkpoint(out);
         }
+        self.report_wake(false, out);
     }
 
     /// Sends the client's cached reply (full if `retransmit`, else by the full/digest rule).

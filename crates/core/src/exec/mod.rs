@@ -70,6 +70,9 @@ pub struct ExecStage {
     history: Digest,
     /// Time of the last executed non-empty batch.
     last_time_us: u64,
+    /// The service's `wake_at` last reported to the order stage (WAKE-AT); `None` before the
+    /// first report.
+    wake_reported: Option<Option<u64>>,
     replies: ReplyCache,
     batches: BatchCollector,
     fetcher: Fetcher,
@@ -143,6 +146,7 @@ impl ExecStage {
             read_only_nonces: ReadOnlyNonces::default(),
             pushes: PushLog::default(),
             paged: None,
+            wake_reported: None,
             config,
         };
         stage.recover(storage, page_store);
@@ -181,6 +185,19 @@ impl ExecStage {
         self.send_each(ClusterConfig::order_members(&self.q), &message, out);
     }
 
+    /// WAKE-AT to every order member when the service's `wake_at` changed since the last report
+    /// (or, if `again`, whenever it waits for a time): an idle primary then orders an empty batch
+    /// at that time rather than at the next heartbeat.
+    fn report_wake(&mut self, again: bool, out: &mut Vec<Action>) {
+        let at = self.service.wake_at();
+        if self.wake_reported == Some(at) && !(again && at.is_some()) {
+            return;
+        }
+        self.wake_reported = Some(at);
+        let message = contract::wake_at(self.last_executed, at);
+        self.send_each(ClusterConfig::order_members(&self.q), &message, out);
+    }
+
     fn set_retry_timer(&self, now: Time, out: &mut Vec<Action>) {
         out.push(Action::SetTimer {
             timer: Timer::ExecRetry,
@@ -194,6 +211,7 @@ impl ExecStage {
         if self.last_executed == self.progress_mark {
             self.send_last_executed(out);
             self.resend_newest_checkpoint_token(out);
+            self.report_wake(true, out);
         }
         self.progress_mark = self.last_executed;
         self.retry_transfer(out);
@@ -340,6 +358,7 @@ impl Stage for ExecStage {
         match input {
             Input::Start => {
                 self.send_last_executed(out);
+                self.report_wake(false, out);
                 self.set_retry_timer(now, out);
             }
             Input::Timer(Timer::ExecRetry) => self.on_retry(now, out),

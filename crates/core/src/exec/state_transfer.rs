@@ -275,6 +275,7 @@ impl ExecStage {
             state_digest: t.digest,
         }));
         self.send_last_executed(out);
+        self.report_wake(false, out);
         self.request_bodies(out);
         self.execute_ready(out);
     }

@@ -830,3 +830,51 @@ fn the_service_is_woken_at_the_agreed_time_by_a_heartbeat_batch() {
     assert!(pushes(&out).is_empty(), "woken once");
     assert_eq!(stage.stats().get("service_woken"), 1);
 }
+
+/// After a batch, an execution member tells every order member (WAKE-AT) when its service wants
+/// to be woken, only when that changed; so the primary can order an empty batch then.
+#[test]
+fn the_order_stage_is_told_each_new_wake_up() {
+    let net = Net::small();
+    let alarm = SpyService {
+        kv: KvService::new(),
+        calls: Calls::default(),
+        alarm: Some(2_500),
+    };
+    let mut stage = ExecStage::new(
+        net.config.clone(),
+        ReplicaId(0),
+        net.rings[0].clone(),
+        &Storage::new(),
+        Box::new(alarm),
+    )
+    .unwrap();
+    let batches = chain(vec![vec![put(1, "a", "1")], vec![], vec![], vec![put(2, "a", "2")]]);
+    let wakes = |out: &[Action]| -> Vec<(Vec<Principal>, SeqNo, Option<u64>)> {
+        sent(out)
+            .into_iter()
+            .filter_map(|(to, m)| match m {
+                Message::WakeAt { seqno, at_us } => Some((to, seqno, at_us)),
+                _ => None,
+            })
+            .collect()
+    };
+    let order: Vec<Principal> = ClusterConfig::order_members(&net.q).collect();
+    let mut out = Vec::new();
+    stage.handle(0, Input::Start, &mut out);
+    let expected: Vec<_> = order.iter().map(|&to| (vec![to], SeqNo(0), Some(2_500))).collect();
+    assert_eq!(
+        wakes(&out),
+        expected,
+        "the first report, at start, goes to every order member"
+    );
+    let out = net.deliver(&mut stage, &batches[0]);
+    assert!(wakes(&out).is_empty(), "unchanged: not sent again");
+    let out = net.deliver(&mut stage, &batches[1]);
+    assert!(wakes(&out).is_empty(), "unchanged: not sent again");
+    let out = net.deliver(&mut stage, &batches[2]);
+    let expected: Vec<_> = order.iter().map(|&to| (vec![to], SeqNo(3), None)).collect();
+    assert_eq!(wakes(&out), expected, "woken: it now waits for nothing");
+    let out = net.deliver(&mut stage, &batches[3]);
+    assert!(wakes(&out).is_empty());
+}

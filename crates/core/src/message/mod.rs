@@ -404,6 +404,16 @@ pub enum Message {
         /// Each page asked for with its contents.
         pages: Vec<(u64, Bytes)>,
     },
+    // ---- execution -> order (continued) ----
+    /// WAKE-AT (not in the papers): after executing batch `seqno`, the service asks to be woken at agreed
+    /// time `at_us` (`None`: it waits for nothing). An idle primary orders an empty batch at that
+    /// time instead of waiting for the next heartbeat. MAC.
+    WakeAt {
+        /// The last batch the sender executed.
+        seqno: SeqNo,
+        /// The service's `wake_at` after it.
+        at_us: Option<u64>,
+    },
 }
 
 /// A reply's result, full or as a digest.

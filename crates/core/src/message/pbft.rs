@@ -85,6 +85,8 @@ pub enum PbftTimer {
     /// (Backup) a PREPARE that left the primary out has not led to a commit in time; send it to
     /// the primary too.
     PrimaryHelp,
+    /// (Primary) a wake-up the execution members asked for is due: order an empty batch.
+    Wake,
 }
 
 /// CHECKPOINT (PBFT): an order member states the digest of its order checkpoint at `seqno`.

@@ -11,7 +11,9 @@ use std::mem;
 
 use super::log::{Prepared, Slot};
 use super::persist;
-use super::{OrderStage, Snapshot, PRIMARY_HELP_HOLD_FRACTION, QUIET_AGAIN_AFTER, QUIET_AGAIN_AFTER_MAX};
+use super::{
+    OrderStage, Snapshot, PRIMARY_HELP_HOLD_FRACTION, QUIET_AGAIN_AFTER, QUIET_AGAIN_AFTER_MAX, WAKE_RETRY_US,
+};
 use crate::config::ClusterConfig;
 use crate::crypto::Digest;
 use crate::ids::{Principal, ReplicaId, SeqNo, StageKind, View};
@@ -135,8 +137,13 @@ impl OrderStage {
             return;
         }
         let p = self.projection(n);
-        if now < p.max_time.saturating_add(interval) {
+        let wake = self.wakes.due(p.max_time, self.q.small());
+        let due = p.max_time.saturating_add(interval).min(wake.unwrap_or(u64::MAX));
+        if now < due {
             return;
+        }
+        if wake.is_some_and(|at| now >= at) {
+            self.stats.bump("heartbeat_woken");
         }
         let time_us = now.max(p.max_time + 1);
         let batch = Batch {
@@ -146,6 +153,27 @@ impl OrderStage {
         let digest = batch_digest(time_us, std::iter::empty());
         self.stats.bump("heartbeat_sent");
         self.pre_prepare(now, n, batch, digest, out);
+    }
+
+    /// (Primary) arms the Wake timer for the wake-up the execution members asked for, if one is
+    /// due before the next heartbeat; when it is already due (a batch was in flight when the
+    /// timer fired), it looks again in `WAKE_RETRY_US`.
+    pub(super) fn arm_wake(&mut self, now: Time, out: &mut Vec<Action>) {
+        let interval = self.config.knobs.heartbeat_interval_us;
+        if interval == 0 || !self.is_primary() || self.is_abstaining() || self.changing {
+            return;
+        }
+        let max_time = self.prefix.max_time;
+        let Some(at) = self.wakes.due(max_time, self.q.small()) else {
+            return;
+        };
+        if at >= max_time.saturating_add(interval) {
+            return;
+        }
+        out.push(Action::SetTimer {
+            timer: Timer::Pbft(PbftTimer::Wake),
+            at: at.max(now + WAKE_RETRY_US),
+        });
     }
 
     // ---- backups ----
@@ -212,7 +240,11 @@ impl OrderStage {
             if interval == 0 {
                 return Err("drop_empty_batch");
             }
-            if batch.time_us < p.max_time.saturating_add(interval / 2) {
+            let woken = self
+                .wakes
+                .due(p.max_time, self.q.small())
+                .is_some_and(|at| batch.time_us >= at);
+            if !woken && batch.time_us < p.max_time.saturating_add(interval / 2) {
                 return Err("drop_heartbeat_too_soon");
             }
         }

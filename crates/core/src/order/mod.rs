@@ -25,7 +25,7 @@ pub mod view_change;
 mod tests;
 
 use crate::contract::tokens::TokenTally;
-use crate::contract::{self, OrderSide, Routed};
+use crate::contract::{self, OrderSide, Routed, WakeUps};
 use crate::message::PbftMessage;
 use crate::stage::PbftTimer;
 use std::collections::BTreeMap;
@@ -65,6 +65,9 @@ pub const PRIMARY_HELP_HOLD_FRACTION: u64 = 200;
 /// leaving it out again, so a backup that withholds its COMMIT now and then (Byzantine, or
 /// flapping) cannot make the others wait out the hold often; reset after a quiet timeout.
 pub const QUIET_AGAIN_AFTER: u64 = 8;
+/// How soon a primary looks again at a wake-up that was due while a batch was in flight (it is
+/// ordered as soon as that batch commits and the log is idle).
+pub const WAKE_RETRY_US: u64 = 1_000;
 pub use crate::limits::BATCH_INLINE_BYTES_MAX;
 pub use crate::limits::LAST_EXEC_RESEND_MAX;
 pub use crate::limits::QUIET_AGAIN_AFTER_MAX;
@@ -145,6 +148,9 @@ pub struct OrderStage {
     batch_timer_armed: bool,
     /// Last RETRANSMIT per client (request, time).
     retransmitted: BTreeMap<ClientId, (RequestId, Time)>,
+    /// The wake-ups execution members asked for (WAKE-AT): an idle primary orders an empty batch
+    /// when one is due, and backups accept it then.
+    wakes: WakeUps,
 
     // ---- checkpoints ----
     checkpoints: Checkpoints,
@@ -205,6 +211,7 @@ impl OrderStage {
             pool,
             batch_cursor: ClientId(u32::MAX),
             batch_timer_armed: false,
+            wakes: WakeUps::default(),
             retransmitted: BTreeMap::new(),
             checkpoints: Checkpoints {
                 own: recovered.checkpoints,
@@ -435,6 +442,7 @@ impl OrderStage {
         } else {
             self.retransmit_agreement(out);
             self.propose_heartbeat(now, out);
+            self.arm_wake(now, out);
         }
         self.retransmit_checkpoint(out);
     }
@@ -467,6 +475,11 @@ impl OrderSide for OrderStage {
     fn last_executed(&mut self, _now: Time, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) {
         self.on_last_executed(from, seqno, out)
     }
+
+    fn wake_at(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, at_us: Option<u64>, out: &mut Vec<Action>) {
+        self.wakes.offer(from, seqno, at_us);
+        self.arm_wake(now, out);
+    }
 }
 
 impl Stage for OrderStage {
@@ -495,6 +508,10 @@ impl Stage for OrderStage {
             Input::Timer(Timer::Pbft(PbftTimer::PrimaryHelp)) => {
                 self.primary_vote.primary_help_armed = false;
                 self.check_quiet_prepares(now, out);
+            }
+            Input::Timer(Timer::Pbft(PbftTimer::Wake)) => {
+                self.propose_heartbeat(now, out);
+                self.arm_wake(now, out);
             }
             Input::Timer(Timer::Pbft(PbftTimer::BatchClose)) => {
                 self.batch_timer_armed = false;

@@ -1150,3 +1150,90 @@ fn an_idle_primary_orders_heartbeats_that_move_agreed_time() {
     c.pump();
     assert_eq!(c.stat(1, "drop_heartbeat_too_soon"), 1, "{:?}", c.member(1).stats());
 }
+
+/// WAKE-AT from `execs` (each reporting `at` after `seqno`) to every order member.
+fn report_wake(c: &mut Cluster, execs: &[u32], seqno: SeqNo, at: u64) {
+    for &e in execs {
+        let env = Arc::new(Envelope::seal(
+            &c.rings[e as usize],
+            &c.q,
+            Principal::Exec(ReplicaId(e)),
+            Message::WakeAt { seqno, at_us: Some(at) },
+            SealFor::Stage(crate::ids::StageKind::Order),
+        ));
+        for o in 0..c.q.n_order {
+            c.deliver(o, env.clone());
+        }
+    }
+}
+
+/// A wake-up that `r + 1` execution members asked for (WAKE-AT) makes an idle primary order an
+/// empty batch at that time, well before the next heartbeat, and backups accept it; one member
+/// alone (it may be the faulty one) moves nothing, and a backup then still refuses an early empty
+/// batch; a wake-up already passed by agreed time counts for nothing.
+#[test]
+fn an_idle_primary_orders_an_empty_batch_when_a_wake_up_is_due() {
+    let knobs = Knobs {
+        heartbeat_interval_us: 200_000,
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(1, 1, knobs);
+    c.run(30_000);
+    assert_eq!(c.min_committed(), SeqNo(1), "the first heartbeat {:?}", c.batch_times);
+    let last_time = *c.batch_times.values().last().unwrap();
+
+    // One member alone asks for a wake-up 30 ms on: nothing happens before the next heartbeat.
+    report_wake(&mut c, &[1], SeqNo(1), last_time + 30_000);
+    c.run(60_000);
+    assert_eq!(c.min_committed(), SeqNo(1), "{:?}", c.batch_times);
+    assert!(c.now < last_time + 100_000, "before half a heartbeat interval");
+    let early = c.forge(
+        0,
+        Message::Pbft(PbftMessage::PrePrepare {
+            view: View(0),
+            seqno: SeqNo(2),
+            batch: Batch {
+                time_us: c.now,
+                entries: Vec::new(),
+            },
+        }),
+    );
+    c.deliver(1, early);
+    c.pump();
+    assert_eq!(
+        c.stat(1, "drop_heartbeat_too_soon"),
+        1,
+        "one report justifies no early batch"
+    );
+
+    // A second member asks for it too: the primary orders an empty batch at once (it is due).
+    let woken_at = c.now;
+    report_wake(&mut c, &[2], SeqNo(1), last_time + 30_000);
+    c.run(10_000);
+    assert_eq!(c.min_committed(), SeqNo(2), "{:?}", c.member(0).stats());
+    assert_eq!(c.stat(0, "heartbeat_woken"), 1);
+    let time = c.batch_times[&SeqNo(2)];
+    assert!(time >= woken_at && time < last_time + 200_000, "{time} vs {last_time}");
+
+    // A wake-up ahead: the primary sets a timer for it and orders the batch then, not before.
+    report_wake(&mut c, &[0, 2], SeqNo(2), time + 50_000);
+    c.run(40_000);
+    assert_eq!(c.min_committed(), SeqNo(2), "not yet due");
+    c.run(20_000);
+    assert_eq!(c.min_committed(), SeqNo(3));
+    let woken = c.batch_times[&SeqNo(3)];
+    assert!(
+        (time + 50_000..time + 52_000).contains(&woken),
+        "{woken} vs {}",
+        time + 50_000
+    );
+    assert_eq!(c.stat(0, "heartbeat_woken"), 2);
+
+    // The same wake-up again: agreed time passed it, so the next batch is the heartbeat.
+    report_wake(&mut c, &[0, 1, 2], SeqNo(3), time + 50_000);
+    c.run(150_000);
+    assert_eq!(c.min_committed(), SeqNo(3));
+    c.run(60_000);
+    assert_eq!(c.min_committed(), SeqNo(4));
+    assert_eq!(c.stat(0, "heartbeat_woken"), 2);
+}
