@@ -165,11 +165,67 @@ fn redis_cli_through_upright_redis_against_an_initialised_cluster() {
     assert_eq!(cli(port, &["GET", "gw:after"]), "restart");
     assert_eq!(cli(port, &["GET", "gw:a"]), "hello world");
 
+    large_commands_stream_to_the_cluster(port);
     users_select_identities_and_commands(dir, base + 301);
 
     // The Byzantine stand-in really ran.
     let log = std::fs::read_to_string(dir.join("replica-2.log")).unwrap();
     assert!(log.contains("corrupts its stored values and replies"), "{log}");
+}
+
+/// The gateway's `upright_operations` (operations its pool sent to the cluster).
+fn operations_sent(port: u16) -> u64 {
+    let info = cli(port, &["INFO"]);
+    let line = info.lines().find(|l| l.starts_with("upright_operations:")).unwrap();
+    line["upright_operations:".len()..].trim().parse().unwrap()
+}
+
+/// A large command goes to the cluster piece by piece while the client is still sending it (the
+/// gateway does not hold it whole), runs once it ends, and one cut short runs nothing.
+fn large_commands_stream_to_the_cluster(port: u16) {
+    use std::io::{Read, Write};
+    const LEN: usize = 24 << 20;
+    let value: Vec<u8> = (0..LEN).map(|i| b'a' + (i % 26) as u8).collect();
+    let head = format!("*3\r\n$3\r\nSET\r\n$10\r\nstream:big\r\n${LEN}\r\n");
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let before = operations_sent(port);
+    conn.write_all(head.as_bytes()).unwrap();
+    conn.write_all(&value[..LEN / 2]).unwrap();
+    // Half sent: its pieces (512 KiB each) reach the cluster before the rest is written.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while operations_sent(port) < before + 16 {
+        assert!(Instant::now() < deadline, "the first half was not streamed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(cli(port, &["EXISTS", "stream:big"]), "0", "nothing runs before the end");
+    conn.write_all(&value[LEN / 2..]).unwrap();
+    conn.write_all(b"\r\n*2\r\n$6\r\nSTRLEN\r\n$10\r\nstream:big\r\n")
+        .unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let want = format!("+OK\r\n:{LEN}\r\n");
+    let mut got = vec![0u8; want.len()];
+    conn.read_exact(&mut got).unwrap();
+    assert_eq!(String::from_utf8_lossy(&got), want, "the SET and the command after it");
+    let middle = cli(
+        port,
+        &[
+            "GETRANGE",
+            "stream:big",
+            &(LEN / 2 - 5).to_string(),
+            &(LEN / 2 + 4).to_string(),
+        ],
+    );
+    assert_eq!(middle.as_bytes(), &value[LEN / 2 - 5..LEN / 2 + 5]);
+
+    // Cut short: the connection closes halfway; nothing is set.
+    let mut cut = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    cut.write_all(head.replace("stream:big", "stream:cut").as_bytes())
+        .unwrap();
+    cut.write_all(&value[..LEN / 2]).unwrap();
+    drop(cut);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(cli(port, &["EXISTS", "stream:cut"]), "0");
+    assert_eq!(cli(port, &["DEL", "stream:big"]), "1");
 }
 
 /// redis-cli as `user` (password `password`), or unauthenticated: its output, error or not.

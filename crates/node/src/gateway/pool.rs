@@ -72,6 +72,8 @@ impl<P: Protocol> Default for QueueState<P> {
 pub struct Queue<P: Protocol> {
     state: Mutex<QueueState<P>>,
     answered: Notify,
+    /// Notified whenever queued commands are taken into an operation.
+    taken: Notify,
     /// Whether the connection queued its next commands within [`GATHER_WAIT`] of its last answer
     /// (or has not been answered yet): only such connections are waited for.
     prompt: AtomicBool,
@@ -82,6 +84,7 @@ impl<P: Protocol> Default for Queue<P> {
         Queue {
             state: Mutex::default(),
             answered: Notify::new(),
+            taken: Notify::new(),
             prompt: AtomicBool::new(true),
         }
     }
@@ -105,6 +108,21 @@ impl<P: Protocol> Queue<P> {
                 return reply;
             }
             self.answered.notified().await;
+        }
+    }
+
+    /// Waits until fewer than `bytes` of the connection's commands wait to be sent (as
+    /// [`Protocol::command_bytes`] counts them): a connection streaming a large command to the
+    /// cluster keeps only so much of it ahead of what the pool has sent.
+    pub async fn unsent_below(&self, bytes: usize) {
+        loop {
+            let taken = self.taken.notified();
+            tokio::pin!(taken);
+            taken.as_mut().enable();
+            if lock(&self.state).bytes < bytes {
+                return;
+            }
+            taken.await;
         }
     }
 
@@ -261,7 +279,10 @@ impl<P: Protocol> Operation<P> {
             self.commands.extend(state.commands.drain(..n));
         }
         self.owners.push((queue.clone(), n));
-        (n, !state.commands.is_empty())
+        let left = !state.commands.is_empty();
+        drop(state);
+        queue.taken.notify_waiters();
+        (n, left)
     }
 
     fn fits(&self, n: usize, bytes: usize) -> bool {
@@ -515,6 +536,42 @@ mod tests {
         let second = gather(&pool.shared).unwrap();
         assert_eq!(second.commands, vec![cmd(&["set", "b", &big])]);
         assert!(first.bytes <= Test::BYTES_MAX && second.bytes <= Test::BYTES_MAX);
+    }
+
+    /// A connection streaming large commands waits while too many of its bytes are unsent, and
+    /// goes on as soon as the pool takes enough into operations.
+    #[tokio::test]
+    async fn a_streaming_connection_waits_for_the_pool_to_take_its_pieces() {
+        let pool = pool();
+        let a = Arc::new(Q::default());
+        let big = "v".repeat(500 * 1024);
+        submit(
+            &pool,
+            &a,
+            &[&["stage", &big], &["stage", &big], &["stage", &big]],
+            false,
+        );
+        let waiter = {
+            let a = a.clone();
+            tokio::spawn(async move { a.unsent_below(600 * 1024).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "1.5 MB unsent");
+        let first = gather(&pool.shared).unwrap();
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "1 MB unsent");
+        answer(&pool, &first, &["OK"]);
+        let _second = gather(&pool.shared).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken once the second piece was taken")
+            .unwrap();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(1), a.unsent_below(600 * 1024))
+                .await
+                .is_ok(),
+            "below the bound: no wait"
+        );
     }
 
     /// A connection whose one command was sent and answered.

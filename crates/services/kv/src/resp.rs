@@ -199,6 +199,126 @@ fn split_args(line: &[u8]) -> Option<Vec<Bytes>> {
     }
 }
 
+/// `argv` as a RESP multibulk command (what [`parse`] reads back).
+pub fn encode_command(argv: &[Bytes]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(argv.iter().map(|a| a.len() + 16).sum::<usize>() + 16);
+    out.extend_from_slice(format!("*{}\r\n", argv.len()).as_bytes());
+    for arg in argv {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// The start of a multibulk command once its first argument has arrived: how many arguments it
+/// declares, and the first (the command's name). `None` if that has not arrived or the input is
+/// not a well-formed multibulk start ([`parse`] says why).
+pub fn head(buf: &[u8]) -> Option<(usize, &[u8])> {
+    if buf.first() != Some(&b'*') {
+        return None;
+    }
+    let end = line_end(buf, 0).ok()??;
+    let count = usize::try_from(number(&buf[1..end])?).ok()?;
+    let at = end + 2;
+    if count == 0 || count > ARGS_MAX || buf.get(at) != Some(&b'$') {
+        return None;
+    }
+    let end = line_end(buf, at).ok()??;
+    let len = usize::try_from(number(&buf[at + 1..end])?).ok()?;
+    let name = buf.get(end + 2..end + 2 + len)?;
+    Some((count, name))
+}
+
+/// A multibulk command walked as it arrives, so that a reader can pass on what it has before the
+/// rest comes (a large command is streamed to the cluster, not held whole). [`Scan::advance`]
+/// checks the bytes as [`parse`] does.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Bytes at the front of the buffer walked so far (all of them the command's).
+    scanned: usize,
+    /// Arguments still to come; `None` until the `*N` line is read.
+    args_left: Option<usize>,
+    /// Bytes left of the argument being read, its CRLF included.
+    bulk_left: usize,
+    /// Bytes of the arguments so far.
+    total: usize,
+}
+
+impl Scan {
+    /// Bytes at the front of the buffer that belong to the command and were checked.
+    pub fn scanned(&self) -> usize {
+        self.scanned
+    }
+
+    /// The first `n` scanned bytes were taken off the front of the buffer.
+    pub fn taken(&mut self, n: usize) {
+        self.scanned -= n;
+    }
+
+    /// Walks on through `buf` (the buffer; its first [`Scan::scanned`] bytes were walked
+    /// before): `true` once the command ends at `scanned()`.
+    pub fn advance(&mut self, buf: &[u8]) -> Result<bool, ProtocolError> {
+        loop {
+            let available = buf.len() - self.scanned;
+            if self.bulk_left > 2 {
+                let data = (self.bulk_left - 2).min(available);
+                if data == 0 {
+                    return Ok(false);
+                }
+                self.scanned += data;
+                self.bulk_left -= data;
+                continue;
+            }
+            if self.bulk_left == 2 {
+                if available < 2 {
+                    return Ok(false);
+                }
+                if &buf[self.scanned..self.scanned + 2] != b"\r\n" {
+                    return Err(protocol("invalid bulk terminator"));
+                }
+                self.scanned += 2;
+                self.bulk_left = 0;
+            }
+            if self.args_left == Some(0) {
+                return Ok(true);
+            }
+            if available == 0 {
+                return Ok(false);
+            }
+            let Some(end) = line_end(buf, self.scanned)? else {
+                return Ok(false);
+            };
+            let line = &buf[self.scanned..end];
+            match self.args_left {
+                None => {
+                    let count = (line[0] == b'*').then(|| number(&line[1..])).flatten();
+                    match count {
+                        Some(n) if n <= ARGS_MAX as i64 => self.args_left = Some(n.max(0) as usize),
+                        _ => return Err(protocol("invalid multibulk length")),
+                    }
+                }
+                Some(left) => {
+                    if line[0] != b'$' {
+                        return Err(protocol(&format!("expected '$', got '{}'", line[0] as char)));
+                    }
+                    let len = number(&line[1..]).ok_or_else(|| protocol("invalid bulk length"))?;
+                    if len < 0 || len as usize > ARG_BYTES_MAX {
+                        return Err(protocol("invalid bulk length"));
+                    }
+                    self.total += len as usize;
+                    if self.total > COMMAND_BYTES_MAX {
+                        return Err(protocol("command too big"));
+                    }
+                    self.bulk_left = len as usize + 2;
+                    self.args_left = Some(left - 1);
+                }
+            }
+            self.scanned = end + 2;
+        }
+    }
+}
+
 /// Drops everything parsed so far (used after a protocol error).
 pub fn discard(buf: &mut BytesMut) {
     let n = buf.len();
@@ -257,6 +377,58 @@ mod tests {
             assert_eq!(c[2], Bytes::from("va\r\nl"));
             assert!(buf.is_empty());
         }
+    }
+
+    /// Walks `input` as it arrives in pieces of `step` bytes, taking scanned bytes off the
+    /// front now and then as a streaming reader does; what it took, and whether it ended.
+    fn scan_in_steps(input: &[u8], step: usize) -> Result<(Vec<u8>, bool), ProtocolError> {
+        let mut scan = Scan::default();
+        let mut buf = BytesMut::new();
+        let mut taken = Vec::new();
+        for chunk in input.chunks(step) {
+            buf.extend_from_slice(chunk);
+            let done = scan.advance(&buf)?;
+            if done || scan.scanned() > 7 {
+                let n = scan.scanned();
+                taken.extend_from_slice(&buf.split_to(n));
+                scan.taken(n);
+            }
+            if done {
+                return Ok((taken, true));
+            }
+        }
+        Ok((taken, false))
+    }
+
+    #[test]
+    fn a_scan_ends_where_parse_ends_however_the_bytes_arrive() {
+        let command = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$12\r\nva\r\nl\r\n\r\nue!\r\n";
+        let mut input = command.to_vec();
+        input.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+        for step in 1..input.len() {
+            let (taken, done) = scan_in_steps(&input, step).unwrap();
+            assert!(done, "step {step}");
+            assert_eq!(taken, command, "step {step}");
+        }
+        assert_eq!(head(command), Some((3, &b"SET"[..])));
+        assert_eq!(head(&command[..10]), None, "the name has not all arrived");
+        assert_eq!(
+            encode_command(&[Bytes::from("SET"), Bytes::from("k"), Bytes::from("va\r\nl\r\n\r\nue!")]),
+            command
+        );
+        let (_, done) = scan_in_steps(&command[..command.len() - 1], 5).unwrap();
+        assert!(!done, "the last byte is missing");
+        for bad in [
+            &b"*3\r\n$3\r\nSET\r\n$1\r\nkXX"[..],
+            b"*1\r\n:3\r\n",
+            b"*x\r\n",
+            b"*1\r\n$-5\r\n",
+        ] {
+            assert!(scan_in_steps(bad, 3).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(all(bad).is_err());
+        }
+        let huge = format!("*2\r\n${}\r\n", ARG_BYTES_MAX + 1);
+        assert!(scan_in_steps(huge.as_bytes(), 4).is_err());
     }
 
     #[test]

@@ -221,8 +221,40 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
             }
         }
         batch.submit(&shared, &queue);
-        // A command larger than an operation is read whole before it is staged: what the
-        // gateway's connections hold beyond the first MiB each is bounded together.
+        if let Some(spec) = streamable(&buf, &session, &shared) {
+            // A large command the cluster may run as it is: streamed as it arrives.
+            Shared::bump(&shared.commands);
+            shared.stats.called(spec.name);
+            let streamed = stream_staged(spec, session.proto, &mut read, &mut buf, &mut batch, &shared, &queue).await;
+            let pending = match streamed {
+                Streamed::Sent(pending) => pending,
+                Streamed::Malformed(error) => {
+                    Shared::bump(&shared.protocol_errors);
+                    let _ = tx
+                        .send(Pending::Ready(Reply::Error(error).to_resp(session.proto)))
+                        .await;
+                    let _ = tx.send(Pending::Close).await;
+                    break;
+                }
+                Streamed::Closed => break,
+            };
+            // Answered as CLIENT REPLY says (OFF and SKIP write nothing; SKIP only this once).
+            let pending = if session.reply == ReplyMode::On {
+                pending
+            } else {
+                silence(pending)
+            };
+            if session.reply == ReplyMode::SkipNext {
+                session.reply = ReplyMode::On;
+            }
+            if tx.send(pending).await.is_err() {
+                break;
+            }
+            continue;
+        }
+        // A command larger than an operation that is not streamed (in a transaction, blocking,
+        // or refused before it runs) is read whole: what the gateway's connections hold beyond
+        // the first MiB each is bounded together.
         let large = buf.len().saturating_sub(SMALL_BUFFER_BYTES);
         if large > held {
             let total = shared.buffered.fetch_add(large - held, Ordering::Relaxed) + large - held;
@@ -263,6 +295,123 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
     queue.closed();
     drop(tx);
     let _ = writer.await;
+}
+
+/// How far a connection streaming a large command may run ahead of the pieces the pool has sent.
+const STREAM_AHEAD_BYTES: usize = 2 * PIECE_BYTES_MAX;
+
+/// `upright.stage TOKEN OFFSET piece`.
+fn stage_piece(token: &Bytes, offset: usize, piece: Bytes) -> Vec<Bytes> {
+    vec![
+        Bytes::from_static(b"upright.stage"),
+        token.clone(),
+        Bytes::from(offset.to_string()),
+        piece,
+    ]
+}
+
+/// The command at the front of `buf`, if it is to be streamed: more than [`STAGE_THRESHOLD`]
+/// bytes of it arrived but not all, and it is one the cluster runs as it is (with the right
+/// number of arguments, allowed to the user, outside a transaction and a RESP2 subscription, not
+/// blocking and not one the gateway rewrites). Any other is read whole and answered as usual.
+fn streamable(buf: &[u8], session: &Session, shared: &Shared) -> Option<&'static command::CommandSpec> {
+    if buf.len() <= STAGE_THRESHOLD || session.multi.is_some() || (session.subs.count() > 0 && session.proto == 2) {
+        return None;
+    }
+    let (argc, name) = resp::head(buf)?;
+    let spec = command::lookup(name)?;
+    let argc = i32::try_from(argc).ok()?;
+    let arity = if spec.arity >= 0 {
+        argc == spec.arity
+    } else {
+        argc >= -spec.arity
+    };
+    let allowed = session.user.is_some_and(|u| shared.users[u].commands.allows(spec.name));
+    let plain = spec.place == Place::Replicated
+        && !spec.flags.contains(&"blocking")
+        && !SUBSCRIPTION_COMMANDS.contains(&spec.name)
+        && !matches!(
+            spec.name,
+            "multi" | "exec" | "discard" | "watch" | "unwatch" | "reset" | "config" | "client"
+        );
+    (arity && allowed && plain).then_some(spec)
+}
+
+/// How streaming a command ended.
+enum Streamed {
+    /// All of it is staged and run: the answer owed.
+    Sent(Pending),
+    /// The client's bytes broke the protocol (the error to answer before closing).
+    Malformed(String),
+    /// The connection closed first.
+    Closed,
+}
+
+/// Streams the command at the front of `buf` to the cluster as it arrives: each
+/// [`PIECE_BYTES_MAX`] of its RESP bytes, checked as [`resp::parse`] checks them, is staged
+/// (`upright.stage TOKEN OFFSET piece`) and the connection reads on once the pool has taken all
+/// but [`STREAM_AHEAD_BYTES`] of them; the end is run (`upright.run TOKEN`). What the connection
+/// holds stays about one piece, however large the command. A command cut short is dropped at
+/// the store (`upright.drop TOKEN`, left in `batch` for the caller to send).
+async fn stream_staged(
+    spec: &'static command::CommandSpec,
+    proto: u8,
+    read: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut BytesMut,
+    batch: &mut Batch,
+    shared: &Shared,
+    queue: &Arc<Queue>,
+) -> Streamed {
+    let start = Instant::now();
+    let token = shared.blocked.new_token();
+    let mut scan = resp::Scan::default();
+    let (mut offset, mut pieces) = (0, 0);
+    let drop_staged = |batch: &mut Batch| {
+        batch
+            .commands
+            .push(vec![Bytes::from_static(b"upright.drop"), token.clone()]);
+        batch.reads_only = false;
+    };
+    loop {
+        let done = match scan.advance(buf) {
+            Ok(done) => done,
+            Err(e) => {
+                drop_staged(batch);
+                return Streamed::Malformed(e.0);
+            }
+        };
+        while scan.scanned() >= PIECE_BYTES_MAX || (done && scan.scanned() > 0) {
+            let n = scan.scanned().min(PIECE_BYTES_MAX);
+            let piece = buf.split_to(n).freeze();
+            scan.taken(n);
+            batch.commands.push(stage_piece(&token, offset, piece));
+            batch.reads_only = false;
+            batch.submit(shared, queue);
+            offset += n;
+            pieces += 1;
+            queue.unsent_below(STREAM_AHEAD_BYTES).await;
+        }
+        if done {
+            break;
+        }
+        buf.reserve(PIECE_BYTES_MAX);
+        match read.read_buf(buf).await {
+            Ok(0) | Err(_) => {
+                drop_staged(batch);
+                return Streamed::Closed;
+            }
+            Ok(n) => upright_node::timeline::event("gateway-read", n as u64, 0, 0),
+        }
+    }
+    batch.commands.push(vec![Bytes::from_static(b"upright.run"), token]);
+    batch.reads_only = false;
+    batch.submit(shared, queue);
+    Streamed::Sent(Pending::Staged {
+        proto,
+        pieces,
+        name: spec.name,
+        start,
+    })
 }
 
 /// Waits until the writer has answered the blocking command, reading ahead (without running)
@@ -443,13 +592,11 @@ fn dispatch(argv: Vec<Bytes>, session: &mut Session, batch: &mut Batch, shared: 
         Ok(spec) if argv.iter().map(Bytes::len).sum::<usize>() > STAGE_THRESHOLD => {
             // Too large for one operation: staged in pieces, then run whole.
             let token = shared.blocked.new_token();
-            let encoded = Bytes::from(upright_core::codec::to_bytes(&argv));
+            let encoded = Bytes::from(resp::encode_command(&argv));
             let pieces = encoded.len().div_ceil(PIECE_BYTES_MAX);
             for at in (0..encoded.len()).step_by(PIECE_BYTES_MAX) {
                 let piece = encoded.slice(at..(at + PIECE_BYTES_MAX).min(encoded.len()));
-                batch
-                    .commands
-                    .push(vec![Bytes::from_static(b"upright.stage"), token.clone(), piece]);
+                batch.commands.push(stage_piece(&token, at, piece));
             }
             batch.commands.push(vec![Bytes::from_static(b"upright.run"), token]);
             batch.reads_only = false;

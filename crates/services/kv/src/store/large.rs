@@ -1,10 +1,11 @@
 //! Commands and replies larger than one upright operation (values up to Redis'
 //! proto-max-bulk-len, 512 MB).
 //!
-//! A gateway uploads a command whose arguments pass [`STAGE_THRESHOLD`] in pieces:
-//! `upright.stage TOKEN piece` appends a piece of the encoded command to the staging area under
-//! TOKEN (the gateway's, as its blocking tokens are), and `upright.run TOKEN` takes the whole
-//! command out and runs it like any other, atomically at every replica. A reply larger than
+//! A gateway uploads a command whose arguments pass [`STAGE_THRESHOLD`] in pieces, as it reads
+//! them from its client: `upright.stage TOKEN OFFSET piece` appends a piece of the command's
+//! RESP bytes to the staging area under TOKEN (the gateway's, as its blocking tokens are), and
+//! `upright.run TOKEN` takes the whole command out and runs it like any other, atomically at
+//! every replica. A reply larger than
 //! [`LARGE_REPLY_BYTES`] is kept in the store under a number and answered as
 //! [`Reply::Large`]; the gateway reads it back in pieces with `upright.fetch N OFFSET LENGTH`
 //! (on the read-only path: every execution replica answers each piece from the same agreed
@@ -117,12 +118,18 @@ fn number(arg: &[u8]) -> Option<u64> {
 }
 
 impl RedisStore {
-    /// `upright.stage TOKEN piece`
-    pub(super) fn stage(&mut self, token: &Bytes, piece: &Bytes) -> Reply {
+    /// `upright.stage TOKEN OFFSET piece`: appends `piece`, which must start where the staged
+    /// bytes end (so that after a refused piece, which drops what was staged, no later piece can
+    /// start a command of its own from the middle of the client's bytes).
+    pub(super) fn stage(&mut self, token: &Bytes, offset: &[u8], piece: &Bytes) -> Reply {
         if token.is_empty() || token.len() > super::blocking::TOKEN_BYTES_MAX || piece.len() > PIECE_BYTES_MAX {
             return Reply::err("ERR upright: bad staged piece");
         }
         let staged_len = self.large.staged.get(token).map_or(0, |b| b.len());
+        if number(offset) != Some(staged_len as u64) {
+            self.drop_staged(token);
+            return Reply::err("ERR upright: staged piece out of place");
+        }
         if staged_len + piece.len() > STAGED_COMMAND_BYTES_MAX {
             self.drop_staged(token);
             return Reply::err("ERR Protocol error: invalid bulk length");
@@ -152,13 +159,11 @@ impl RedisStore {
             return Reply::err("ERR upright: nothing staged under this token");
         };
         self.large.bytes -= bytes.len();
-        let argv: Vec<Bytes> = match upright_core::codec::from_bytes(&bytes) {
-            Ok(argv) => argv,
-            Err(_) => return Reply::err("ERR upright: malformed staged command"),
+        let mut bytes = bytes;
+        let argv = match crate::resp::parse(&mut bytes) {
+            Ok(Some(argv)) if bytes.is_empty() && !argv[0].starts_with(b"upright.") => argv,
+            _ => return Reply::err("ERR upright: malformed staged command"),
         };
-        if argv.is_empty() || argv[0].starts_with(b"upright.") {
-            return Reply::err("ERR upright: malformed staged command");
-        }
         self.apply_one(&argv)
     }
 
@@ -218,13 +223,15 @@ mod tests {
     fn a_staged_command_runs_whole_and_a_large_reply_is_fetched_in_pieces() {
         let s = &mut RedisStore::new();
         let value = Bytes::from(vec![b'v'; 3 * PIECE_BYTES_MAX]);
-        let command = Bytes::from(upright_core::codec::to_bytes(&vec![
+        let command = Bytes::from(crate::resp::encode_command(&[
             Bytes::from_static(b"SET"),
             Bytes::from_static(b"big"),
             value.clone(),
         ]));
-        for piece in command.chunks(PIECE_BYTES_MAX) {
-            assert_eq!(s.apply(&argv(&[b"upright.stage", b"g.1", piece])), Reply::ok());
+        for (i, piece) in command.chunks(PIECE_BYTES_MAX).enumerate() {
+            let offset = (i * PIECE_BYTES_MAX).to_string();
+            let staged = s.apply(&argv(&[b"upright.stage", b"g.1", offset.as_bytes(), piece]));
+            assert_eq!(staged, Reply::ok());
         }
         assert!(s.large.bytes >= command.len());
         assert_eq!(s.apply(&argv(&[b"upright.run", b"g.1"])), Reply::ok());
@@ -264,15 +271,43 @@ mod tests {
         let s = &mut RedisStore::new();
         let piece = vec![b'x'; PIECE_BYTES_MAX + 1];
         assert!(matches!(
-            s.apply(&argv(&[b"upright.stage", b"g.1", &piece])),
+            s.apply(&argv(&[b"upright.stage", b"g.1", b"0", &piece])),
             Reply::Error(_)
         ));
-        s.apply(&argv(&[b"upright.stage", b"old.1", b"abc"]));
-        s.apply(&argv(&[b"upright.stage", b"new.1", b"abc"]));
+        s.apply(&argv(&[b"upright.stage", b"old.1", b"0", b"abc"]));
+        s.apply(&argv(&[b"upright.stage", b"new.1", b"0", b"abc"]));
         assert_eq!(s.apply(&argv(&[b"upright.unblock-stale", b"new."])), Reply::Int(1));
         assert!(matches!(s.apply(&argv(&[b"upright.run", b"old.1"])), Reply::Error(_)));
         assert_eq!(s.apply(&argv(&[b"upright.drop", b"new.1"])), Reply::ok());
         assert_eq!(s.large.bytes, 0);
         assert!(matches!(s.apply(&argv(&[b"upright.run", b"new.1"])), Reply::Error(_)));
+    }
+
+    /// A piece that does not continue the staged bytes is refused and drops them, so the pieces
+    /// after a refused one cannot run a command cut out of the middle of the client's value (one
+    /// its user may not be allowed to run).
+    #[test]
+    fn a_piece_out_of_place_drops_the_staged_command() {
+        let s = &mut RedisStore::new();
+        let inner = crate::resp::encode_command(&[Bytes::from_static(b"FLUSHALL")]);
+        cmd(s, "SET keep me");
+        assert_eq!(
+            s.apply(&argv(&[b"upright.stage", b"g.1", b"0", b"*3\r\n$3\r\nSET"])),
+            Reply::ok()
+        );
+        assert!(matches!(
+            s.apply(&argv(&[b"upright.stage", b"g.1", b"3", b"..."])),
+            Reply::Error(e) if e.contains("out of place")
+        ));
+        assert!(matches!(
+            s.apply(&argv(&[b"upright.stage", b"g.1", b"14", &inner])),
+            Reply::Error(_)
+        ));
+        assert!(matches!(s.apply(&argv(&[b"upright.run", b"g.1"])), Reply::Error(_)));
+        assert_eq!(s.large.bytes, 0);
+        assert_eq!(cmd(s, "GET keep"), bulk("me"));
+        // Bytes that are not one whole command do not run.
+        s.apply(&argv(&[b"upright.stage", b"g.2", b"0", b"*1\r\n$4\r\nPING\r\n*1\r\n"]));
+        assert!(matches!(s.apply(&argv(&[b"upright.run", b"g.2"])), Reply::Error(e) if e.contains("malformed")));
     }
 }

@@ -333,7 +333,7 @@ impl RedisStore {
             (b"watch", [token, keys @ ..]) if !keys.is_empty() => self.watch(token, keys),
             (b"unwatch", [token]) => self.unwatch(token),
             (b"exec", [token, commands]) => self.exec(token, commands),
-            (b"stage", [token, piece]) => self.stage(token, piece),
+            (b"stage", [token, offset, piece]) => self.stage(token, offset, piece),
             (b"run", [token]) => self.run_staged(token),
             (b"drop", [token]) => self.drop_staged_command(token),
             (b"fetch", [_, _, _]) => self.fetch(a),
