@@ -1,0 +1,12 @@
+//! upright-zk: ZooKeeper's data model and wire protocol, replicated by upright (issue 23).
+//!
+//! What is here so far: the jute encoding ([`jute`]), ZooKeeper's records, codes and modes
+//! ([`proto`]), and the znode tree with ZooKeeper's rules for every write and read ([`tree`]).
+//! The replicated service (sessions, watches, agreed time), the gateway and the clients' tests
+//! come next; nothing serves ZooKeeper clients yet.
+
+#![warn(missing_docs)]
+
+pub mod jute;
+pub mod proto;
+pub mod tree;
