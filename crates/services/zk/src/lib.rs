@@ -9,4 +9,6 @@
 
 pub mod jute;
 pub mod proto;
+pub mod service;
 pub mod tree;
+pub mod watches;

@@ -1,0 +1,626 @@
+//! The replicated ZooKeeper service: sessions, requests and watches as agreed state.
+//!
+//! A gateway (an upright client) sends [`Command`]s; each reply is a [`Answer`] whose `bytes` are
+//! exactly what ZooKeeper's server writes for the request (a `ReplyHeader` and the response
+//! record, or a `ConnectResponse`), so the gateway forwards them as they are. Watch events are
+//! pushed to the gateway that last spoke for the session ([`Event`]); every reply says how many
+//! events its session was sent before it, so the gateway can hold the reply until those are
+//! written: a client sees the event before the data that changed (ZooKeeper's guarantee).
+//!
+//! Sessions expire on agreed time: each has a deadline of its timeout after the last command for
+//! it (a gateway touches the sessions it serves together in one ordered `Touch`), and the service
+//! asks to be woken at the earliest deadline; an expired session's ephemeral nodes go and their
+//! watches fire, at the same point of the agreed history at every replica.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use upright_core::crypto::Digest;
+use upright_core::ids::ClientId;
+use upright_core::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
+
+use crate::jute::{Reader, Writer};
+use crate::proto::{op, Acl, Code, Id, Op, Stat};
+use crate::tree::{Done, Read, Tree, Txn};
+use crate::watches::{Change, Kind, Watches};
+
+/// ZooKeeper's default `tickTime` (ms): session timeouts are negotiated between 2 and 20 ticks.
+pub const TICK_MS: i32 = 2_000;
+/// Shortest session timeout granted (`minSessionTimeout`).
+pub const SESSION_TIMEOUT_MIN_MS: i32 = 2 * TICK_MS;
+/// Longest session timeout granted (`maxSessionTimeout`).
+pub const SESSION_TIMEOUT_MAX_MS: i32 = 20 * TICK_MS;
+/// Most sessions at once (a connect beyond it is refused as ZooKeeper refuses one it cannot
+/// serve: the connection closes).
+pub const SESSIONS_MAX: usize = 100_000;
+/// Most identities one session may authenticate as.
+pub const AUTH_PER_SESSION_MAX: usize = 16;
+/// Keeper state of a watch event on a live session (`SyncConnected`).
+pub const STATE_SYNC_CONNECTED: i32 = 3;
+/// The `xid` of a watch event's reply header.
+pub const NOTIFICATION_XID: i32 = -1;
+
+/// What a gateway asks of the service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// A client's ConnectRequest: a new session (`session` 0) or a reconnect to one (with its
+    /// password).
+    Connect {
+        /// The session to resume, or 0 for a new one.
+        session: i64,
+        /// The session's password (16 bytes) when resuming.
+        password: Bytes,
+        /// The timeout the client asks for (ms).
+        timeout_ms: i32,
+    },
+    /// A request of a live session: its header's `xid` and `type`, and the record after it.
+    Request {
+        /// The session.
+        session: i64,
+        /// The client's number for the request (echoed in the reply).
+        xid: i32,
+        /// Its operation code ([`op`]).
+        opcode: i32,
+        /// Its record.
+        body: Bytes,
+    },
+    /// The sessions a gateway serves are alive (they move their deadlines).
+    Touch {
+        /// The sessions.
+        sessions: Vec<i64>,
+    },
+}
+
+impl Command {
+    /// The command's bytes (what the gateway submits).
+    pub fn encode(&self) -> Bytes {
+        Bytes::from(upright_core::codec::to_bytes(self))
+    }
+}
+
+/// The service's reply to a command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The zxid of the state it was answered from (the last committed write).
+    pub zxid: i64,
+    /// Events pushed for the session before this reply (write them first).
+    pub events: u64,
+    /// What ZooKeeper writes back (a ReplyHeader and response, or a ConnectResponse); for a
+    /// Touch, the postcard-encoded list of the sessions that are gone.
+    pub bytes: Bytes,
+}
+
+/// A watch event pushed to the gateway of a session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// The session it is for.
+    pub session: i64,
+    /// Its number among the session's events, from 1.
+    pub seq: u64,
+    /// ReplyHeader (xid -1) and WatcherEvent, as ZooKeeper writes them.
+    pub bytes: Bytes,
+}
+
+/// A session's request, as its header and record.
+struct Call<'a> {
+    session: i64,
+    xid: i32,
+    opcode: i32,
+    body: &'a [u8],
+}
+
+/// One session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Session {
+    password: Bytes,
+    timeout_ms: i32,
+    /// Agreed time (us) at which it expires unless touched.
+    deadline_us: u64,
+    /// The gateway identity that last spoke for it: its events go there.
+    owner: ClientId,
+    /// Identities it authenticated as.
+    auth: Vec<Id>,
+    /// Events pushed so far.
+    events: u64,
+}
+
+/// The service's state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZkService {
+    tree: Tree,
+    /// The last write's zxid.
+    zxid: i64,
+    sessions: BTreeMap<i64, Session>,
+    /// Sessions by deadline.
+    deadlines: BTreeSet<(u64, i64)>,
+    /// Sessions created so far (the low bits of the next session id).
+    created: i64,
+    watches: Watches,
+}
+
+/// The bytes of a reply header and a response record written by `body`.
+fn reply(xid: i32, zxid: i64, err: Code, body: impl FnOnce(&mut Vec<u8>)) -> Bytes {
+    let mut out = Vec::new();
+    out.int(xid);
+    out.long(zxid);
+    out.int(err.value());
+    if err == Code::Ok {
+        body(&mut out);
+    }
+    Bytes::from(out)
+}
+
+fn write_acl_stat(out: &mut Vec<u8>, acl: &[Acl], stat: &Stat) {
+    Acl::write_all(acl, out);
+    stat.write(out);
+}
+
+impl ZkService {
+    /// An empty tree with no sessions.
+    pub fn new() -> ZkService {
+        ZkService::default()
+    }
+
+    /// The tree (for tests and the simulator's checks).
+    pub fn tree(&self) -> &Tree {
+        &self.tree
+    }
+
+    /// The live sessions.
+    pub fn sessions(&self) -> impl Iterator<Item = i64> + '_ {
+        self.sessions.keys().copied()
+    }
+
+    fn touch(&mut self, session: i64, now_us: u64, owner: Option<ClientId>) -> bool {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return false;
+        };
+        self.deadlines.remove(&(s.deadline_us, session));
+        s.deadline_us = now_us + s.timeout_ms as u64 * 1_000;
+        self.deadlines.insert((s.deadline_us, session));
+        if let Some(owner) = owner {
+            s.owner = owner;
+        }
+        true
+    }
+
+    fn answer(&self, session: i64, bytes: Bytes) -> Bytes {
+        let events = self.sessions.get(&session).map_or(0, |s| s.events);
+        let answer = Answer {
+            zxid: self.zxid,
+            events,
+            bytes,
+        };
+        Bytes::from(upright_core::codec::to_bytes(&answer))
+    }
+
+    fn connect(&mut self, ctx: &BatchContext, client: ClientId, session: i64, password: &Bytes, timeout: i32) -> Bytes {
+        let refused = |timeout| {
+            let mut out = Vec::new();
+            out.int(0); // protocolVersion
+            out.int(timeout);
+            out.long(0);
+            out.buffer(Some(&[0u8; 16]));
+            out.boolean(false);
+            Bytes::from(out)
+        };
+        let timeout = timeout.clamp(SESSION_TIMEOUT_MIN_MS, SESSION_TIMEOUT_MAX_MS);
+        let id = if session == 0 {
+            if self.sessions.len() >= SESSIONS_MAX {
+                return refused(0);
+            }
+            self.created += 1;
+            // Like ZooKeeper's: a server byte on top (1), then a counter.
+            let id = (1i64 << 56) | self.created;
+            let password = Bytes::copy_from_slice(
+                &Digest::of_parts("upright-zk session password", &[&ctx.seed, &id.to_be_bytes()]).0[..16],
+            );
+            let deadline_us = ctx.time_us + timeout as u64 * 1_000;
+            self.sessions.insert(
+                id,
+                Session {
+                    password,
+                    timeout_ms: timeout,
+                    deadline_us,
+                    owner: client,
+                    auth: Vec::new(),
+                    events: 0,
+                },
+            );
+            self.deadlines.insert((deadline_us, id));
+            id
+        } else {
+            match self.sessions.get(&session) {
+                Some(s) if s.password == *password => {
+                    self.touch(session, ctx.time_us, Some(client));
+                    session
+                }
+                // Expired, closed, unknown, or the wrong password: ZooKeeper answers with a
+                // zero timeout and session, and the client reports the session expired.
+                _ => return refused(0),
+            }
+        };
+        let s = &self.sessions[&id];
+        let mut out = Vec::new();
+        out.int(0);
+        out.int(s.timeout_ms);
+        out.long(id);
+        out.buffer(Some(&s.password));
+        out.boolean(false);
+        Bytes::from(out)
+    }
+
+    /// Applies `changes` to the watches and pushes the events.
+    fn fire(&mut self, changes: &[Change], effects: &mut Effects) {
+        for change in changes {
+            for (session, kind, path) in self.watches.fire(change) {
+                let Some(s) = self.sessions.get_mut(&session) else {
+                    continue;
+                };
+                s.events += 1;
+                let mut bytes = Vec::new();
+                bytes.int(NOTIFICATION_XID);
+                bytes.long(-1);
+                bytes.int(0);
+                bytes.int(kind);
+                bytes.int(STATE_SYNC_CONNECTED);
+                bytes.string(&path);
+                let event = Event {
+                    session,
+                    seq: s.events,
+                    bytes: Bytes::from(bytes),
+                };
+                effects.push(s.owner, Bytes::from(upright_core::codec::to_bytes(&event)));
+            }
+        }
+    }
+
+    /// Ends `session` (closed or expired): its ephemeral nodes go (one write), its watches too.
+    fn end_session(&mut self, session: i64, effects: &mut Effects) {
+        let Some(s) = self.sessions.remove(&session) else {
+            return;
+        };
+        self.deadlines.remove(&(s.deadline_us, session));
+        self.watches.drop_session(session);
+        if self.tree.ephemerals_of(session).next().is_none() {
+            return;
+        }
+        self.zxid += 1;
+        let gone = self.tree.close_session(self.zxid, session);
+        let changes: Vec<Change> = gone.into_iter().map(Change::Deleted).collect();
+        self.fire(&changes, effects);
+    }
+
+    fn request(&mut self, ctx: &BatchContext, client: ClientId, call: Call<'_>, effects: &mut Effects) -> Bytes {
+        let Call {
+            session,
+            xid,
+            opcode,
+            body,
+        } = call;
+        if !self.touch(session, ctx.time_us, Some(client)) {
+            return reply(xid, self.zxid, Code::SessionExpired, |_| {});
+        }
+        let mut r = Reader::new(body);
+        match opcode {
+            op::PING => return reply(xid, self.zxid, Code::Ok, |_| {}),
+            op::CLOSE_SESSION => {
+                self.end_session(session, effects);
+                return reply(xid, self.zxid, Code::Ok, |_| {});
+            }
+            op::AUTH => return self.auth(session, xid, &mut r),
+            op::MULTI => return self.multi(ctx, session, xid, &mut r, effects),
+            _ => {}
+        }
+        let Some(decoded) = Op::read(opcode, &mut r) else {
+            return reply(xid, self.zxid, Code::Unimplemented, |_| {});
+        };
+        let operation = match decoded.and_then(|o| r.finish().map(|()| o)) {
+            Ok(o) => o,
+            Err(_) => return reply(xid, self.zxid, Code::MarshallingError, |_| {}),
+        };
+        if !operation.is_write() {
+            return self.ordered_read(session, xid, opcode, &operation);
+        }
+        let auth = self.sessions[&session].auth.clone();
+        let txn = Txn {
+            zxid: self.zxid + 1,
+            time_ms: (ctx.time_us / 1_000) as i64,
+            session,
+            auth: &auth,
+        };
+        match self.tree.write(&txn, &operation) {
+            Err(code) => reply(xid, self.zxid, code, |_| {}),
+            Ok(done) => {
+                self.zxid = txn.zxid;
+                let changes = changes_of(&operation, &done);
+                self.fire(&changes, effects);
+                reply(xid, self.zxid, Code::Ok, |out| write_done(out, opcode, &done))
+            }
+        }
+    }
+
+    fn auth(&mut self, session: i64, xid: i32, r: &mut Reader<'_>) -> Bytes {
+        // AuthPacket: type, scheme, auth. Only `digest` ("user:password") is known.
+        let parsed = (|| Ok::<_, crate::jute::JuteError>((r.int()?, r.string()?, r.data()?)))();
+        let Ok((_, scheme, auth)) = parsed else {
+            return reply(xid, self.zxid, Code::MarshallingError, |_| {});
+        };
+        let digest = std::str::from_utf8(&auth).ok().and_then(digest_id);
+        let s = self.sessions.get_mut(&session).expect("touched");
+        match (scheme.as_str(), digest) {
+            ("digest", Some(id)) if s.auth.len() < AUTH_PER_SESSION_MAX => {
+                let id = Id {
+                    scheme: "digest".into(),
+                    id,
+                };
+                if !s.auth.contains(&id) {
+                    s.auth.push(id);
+                }
+                reply(xid, self.zxid, Code::Ok, |_| {})
+            }
+            _ => reply(xid, self.zxid, Code::AuthFailed, |_| {}),
+        }
+    }
+
+    fn multi(
+        &mut self,
+        ctx: &BatchContext,
+        session: i64,
+        xid: i32,
+        r: &mut Reader<'_>,
+        effects: &mut Effects,
+    ) -> Bytes {
+        let mut ops = Vec::new();
+        loop {
+            let header = (|| Ok::<_, crate::jute::JuteError>((r.int()?, r.boolean()?, r.int()?)))();
+            let Ok((opcode, done, _)) = header else {
+                return reply(xid, self.zxid, Code::MarshallingError, |_| {});
+            };
+            if done {
+                break;
+            }
+            match Op::read(opcode, r) {
+                Some(Ok(o)) if o.is_write() => ops.push((opcode, o)),
+                _ => return reply(xid, self.zxid, Code::MarshallingError, |_| {}),
+            }
+        }
+        if r.remaining() != 0 {
+            return reply(xid, self.zxid, Code::MarshallingError, |_| {});
+        }
+        let auth = self.sessions[&session].auth.clone();
+        let txn = Txn {
+            zxid: self.zxid + 1,
+            time_ms: (ctx.time_us / 1_000) as i64,
+            session,
+            auth: &auth,
+        };
+        let just_ops: Vec<Op> = ops.iter().map(|(_, o)| o.clone()).collect();
+        match self.tree.multi(&txn, &just_ops) {
+            Ok(done) => {
+                self.zxid = txn.zxid;
+                let changes: Vec<Change> = just_ops.iter().zip(&done).flat_map(|(o, d)| changes_of(o, d)).collect();
+                self.fire(&changes, effects);
+                reply(xid, self.zxid, Code::Ok, |out| {
+                    for ((opcode, _), d) in ops.iter().zip(&done) {
+                        let kind = match *opcode {
+                            op::CREATE2 | op::CREATE_TTL | op::CREATE_CONTAINER => op::CREATE2,
+                            other => other,
+                        };
+                        out.int(kind);
+                        out.boolean(false);
+                        out.int(0);
+                        write_done(out, kind, d);
+                    }
+                    out.int(-1);
+                    out.boolean(true);
+                    out.int(-1);
+                })
+            }
+            // A failed multi: the header says OK, each result says what became of its op.
+            Err(codes) => reply(xid, self.zxid, Code::Ok, |out| {
+                for code in codes {
+                    out.int(op::ERROR);
+                    out.boolean(false);
+                    out.int(code.value());
+                    out.int(code.value());
+                }
+                out.int(-1);
+                out.boolean(true);
+                out.int(-1);
+            }),
+        }
+    }
+
+    /// Answers a read from the current state (no watch, nothing changed).
+    fn read_reply(&self, session: i64, xid: i32, opcode: i32, operation: &Op) -> Bytes {
+        let auth = self
+            .sessions
+            .get(&session)
+            .map(|s| s.auth.as_slice())
+            .unwrap_or_default();
+        match self.tree.read(operation, session, auth) {
+            Err(code) => reply(xid, self.zxid, code, |_| {}),
+            // exists on a missing node is NoNode in the header.
+            Ok(Read::Exists(None)) => reply(xid, self.zxid, Code::NoNode, |_| {}),
+            Ok(read) => reply(xid, self.zxid, Code::Ok, |out| write_read(out, opcode, read)),
+        }
+    }
+
+    /// Answers a read in the agreed order, leaving the watch it asks for: on a node that exists
+    /// a data watch (exists, getData) or a child watch (getChildren), if the read succeeded; on
+    /// a missing node an exist watch (exists only).
+    fn ordered_read(&mut self, session: i64, xid: i32, opcode: i32, operation: &Op) -> Bytes {
+        let bytes = self.read_reply(session, xid, opcode, operation);
+        let succeeded = bytes[12..16] == [0, 0, 0, 0]; // the header's err
+        let watch = match operation {
+            Op::Exists { path, watch: true } if self.tree.get(path).is_some() => Some((Kind::Data, path)),
+            Op::Exists { path, watch: true } if crate::tree::validate_path(path, false).is_ok() => {
+                Some((Kind::Exist, path))
+            }
+            Op::GetData { path, watch: true } if succeeded => Some((Kind::Data, path)),
+            Op::GetChildren { path, watch: true } if succeeded => Some((Kind::Child, path)),
+            _ => None,
+        };
+        if let Some((kind, path)) = watch {
+            self.watches.add(session, kind, path);
+        }
+        bytes
+    }
+
+    fn execute_one(&mut self, ctx: &BatchContext, request: &ServiceRequest, effects: &mut Effects) -> Bytes {
+        let Ok(command) = upright_core::codec::from_bytes::<Command>(&request.operation) else {
+            return self.answer(0, Bytes::new());
+        };
+        match command {
+            Command::Connect {
+                session,
+                password,
+                timeout_ms,
+            } => {
+                let bytes = self.connect(ctx, request.client, session, &password, timeout_ms);
+                let id = Reader::new(&bytes[8..]).long().unwrap_or(0);
+                self.answer(id, bytes)
+            }
+            Command::Request {
+                session,
+                xid,
+                opcode,
+                body,
+            } => {
+                let call = Call {
+                    session,
+                    xid,
+                    opcode,
+                    body: &body,
+                };
+                let bytes = self.request(ctx, request.client, call, effects);
+                self.answer(session, bytes)
+            }
+            Command::Touch { sessions } => {
+                let gone: Vec<i64> = sessions
+                    .into_iter()
+                    .filter(|&s| !self.touch(s, ctx.time_us, Some(request.client)))
+                    .collect();
+                self.answer(0, Bytes::from(upright_core::codec::to_bytes(&gone)))
+            }
+        }
+    }
+}
+
+/// ZooKeeper's `digest` identity for "user:password": `user:base64(sha1("user:password"))`, as
+/// its `DigestAuthenticationProvider` computes it and as clients (kazoo's `make_digest_acl`) put it
+/// in ACLs.
+pub fn digest_id(user_password: &str) -> Option<String> {
+    use base64::Engine;
+    use sha1::Digest as _;
+    let (user, _) = user_password.split_once(':')?;
+    let hash = sha1::Sha1::digest(user_password.as_bytes());
+    Some(format!(
+        "{user}:{}",
+        base64::engine::general_purpose::STANDARD.encode(hash)
+    ))
+}
+
+/// The tree changes a successful write made (for the watches).
+fn changes_of(operation: &Op, done: &Done) -> Vec<Change> {
+    match (operation, done) {
+        (Op::Create { .. }, Done::Created(path, _)) => vec![Change::Created(path.clone())],
+        (Op::Delete { path, .. }, _) => vec![Change::Deleted(path.clone())],
+        (Op::SetData { path, .. }, _) => vec![Change::DataChanged(path.clone())],
+        _ => Vec::new(),
+    }
+}
+
+/// The response record of a write.
+fn write_done(out: &mut Vec<u8>, opcode: i32, done: &Done) {
+    match done {
+        Done::Created(path, stat) => {
+            out.string(path);
+            if opcode != op::CREATE {
+                stat.write(out);
+            }
+        }
+        Done::Stat(stat) => stat.write(out),
+        Done::Ok => {}
+    }
+}
+
+impl Service for ZkService {
+    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
+        requests
+            .iter()
+            .map(|request| self.execute_one(context, request, effects))
+            .collect()
+    }
+
+    fn wake_at(&self) -> Option<u64> {
+        self.deadlines.first().map(|&(at, _)| at)
+    }
+
+    fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {
+        while let Some(&(at, session)) = self.deadlines.first() {
+            if at > context.time_us {
+                break;
+            }
+            self.end_session(session, effects);
+        }
+    }
+
+    fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
+        let Ok(Command::Request {
+            session,
+            xid,
+            opcode,
+            body,
+        }) = upright_core::codec::from_bytes::<Command>(operation)
+        else {
+            return None;
+        };
+        let mut r = Reader::new(&body);
+        let operation = Op::read(opcode, &mut r)?.ok()?;
+        let watching = matches!(
+            operation,
+            Op::Exists { watch: true, .. } | Op::GetData { watch: true, .. } | Op::GetChildren { watch: true, .. }
+        );
+        if operation.is_write() || watching || r.finish().is_err() || !self.sessions.contains_key(&session) {
+            return None;
+        }
+        Some(self.answer(session, self.read_reply(session, xid, opcode, &operation)))
+    }
+
+    fn checkpoint(&self) -> Bytes {
+        Bytes::from(upright_core::codec::to_bytes(self))
+    }
+
+    fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
+        *self = upright_core::codec::from_bytes(checkpoint).map_err(|e| RestoreError(e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// The response record of a read.
+fn write_read(out: &mut Vec<u8>, opcode: i32, read: Read) {
+    match read {
+        Read::Exists(Some(stat)) => stat.write(out),
+        Read::Exists(None) => {}
+        Read::Data(data, stat) => {
+            out.buffer(Some(&data));
+            stat.write(out);
+        }
+        Read::Children(children, stat) => {
+            out.strings(&children);
+            if opcode == op::GET_CHILDREN2 {
+                stat.write(out);
+            }
+        }
+        Read::Acl(acl, stat) => write_acl_stat(out, &acl, &stat),
+        Read::Number(n) => out.int(n),
+        Read::Paths(paths) => out.strings(&paths),
+        Read::Path(path) => out.string(&path),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,454 @@
+use super::*;
+use crate::jute::Reader;
+use upright_core::ids::{RequestId, SeqNo};
+
+const GW: ClientId = ClientId(7);
+const GW2: ClientId = ClientId(8);
+
+/// A service driven one command per batch, at 1 ms steps of agreed time.
+struct Harness {
+    zk: ZkService,
+    seqno: u64,
+    time_us: u64,
+    pushes: Vec<(ClientId, Event)>,
+}
+
+/// A parsed reply: header fields and the record after them.
+struct Reply {
+    answer: Answer,
+    xid: i32,
+    zxid: i64,
+    err: i32,
+    body: Vec<u8>,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        Harness {
+            zk: ZkService::new(),
+            seqno: 0,
+            time_us: 1_000_000,
+            pushes: Vec::new(),
+        }
+    }
+
+    fn context(&mut self) -> BatchContext {
+        self.seqno += 1;
+        self.time_us += 1_000;
+        BatchContext {
+            seqno: SeqNo(self.seqno),
+            time_us: self.time_us,
+            seed: [self.seqno as u8; 32],
+        }
+    }
+
+    fn run(&mut self, client: ClientId, command: Command) -> Answer {
+        let context = self.context();
+        let mut effects = Effects::default();
+        if self.zk.wake_at().is_some_and(|at| at <= context.time_us) {
+            self.zk.wake(&context, &mut effects);
+        }
+        let request = ServiceRequest {
+            client,
+            request_id: RequestId(self.seqno),
+            operation: command.encode(),
+        };
+        let out = self.zk.execute(&context, &[request], &mut effects);
+        self.collect(effects);
+        upright_core::codec::from_bytes(&out[0]).unwrap()
+    }
+
+    fn collect(&mut self, mut effects: Effects) {
+        for push in effects.take_pushes() {
+            self.pushes
+                .push((push.client, upright_core::codec::from_bytes(&push.payload).unwrap()));
+        }
+    }
+
+    /// Advances agreed time to `time_us` with an empty batch (a heartbeat), waking the service.
+    fn idle_until(&mut self, time_us: u64) {
+        self.time_us = time_us - 1_000;
+        let context = self.context();
+        let mut effects = Effects::default();
+        if self.zk.wake_at().is_some_and(|at| at <= context.time_us) {
+            self.zk.wake(&context, &mut effects);
+        }
+        self.collect(effects);
+    }
+
+    /// A new session asking for `timeout_ms`: (id, password, granted timeout).
+    fn connect(&mut self, client: ClientId, timeout_ms: i32) -> (i64, Bytes, i32) {
+        let answer = self.run(
+            client,
+            Command::Connect {
+                session: 0,
+                password: Bytes::new(),
+                timeout_ms,
+            },
+        );
+        let mut r = Reader::new(&answer.bytes);
+        assert_eq!(r.int(), Ok(0), "protocol version");
+        let timeout = r.int().unwrap();
+        let id = r.long().unwrap();
+        let password = r.buffer().unwrap().unwrap();
+        assert_eq!(r.boolean(), Ok(false));
+        r.finish().unwrap();
+        (id, password, timeout)
+    }
+
+    fn request(&mut self, client: ClientId, session: i64, opcode: i32, body: Vec<u8>) -> Reply {
+        let answer = self.run(
+            client,
+            Command::Request {
+                session,
+                xid: 42,
+                opcode,
+                body: Bytes::from(body),
+            },
+        );
+        parse(answer)
+    }
+}
+
+fn parse(answer: Answer) -> Reply {
+    let mut r = Reader::new(&answer.bytes);
+    let (xid, zxid, err) = (r.int().unwrap(), r.long().unwrap(), r.int().unwrap());
+    let body = answer.bytes[16..].to_vec();
+    Reply {
+        answer,
+        xid,
+        zxid,
+        err,
+        body,
+    }
+}
+
+fn create_body(path: &str, data: &[u8], flags: i32) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.string(path);
+    b.buffer(Some(data));
+    Acl::write_all(&Acl::open(), &mut b);
+    b.int(flags);
+    b
+}
+
+fn path_watch(path: &str, watch: bool) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.string(path);
+    b.boolean(watch);
+    b
+}
+
+fn path_version(path: &str, version: i32) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.string(path);
+    b.int(version);
+    b
+}
+
+fn set_body(path: &str, data: &[u8], version: i32) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.string(path);
+    b.buffer(Some(data));
+    b.int(version);
+    b
+}
+
+#[test]
+fn sessions_get_a_negotiated_timeout_and_resume_with_their_password() {
+    let mut h = Harness::new();
+    let (id, password, timeout) = h.connect(GW, 100);
+    assert_eq!(timeout, SESSION_TIMEOUT_MIN_MS);
+    assert_ne!(id, 0);
+    assert_eq!(password.len(), 16);
+    let (other, other_password, timeout) = h.connect(GW, 1_000_000);
+    assert_eq!(timeout, SESSION_TIMEOUT_MAX_MS);
+    assert_ne!(other, id);
+    assert_ne!(other_password, password);
+    // Resume through another gateway: same session; its events now go there.
+    let resumed = h.run(
+        GW2,
+        Command::Connect {
+            session: id,
+            password: password.clone(),
+            timeout_ms: 6_000,
+        },
+    );
+    assert_eq!(Reader::new(&resumed.bytes[8..]).long(), Ok(id));
+    let wrong = h.run(
+        GW2,
+        Command::Connect {
+            session: id,
+            password: other_password,
+            timeout_ms: 6_000,
+        },
+    );
+    let mut r = Reader::new(&wrong.bytes);
+    assert_eq!(
+        (r.int(), r.int(), r.long()),
+        (Ok(0), Ok(0), Ok(0)),
+        "refused: zero timeout and session"
+    );
+}
+
+#[test]
+fn requests_answer_as_zookeeper_does_and_writes_move_the_zxid() {
+    let mut h = Harness::new();
+    let (s, _, _) = h.connect(GW, 10_000);
+    let created = h.request(GW, s, op::CREATE, create_body("/a", b"hello", 0));
+    assert_eq!((created.xid, created.err, created.zxid), (42, 0, 1));
+    assert_eq!(Reader::new(&created.body).string(), Ok("/a".to_string()));
+    assert_eq!(created.body.len(), 4 + 2, "create answers the path only");
+    let created2 = h.request(GW, s, op::CREATE2, create_body("/b", b"", 0));
+    assert_eq!(created2.body.len(), 4 + 2 + 68, "create2 adds the Stat");
+    let dup = h.request(GW, s, op::CREATE, create_body("/a", b"", 0));
+    assert_eq!((dup.err, dup.zxid, dup.body.len()), (Code::NodeExists.value(), 2, 0));
+    let got = h.request(GW, s, op::GET_DATA, path_watch("/a", false));
+    let mut r = Reader::new(&got.body);
+    assert_eq!(r.buffer(), Ok(Some(Bytes::from_static(b"hello"))));
+    let stat = Stat::read(&mut r).unwrap();
+    assert_eq!((stat.czxid, stat.data_length, stat.version), (1, 5, 0));
+    assert_eq!(got.zxid, 2, "a read moves nothing");
+    let set = h.request(GW, s, op::SET_DATA, set_body("/a", b"x", 0));
+    assert_eq!(Stat::read(&mut Reader::new(&set.body)).unwrap().version, 1);
+    let stale = h.request(GW, s, op::SET_DATA, set_body("/a", b"y", 0));
+    assert_eq!(stale.err, Code::BadVersion.value());
+    let missing = h.request(GW, s, op::EXISTS, path_watch("/none", false));
+    assert_eq!((missing.err, missing.body.len()), (Code::NoNode.value(), 0));
+    let children = h.request(GW, s, op::GET_CHILDREN2, path_watch("/", false));
+    let mut r = Reader::new(&children.body);
+    assert_eq!(r.strings(), Ok(vec!["a".to_string(), "b".into(), "zookeeper".into()]));
+    assert_eq!(Stat::read(&mut r).unwrap().num_children, 3);
+    let deleted = h.request(GW, s, op::DELETE, path_version("/a", -1));
+    assert_eq!((deleted.err, deleted.zxid), (0, 4));
+    let bogus = h.request(GW, s, 999, Vec::new());
+    assert_eq!(bogus.err, Code::Unimplemented.value());
+    let truncated = h.request(GW, s, op::GET_DATA, vec![0, 0, 0, 9]);
+    assert_eq!(truncated.err, Code::MarshallingError.value());
+    let expired = h.request(GW, 12345, op::GET_DATA, path_watch("/b", false));
+    assert_eq!(expired.err, Code::SessionExpired.value());
+}
+
+#[test]
+fn watches_push_events_before_the_reply_that_shows_the_change() {
+    let mut h = Harness::new();
+    let (a, _, _) = h.connect(GW, 10_000);
+    let (b, _, _) = h.connect(GW2, 10_000);
+    h.request(GW, a, op::CREATE, create_body("/w", b"1", 0));
+    let watched = h.request(GW, a, op::GET_DATA, path_watch("/w", true));
+    assert_eq!(watched.answer.events, 0);
+    h.request(GW, a, op::EXISTS, path_watch("/w/new", true));
+    h.request(GW, a, op::GET_CHILDREN, path_watch("/w", true));
+    h.request(GW2, b, op::SET_DATA, set_body("/w", b"2", -1));
+    h.request(GW2, b, op::CREATE, create_body("/w/new", b"", 0));
+    let events: Vec<(ClientId, i64, u64, i32, String)> = h
+        .pushes
+        .iter()
+        .map(|(to, e)| {
+            let mut r = Reader::new(&e.bytes);
+            assert_eq!((r.int(), r.long(), r.int()), (Ok(NOTIFICATION_XID), Ok(-1), Ok(0)));
+            let kind = r.int().unwrap();
+            assert_eq!(r.int(), Ok(STATE_SYNC_CONNECTED));
+            (*to, e.session, e.seq, kind, r.string().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (GW, a, 1, crate::watches::event::NODE_DATA_CHANGED, "/w".to_string()),
+            (GW, a, 2, crate::watches::event::NODE_CREATED, "/w/new".to_string()),
+            (GW, a, 3, crate::watches::event::NODE_CHILDREN_CHANGED, "/w".to_string()),
+        ]
+    );
+    // a's next reply says three events came before it: the gateway writes them first.
+    let read = h.request(GW, a, op::GET_DATA, path_watch("/w", false));
+    assert_eq!(read.answer.events, 3);
+    // One-shot: another change fires nothing for a.
+    h.request(GW2, b, op::SET_DATA, set_body("/w", b"3", -1));
+    assert_eq!(h.pushes.len(), 3);
+    // A failed read leaves no watch.
+    h.request(GW, a, op::GET_DATA, path_watch("/none", true));
+    h.request(GW2, b, op::CREATE, create_body("/none", b"", 0));
+    assert_eq!(h.pushes.len(), 3);
+}
+
+#[test]
+fn a_session_expires_on_agreed_time_and_its_ephemerals_go() {
+    let mut h = Harness::new();
+    let (owner, _, timeout) = h.connect(GW, 4_000);
+    let (watcher, _, _) = h.connect(GW2, 40_000);
+    h.request(GW, owner, op::CREATE, create_body("/lock", b"", 1));
+    h.request(GW2, watcher, op::EXISTS, path_watch("/lock", true));
+    let deadline = h.zk.wake_at().unwrap();
+    assert_eq!(
+        deadline,
+        h.time_us - 1_000 + timeout as u64 * 1_000,
+        "the owner's last request + its timeout"
+    );
+    // A touch moves the deadline; an unknown session is reported gone.
+    let touched = h.run(
+        GW,
+        Command::Touch {
+            sessions: vec![owner, 999],
+        },
+    );
+    let gone: Vec<i64> = upright_core::codec::from_bytes(&touched.bytes).unwrap();
+    assert_eq!(gone, [999]);
+    let deadline = h.zk.wake_at().unwrap();
+    h.idle_until(deadline - 1);
+    assert!(h.zk.tree().get("/lock").is_some(), "not before its deadline");
+    h.idle_until(deadline);
+    assert!(
+        h.zk.tree().get("/lock").is_none(),
+        "the ephemeral went with the session"
+    );
+    assert!(!h.zk.sessions().any(|s| s == owner));
+    assert_eq!(h.pushes.len(), 1);
+    assert_eq!(h.pushes[0].1.session, watcher);
+    let after = h.request(GW, owner, op::GET_DATA, path_watch("/", false));
+    assert_eq!(after.err, Code::SessionExpired.value());
+    // closeSession ends it at once.
+    let (s, _, _) = h.connect(GW, 4_000);
+    h.request(GW, s, op::CREATE, create_body("/e", b"", 1));
+    assert_eq!(h.request(GW, s, op::CLOSE_SESSION, Vec::new()).err, 0);
+    assert!(h.zk.tree().get("/e").is_none());
+}
+
+fn multi_body(ops: &[(i32, Vec<u8>)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (opcode, body) in ops {
+        b.int(*opcode);
+        b.boolean(false);
+        b.int(-1);
+        b.extend_from_slice(body);
+    }
+    b.int(-1);
+    b.boolean(true);
+    b.int(-1);
+    b
+}
+
+#[test]
+fn a_multi_answers_each_op_and_fails_whole() {
+    let mut h = Harness::new();
+    let (s, _, _) = h.connect(GW, 10_000);
+    let ok = h.request(
+        GW,
+        s,
+        op::MULTI,
+        multi_body(&[
+            (op::CREATE, create_body("/t", b"", 0)),
+            (op::CREATE2, create_body("/t/x", b"", 0)),
+            (op::CHECK, path_version("/t", 0)),
+        ]),
+    );
+    assert_eq!((ok.err, ok.zxid), (0, 1), "one zxid for the whole multi");
+    let mut r = Reader::new(&ok.body);
+    assert_eq!((r.int(), r.boolean(), r.int()), (Ok(op::CREATE), Ok(false), Ok(0)));
+    assert_eq!(r.string(), Ok("/t".to_string()));
+    assert_eq!((r.int(), r.boolean(), r.int()), (Ok(op::CREATE2), Ok(false), Ok(0)));
+    assert_eq!(r.string(), Ok("/t/x".to_string()));
+    assert_eq!(Stat::read(&mut r).unwrap().czxid, 1);
+    assert_eq!((r.int(), r.boolean(), r.int()), (Ok(op::CHECK), Ok(false), Ok(0)));
+    assert_eq!((r.int(), r.boolean(), r.int()), (Ok(-1), Ok(true), Ok(-1)));
+    r.finish().unwrap();
+    let failed = h.request(
+        GW,
+        s,
+        op::MULTI,
+        multi_body(&[
+            (op::CREATE, create_body("/u", b"", 0)),
+            (op::CHECK, path_version("/t", 5)),
+            (op::DELETE, path_version("/t/x", -1)),
+        ]),
+    );
+    assert_eq!(
+        (failed.err, failed.zxid),
+        (0, 1),
+        "the header says OK; nothing was written"
+    );
+    let mut r = Reader::new(&failed.body);
+    for code in [Code::Ok, Code::BadVersion, Code::RuntimeInconsistency] {
+        assert_eq!(
+            (r.int(), r.boolean(), r.int()),
+            (Ok(op::ERROR), Ok(false), Ok(code.value()))
+        );
+        assert_eq!(r.int(), Ok(code.value()));
+    }
+    assert!(h.zk.tree().get("/u").is_none() && h.zk.tree().get("/t/x").is_some());
+}
+
+#[test]
+fn digest_auth_matches_the_ids_clients_compute() {
+    // ZooKeeper's documentation: the superuser digest for "super:admin".
+    assert_eq!(digest_id("super:admin").unwrap(), "super:xQJmxLMiHGwaqBvst5y6rkB6HQs=");
+    let mut h = Harness::new();
+    let (alice, _, _) = h.connect(GW, 10_000);
+    let (bob, _, _) = h.connect(GW, 10_000);
+    let mut auth = Vec::new();
+    auth.int(0);
+    auth.string("digest");
+    auth.buffer(Some(b"alice:secret"));
+    assert_eq!(h.request(GW, alice, op::AUTH, auth).err, 0);
+    let mut bad = Vec::new();
+    bad.int(0);
+    bad.string("ip");
+    bad.buffer(Some(b"127.0.0.1"));
+    assert_eq!(h.request(GW, bob, op::AUTH, bad).err, Code::AuthFailed.value());
+    let mut body = Vec::new();
+    body.string("/alice");
+    body.buffer(Some(b"mine"));
+    Acl::write_all(
+        &[Acl {
+            perms: crate::proto::perms::ALL,
+            id: Id {
+                scheme: "digest".into(),
+                id: digest_id("alice:secret").unwrap(),
+            },
+        }],
+        &mut body,
+    );
+    body.int(0);
+    assert_eq!(h.request(GW, alice, op::CREATE, body).err, 0);
+    assert_eq!(h.request(GW, alice, op::GET_DATA, path_watch("/alice", false)).err, 0);
+    assert_eq!(
+        h.request(GW, bob, op::GET_DATA, path_watch("/alice", false)).err,
+        Code::NoAuth.value()
+    );
+}
+
+#[test]
+fn plain_reads_take_the_read_only_path_and_the_state_checkpoints_whole() {
+    let mut h = Harness::new();
+    let (s, _, _) = h.connect(GW, 10_000);
+    h.request(GW, s, op::CREATE, create_body("/r", b"v", 0));
+    let read = |watch| {
+        Command::Request {
+            session: s,
+            xid: 42,
+            opcode: op::GET_DATA,
+            body: Bytes::from(path_watch("/r", watch)),
+        }
+        .encode()
+    };
+    let fast = h.zk.execute_read_only(&read(false)).expect("a plain read");
+    let ordered = h.request(GW, s, op::GET_DATA, path_watch("/r", false));
+    assert_eq!(
+        upright_core::codec::from_bytes::<Answer>(&fast).unwrap(),
+        ordered.answer
+    );
+    assert!(h.zk.execute_read_only(&read(true)).is_none(), "a watch is agreed state");
+    let write = Command::Request {
+        session: s,
+        xid: 1,
+        opcode: op::SET_DATA,
+        body: Bytes::from(set_body("/r", b"w", -1)),
+    };
+    assert!(h.zk.execute_read_only(&write.encode()).is_none());
+    h.request(GW, s, op::GET_DATA, path_watch("/r", true));
+    let mut copy = ZkService::new();
+    copy.restore(&h.zk.checkpoint()).unwrap();
+    assert_eq!(copy, h.zk, "sessions, watches, tree and zxid");
+    assert_eq!(copy.checkpoint(), h.zk.checkpoint());
+    assert!(copy.restore(b"garbage").is_err());
+}
