@@ -251,6 +251,28 @@ impl ZkService {
         Bytes::from(out)
     }
 
+    /// Runs `write` on the tree as `session`'s next transaction (the next zxid, agreed time in
+    /// ms, its identities); the zxid moves only if it succeeded.
+    fn transact<T, E>(
+        &mut self,
+        ctx: &BatchContext,
+        session: i64,
+        write: impl FnOnce(&mut Tree, &Txn<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let auth = self.sessions.get(&session).map(|s| s.auth.clone()).unwrap_or_default();
+        let txn = Txn {
+            zxid: self.zxid + 1,
+            time_ms: (ctx.time_us / 1_000) as i64,
+            session,
+            auth: &auth,
+        };
+        let result = write(&mut self.tree, &txn);
+        if result.is_ok() {
+            self.zxid = txn.zxid;
+        }
+        result
+    }
+
     /// Applies `changes` to the watches and pushes the events.
     fn fire(&mut self, changes: &[Change], effects: &mut Effects) {
         for change in changes {
@@ -323,17 +345,9 @@ impl ZkService {
         if !operation.is_write() {
             return self.ordered_read(session, xid, opcode, &operation);
         }
-        let auth = self.sessions[&session].auth.clone();
-        let txn = Txn {
-            zxid: self.zxid + 1,
-            time_ms: (ctx.time_us / 1_000) as i64,
-            session,
-            auth: &auth,
-        };
-        match self.tree.write(&txn, &operation) {
+        match self.transact(ctx, session, |tree, txn| tree.write(txn, &operation)) {
             Err(code) => reply(xid, self.zxid, code, |_| {}),
             Ok(done) => {
-                self.zxid = txn.zxid;
                 let changes = changes_of(&operation, &done);
                 self.fire(&changes, effects);
                 reply(xid, self.zxid, Code::Ok, |out| write_done(out, opcode, &done))
@@ -389,17 +403,9 @@ impl ZkService {
         if r.remaining() != 0 {
             return reply(xid, self.zxid, Code::MarshallingError, |_| {});
         }
-        let auth = self.sessions[&session].auth.clone();
-        let txn = Txn {
-            zxid: self.zxid + 1,
-            time_ms: (ctx.time_us / 1_000) as i64,
-            session,
-            auth: &auth,
-        };
         let just_ops: Vec<Op> = ops.iter().map(|(_, o)| o.clone()).collect();
-        match self.tree.multi(&txn, &just_ops) {
+        match self.transact(ctx, session, |tree, txn| tree.multi(txn, &just_ops)) {
             Ok(done) => {
-                self.zxid = txn.zxid;
                 let changes: Vec<Change> = just_ops.iter().zip(&done).flat_map(|(o, d)| changes_of(o, d)).collect();
                 self.fire(&changes, effects);
                 reply(xid, self.zxid, Code::Ok, |out| {
