@@ -200,13 +200,16 @@ pub async fn run(
 ) -> Result<ExitCode, FileError> {
     let Gateway { port, pool: pool_size } = gateway;
     let redis = service == "redis";
-    // Bind the Redis port first so a busy port fails before anything starts.
+    let zk = service == "zk";
+    // Bind the gateway's port first so a busy port fails before anything starts.
     let listener = if redis {
         Some(redis_gateway::bind(port).await?)
+    } else if zk {
+        Some(zk_gateway::bind(port).await?)
     } else {
         None
     };
-    let clients = if redis { clients.max(pool_size) } else { clients };
+    let clients = if redis || zk { clients.max(pool_size) } else { clients };
     let temp = tempfile::Builder::new()
         .prefix("upright-demo-")
         .tempdir()
@@ -216,6 +219,8 @@ pub async fn run(
     let cfg = files::Cluster::load(&dir.join("cluster.toml"))?.file;
     let what = if redis {
         "Redis-compatible KV service"
+    } else if zk {
+        "ZooKeeper-compatible coordination service"
     } else {
         "in-memory KV service"
     };
@@ -246,6 +251,8 @@ pub async fn run(
     let started = Instant::now();
     let first = if redis {
         redis_gateway::probe()
+    } else if zk {
+        upright_zk::service::Command::Touch { sessions: Vec::new() }.encode()
     } else {
         put(b"demo-ready", b"1")
     };
@@ -277,8 +284,14 @@ pub async fn run(
     println!("  cluster is serving (first write took {:.2?})", started.elapsed());
     if let Some(listener) = listener {
         let pool = gateway_clients(&dir, pool_size)?;
-        tokio::spawn(upright_kv::gateway::serve(listener, pool));
-        redis_gateway::announce(port, pool_size, &cluster.exe.display().to_string(), &dir);
+        let exe = cluster.exe.display().to_string();
+        if zk {
+            tokio::spawn(upright_zk::gateway::serve(listener, pool));
+            zk_gateway::announce(port, pool_size, &exe, &dir);
+        } else {
+            tokio::spawn(upright_kv::gateway::serve(listener, pool));
+            redis_gateway::announce(port, pool_size, &exe, &dir);
+        }
         crate::stop_requested().await;
         drop(cluster);
         return Ok(ExitCode::SUCCESS);
@@ -415,6 +428,33 @@ async fn smoke_run(dir: &Path, cluster: &mut Cluster, seconds: u64, clients: u32
 }
 
 /// The demo's Redis-protocol gateway.
+mod zk_gateway {
+    use std::path::Path;
+
+    use upright_node::files::FileError;
+
+    /// Binds the gateway's loopback port.
+    pub async fn bind(port: u16) -> Result<tokio::net::TcpListener, FileError> {
+        tokio::net::TcpListener::bind(("127.0.0.1", port)).await.map_err(|e| {
+            FileError(format!(
+                "cannot listen on 127.0.0.1:{port} for ZooKeeper clients ({e}); is a ZooKeeper server running? choose another with --port"
+            ))
+        })
+    }
+
+    /// Tells the user how to connect.
+    pub fn announce(port: u16, pool: u32, exe: &str, dir: &Path) {
+        println!("ZooKeeper protocol on 127.0.0.1:{port}, served by the BFT cluster");
+        println!("  gateway: {pool} upright client(s); writes and watches are ordered by agreement; reads take r + 1 matching replies (ZooKeeper's read semantics)");
+        println!("try, in another terminal:");
+        println!("  zkCli.sh -server 127.0.0.1:{port} create /hello world");
+        println!("  python3 -c \"from kazoo.client import KazooClient as K; z=K('127.0.0.1:{port}'); z.start(); print(z.get('/hello'))\"");
+        println!("  echo ruok | nc 127.0.0.1 {port}");
+        println!("  {exe} status --config {}/cluster.toml", dir.display());
+        println!("press Ctrl-C to stop");
+    }
+}
+
 mod redis_gateway {
     use std::path::Path;
 

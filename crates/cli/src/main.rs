@@ -91,10 +91,10 @@ enum Command {
         #[arg(long)]
         key: Option<PathBuf>,
         /// The replicated service: `kv` (the core's in-memory KV), `redis` (the Redis-compatible
-        /// store of upright-kv) or `objects` (a paged test service of `--objects` generated
-        /// objects, for the state-transfer benchmark). Every replica of a cluster must run the
-        /// same one.
-        #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "objects"])]
+        /// store of upright-kv), `zk` (the ZooKeeper-compatible service of upright-zk) or
+        /// `objects` (a paged test service of `--objects` generated objects, for the
+        /// state-transfer benchmark). Every replica of a cluster must run the same one.
+        #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "zk", "objects"])]
         service: String,
         /// `--service objects`: how many objects.
         #[arg(long, default_value_t = 1_000_000)]
@@ -143,6 +143,25 @@ enum Command {
         #[arg(long)]
         users: Option<PathBuf>,
     },
+    /// Serve ZooKeeper clients (kazoo, zkCli.sh, the C and Java clients) from a running cluster
+    /// whose replicas run `--service zk`; runs until Ctrl-C or SIGTERM. The gateway is a client of
+    /// the cluster: run it beside the applications it serves; a client may be given several
+    /// gateways in its connect string and keeps its session when it moves between them.
+    Zk {
+        /// Client config of the pool's first member (client-<c>.toml from `upright init`); a pool
+        /// of N also uses client-<c+1>.toml .. client-<c+N-1>.toml beside it. Each member keeps its
+        /// request id in client-<id>.last-request-id beside its file. Two gateways of one cluster
+        /// need distinct client identities.
+        #[arg(long)]
+        client: PathBuf,
+        /// Address to serve ZooKeeper clients on (host:port).
+        #[arg(long, default_value = "127.0.0.1:2181")]
+        listen: String,
+        /// Upright clients in the gateway's pool (each session's requests go through one of them).
+        #[arg(long, default_value_t = 1,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(upright_node::gateway::clients::POOL_MAX)))]
+        pool: u32,
+    },
     /// Start a local 4-replica cluster (u = r = 1) on this host; runs until Ctrl-C.
     Demo {
         /// Run a client workload with a replica SIGKILLed and restarted, report, and exit.
@@ -154,12 +173,13 @@ enum Command {
         /// Concurrent clients of the smoke workload.
         #[arg(long, default_value_t = 4)]
         clients: u32,
-        /// Loopback port of the Redis-protocol gateway (with `--service redis`).
-        #[arg(long, default_value_t = 6379)]
-        port: u16,
-        /// The replicated service: `redis` (Redis-compatible, served on --port) or `kv`. `--smoke`
-        /// always uses `kv`.
-        #[arg(long, default_value = "redis", value_parser = ["kv", "redis"])]
+        /// Loopback port of the gateway: Redis protocol with `--service redis` (default 6379),
+        /// ZooKeeper protocol with `--service zk` (default 2181).
+        #[arg(long)]
+        port: Option<u16>,
+        /// The replicated service: `redis` (Redis-compatible, served on --port), `zk`
+        /// (ZooKeeper-compatible, served on --port) or `kv`. `--smoke` always uses `kv`.
+        #[arg(long, default_value = "redis", value_parser = ["kv", "redis", "zk"])]
         service: String,
         /// Upright clients in the Redis gateway's pool (operations in flight at once).
         #[arg(long, default_value_t = demo::GATEWAY_POOL, value_parser = clap::value_parser!(u32).range(1..=64))]
@@ -223,6 +243,10 @@ fn main() -> ExitCode {
             // One thread, as in the demo: the gateway is one event loop.
             single_thread_runtime().block_on(redis(&client, &listen, pool, users.as_deref()))
         }
+        Command::Zk { client, listen, pool } => {
+            init_logging("warn");
+            single_thread_runtime().block_on(zk(&client, &listen, pool))
+        }
         Command::Demo {
             smoke,
             seconds,
@@ -236,7 +260,7 @@ fn main() -> ExitCode {
             init_logging("warn");
             let service = if smoke { "kv" } else { service.as_str() };
             let gateway = demo::Gateway {
-                port,
+                port: port.unwrap_or(if service == "zk" { 2181 } else { 6379 }),
                 pool: gateway_pool,
             };
             // One thread, like a replica: the Redis gateway is one event loop. With two workers,
@@ -421,6 +445,12 @@ fn replica(
                 tracing::warn!("TESTING: this replica corrupts its stored values and replies (Byzantine stand-in)");
             }
             upright_kv::replica::service(corrupt)
+        } else if service == "zk" {
+            let corrupt = upright_kv::replica::corrupt_requested(id);
+            if corrupt {
+                tracing::warn!("TESTING: this replica corrupts its replies and pushed events (Byzantine stand-in)");
+            }
+            upright_zk::replica::service(corrupt)
         } else if service == "objects" {
             tracing::info!(
                 objects,
@@ -600,6 +630,36 @@ async fn redis(client: &Path, listen: &str, pool: u32, users: Option<&Path>) -> 
     println!("press Ctrl-C to stop");
     tokio::select! {
         result = upright_kv::gateway::serve_users(listener, gateway_users) => {
+            result.map_err(|e| FileError(format!("the gateway stopped: {e}")))?;
+        }
+        _ = stop_requested() => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `upright zk`: the ZooKeeper-protocol gateway against the cluster of `client`'s file.
+async fn zk(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileError> {
+    use upright_node::gateway::clients::{self, RequestIds};
+    let members = clients::load(client, pool)?;
+    let cluster = &members[0].1.cluster;
+    let (name, replicas) = (cluster.config.cluster_name.clone(), cluster.file.replicas.len());
+    let (u, r) = (cluster.config.u, cluster.config.r);
+    let first = members[0].1.id.0;
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+        FileError(format!(
+            "cannot listen on {listen} for ZooKeeper clients ({e}); choose another with --listen"
+        ))
+    })?;
+    let addr = listener.local_addr().map_err(|e| FileError(e.to_string()))?;
+    let handles = clients::start(members, RequestIds::Durable)?;
+    println!("ZooKeeper protocol on {addr}, served by cluster {name:?} ({replicas} replicas, u = {u}, r = {r})");
+    println!(
+        "  gateway: {pool} upright client(s) (clients {first}..{}); a result is accepted only from matching replies of enough replicas, so a lying replica cannot change it",
+        first + pool - 1
+    );
+    println!("press Ctrl-C to stop");
+    tokio::select! {
+        result = upright_zk::gateway::serve(listener, handles) => {
             result.map_err(|e| FileError(format!("the gateway stopped: {e}")))?;
         }
         _ = stop_requested() => {}

@@ -82,19 +82,7 @@ fn malformed_input_closes_only_that_connection(port: u16) {
 }
 
 fn python_client(port: u16) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/redis_clients.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(port.to_string())
-        .output()
-        .expect("run python3");
-    print!("{}", String::from_utf8_lossy(&out.stdout));
-    assert!(
-        out.status.success(),
-        "python redis client checks failed (pip install redis): {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    demo::run_python_checks("redis_clients.py", port, "python redis client (pip install redis)");
 }
 
 fn benchmark(port: u16) {

@@ -1,5 +1,5 @@
-//! `upright demo` for the tests of real Redis clients: four replicas and the gateway, replica 2
-//! Byzantine (its store corrupts every value and reply).
+//! `upright demo` for the tests of real clients (Redis, ZooKeeper): four replicas and the gateway,
+//! replica 2 Byzantine (its service corrupts its replies).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -42,8 +42,18 @@ impl Drop for Demo {
 /// Starts `upright demo --port PORT` with replica 2 running a corrupting store
 /// (`UPRIGHT_TEST_CORRUPT_REPLICA=2`) and waits until it serves.
 pub fn start_demo(port: u16) -> Demo {
+    start_service_demo(
+        "redis",
+        port,
+        &format!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}"),
+    )
+}
+
+/// Starts `upright demo --service SERVICE --port PORT` with replica 2 corrupting (as
+/// [`start_demo`]) and waits for the line `ready` that says the gateway serves.
+pub fn start_service_demo(service: &str, port: u16, ready: &str) -> Demo {
     let mut child = Command::new(env!("CARGO_BIN_EXE_upright"))
-        .args(["demo", "--port", &port.to_string()])
+        .args(["demo", "--service", service, "--port", &port.to_string()])
         .env("UPRIGHT_TEST_CORRUPT_REPLICA", "2")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -63,15 +73,34 @@ pub fn start_demo(port: u16) -> Demo {
     loop {
         let line = rx
             .recv_timeout(until.saturating_duration_since(Instant::now()))
-            .expect("upright demo did not announce the Redis port within 120 s");
+            .expect("upright demo did not announce its gateway's port within 120 s");
         if let Some(i) = line.find("log ") {
             if line.contains("replica 2:") {
                 log_dir = line[i + 4..].trim().to_string();
             }
         }
-        if line.contains(&format!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}")) {
+        if line.contains(ready) {
             break;
         }
     }
     Demo { child, log_dir }
+}
+
+/// Runs the Python client script `tests/NAME` against the gateway on `port` and returns its
+/// output; fails the test (with the script's output) unless it exits 0.
+pub fn run_python_checks(name: &str, port: u16, what: &str) -> String {
+    let script = format!("{}/tests/{name}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(port.to_string())
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    print!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{what} checks failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }

@@ -507,7 +507,7 @@ impl ZkService {
             Command::Touch { sessions } => {
                 let gone: Vec<i64> = sessions
                     .into_iter()
-                    .filter(|&s| !self.touch(s, ctx.time_us, Some(request.client)))
+                    .filter(|&s| !self.touch(s, ctx.time_us, None))
                     .collect();
                 self.answer(0, Bytes::from(upright_core::codec::to_bytes(&gone)))
             }
@@ -625,6 +625,71 @@ fn write_read(out: &mut Vec<u8>, opcode: i32, read: Read) {
         Read::Number(n) => out.int(n),
         Read::Paths(paths) => out.strings(&paths),
         Read::Path(path) => out.string(&path),
+    }
+}
+
+/// Testing only: a service that answers and pushes wrongly (every reply's record and zxid, every
+/// event's path altered) while keeping its state right, standing in for a Byzantine replica whose
+/// lies the clients' quorums must outvote (`UPRIGHT_TEST_CORRUPT_REPLICA`).
+#[derive(Default)]
+pub struct Corrupting(ZkService);
+
+fn corrupt_answer(reply: Bytes) -> Bytes {
+    let Ok(mut answer) = upright_core::codec::from_bytes::<Answer>(&reply) else {
+        return reply;
+    };
+    answer.zxid += 1_000;
+    let mut bytes = answer.bytes.to_vec();
+    if let Some(last) = bytes.last_mut() {
+        *last ^= 0x20;
+    }
+    answer.bytes = Bytes::from(bytes);
+    Bytes::from(upright_core::codec::to_bytes(&answer))
+}
+
+fn corrupt_pushes(effects: &mut Effects) {
+    for push in effects.take_pushes() {
+        let payload = match upright_core::codec::from_bytes::<Event>(&push.payload) {
+            Ok(mut event) => {
+                let mut bytes = event.bytes.to_vec();
+                if let Some(last) = bytes.last_mut() {
+                    *last ^= 0x20;
+                }
+                event.bytes = Bytes::from(bytes);
+                Bytes::from(upright_core::codec::to_bytes(&event))
+            }
+            Err(_) => push.payload,
+        };
+        effects.push(push.client, payload);
+    }
+}
+
+impl Service for Corrupting {
+    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
+        let replies = self.0.execute(context, requests, effects);
+        corrupt_pushes(effects);
+        replies.into_iter().map(corrupt_answer).collect()
+    }
+
+    fn wake_at(&self) -> Option<u64> {
+        self.0.wake_at()
+    }
+
+    fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {
+        self.0.wake(context, effects);
+        corrupt_pushes(effects);
+    }
+
+    fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
+        self.0.execute_read_only(operation).map(corrupt_answer)
+    }
+
+    fn checkpoint(&self) -> Bytes {
+        self.0.checkpoint()
+    }
+
+    fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
+        self.0.restore(checkpoint)
     }
 }
 

@@ -452,3 +452,32 @@ fn plain_reads_take_the_read_only_path_and_the_state_checkpoints_whole() {
     assert_eq!(copy.checkpoint(), h.zk.checkpoint());
     assert!(copy.restore(b"garbage").is_err());
 }
+
+#[test]
+fn the_corrupting_stand_in_lies_in_every_reply_and_event_but_keeps_its_state() {
+    let mut honest = Harness::new();
+    let mut liar = Corrupting::default();
+    let (s, _, _) = honest.connect(GW, 10_000);
+    honest.request(GW, s, op::GET_DATA, path_watch("/zookeeper", true));
+    let context = honest.context();
+    let mut liar_state = honest.zk.clone();
+    std::mem::swap(&mut liar.0, &mut liar_state);
+    let request = ServiceRequest {
+        client: GW,
+        request_id: RequestId(99),
+        operation: Command::Request {
+            session: s,
+            xid: 1,
+            opcode: op::SET_DATA,
+            body: Bytes::from(set_body("/zookeeper", b"x", -1)),
+        }
+        .encode(),
+    };
+    let (mut good, mut bad) = (Effects::default(), Effects::default());
+    let right = honest.zk.execute(&context, std::slice::from_ref(&request), &mut good);
+    let wrong = liar.execute(&context, std::slice::from_ref(&request), &mut bad);
+    assert_ne!(right, wrong);
+    assert_eq!(good.pushes().len(), 1);
+    assert_ne!(good.pushes(), bad.pushes());
+    assert_eq!(liar.checkpoint(), honest.zk.checkpoint(), "its state stays right");
+}

@@ -1,0 +1,360 @@
+//! The ZooKeeper-protocol gateway: serves ZooKeeper clients (kazoo, zkCli, the C and Java clients)
+//! on a TCP port as an upright client of the cluster.
+//!
+//! Each connection opens or resumes a session with an ordered `Connect` and then sends its
+//! requests one at a time, in order: writes, watches and `sync` are ordered; reads without a
+//! watch take the serializable read path (`r + 1` matching replies) and are ordered instead when
+//! the answer is older than what the session has already seen (a client sees its own writes, and
+//! after `sync` the latest). Pings are answered here. Watch events come as pushed messages, are
+//! routed by session, and are written before any reply that the service says follows them. The
+//! gateway keeps its live sessions alive with one ordered `Touch` per second; a session whose
+//! connection is gone stops being touched and expires on agreed time after its timeout, as in
+//! ZooKeeper.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Notify};
+use upright_node::client::{ClientHandle, PushEvent};
+
+use crate::jute::{Reader, Writer, MAX_BUFFER};
+use crate::proto::op;
+use crate::service::{Answer, Command, Event};
+
+/// Largest frame a client may send (ZooKeeper: `jute.maxbuffer` plus room for the header).
+pub const FRAME_BYTES_MAX: usize = MAX_BUFFER + 1024;
+/// Frames (replies and events) waiting to be written to one connection; a client that reads
+/// none of them while this many wait is disconnected.
+pub const OUTBOX_MAX: usize = 4096;
+/// How often the gateway touches the sessions it serves.
+pub const TOUCH_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a reply waits for the events the service says precede it before the connection is
+/// closed (an event was lost: the client reconnects rather than miss it silently).
+pub const EVENT_WAIT: Duration = Duration::from_secs(5);
+/// The `xid` ZooKeeper gives ping replies.
+const PING_XID: i32 = -2;
+
+/// One live connection of a session.
+struct Conn {
+    id: u64,
+    outbox: mpsc::Sender<Bytes>,
+    /// Events of the session put in the outbox so far.
+    queued: Arc<AtomicU64>,
+    /// Wakes a reply waiting for events.
+    event_queued: Arc<Notify>,
+    /// Set (and `closing` notified) to make the connection end.
+    closed: Arc<AtomicBool>,
+    closing: Arc<Notify>,
+}
+
+/// What the connections share.
+struct Shared {
+    clients: Vec<ClientHandle>,
+    next: AtomicUsize,
+    connections: AtomicU64,
+    sessions: Mutex<HashMap<i64, Conn>>,
+    /// Highest zxid seen in any answer.
+    zxid: AtomicI64,
+}
+
+impl Shared {
+    fn client_for(&self, session: i64) -> &ClientHandle {
+        let n = self.clients.len();
+        if session == 0 {
+            &self.clients[self.next.fetch_add(1, Ordering::Relaxed) % n]
+        } else {
+            &self.clients[(session as u64 % n as u64) as usize]
+        }
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Conn>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ends the connection serving `session`, if it is `id` (any, if `None`).
+    fn close(&self, session: i64, id: Option<u64>) {
+        let mut sessions = self.sessions();
+        if sessions.get(&session).is_some_and(|c| id.is_none_or(|id| c.id == id)) {
+            let conn = sessions.remove(&session).expect("checked");
+            conn.closed.store(true, Ordering::Relaxed);
+            conn.closing.notify_waiters();
+        }
+    }
+
+    async fn invoke(&self, session: i64, command: &Command, serializable: bool) -> Option<Answer> {
+        let client = self.client_for(session);
+        let result = if serializable {
+            client.invoke_serializable(command.encode()).await
+        } else {
+            client.invoke(command.encode(), false).await
+        };
+        let answer: Answer = upright_core::codec::from_bytes(&result.ok()?).ok()?;
+        self.zxid.fetch_max(answer.zxid, Ordering::Relaxed);
+        Some(answer)
+    }
+}
+
+/// Serves ZooKeeper clients on `listener` through `clients` (one or more upright client
+/// identities of the cluster) until the listener fails.
+pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io::Result<()> {
+    assert!(!clients.is_empty(), "the gateway needs an upright client");
+    let shared = Arc::new(Shared {
+        clients,
+        next: AtomicUsize::new(0),
+        connections: AtomicU64::new(0),
+        sessions: Mutex::new(HashMap::new()),
+        zxid: AtomicI64::new(0),
+    });
+    for client in &shared.clients {
+        if let Some(pushes) = client.pushes() {
+            tokio::spawn(route_events(pushes, shared.clone()));
+        }
+    }
+    tokio::spawn(touch_sessions(shared.clone()));
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let id = shared.connections.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(connection(stream, id, shared.clone()));
+    }
+}
+
+/// Puts each pushed event in its session's outbox; a gap (events lost) ends every connection,
+/// whose clients then reconnect.
+async fn route_events(mut pushes: mpsc::Receiver<PushEvent>, shared: Arc<Shared>) {
+    while let Some(push) = pushes.recv().await {
+        match push {
+            PushEvent::Message { payload, .. } => {
+                let Ok(event) = upright_core::codec::from_bytes::<Event>(&payload) else {
+                    continue;
+                };
+                let sessions = shared.sessions();
+                let Some(conn) = sessions.get(&event.session) else {
+                    continue;
+                };
+                // Events come in order; one already queued (a duplicate after a reconnect) is not.
+                if event.seq <= conn.queued.load(Ordering::Relaxed) {
+                    continue;
+                }
+                if conn.outbox.try_send(frame(&event.bytes)).is_err() {
+                    let session = event.session;
+                    drop(sessions);
+                    shared.close(session, None);
+                    continue;
+                }
+                conn.queued.store(event.seq, Ordering::Relaxed);
+                conn.event_queued.notify_waiters();
+            }
+            PushEvent::Gap { .. } => {
+                let all: Vec<i64> = shared.sessions().keys().copied().collect();
+                for session in all {
+                    shared.close(session, None);
+                }
+            }
+        }
+    }
+}
+
+/// Touches the live sessions every [`TOUCH_INTERVAL`]; the ones the cluster no longer knows
+/// (expired) lose their connection.
+async fn touch_sessions(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(TOUCH_INTERVAL);
+    loop {
+        tick.tick().await;
+        let sessions: Vec<i64> = shared.sessions().keys().copied().collect();
+        if sessions.is_empty() {
+            continue;
+        }
+        let Some(answer) = shared.invoke(0, &Command::Touch { sessions }, false).await else {
+            continue;
+        };
+        let gone: Vec<i64> = upright_core::codec::from_bytes(&answer.bytes).unwrap_or_default();
+        for session in gone {
+            shared.close(session, None);
+        }
+    }
+}
+
+/// `bytes` with its 4-byte length in front.
+fn frame(bytes: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(bytes.len() + 4);
+    out.put_i32(bytes.len() as i32);
+    out.put_slice(bytes);
+    out.freeze()
+}
+
+/// Reads one length-prefixed frame; `None` at the end of the stream or on a bad length.
+async fn read_frame(read: &mut tokio::net::tcp::OwnedReadHalf, first: Option<[u8; 4]>) -> Option<Vec<u8>> {
+    let len = match first {
+        Some(b) => i32::from_be_bytes(b),
+        None => read.read_i32().await.ok()?,
+    };
+    let len = usize::try_from(len).ok().filter(|&n| n <= FRAME_BYTES_MAX)?;
+    let mut buf = vec![0u8; len];
+    read.read_exact(&mut buf).await.ok()?;
+    Some(buf)
+}
+
+/// The answer to a four-letter word, if `word` is one the gateway knows.
+fn four_letter_word(word: &[u8; 4], shared: &Shared) -> Option<String> {
+    let sessions = shared.sessions().len();
+    let zxid = shared.zxid.load(Ordering::Relaxed);
+    Some(match word {
+        b"ruok" => "imok".to_string(),
+        b"srvr" | b"stat" => format!(
+            "Zookeeper version: upright-zk {} (BFT, replicated by upright)\nLatency min/avg/max: 0/0/0\nReceived: 0\nSent: 0\nConnections: {sessions}\nOutstanding: 0\nZxid: 0x{zxid:x}\nMode: standalone\nNode count: 0\n",
+            env!("CARGO_PKG_VERSION")
+        ),
+        b"mntr" => format!(
+            "zk_version\tupright-zk {}\nzk_server_state\tstandalone\nzk_num_alive_connections\t{sessions}\nzk_outstanding_requests\t0\n",
+            env!("CARGO_PKG_VERSION")
+        ),
+        _ => return None,
+    })
+}
+
+/// Serves one client connection.
+async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let (mut read, mut write) = stream.into_split();
+    let mut first = [0u8; 4];
+    if read.read_exact(&mut first).await.is_err() {
+        return;
+    }
+    if first.iter().all(u8::is_ascii_lowercase) {
+        if let Some(text) = four_letter_word(&first, &shared) {
+            let _ = write.write_all(text.as_bytes()).await;
+        }
+        let _ = write.shutdown().await;
+        return;
+    }
+    let Some(request) = read_frame(&mut read, Some(first)).await else {
+        return;
+    };
+    // ConnectRequest: protocolVersion, lastZxidSeen, timeOut, sessionId, passwd[, readOnly].
+    let mut r = Reader::new(&request);
+    let parsed = (|| Ok::<_, crate::jute::JuteError>((r.int()?, r.long()?, r.int()?, r.long()?, r.data()?)))();
+    let Ok((_, last_zxid, timeout_ms, session, password)) = parsed else {
+        return;
+    };
+    let connect = Command::Connect {
+        session,
+        password,
+        timeout_ms,
+    };
+    let Some(answer) = shared.invoke(session, &connect, false).await else {
+        return;
+    };
+    let granted = Reader::new(answer.bytes.get(8..).unwrap_or_default())
+        .long()
+        .unwrap_or(0);
+    if write.write_all(&frame(&answer.bytes)).await.is_err() || granted == 0 {
+        let _ = write.shutdown().await;
+        return;
+    }
+    let session = granted;
+    let (outbox, mut out_rx) = mpsc::channel::<Bytes>(OUTBOX_MAX);
+    let conn = Conn {
+        id,
+        outbox: outbox.clone(),
+        queued: Arc::new(AtomicU64::new(answer.events)),
+        event_queued: Arc::new(Notify::new()),
+        closed: Arc::new(AtomicBool::new(false)),
+        closing: Arc::new(Notify::new()),
+    };
+    let (queued, event_queued, closed, closing) = (
+        conn.queued.clone(),
+        conn.event_queued.clone(),
+        conn.closed.clone(),
+        conn.closing.clone(),
+    );
+    if let Some(old) = shared.sessions().insert(session, conn) {
+        old.closed.store(true, Ordering::Relaxed);
+        old.closing.notify_waiters();
+    }
+    let writer = tokio::spawn(async move {
+        while let Some(bytes) = out_rx.recv().await {
+            if write.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        let _ = write.shutdown().await;
+    });
+    let mut seen = last_zxid.max(answer.zxid);
+    loop {
+        let frame_read = tokio::select! {
+            f = read_frame(&mut read, None) => f,
+            _ = closing.notified() => None,
+        };
+        let Some(request) = frame_read else { break };
+        if closed.load(Ordering::Relaxed) {
+            break;
+        }
+        let mut r = Reader::new(&request);
+        let (Ok(xid), Ok(opcode)) = (r.int(), r.int()) else {
+            break;
+        };
+        let body = Bytes::copy_from_slice(&request[8..]);
+        let local = |err: i32| {
+            let mut out = Vec::new();
+            out.int(xid);
+            out.long(shared.zxid.load(Ordering::Relaxed));
+            out.int(err);
+            out
+        };
+        let reply = match opcode {
+            op::PING => {
+                let mut out = local(0);
+                out[..4].copy_from_slice(&PING_XID.to_be_bytes());
+                Bytes::from(out)
+            }
+            // Watches are the session's, kept by the cluster across reconnects.
+            op::SET_WATCHES | op::SET_WATCHES2 => Bytes::from(local(0)),
+            _ => {
+                let command = Command::Request {
+                    session,
+                    xid,
+                    opcode,
+                    body,
+                };
+                let plain_read = matches!(opcode, op::EXISTS | op::GET_DATA | op::GET_CHILDREN | op::GET_CHILDREN2)
+                    && request.last() == Some(&0)
+                    || matches!(opcode, op::GET_ACL | op::GET_ALL_CHILDREN_NUMBER | op::GET_EPHEMERALS);
+                let mut answer = None;
+                if plain_read {
+                    answer = shared.invoke(session, &command, true).await.filter(|a| a.zxid >= seen);
+                }
+                if answer.is_none() {
+                    answer = shared.invoke(session, &command, false).await;
+                }
+                let Some(answer) = answer else { break };
+                seen = seen.max(answer.zxid);
+                // Events the service sent before this reply go first.
+                let waited = tokio::time::timeout(EVENT_WAIT, async {
+                    loop {
+                        let notified = event_queued.notified();
+                        if queued.load(Ordering::Relaxed) >= answer.events {
+                            return;
+                        }
+                        notified.await;
+                    }
+                })
+                .await;
+                if waited.is_err() {
+                    break;
+                }
+                answer.bytes
+            }
+        };
+        if outbox.send(frame(&reply)).await.is_err() || opcode == op::CLOSE_SESSION {
+            break;
+        }
+    }
+    shared.close(session, Some(id));
+    drop(outbox);
+    let _ = writer.await;
+}
