@@ -8,35 +8,20 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[path = "common/redis_cli.rs"]
 mod redis_cli;
 use redis_cli::{cli, have};
 
-/// A child process that is SIGKILLed when dropped.
-struct Proc(Child);
+#[path = "common/cluster.rs"]
+mod cluster;
+use cluster::Proc;
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn port_free(port: u16) -> bool {
-    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
-}
-
-/// A base port below Linux's ephemeral range whose replica, client and metrics ports (`base + i`,
-/// `base + 100 + i`, `base + 200 + i` for four replicas) and `base + 300` (the gateway) are free.
+/// A base port whose cluster ports and `base + 300` (the gateway) are free.
 fn free_base() -> u16 {
-    let start = std::process::id().wrapping_mul(7919) % 90;
-    (0..90)
-        .map(|i| 22_000 + ((start + i) % 90) as u16 * 100 * 4)
-        .find(|&b| (0..4).all(|i| [b + i, b + 100 + i, b + 200 + i].into_iter().all(port_free)) && port_free(b + 300))
-        .expect("free loopback ports")
+    cluster::free_base(22_000, 1)
 }
 
 fn upright(dir: &Path, args: &[&str], log: &str) -> Command {
@@ -100,26 +85,7 @@ fn redis_cli_through_upright_redis_against_an_initialised_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let base = free_base();
-    let out = Command::new(env!("CARGO_BIN_EXE_upright"))
-        .args([
-            "init",
-            "--replicas",
-            "4",
-            "--u",
-            "1",
-            "--r",
-            "1",
-            "--hosts",
-            "127.0.0.1",
-            "--clients",
-            "4",
-        ])
-        .args(["--base-port", &base.to_string(), "--out"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "upright init: {out:?}");
-    let config = dir.join("cluster.toml").display().to_string();
+    let config = cluster::init(dir, base);
     let _replicas: Vec<Proc> = (0..4)
         .map(|id| {
             let mut c = upright(

@@ -312,8 +312,6 @@ async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
                 out[..4].copy_from_slice(&PING_XID.to_be_bytes());
                 Bytes::from(out)
             }
-            // Watches are the session's, kept by the cluster across reconnects.
-            op::SET_WATCHES | op::SET_WATCHES2 => Bytes::from(local(0)),
             _ => {
                 let command = Command::Request {
                     session,
@@ -323,7 +321,10 @@ async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
                 };
                 let plain_read = matches!(opcode, op::EXISTS | op::GET_DATA | op::GET_CHILDREN | op::GET_CHILDREN2)
                     && request.last() == Some(&0)
-                    || matches!(opcode, op::GET_ACL | op::GET_ALL_CHILDREN_NUMBER | op::GET_EPHEMERALS);
+                    || matches!(
+                        opcode,
+                        op::GET_ACL | op::GET_ALL_CHILDREN_NUMBER | op::GET_EPHEMERALS | op::MULTI_READ
+                    );
                 let mut answer = None;
                 if plain_read {
                     answer = shared.invoke(session, &command, true).await.filter(|a| a.zxid >= seen);

@@ -277,25 +277,30 @@ impl ZkService {
     fn fire(&mut self, changes: &[Change], effects: &mut Effects) {
         for change in changes {
             for (session, kind, path) in self.watches.fire(change) {
-                let Some(s) = self.sessions.get_mut(&session) else {
-                    continue;
-                };
-                s.events += 1;
-                let mut bytes = Vec::new();
-                bytes.int(NOTIFICATION_XID);
-                bytes.long(-1);
-                bytes.int(0);
-                bytes.int(kind);
-                bytes.int(STATE_SYNC_CONNECTED);
-                bytes.string(&path);
-                let event = Event {
-                    session,
-                    seq: s.events,
-                    bytes: Bytes::from(bytes),
-                };
-                effects.push(s.owner, Bytes::from(upright_core::codec::to_bytes(&event)));
+                self.push_event(session, kind, &path, effects);
             }
         }
+    }
+
+    /// Pushes a watch event (`kind` on `path`) to `session`'s gateway.
+    fn push_event(&mut self, session: i64, kind: i32, path: &str, effects: &mut Effects) {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        s.events += 1;
+        let mut bytes = Vec::new();
+        bytes.int(NOTIFICATION_XID);
+        bytes.long(-1);
+        bytes.int(0);
+        bytes.int(kind);
+        bytes.int(STATE_SYNC_CONNECTED);
+        bytes.string(path);
+        let event = Event {
+            session,
+            seq: s.events,
+            bytes: Bytes::from(bytes),
+        };
+        effects.push(s.owner, Bytes::from(upright_core::codec::to_bytes(&event)));
     }
 
     /// Ends `session` (closed or expired): its ephemeral nodes go (one write), its watches too.
@@ -333,6 +338,12 @@ impl ZkService {
             }
             op::AUTH => return self.auth(session, xid, &mut r),
             op::MULTI => return self.multi(ctx, session, xid, &mut r, effects),
+            op::MULTI_READ => return self.multi_read(session, xid, &mut r),
+            op::SET_WATCHES => return self.set_watches(session, xid, &mut r, false, effects),
+            op::SET_WATCHES2 => return self.set_watches(session, xid, &mut r, true, effects),
+            op::ADD_WATCH => return self.add_watch(session, xid, &mut r),
+            op::REMOVE_WATCHES => return self.remove_watches(session, xid, &mut r, true),
+            op::CHECK_WATCHES => return self.remove_watches(session, xid, &mut r, false),
             _ => {}
         }
         let Some(decoded) = Op::read(opcode, &mut r) else {
@@ -386,23 +397,9 @@ impl ZkService {
         r: &mut Reader<'_>,
         effects: &mut Effects,
     ) -> Bytes {
-        let mut ops = Vec::new();
-        loop {
-            let header = (|| Ok::<_, crate::jute::JuteError>((r.int()?, r.boolean()?, r.int()?)))();
-            let Ok((opcode, done, _)) = header else {
-                return reply(xid, self.zxid, Code::MarshallingError, |_| {});
-            };
-            if done {
-                break;
-            }
-            match Op::read(opcode, r) {
-                Some(Ok(o)) if o.is_write() => ops.push((opcode, o)),
-                _ => return reply(xid, self.zxid, Code::MarshallingError, |_| {}),
-            }
-        }
-        if r.remaining() != 0 {
+        let Some(ops) = read_multi_ops(r, |_, o| o.is_write()) else {
             return reply(xid, self.zxid, Code::MarshallingError, |_| {});
-        }
+        };
         let just_ops: Vec<Op> = ops.iter().map(|(_, o)| o.clone()).collect();
         match self.transact(ctx, session, |tree, txn| tree.multi(txn, &just_ops)) {
             Ok(done) => {
@@ -419,22 +416,15 @@ impl ZkService {
                         out.int(0);
                         write_done(out, kind, d);
                     }
-                    out.int(-1);
-                    out.boolean(true);
-                    out.int(-1);
+                    write_multi_end(out);
                 })
             }
             // A failed multi: the header says OK, each result says what became of its op.
             Err(codes) => reply(xid, self.zxid, Code::Ok, |out| {
                 for code in codes {
-                    out.int(op::ERROR);
-                    out.boolean(false);
-                    out.int(code.value());
-                    out.int(code.value());
+                    write_multi_error(out, code);
                 }
-                out.int(-1);
-                out.boolean(true);
-                out.int(-1);
+                write_multi_end(out);
             }),
         }
     }
@@ -539,6 +529,38 @@ fn changes_of(operation: &Op, done: &Done) -> Vec<Change> {
     }
 }
 
+/// A multi's (or multiRead's) result for an operation that failed with `code`.
+fn write_multi_error(out: &mut Vec<u8>, code: Code) {
+    out.int(op::ERROR);
+    out.boolean(false);
+    out.int(code.value());
+    out.int(code.value());
+}
+
+/// The header that ends a multi's (or multiRead's) results.
+fn write_multi_end(out: &mut Vec<u8>) {
+    out.int(-1);
+    out.boolean(true);
+    out.int(-1);
+}
+
+/// Reads a multi's (or multiRead's) operations up to the closing header, each of a code `allowed`
+/// accepts; `None` if the record is malformed or holds another.
+fn read_multi_ops(r: &mut Reader<'_>, allowed: impl Fn(i32, &Op) -> bool) -> Option<Vec<(i32, Op)>> {
+    let mut ops = Vec::new();
+    loop {
+        let (opcode, done, _) = (r.int().ok()?, r.boolean().ok()?, r.int().ok()?);
+        if done {
+            break;
+        }
+        match Op::read(opcode, r) {
+            Some(Ok(o)) if allowed(opcode, &o) => ops.push((opcode, o)),
+            _ => return None,
+        }
+    }
+    (r.remaining() == 0).then_some(ops)
+}
+
 /// The response record of a write.
 fn write_done(out: &mut Vec<u8>, opcode: i32, done: &Done) {
     match done {
@@ -585,6 +607,12 @@ impl Service for ZkService {
             return None;
         };
         let mut r = Reader::new(&body);
+        if opcode == op::MULTI_READ {
+            if !self.sessions.contains_key(&session) {
+                return None;
+            }
+            return Some(self.answer(session, self.multi_read(session, xid, &mut r)));
+        }
         let operation = Op::read(opcode, &mut r)?.ok()?;
         let watching = matches!(
             operation,
@@ -692,6 +720,8 @@ impl Service for Corrupting {
         self.0.restore(checkpoint)
     }
 }
+
+mod watch_requests;
 
 #[cfg(test)]
 mod tests;

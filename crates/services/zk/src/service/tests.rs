@@ -481,3 +481,152 @@ fn the_corrupting_stand_in_lies_in_every_reply_and_event_but_keeps_its_state() {
     assert_ne!(good.pushes(), bad.pushes());
     assert_eq!(liar.checkpoint(), honest.zk.checkpoint(), "its state stays right");
 }
+
+fn events_of(h: &Harness, from: usize) -> Vec<(i32, String)> {
+    h.pushes[from..]
+        .iter()
+        .map(|(_, e)| {
+            let mut r = Reader::new(&e.bytes[16..]);
+            let kind = r.int().unwrap();
+            r.int().unwrap();
+            (kind, r.string().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn set_watches_after_a_reconnect_fires_what_the_client_missed() {
+    use crate::watches::event;
+    let mut h = Harness::new();
+    let (a, _, _) = h.connect(GW, 10_000);
+    let (b, _, _) = h.connect(GW2, 10_000);
+    h.request(GW, a, op::CREATE, create_body("/w", b"", 0));
+    h.request(GW, a, op::CREATE, create_body("/same", b"", 0));
+    let seen = h.request(GW, a, op::GET_DATA, path_watch("/w", true)).zxid;
+    // While a is away: /w changes (its event is lost with the old connection), /new appears.
+    h.request(GW2, b, op::SET_DATA, set_body("/w", b"x", -1));
+    h.request(GW2, b, op::CREATE, create_body("/new", b"", 0));
+    let before = h.pushes.len();
+    let mut body = Vec::new();
+    body.long(seen);
+    body.strings(&["/w".into(), "/same".into(), "/gone".into()]);
+    body.strings(&["/new".into(), "/absent".into()]);
+    body.strings(&["/".into()]);
+    let answer = h.request(GW, a, op::SET_WATCHES, body);
+    assert_eq!(answer.err, 0);
+    assert_eq!(
+        events_of(&h, before),
+        [
+            (event::NODE_DATA_CHANGED, "/w".to_string()),
+            (event::NODE_DELETED, "/gone".to_string()),
+            (event::NODE_CREATED, "/new".to_string()),
+            (event::NODE_CHILDREN_CHANGED, "/".to_string()),
+        ]
+    );
+    assert_eq!(
+        answer.answer.events, h.zk.sessions[&a].events,
+        "the reply follows its events"
+    );
+    // The ones that had not fired are watched again, and only those.
+    let before = h.pushes.len();
+    h.request(GW2, b, op::SET_DATA, set_body("/same", b"y", -1));
+    h.request(GW2, b, op::CREATE, create_body("/absent", b"", 0));
+    h.request(GW2, b, op::SET_DATA, set_body("/w", b"z", -1));
+    assert_eq!(
+        events_of(&h, before),
+        [
+            (event::NODE_DATA_CHANGED, "/same".to_string()),
+            (event::NODE_CREATED, "/absent".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn persistent_watches_stay_until_removed() {
+    use crate::watches::event;
+    let mut h = Harness::new();
+    let (a, _, _) = h.connect(GW, 10_000);
+    let add = |path: &str, mode: i32| {
+        let mut b = Vec::new();
+        b.string(path);
+        b.int(mode);
+        b
+    };
+    assert_eq!(h.request(GW, a, op::ADD_WATCH, add("/p", 1)).err, 0);
+    assert_eq!(
+        h.request(GW, a, op::ADD_WATCH, add("/p", 7)).err,
+        Code::BadArguments.value()
+    );
+    h.request(GW, a, op::CREATE, create_body("/p", b"", 0));
+    h.request(GW, a, op::CREATE, create_body("/p/x", b"", 0));
+    h.request(GW, a, op::SET_DATA, set_body("/p/x", b"1", -1));
+    h.request(GW, a, op::SET_DATA, set_body("/p/x", b"2", -1));
+    assert_eq!(
+        events_of(&h, 0),
+        [
+            (event::NODE_CREATED, "/p".to_string()),
+            (event::NODE_CREATED, "/p/x".to_string()),
+            (event::NODE_DATA_CHANGED, "/p/x".to_string()),
+            (event::NODE_DATA_CHANGED, "/p/x".to_string()),
+        ]
+    );
+    let kind = |path: &str, t: i32| {
+        let mut b = Vec::new();
+        b.string(path);
+        b.int(t);
+        b
+    };
+    assert_eq!(h.request(GW, a, op::CHECK_WATCHES, kind("/p", 5)).err, 0);
+    assert_eq!(
+        h.request(GW, a, op::CHECK_WATCHES, kind("/p", 1)).err,
+        Code::NoWatcher.value()
+    );
+    assert_eq!(h.request(GW, a, op::REMOVE_WATCHES, kind("/p", 3)).err, 0);
+    assert_eq!(
+        h.request(GW, a, op::REMOVE_WATCHES, kind("/p", 5)).err,
+        Code::NoWatcher.value()
+    );
+    h.request(GW, a, op::SET_DATA, set_body("/p/x", b"3", -1));
+    assert_eq!(h.pushes.len(), 4, "removed");
+}
+
+#[test]
+fn multi_read_answers_each_read_on_its_own() {
+    let mut h = Harness::new();
+    let (s, _, _) = h.connect(GW, 10_000);
+    h.request(GW, s, op::CREATE, create_body("/a", b"va", 0));
+    let body = multi_body(&[
+        (op::GET_DATA, path_watch("/a", false)),
+        (op::GET_CHILDREN, path_watch("/", false)),
+        (op::GET_DATA, path_watch("/missing", false)),
+    ]);
+    let ordered = h.request(GW, s, op::MULTI_READ, body.clone());
+    assert_eq!(ordered.err, 0);
+    let mut r = Reader::new(&ordered.body);
+    assert_eq!((r.int(), r.boolean(), r.int()), (Ok(op::GET_DATA), Ok(false), Ok(0)));
+    assert_eq!(r.buffer(), Ok(Some(Bytes::from_static(b"va"))));
+    Stat::read(&mut r).unwrap();
+    assert_eq!(
+        (r.int(), r.boolean(), r.int()),
+        (Ok(op::GET_CHILDREN), Ok(false), Ok(0))
+    );
+    assert_eq!(r.strings(), Ok(vec!["a".to_string(), "zookeeper".into()]));
+    let no_node = Code::NoNode.value();
+    assert_eq!(
+        (r.int(), r.boolean(), r.int(), r.int()),
+        (Ok(op::ERROR), Ok(false), Ok(no_node), Ok(no_node))
+    );
+    assert_eq!((r.int(), r.boolean(), r.int()), (Ok(-1), Ok(true), Ok(-1)));
+    r.finish().unwrap();
+    let fast = Command::Request {
+        session: s,
+        xid: 42,
+        opcode: op::MULTI_READ,
+        body: Bytes::from(body),
+    };
+    let fast = h.zk.execute_read_only(&fast.encode()).expect("multiRead is a read");
+    assert_eq!(
+        upright_core::codec::from_bytes::<Answer>(&fast).unwrap(),
+        ordered.answer
+    );
+}

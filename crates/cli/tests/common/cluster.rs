@@ -1,0 +1,60 @@
+//! A cluster set up the way a user sets one up (`upright init` on loopback, then replica
+//! processes), for the tests of the standalone gateways.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Child, Command};
+
+/// A child process that is SIGKILLed when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether nothing listens on the loopback `port`.
+pub fn port_free(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// A base port at or above `from` whose replica, client and metrics ports (`base + i`,
+/// `base + 100 + i`, `base + 200 + i` for four replicas) and `base + 300 .. base + 300 + extra`
+/// (gateways) are free.
+pub fn free_base(from: u16, extra: u16) -> u16 {
+    let start = std::process::id().wrapping_mul(7919) % 80;
+    (0..80)
+        .map(|i| from + ((start + i) % 80) as u16 * 400)
+        .find(|&b| {
+            (0..4).all(|i| [b + i, b + 100 + i, b + 200 + i].into_iter().all(port_free))
+                && (0..extra).all(|g| port_free(b + 300 + g))
+        })
+        .expect("free loopback ports")
+}
+
+/// `upright init` of four replicas (u = r = 1) and four clients on 127.0.0.1 from `base` into
+/// `dir`; the path of its cluster.toml.
+pub fn init(dir: &Path, base: u16) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_upright"))
+        .args([
+            "init",
+            "--replicas",
+            "4",
+            "--u",
+            "1",
+            "--r",
+            "1",
+            "--hosts",
+            "127.0.0.1",
+            "--clients",
+            "4",
+        ])
+        .args(["--base-port", &base.to_string(), "--out"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "upright init: {out:?}");
+    dir.join("cluster.toml").display().to_string()
+}
