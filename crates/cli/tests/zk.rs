@@ -2,7 +2,9 @@
 //! gateway) in which replica 2 is Byzantine: every reply and every watch event it sends is wrong
 //! (`UPRIGHT_TEST_CORRUPT_REPLICA=2`). Every answer checked here must still be right.
 //!
-//! Needs Python's `kazoo` (`.ci/run` installs it); skipped, loudly, only if it is missing.
+//! Needs Python's `kazoo`, and for the Java CLI and the C client Debian's `zookeeper` and
+//! `zookeeper-bin` (`.ci/run` installs them); each part is skipped, loudly, only if its client is
+//! missing.
 
 use std::io::{Read, Write};
 use std::process::Command;
@@ -29,6 +31,85 @@ fn four_letter_word(port: u16, word: &str) -> String {
     out
 }
 
+const ZKCLI: &str = "/usr/share/zookeeper/bin/zkCli.sh";
+const C_CLIENT: &str = "/usr/lib/zookeeper/bin/cli_mt";
+
+/// `zkCli.sh -server 127.0.0.1:PORT args...`: what it printed, without its connection chatter.
+fn zkcli(port: u16, args: &[&str]) -> String {
+    let out = Command::new(ZKCLI)
+        .args(["-server", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .output()
+        .expect("run zkCli.sh");
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    text.lines()
+        .filter(|l| {
+            !l.is_empty()
+                && !l.starts_with("WATCHER::")
+                && !l.starts_with("WatchedEvent state:SyncConnected type:None")
+                && !l.starts_with("Connecting to")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// ZooKeeper's own command-line client (Java), scripted as an operator would use it.
+fn java_cli(port: u16) {
+    if !std::path::Path::new(ZKCLI).exists() {
+        eprintln!("\n\n*** SKIPPED zkCli.sh checks: apt-get install zookeeper ***\n\n");
+        return;
+    }
+    assert!(zkcli(port, &["create", "/cli", "hello"]).contains("Created /cli"));
+    assert!(zkcli(port, &["ls", "/"]).contains("cli"), "ls");
+    let got = zkcli(port, &["get", "-s", "/cli"]);
+    assert!(
+        got.contains("hello") && got.contains("dataVersion = 0") && got.contains("dataLength = 5"),
+        "{got}"
+    );
+    zkcli(port, &["set", "/cli", "world"]);
+    let stat = zkcli(port, &["stat", "/cli"]);
+    assert!(
+        stat.contains("dataVersion = 1") && stat.contains("dataLength = 5"),
+        "{stat}"
+    );
+    assert!(zkcli(port, &["create", "-s", "/cli/seq-", "x"]).contains("Created /cli/seq-0000000000"));
+    assert!(zkcli(port, &["delete", "/cli"]).contains("Node not empty: /cli"));
+    assert!(zkcli(port, &["get", "/none"]).contains("Node does not exist: /none"));
+    zkcli(port, &["deleteall", "/cli"]);
+    assert!(zkcli(port, &["stat", "/cli"]).contains("Node does not exist: /cli"));
+    zkcli(port, &["create", "/locked", "x"]);
+    zkcli(port, &["setAcl", "/locked", "world:anyone:r"]);
+    assert!(zkcli(port, &["set", "/locked", "y"]).contains("Insufficient permission : /locked"));
+    assert!(zkcli(port, &["sync", "/"]).contains("Sync is OK"));
+    println!("zkCli.sh: ok");
+}
+
+/// ZooKeeper's C client (`cli_mt`) connecting and reading.
+fn c_client(port: u16) {
+    if !std::path::Path::new(C_CLIENT).exists() {
+        eprintln!("\n\n*** SKIPPED C client checks: apt-get install zookeeper-bin ***\n\n");
+        return;
+    }
+    zkcli(port, &["create", "/for-c", "from-java"]);
+    let mut child = Command::new(C_CLIENT)
+        .arg(format!("127.0.0.1:{port}"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run cli_mt");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"ls /\nget /for-c\n").unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    stdin.write_all(b"quit\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("state = CONNECTED_STATE"), "{text}");
+    assert!(text.contains("\tfor-c") && text.contains("from-java"), "{text}");
+    println!("C client: ok");
+}
+
 #[test]
 fn kazoo_through_the_zookeeper_gateway_with_a_lying_replica() {
     if !have_kazoo() {
@@ -40,6 +121,8 @@ fn kazoo_through_the_zookeeper_gateway_with_a_lying_replica() {
     assert_eq!(four_letter_word(port, "ruok"), "imok");
     assert!(four_letter_word(port, "srvr").contains("Zookeeper version"));
     assert!(four_letter_word(port, "mntr").contains("zk_server_state"));
+    java_cli(port);
+    c_client(port);
     let stdout = demo::run_python_checks("zk_clients.py", port, "kazoo");
     assert!(stdout.contains("kazoo: all checks passed"));
     // The Byzantine stand-in really ran.

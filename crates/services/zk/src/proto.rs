@@ -380,6 +380,70 @@ impl Op {
     }
 }
 
+/// Request records as clients encode them (for tests, tools and the simulator's clients).
+pub mod request {
+    use super::Acl;
+    use crate::jute::Writer;
+
+    /// CreateRequest (create, create2, createContainer; createTTL appends the TTL as a long).
+    pub fn create(path: &str, data: &[u8], acl: &[Acl], flags: i32) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.string(path);
+        b.buffer(Some(data));
+        Acl::write_all(acl, &mut b);
+        b.int(flags);
+        b
+    }
+
+    /// A path and a watch flag (exists, getData, getChildren, getChildren2).
+    pub fn path_watch(path: &str, watch: bool) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.string(path);
+        b.boolean(watch);
+        b
+    }
+
+    /// A path and a number (delete and check: a version; removeWatches: a watcher type;
+    /// addWatch: a mode).
+    pub fn path_int(path: &str, n: i32) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.string(path);
+        b.int(n);
+        b
+    }
+
+    /// A path alone (getACL, sync, getAllChildrenNumber, getEphemerals).
+    pub fn path(path: &str) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.string(path);
+        b
+    }
+
+    /// SetDataRequest.
+    pub fn set_data(path: &str, data: &[u8], version: i32) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.string(path);
+        b.buffer(Some(data));
+        b.int(version);
+        b
+    }
+
+    /// A multi or multiRead: each operation's header and record, then the closing header.
+    pub fn multi(ops: &[(i32, Vec<u8>)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for (opcode, body) in ops {
+            b.int(*opcode);
+            b.boolean(false);
+            b.int(-1);
+            b.extend_from_slice(body);
+        }
+        b.int(-1);
+        b.boolean(true);
+        b.int(-1);
+        b
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -407,8 +407,11 @@ impl ZkService {
                 self.fire(&changes, effects);
                 reply(xid, self.zxid, Code::Ok, |out| {
                     for ((opcode, _), d) in ops.iter().zip(&done) {
+                        // As ZooKeeper answers inside a multi: create2 as a plain create,
+                        // createContainer and createTTL with their Stat.
                         let kind = match *opcode {
-                            op::CREATE2 | op::CREATE_TTL | op::CREATE_CONTAINER => op::CREATE2,
+                            op::CREATE2 => op::CREATE,
+                            op::CREATE_TTL | op::CREATE_CONTAINER => op::CREATE2,
                             other => other,
                         };
                         out.int(kind);

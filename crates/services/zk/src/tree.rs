@@ -50,11 +50,13 @@ impl Node {
         }
     }
 
-    /// Its `Stat` as clients see it.
+    /// Its `Stat` as clients see it: a container's or TTL node's owner marker shows as 0, as
+    /// ZooKeeper shows it (`DataNode.copyStat`).
     pub fn stat(&self) -> Stat {
         Stat {
             data_length: self.data.len() as i32,
             num_children: self.children.len() as i32,
+            ephemeral_owner: self.session().unwrap_or(0),
             ..self.stat
         }
     }
@@ -403,9 +405,11 @@ impl Tree {
         if data.len() > MAX_BUFFER {
             return Err(Code::BadArguments);
         }
-        validate_path(path, mode.is_sequential())?;
-        if path == "/" {
-            return Err(Code::NodeExists);
+        // ZooKeeper looks only for a slash and no NUL first, finds the parent, and validates
+        // the whole path (with its sequence suffix) after that: "/a/./b" is NoNode ("/a/." is
+        // no node), "/a/" is BadArguments once "/a" is found.
+        if !path.contains('/') || path.contains('\0') {
+            return Err(Code::BadArguments);
         }
         let acl = fixup_acl(acl, txn.auth)?;
         let parent_path = parent_of(path).to_string();
@@ -418,6 +422,10 @@ impl Tree {
         } else {
             path.to_string()
         };
+        validate_path(&path, false)?;
+        if path == "/" {
+            return Err(Code::NodeExists);
+        }
         if self.nodes.contains_key(&path) {
             return Err(Code::NodeExists);
         }
