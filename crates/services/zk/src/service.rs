@@ -31,6 +31,9 @@ pub const TICK_MS: i32 = 2_000;
 pub const SESSION_TIMEOUT_MIN_MS: i32 = 2 * TICK_MS;
 /// Longest session timeout granted (`maxSessionTimeout`).
 pub const SESSION_TIMEOUT_MAX_MS: i32 = 20 * TICK_MS;
+/// How often empty containers and expired TTL nodes are looked for (ZooKeeper's
+/// `znode.container.checkIntervalMs` default), in agreed microseconds.
+pub const SWEEP_INTERVAL_US: u64 = 60_000_000;
 /// Most sessions at once (a connect beyond it is refused as ZooKeeper refuses one it cannot
 /// serve: the connection closes).
 pub const SESSIONS_MAX: usize = 100_000;
@@ -134,6 +137,9 @@ pub struct ZkService {
     sessions: BTreeMap<i64, Session>,
     /// Sessions by deadline.
     deadlines: BTreeSet<(u64, i64)>,
+    /// Agreed time (us) of the next look for empty containers and expired TTL nodes, while
+    /// there are any.
+    next_sweep_us: Option<u64>,
     /// Sessions created so far (the low bits of the next session id).
     created: i64,
     watches: Watches,
@@ -580,14 +586,22 @@ fn write_done(out: &mut Vec<u8>, opcode: i32, done: &Done) {
 
 impl Service for ZkService {
     fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
-        requests
+        let replies = requests
             .iter()
             .map(|request| self.execute_one(context, request, effects))
-            .collect()
+            .collect();
+        if self.next_sweep_us.is_none() && self.tree.has_swept() {
+            self.next_sweep_us = Some(context.time_us + SWEEP_INTERVAL_US);
+        }
+        replies
     }
 
     fn wake_at(&self) -> Option<u64> {
-        self.deadlines.first().map(|&(at, _)| at)
+        let deadline = self.deadlines.first().map(|&(at, _)| at);
+        match (deadline, self.next_sweep_us) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {
@@ -596,6 +610,15 @@ impl Service for ZkService {
                 break;
             }
             self.end_session(session, effects);
+        }
+        if self.next_sweep_us.is_some_and(|at| at <= context.time_us) {
+            let gone = self.tree.sweep(self.zxid + 1, (context.time_us / 1_000) as i64);
+            if !gone.is_empty() {
+                self.zxid += 1;
+                let changes: Vec<Change> = gone.into_iter().map(Change::Deleted).collect();
+                self.fire(&changes, effects);
+            }
+            self.next_sweep_us = self.tree.has_swept().then_some(context.time_us + SWEEP_INTERVAL_US);
         }
     }
 

@@ -61,6 +61,12 @@ impl Node {
         }
     }
 
+    /// Whether it is a container or a TTL node (its owner field holds their marker).
+    pub fn is_swept(&self) -> bool {
+        let owner = self.stat.ephemeral_owner;
+        owner == CONTAINER_OWNER || (owner != 0 && owner & TTL_OWNER_MASK == TTL_OWNER_MASK)
+    }
+
     /// The session whose ephemeral node this is, if it is one (not a container or TTL node).
     pub fn session(&self) -> Option<i64> {
         let owner = self.stat.ephemeral_owner;
@@ -99,6 +105,8 @@ pub struct Tree {
     nodes: BTreeMap<String, Node>,
     /// Each session's ephemeral nodes.
     ephemerals: BTreeMap<i64, BTreeSet<String>>,
+    /// Container and TTL nodes (deleted by [`Tree::sweep`] once empty or expired).
+    swept: BTreeSet<String>,
 }
 
 impl Default for Tree {
@@ -211,6 +219,7 @@ impl Tree {
         let mut tree = Tree {
             nodes: BTreeMap::new(),
             ephemerals: BTreeMap::new(),
+            swept: BTreeSet::new(),
         };
         tree.nodes
             .insert("/".into(), Node::new(Bytes::new(), Acl::open(), 0, 0, 0));
@@ -290,10 +299,14 @@ impl Tree {
             if let Some(owner) = self.nodes.get(&path).and_then(Node::session) {
                 self.unindex(owner, &path);
             }
+            self.swept.remove(&path);
             match node {
                 Some(node) => {
                     if let Some(owner) = node.session() {
                         self.ephemerals.entry(owner).or_default().insert(path.clone());
+                    }
+                    if node.is_swept() {
+                        self.swept.insert(path.clone());
                     }
                     self.nodes.insert(path, node);
                 }
@@ -445,6 +458,9 @@ impl Tree {
         if let Some(session) = node.session() {
             self.ephemerals.entry(session).or_default().insert(path.clone());
         }
+        if node.is_swept() {
+            self.swept.insert(path.clone());
+        }
         self.nodes.insert(path.clone(), node);
         let parent = self.nodes.get_mut(&parent_path).expect("checked above");
         parent.children.insert(name_of(&path).to_string());
@@ -459,10 +475,41 @@ impl Tree {
         if let Some(owner) = node.session() {
             self.unindex(owner, path);
         }
+        self.swept.remove(path);
         let parent = self.nodes.get_mut(parent_of(path)).expect("a node's parent exists");
         parent.children.remove(name_of(path));
         parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
         parent.stat.pzxid = zxid;
+    }
+
+    /// Whether there are container or TTL nodes to look at now and then.
+    pub fn has_swept(&self) -> bool {
+        !self.swept.is_empty()
+    }
+
+    /// ZooKeeper's container manager, on agreed time `now_ms`: deletes each container that had
+    /// children and has none left, and each childless TTL node not modified for its TTL, without
+    /// an ACL check (ZooKeeper's `deleteContainer`); their paths.
+    pub fn sweep(&mut self, zxid: i64, now_ms: i64) -> Vec<String> {
+        let due: Vec<String> = self
+            .swept
+            .iter()
+            .filter(|path| {
+                let node = &self.nodes[path.as_str()];
+                let owner = node.stat.ephemeral_owner;
+                node.children.is_empty()
+                    && if owner == CONTAINER_OWNER {
+                        node.stat.cversion > 0
+                    } else {
+                        now_ms.saturating_sub(node.stat.mtime) > owner & TTL_MAX_MS
+                    }
+            })
+            .cloned()
+            .collect();
+        for path in &due {
+            self.remove(zxid, path);
+        }
+        due
     }
 
     /// Deletes the ephemeral nodes of `session` (it closed or expired), deepest first; their

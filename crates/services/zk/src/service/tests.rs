@@ -595,3 +595,41 @@ fn multi_read_answers_each_read_on_its_own() {
         ordered.answer
     );
 }
+
+#[test]
+fn empty_containers_and_expired_ttl_nodes_are_swept_on_agreed_time() {
+    let mut h = Harness::new();
+    let (s, _, _) = h.connect(GW, 40_000);
+    h.request(GW, s, op::CREATE_CONTAINER, create_body("/c", b"", 4));
+    h.request(GW, s, op::CREATE_CONTAINER, create_body("/never-used", b"", 4));
+    h.request(GW, s, op::CREATE, create_body("/c/child", b"", 0));
+    let mut ttl = create_body("/t", b"", 5);
+    ttl.long(30_000);
+    assert_eq!(h.request(GW, s, op::CREATE_TTL, ttl).err, 0);
+    h.request(GW, s, op::EXISTS, path_watch("/c", true));
+    let sweep = h.zk.next_sweep_us.expect("a sweep is scheduled");
+    assert_eq!(h.zk.wake_at(), Some(sweep.min(h.zk.deadlines.first().unwrap().0)));
+    // Agreed time moves in steps of 20 s, the session touched at each (it lives 40 s).
+    let advance = |h: &mut Harness, to: u64| {
+        while h.time_us < to {
+            h.time_us = (h.time_us + 20_000_000).min(to) - 1_000;
+            h.run(GW, Command::Touch { sessions: vec![s] });
+        }
+    };
+    // The container still has its child: it stays; the TTL node, untouched for 60 s > 30 s, goes.
+    advance(&mut h, sweep);
+    assert!(h.zk.tree().get("/c").is_some());
+    assert!(h.zk.tree().get("/t").is_none(), "a TTL node untouched for its TTL goes");
+    assert!(h.zk.next_sweep_us.unwrap() > sweep, "the next look is scheduled");
+    h.request(GW, s, op::DELETE, path_version("/c/child", -1));
+    let next = h.zk.next_sweep_us.unwrap();
+    advance(&mut h, next);
+    assert!(h.zk.tree().get("/c").is_none(), "an emptied container goes");
+    assert!(
+        h.zk.tree().get("/never-used").is_some(),
+        "one that never had children stays"
+    );
+    let deleted: Vec<_> = h.pushes.iter().map(|(_, e)| e.session).collect();
+    assert_eq!(deleted, [s], "the watch on /c fired");
+    assert!(h.zk.next_sweep_us.is_some(), "/never-used is still looked at");
+}

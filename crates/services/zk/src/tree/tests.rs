@@ -318,6 +318,7 @@ fn a_multi_applies_all_or_nothing_and_reports_as_zookeeper_does() {
         create("/m/a", 0),
         set("/m", 0),
         create("/m/e", 1),
+        create("/m/c", 4),
         delete("/m/none", -1),
         create("/m/b", 0),
     ];
@@ -328,11 +329,16 @@ fn a_multi_applies_all_or_nothing_and_reports_as_zookeeper_does() {
             Code::Ok,
             Code::Ok,
             Code::Ok,
+            Code::Ok,
             Code::NoNode,
             Code::RuntimeInconsistency
         ])
     );
-    assert_eq!(t.tree, before, "nothing of it stays, the ephemeral index included");
+    assert_eq!(
+        t.tree, before,
+        "nothing of it stays, the ephemeral and container indexes included"
+    );
+    assert!(!t.tree.has_swept());
     let ops = [create("/m/a", 0), set("/m", 0), create("/m/e", 1), delete("/m/a", 0)];
     let txn = t.txn(S1, &[]);
     let done = t.tree.multi(&txn, &ops).unwrap();
