@@ -24,41 +24,33 @@ struct Raw {
     session: i64,
 }
 
-fn frame(stream: &mut TcpStream, body: &[u8]) {
+fn frame(stream: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
     let mut out = Vec::new();
     out.int(body.len() as i32);
     out.extend_from_slice(body);
-    stream.write_all(&out).unwrap();
+    stream.write_all(&out)
 }
 
-fn read_frame(stream: &mut TcpStream) -> Vec<u8> {
+fn read_frame(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
-    stream.read_exact(&mut len).unwrap();
+    stream.read_exact(&mut len)?;
     let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
-    stream.read_exact(&mut body).unwrap();
-    body
+    stream.read_exact(&mut body)?;
+    Ok(body)
 }
 
 impl Raw {
     fn connect(port: u16) -> Raw {
+        // A server that is still starting accepts and then closes the connection (ZooKeeper:
+        // "ZooKeeperServer not running"): try again, as a client does, for up to a minute.
         let until = Instant::now() + Duration::from_secs(60);
-        let mut stream = loop {
-            match TcpStream::connect(("127.0.0.1", port)) {
-                Ok(s) => break s,
+        let (stream, response) = loop {
+            match Raw::handshake(port) {
+                Ok(done) => break done,
                 Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(200)),
                 Err(e) => panic!("connect to {port}: {e}"),
             }
         };
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut connect = Vec::new();
-        connect.int(0);
-        connect.long(0);
-        connect.int(30_000);
-        connect.long(0);
-        connect.buffer(Some(&[0u8; 16]));
-        connect.boolean(false);
-        frame(&mut stream, &connect);
-        let response = read_frame(&mut stream);
         let mut r = Reader::new(&response);
         let (_, timeout, session) = (r.int().unwrap(), r.int().unwrap(), r.long().unwrap());
         assert_eq!(timeout, 30_000, "port {port}");
@@ -69,6 +61,22 @@ impl Raw {
         }
     }
 
+    /// Connects and sends a ConnectRequest for a new session: the stream and the ConnectResponse.
+    fn handshake(port: u16) -> std::io::Result<(TcpStream, Vec<u8>)> {
+        let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut connect = Vec::new();
+        connect.int(0);
+        connect.long(0);
+        connect.int(30_000);
+        connect.long(0);
+        connect.buffer(Some(&[0u8; 16]));
+        connect.boolean(false);
+        frame(&mut stream, &connect)?;
+        let response = read_frame(&mut stream)?;
+        Ok((stream, response))
+    }
+
     /// Sends a request and returns its error code and response record (notifications skipped).
     fn call(&mut self, opcode: i32, body: &[u8]) -> (i32, Vec<u8>) {
         self.xid += 1;
@@ -77,9 +85,9 @@ impl Raw {
         request.int(xid);
         request.int(opcode);
         request.extend_from_slice(body);
-        frame(&mut self.stream, &request);
+        frame(&mut self.stream, &request).unwrap();
         loop {
-            let reply = read_frame(&mut self.stream);
+            let reply = read_frame(&mut self.stream).unwrap();
             let mut r = Reader::new(&reply);
             let (got, _, err) = (r.int().unwrap(), r.long().unwrap(), r.int().unwrap());
             if got == xid {
@@ -310,8 +318,18 @@ fn probes() -> Vec<(&'static str, i32, Vec<u8>)> {
     ]
 }
 
+/// A ZooKeeper server, killed when dropped (also when a probe fails).
+struct ZooKeeper(Child);
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts Apache ZooKeeper standalone on `port` with its data in `dir` (TTL nodes enabled).
-fn start_zookeeper(dir: &std::path::Path, port: u16) -> Child {
+fn start_zookeeper(dir: &std::path::Path, port: u16) -> ZooKeeper {
     let config = dir.join("zoo.cfg");
     std::fs::write(
         &config,
@@ -331,6 +349,7 @@ fn start_zookeeper(dir: &std::path::Path, port: u16) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
+        .map(ZooKeeper)
         .expect("start zkServer.sh")
 }
 
@@ -346,7 +365,7 @@ fn upright_zk_answers_every_probe_as_apache_zookeeper_does() {
     let _demo = demo::start_service_demo("zk", ours_port, &format!("ZooKeeper protocol on 127.0.0.1:{ours_port}"));
     let zk_port = demo::free_port();
     assert_ne!(zk_port, ours_port);
-    let mut zookeeper = start_zookeeper(dir.path(), zk_port);
+    let zookeeper = start_zookeeper(dir.path(), zk_port);
     let mut theirs = Raw::connect(zk_port);
     let mut ours = Raw::connect(ours_port);
     let mut differences = Vec::new();
@@ -369,8 +388,7 @@ fn upright_zk_answers_every_probe_as_apache_zookeeper_does() {
             ));
         }
     }
-    let _ = zookeeper.kill();
-    let _ = zookeeper.wait();
+    drop(zookeeper);
     assert!(
         differences.is_empty(),
         "answers that differ:\n{}",
