@@ -22,9 +22,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Notify};
 use upright_node::client::{ClientHandle, PushEvent};
 
-use crate::jute::{Reader, Writer, MAX_BUFFER};
+use crate::jute::{Reader, MAX_BUFFER};
 use crate::proto::op;
-use crate::service::{Answer, Command, Event};
+use crate::proto::Code;
+use crate::service::{is_plain_read, reply, Answer, Command, Event};
 
 /// Largest frame a client may send (ZooKeeper: `jute.maxbuffer` plus room for the header).
 pub const FRAME_BYTES_MAX: usize = MAX_BUFFER + 1024;
@@ -299,32 +300,16 @@ async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
             break;
         };
         let body = Bytes::copy_from_slice(&request[8..]);
-        let local = |err: i32| {
-            let mut out = Vec::new();
-            out.int(xid);
-            out.long(shared.zxid.load(Ordering::Relaxed));
-            out.int(err);
-            out
-        };
-        let reply = match opcode {
-            op::PING => {
-                let mut out = local(0);
-                out[..4].copy_from_slice(&PING_XID.to_be_bytes());
-                Bytes::from(out)
-            }
+        let response = match opcode {
+            op::PING => reply(PING_XID, shared.zxid.load(Ordering::Relaxed), Code::Ok, |_| {}),
             _ => {
+                let plain_read = is_plain_read(opcode, &body);
                 let command = Command::Request {
                     session,
                     xid,
                     opcode,
                     body,
                 };
-                let plain_read = matches!(opcode, op::EXISTS | op::GET_DATA | op::GET_CHILDREN | op::GET_CHILDREN2)
-                    && request.last() == Some(&0)
-                    || matches!(
-                        opcode,
-                        op::GET_ACL | op::GET_ALL_CHILDREN_NUMBER | op::GET_EPHEMERALS | op::MULTI_READ
-                    );
                 let mut answer = None;
                 if plain_read {
                     answer = shared.invoke(session, &command, true).await.filter(|a| a.zxid >= seen);
@@ -351,7 +336,7 @@ async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
                 answer.bytes
             }
         };
-        if outbox.send(frame(&reply)).await.is_err() || opcode == op::CLOSE_SESSION {
+        if outbox.send(frame(&response)).await.is_err() || opcode == op::CLOSE_SESSION {
             break;
         }
     }

@@ -145,8 +145,8 @@ pub struct ZkService {
     watches: Watches,
 }
 
-/// The bytes of a reply header and a response record written by `body`.
-fn reply(xid: i32, zxid: i64, err: Code, body: impl FnOnce(&mut Vec<u8>)) -> Bytes {
+/// The bytes of a reply header and, if `err` is Ok, a response record written by `body`.
+pub(crate) fn reply(xid: i32, zxid: i64, err: Code, body: impl FnOnce(&mut Vec<u8>)) -> Bytes {
     let mut out = Vec::new();
     out.int(xid);
     out.long(zxid);
@@ -154,6 +154,17 @@ fn reply(xid: i32, zxid: i64, err: Code, body: impl FnOnce(&mut Vec<u8>)) -> Byt
     if err == Code::Ok {
         body(&mut out);
     }
+    Bytes::from(out)
+}
+
+/// A ConnectResponse (protocol version 0, not read-only).
+fn connect_response(timeout_ms: i32, session: i64, password: &[u8]) -> Bytes {
+    let mut out = Vec::new();
+    out.int(0);
+    out.int(timeout_ms);
+    out.long(session);
+    out.buffer(Some(password));
+    out.boolean(false);
     Bytes::from(out)
 }
 
@@ -201,20 +212,22 @@ impl ZkService {
         Bytes::from(upright_core::codec::to_bytes(&answer))
     }
 
-    fn connect(&mut self, ctx: &BatchContext, client: ClientId, session: i64, password: &Bytes, timeout: i32) -> Bytes {
-        let refused = |timeout| {
-            let mut out = Vec::new();
-            out.int(0); // protocolVersion
-            out.int(timeout);
-            out.long(0);
-            out.buffer(Some(&[0u8; 16]));
-            out.boolean(false);
-            Bytes::from(out)
-        };
+    /// A ConnectRequest: the session granted (0 if none) and the ConnectResponse.
+    fn connect(
+        &mut self,
+        ctx: &BatchContext,
+        client: ClientId,
+        session: i64,
+        password: &Bytes,
+        timeout: i32,
+    ) -> (i64, Bytes) {
+        // Expired, closed, unknown, the wrong password or no room: ZooKeeper answers with a zero
+        // timeout and session, and the client reports the session expired.
+        let refused = || (0, connect_response(0, 0, &[0u8; 16]));
         let timeout = timeout.clamp(SESSION_TIMEOUT_MIN_MS, SESSION_TIMEOUT_MAX_MS);
         let id = if session == 0 {
             if self.sessions.len() >= SESSIONS_MAX {
-                return refused(0);
+                return refused();
             }
             self.created += 1;
             // Like ZooKeeper's: a server byte on top (1), then a counter.
@@ -242,19 +255,11 @@ impl ZkService {
                     self.touch(session, ctx.time_us, Some(client));
                     session
                 }
-                // Expired, closed, unknown, or the wrong password: ZooKeeper answers with a
-                // zero timeout and session, and the client reports the session expired.
-                _ => return refused(0),
+                _ => return refused(),
             }
         };
         let s = &self.sessions[&id];
-        let mut out = Vec::new();
-        out.int(0);
-        out.int(s.timeout_ms);
-        out.long(id);
-        out.buffer(Some(&s.password));
-        out.boolean(false);
-        Bytes::from(out)
+        (id, connect_response(s.timeout_ms, id, &s.password))
     }
 
     /// Runs `write` on the tree as `session`'s next transaction (the next zxid, agreed time in
@@ -294,17 +299,15 @@ impl ZkService {
             return;
         };
         s.events += 1;
-        let mut bytes = Vec::new();
-        bytes.int(NOTIFICATION_XID);
-        bytes.long(-1);
-        bytes.int(0);
-        bytes.int(kind);
-        bytes.int(STATE_SYNC_CONNECTED);
-        bytes.string(path);
+        let bytes = reply(NOTIFICATION_XID, -1, Code::Ok, |out| {
+            out.int(kind);
+            out.int(STATE_SYNC_CONNECTED);
+            out.string(path);
+        });
         let event = Event {
             session,
             seq: s.events,
-            bytes: Bytes::from(bytes),
+            bytes,
         };
         effects.push(s.owner, Bytes::from(upright_core::codec::to_bytes(&event)));
     }
@@ -440,25 +443,36 @@ impl ZkService {
 
     /// Answers a read from the current state (no watch, nothing changed).
     fn read_reply(&self, session: i64, xid: i32, opcode: i32, operation: &Op) -> Bytes {
+        self.read_answer(session, xid, opcode, operation).1
+    }
+
+    /// [`ZkService::read_reply`] with the code it answers.
+    fn read_answer(&self, session: i64, xid: i32, opcode: i32, operation: &Op) -> (Code, Bytes) {
         let auth = self
             .sessions
             .get(&session)
             .map(|s| s.auth.as_slice())
             .unwrap_or_default();
-        match self.tree.read(operation, session, auth) {
-            Err(code) => reply(xid, self.zxid, code, |_| {}),
+        let (code, read) = match self.tree.read(operation, session, auth) {
+            Err(code) => (code, None),
             // exists on a missing node is NoNode in the header.
-            Ok(Read::Exists(None)) => reply(xid, self.zxid, Code::NoNode, |_| {}),
-            Ok(read) => reply(xid, self.zxid, Code::Ok, |out| write_read(out, opcode, read)),
-        }
+            Ok(Read::Exists(None)) => (Code::NoNode, None),
+            Ok(read) => (Code::Ok, Some(read)),
+        };
+        let bytes = reply(xid, self.zxid, code, |out| {
+            if let Some(read) = read {
+                write_read(out, opcode, read);
+            }
+        });
+        (code, bytes)
     }
 
     /// Answers a read in the agreed order, leaving the watch it asks for: on a node that exists
     /// a data watch (exists, getData) or a child watch (getChildren), if the read succeeded; on
     /// a missing node an exist watch (exists only).
     fn ordered_read(&mut self, session: i64, xid: i32, opcode: i32, operation: &Op) -> Bytes {
-        let bytes = self.read_reply(session, xid, opcode, operation);
-        let succeeded = bytes[12..16] == [0, 0, 0, 0]; // the header's err
+        let (code, bytes) = self.read_answer(session, xid, opcode, operation);
+        let succeeded = code == Code::Ok;
         let watch = match operation {
             Op::Exists { path, watch: true } if self.tree.get(path).is_some() => Some((Kind::Data, path)),
             Op::Exists { path, watch: true } if crate::tree::validate_path(path, false).is_ok() => {
@@ -484,8 +498,7 @@ impl ZkService {
                 password,
                 timeout_ms,
             } => {
-                let bytes = self.connect(ctx, request.client, session, &password, timeout_ms);
-                let id = Reader::new(&bytes[8..]).long().unwrap_or(0);
+                let (id, bytes) = self.connect(ctx, request.client, session, &password, timeout_ms);
                 self.answer(id, bytes)
             }
             Command::Request {
@@ -511,6 +524,29 @@ impl ZkService {
                 self.answer(0, Bytes::from(upright_core::codec::to_bytes(&gone)))
             }
         }
+    }
+}
+
+/// Whether request `opcode` with record `body` only reads and leaves no watch (not `sync`, whose
+/// point is its place in the order): such a request may be answered on the read-only path.
+pub fn is_plain_read(opcode: i32, body: &[u8]) -> bool {
+    if opcode == op::MULTI_READ {
+        return true;
+    }
+    let mut r = Reader::new(body);
+    match Op::read(opcode, &mut r) {
+        Some(Ok(operation)) => {
+            let ordered = operation.is_write()
+                || matches!(
+                    operation,
+                    Op::Sync { .. }
+                        | Op::Exists { watch: true, .. }
+                        | Op::GetData { watch: true, .. }
+                        | Op::GetChildren { watch: true, .. }
+                );
+            !ordered && r.finish().is_ok()
+        }
+        _ => false,
     }
 }
 
@@ -632,22 +668,15 @@ impl Service for ZkService {
         else {
             return None;
         };
-        let mut r = Reader::new(&body);
-        if opcode == op::MULTI_READ {
-            if !self.sessions.contains_key(&session) {
-                return None;
-            }
-            return Some(self.answer(session, self.multi_read(session, xid, &mut r)));
-        }
-        let operation = Op::read(opcode, &mut r)?.ok()?;
-        let watching = matches!(
-            operation,
-            Op::Exists { watch: true, .. } | Op::GetData { watch: true, .. } | Op::GetChildren { watch: true, .. }
-        );
-        if operation.is_write() || watching || r.finish().is_err() || !self.sessions.contains_key(&session) {
+        if !is_plain_read(opcode, &body) || !self.sessions.contains_key(&session) {
             return None;
         }
-        Some(self.answer(session, self.read_reply(session, xid, opcode, &operation)))
+        let mut r = Reader::new(&body);
+        let bytes = match Op::read(opcode, &mut r) {
+            Some(Ok(operation)) => self.read_reply(session, xid, opcode, &operation),
+            _ => self.multi_read(session, xid, &mut r),
+        };
+        Some(self.answer(session, bytes))
     }
 
     fn checkpoint(&self) -> Bytes {
@@ -693,23 +722,24 @@ fn corrupt_answer(reply: Bytes) -> Bytes {
         return reply;
     };
     answer.zxid += 1_000;
-    let mut bytes = answer.bytes.to_vec();
+    answer.bytes = flip_last(&answer.bytes);
+    Bytes::from(upright_core::codec::to_bytes(&answer))
+}
+
+/// `bytes` with a bit of the last byte flipped (a lie of the same length).
+fn flip_last(bytes: &[u8]) -> Bytes {
+    let mut bytes = bytes.to_vec();
     if let Some(last) = bytes.last_mut() {
         *last ^= 0x20;
     }
-    answer.bytes = Bytes::from(bytes);
-    Bytes::from(upright_core::codec::to_bytes(&answer))
+    Bytes::from(bytes)
 }
 
 fn corrupt_pushes(effects: &mut Effects) {
     for push in effects.take_pushes() {
         let payload = match upright_core::codec::from_bytes::<Event>(&push.payload) {
             Ok(mut event) => {
-                let mut bytes = event.bytes.to_vec();
-                if let Some(last) = bytes.last_mut() {
-                    *last ^= 0x20;
-                }
-                event.bytes = Bytes::from(bytes);
+                event.bytes = flip_last(&event.bytes);
                 Bytes::from(upright_core::codec::to_bytes(&event))
             }
             Err(_) => push.payload,

@@ -151,20 +151,7 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
                         command::lookup(&argv[0]).is_some_and(|c| SUBSCRIPTION_COMMANDS.contains(&c.name));
                     let mode = session.reply;
                     let (pending, flow) = dispatch(argv, &mut session, &mut batch, &shared);
-                    // Subscription confirmations are pub/sub messages: written whatever CLIENT
-                    // REPLY says (as Redis does, in RESP2 too).
-                    let pushes = subscription;
-                    // Written when replies are on after the command (CLIENT REPLY ON answers
-                    // OK; OFF and SKIP answer nothing), and not while skipping.
-                    let silent = session.reply != ReplyMode::On;
-                    if mode == ReplyMode::SkipNext && session.reply == ReplyMode::SkipNext {
-                        session.reply = ReplyMode::On; // the skipped command was this one
-                    }
-                    if silent && !pushes {
-                        (silence(pending), flow)
-                    } else {
-                        (pending, flow)
-                    }
+                    (as_client_reply_says(pending, mode, &mut session, subscription), flow)
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -238,15 +225,8 @@ pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
                 }
                 Streamed::Closed => break,
             };
-            // Answered as CLIENT REPLY says (OFF and SKIP write nothing; SKIP only this once).
-            let pending = if session.reply == ReplyMode::On {
-                pending
-            } else {
-                silence(pending)
-            };
-            if session.reply == ReplyMode::SkipNext {
-                session.reply = ReplyMode::On;
-            }
+            let mode = session.reply;
+            let pending = as_client_reply_says(pending, mode, &mut session, false);
             if tx.send(pending).await.is_err() {
                 break;
             }
@@ -655,6 +635,23 @@ fn authenticate(name: &str, argv: Vec<Bytes>, session: &mut Session, shared: &Sh
         reply
     };
     (Pending::Ready(reply.to_resp(session.proto)), Flow::Switch(u))
+}
+
+/// `pending` as CLIENT REPLY says after the command (`before`: the mode before it, which a
+/// CLIENT REPLY command changes): written when replies are on (CLIENT REPLY ON answers OK; OFF
+/// and SKIP answer nothing), not while skipping, SKIP covering only the one command after it.
+/// Subscription confirmations (`pushes`) are pub/sub messages: written whatever it says, as Redis
+/// does, in RESP2 too.
+fn as_client_reply_says(pending: Pending, before: ReplyMode, session: &mut Session, pushes: bool) -> Pending {
+    let silent = session.reply != ReplyMode::On;
+    if before == ReplyMode::SkipNext && session.reply == ReplyMode::SkipNext {
+        session.reply = ReplyMode::On; // the skipped command was this one
+    }
+    if silent && !pushes {
+        silence(pending)
+    } else {
+        pending
+    }
 }
 
 /// The answer of `pending` left unwritten (CLIENT REPLY OFF / SKIP); a cluster reply is still

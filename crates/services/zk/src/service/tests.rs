@@ -511,15 +511,9 @@ fn persistent_watches_stay_until_removed() {
     use crate::watches::event;
     let mut h = Harness::new();
     let (a, _, _) = h.connect(GW, 10_000);
-    let add = |path: &str, mode: i32| {
-        let mut b = Vec::new();
-        b.string(path);
-        b.int(mode);
-        b
-    };
-    assert_eq!(h.request(GW, a, op::ADD_WATCH, add("/p", 1)).err, 0);
+    assert_eq!(h.request(GW, a, op::ADD_WATCH, path_version("/p", 1)).err, 0);
     assert_eq!(
-        h.request(GW, a, op::ADD_WATCH, add("/p", 7)).err,
+        h.request(GW, a, op::ADD_WATCH, path_version("/p", 7)).err,
         Code::BadArguments.value()
     );
     h.request(GW, a, op::CREATE, create_body("/p", b"", 0));
@@ -535,20 +529,14 @@ fn persistent_watches_stay_until_removed() {
             (event::NODE_DATA_CHANGED, "/p/x".to_string()),
         ]
     );
-    let kind = |path: &str, t: i32| {
-        let mut b = Vec::new();
-        b.string(path);
-        b.int(t);
-        b
-    };
-    assert_eq!(h.request(GW, a, op::CHECK_WATCHES, kind("/p", 5)).err, 0);
+    assert_eq!(h.request(GW, a, op::CHECK_WATCHES, path_version("/p", 5)).err, 0);
     assert_eq!(
-        h.request(GW, a, op::CHECK_WATCHES, kind("/p", 1)).err,
+        h.request(GW, a, op::CHECK_WATCHES, path_version("/p", 1)).err,
         Code::NoWatcher.value()
     );
-    assert_eq!(h.request(GW, a, op::REMOVE_WATCHES, kind("/p", 3)).err, 0);
+    assert_eq!(h.request(GW, a, op::REMOVE_WATCHES, path_version("/p", 3)).err, 0);
     assert_eq!(
-        h.request(GW, a, op::REMOVE_WATCHES, kind("/p", 5)).err,
+        h.request(GW, a, op::REMOVE_WATCHES, path_version("/p", 5)).err,
         Code::NoWatcher.value()
     );
     h.request(GW, a, op::SET_DATA, set_body("/p/x", b"3", -1));

@@ -51,15 +51,8 @@ impl ZkService {
         }
         self.watches.drop_session(session);
         let mut missed: Vec<(i32, String)> = Vec::new();
-        for path in data {
-            match self.tree.get(&path) {
-                None => missed.push((event::NODE_DELETED, path)),
-                Some(node) if node.stat.mzxid > relative => missed.push((event::NODE_DATA_CHANGED, path)),
-                Some(_) => {
-                    self.watches.add(session, Kind::Data, &path);
-                }
-            }
-        }
+        // In ZooKeeper's order: data, exist, then child watches.
+        self.restate(session, data, Kind::Data, relative, &mut missed);
         for path in exist {
             if self.tree.get(&path).is_some() {
                 missed.push((event::NODE_CREATED, path));
@@ -67,15 +60,7 @@ impl ZkService {
                 self.watches.add(session, Kind::Exist, &path);
             }
         }
-        for path in child {
-            match self.tree.get(&path) {
-                None => missed.push((event::NODE_DELETED, path)),
-                Some(node) if node.stat.pzxid > relative => missed.push((event::NODE_CHILDREN_CHANGED, path)),
-                Some(_) => {
-                    self.watches.add(session, Kind::Child, &path);
-                }
-            }
-        }
+        self.restate(session, child, Kind::Child, relative, &mut missed);
         for path in kept {
             self.watches.add(session, Kind::Persistent, &path);
         }
@@ -86,6 +71,40 @@ impl ZkService {
             self.push_event(session, kind, &path, effects);
         }
         reply(xid, self.zxid, Code::Ok, |_| {})
+    }
+
+    /// Data or child watches (`kind`) a reconnected client re-states: one on a node that is gone,
+    /// or changed after `relative` (its data for a data watch, its children for a child watch),
+    /// goes into `missed` with its event; the others are watched again.
+    fn restate(
+        &mut self,
+        session: i64,
+        paths: Vec<String>,
+        kind: Kind,
+        relative: i64,
+        missed: &mut Vec<(i32, String)>,
+    ) {
+        let changed = if kind == Kind::Data {
+            event::NODE_DATA_CHANGED
+        } else {
+            event::NODE_CHILDREN_CHANGED
+        };
+        for path in paths {
+            let Some(node) = self.tree.get(&path) else {
+                missed.push((event::NODE_DELETED, path));
+                continue;
+            };
+            let zxid = if kind == Kind::Data {
+                node.stat.mzxid
+            } else {
+                node.stat.pzxid
+            };
+            if zxid > relative {
+                missed.push((changed, path));
+            } else {
+                self.watches.add(session, kind, &path);
+            }
+        }
     }
 
     /// addWatch: a persistent or persistent-recursive watch on `path` (which need not exist).
