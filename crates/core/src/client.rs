@@ -268,6 +268,7 @@ impl Client {
             request_id,
             result,
             read_only,
+            pushes_sent,
         } = &envelope.message
         else {
             unreachable!("dispatched on message kind");
@@ -282,6 +283,7 @@ impl Client {
         if !self.sealed_for_me(envelope) {
             return;
         }
+        self.pushes_owed(now, *pushes_sent, out);
         if *read_only {
             self.on_read_only_reply(now, exec, *request_id, result, out);
         } else {
@@ -417,6 +419,7 @@ mod tests {
                 request_id: RequestId(request_id),
                 result,
                 read_only: false,
+                pushes_sent: 0,
             },
             SealFor::One(Principal::Client(ClientId(to))),
         ))

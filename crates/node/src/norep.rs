@@ -176,6 +176,7 @@ impl NoRep {
                     request_id,
                     result: ReplyBody::Full(result),
                     read_only,
+                    pushes_sent: 0,
                 };
                 let to = Principal::Client(client);
                 let envelope = Envelope::seal(

@@ -179,6 +179,7 @@ impl Byzantine {
                     request_id,
                     result,
                     read_only,
+                    pushes_sent,
                 } => {
                     counts.bump(class);
                     // A read-only reply is either a wrong result or the right digest without
@@ -192,6 +193,7 @@ impl Byzantine {
                         request_id: *request_id,
                         result,
                         read_only: *read_only,
+                        pushes_sent: *pushes_sent,
                     };
                     out.extend(self.reseal(from, &message, &envelope.seal, &remote));
                 }
@@ -286,11 +288,13 @@ impl Byzantine {
                 request_id,
                 result,
                 read_only,
+                pushes_sent,
             } => {
                 let message = Message::Reply {
                     request_id: *request_id,
                     result: wrong(result),
                     read_only: *read_only,
+                    pushes_sent: *pushes_sent,
                 };
                 for &i in others.iter().filter(|&&i| (i as usize) < self.quorums.n_exec) {
                     counts.bump(Behaviour::ForgeSender.class());
@@ -625,6 +629,7 @@ mod tests {
             request_id: RequestId(1),
             result: ReplyBody::Full(KvReply::Done.encode()),
             read_only: false,
+            pushes_sent: 0,
         };
         let env = Arc::new(Envelope::seal(&rings[0], &q, exec0, reply, SealFor::One(client)));
         let mut forge = Byzantine::new(Behaviour::ForgeSender, ReplicaId(0), rings[0].clone(), q);

@@ -295,6 +295,7 @@ impl ToyExec {
                 request_id: RequestId(*id),
                 result: ReplyBody::Full(result.clone()),
                 read_only: false,
+                pushes_sent: 0,
             };
             self.ctx.send(vec![Principal::Client(ClientId(client))], message, out);
         }

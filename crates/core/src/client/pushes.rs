@@ -3,8 +3,8 @@
 //! delivered in number order, each once; where pushes are no longer kept, `q.push()` matching
 //! PUSH-GAPs deliver an explicit gap instead. A hole (a later push seen, an earlier one missing)
 //! makes the client ask for its pushes again (PUSH-RESUME) until it is filled; once it has had a
-//! push, it also asks every [`PUSH_POLL_US`], so the last push of a burst is not lost for good
-//! when its copies were.
+//! push (or a reply saying pushes were sent to it), it also asks every [`PUSH_POLL_US`], so the
+//! last push of a burst, or the first, is not lost for good when its copies were.
 
 use std::collections::BTreeMap;
 
@@ -76,6 +76,18 @@ impl Client {
             .insert(exec, (Digest::of(payload), payload.clone()));
         self.deliver_pushes(out);
         self.arm_push_resume(now, self.push_resume_wait(), out);
+    }
+
+    /// A reply from an execution member says it has sent this client `sent` pushes: if some are
+    /// missing, the client starts asking for its pushes (every copy of a client's first push
+    /// may have been lost, and then nothing else would tell it). A lying member costs one
+    /// PUSH-RESUME per poll interval.
+    pub(super) fn pushes_owed(&mut self, now: Time, sent: u64, out: &mut Vec<Action>) {
+        if sent >= self.pushes.next && !self.pushes.active {
+            self.pushes.active = true;
+            self.stats.bump("pushes_owed");
+            self.arm_push_resume(now, self.push_resume_wait(), out);
+        }
     }
 
     /// PUSH-GAP from execution member `exec` (sender and seal checked).
@@ -310,5 +322,51 @@ mod tests {
         ));
         step(&mut c, push(&f, 1, 5, "e"));
         assert_eq!(c.pushes.next, 6, "push 5 delivered after the gap");
+    }
+
+    #[test]
+    fn a_reply_saying_pushes_were_sent_makes_a_client_that_had_none_ask_for_them() {
+        let (f, mut c) = setup();
+        let invoke = Input::Invoke {
+            operation: Bytes::from_static(b"op"),
+            path: crate::stage::ReadPath::Ordered,
+        };
+        step(&mut c, invoke);
+        let reply = |exec, pushes_sent| {
+            let message = Message::Reply {
+                request_id: crate::ids::RequestId(1),
+                result: crate::message::ReplyBody::Full(Bytes::from_static(b"ok")),
+                read_only: false,
+                pushes_sent,
+            };
+            from_exec(&f, exec, message)
+        };
+        let armed = |out: &[Action]| {
+            out.iter().any(|a| {
+                matches!(
+                    a,
+                    Action::SetTimer {
+                        timer: Timer::PushResume,
+                        ..
+                    }
+                )
+            })
+        };
+        assert!(!armed(&step(&mut c, reply(0, 0))), "no push owed");
+        // Every copy of push 1 was lost; the reply says it was sent.
+        assert!(armed(&step(&mut c, reply(1, 1))));
+        assert_eq!(c.stats().get("pushes_owed"), 1);
+        let out = step(&mut c, Input::Timer(Timer::PushResume));
+        let asked = out.iter().any(|a| match a {
+            Action::Send { envelope, .. } => {
+                envelope.message
+                    == Message::PushResume {
+                        client: ClientId(0),
+                        next: 1,
+                    }
+            }
+            _ => false,
+        });
+        assert!(asked, "PUSH-RESUME from 1 sent");
     }
 }

@@ -215,6 +215,7 @@ mod tests {
                 request_id: RequestId(nonce),
                 result,
                 read_only,
+                pushes_sent: 0,
             },
             SealFor::One(Principal::Client(ClientId(0))),
         )))

@@ -216,7 +216,8 @@ impl ExecStage {
     /// Executes one batch (the next in sequence, bodies present, history checked). A batch with
     /// an agreed time (every batch but a view change's null batch, whose time is 0; a heartbeat
     /// is an empty batch with a time) first wakes the service if its time reached the service's
-    /// `wake_at`; then the requests run; pushes go out after the replies.
+    /// `wake_at`; then the requests run; their pushes are numbered and sent before the replies,
+    /// which say how many pushes each client has been sent.
     fn execute_batch(&mut self, batch: AgreedBatch, out: &mut Vec<Action>) {
         let requests = self.requests_to_execute(&batch, out);
         let mut effects = Effects::default();
@@ -237,6 +238,7 @@ impl ExecStage {
                     requests.len(),
                     "the service must return one reply per request"
                 );
+                self.send_pushes(effects.take_pushes(), out);
                 for (request, result) in requests.iter().zip(results) {
                     self.send_reply(request.client, request.request_id, &result, false, out);
                     self.replies.record(request.client, request.request_id, result);
@@ -291,6 +293,7 @@ impl ExecStage {
             request_id,
             result,
             read_only: false,
+            pushes_sent: self.pushes.sent(client),
         };
         let to = Principal::Client(client);
         self.send(vec![to], message, SealFor::One(to), out);

@@ -60,6 +60,11 @@ impl PushLog {
         seq
     }
 
+    /// Pushes emitted to `client` so far.
+    pub fn sent(&self, client: ClientId) -> u64 {
+        self.clients.get(&client).map_or(0, |p| p.next_seq.saturating_sub(1))
+    }
+
     /// The answer to PUSH-RESUME of `client` from `next`.
     pub fn resume(&self, client: ClientId, next: u64) -> Resume {
         let Some(pushes) = self.clients.get(&client) else {

@@ -86,6 +86,7 @@ impl ExecStage {
             request_id: nonce,
             result: ReplyBody::Full(result),
             read_only: true,
+            pushes_sent: self.pushes.sent(client),
         };
         let to = Principal::Client(client);
         self.send(vec![to], message, SealFor::One(to), out);

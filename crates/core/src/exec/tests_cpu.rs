@@ -103,6 +103,7 @@ fn client_cost(f: &Fixture, n: u64) -> f64 {
             request_id: RequestId(id),
             result: ReplyBody::Full(Bytes::from_static(b"ok")),
             read_only: false,
+            pushes_sent: 0,
         };
         let to = SealFor::One(Principal::Client(ClientId(0)));
         let envelope = Envelope::seal(

@@ -57,7 +57,7 @@ fn read_only_get_is_answered_in_full_from_the_current_state_without_changing_any
     assert_eq!(sent.len(), 1);
     assert!(matches!(
         &sent[0].1,
-        Message::Reply { request_id: RequestId(7), read_only: true, result } if *result == value(Some("1"))
+        Message::Reply { request_id: RequestId(7), read_only: true, result, .. } if *result == value(Some("1"))
     ));
     assert!(
         !out.iter().any(|a| matches!(a, Action::Persist { .. })),

@@ -295,6 +295,10 @@ pub enum Message {
         result: ReplyBody,
         /// Answer on the read-only path (not ordered).
         read_only: bool,
+        /// Pushes the member has sent this client so far (a hint, not matched: a client that has
+        /// had fewer asks for the rest, so a push whose every copy was lost is not lost for
+        /// good).
+        pushes_sent: u64,
     },
     // ---- execution <-> execution (state transfer) ----
     /// Asks for part of the execution checkpoint `state_digest` at `seqno`. MAC.

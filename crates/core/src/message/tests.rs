@@ -22,6 +22,7 @@ fn reply() -> Message {
         request_id: RequestId(9),
         result: ReplyBody::Full(Bytes::from_static(b"a result of some length")),
         read_only: false,
+        pushes_sent: 0,
     }
 }
 

@@ -183,6 +183,7 @@ mod tests {
             request_id: Default::default(),
             result: upright_core::message::ReplyBody::Full(Default::default()),
             read_only: false,
+            pushes_sent: 0,
         };
         assert_eq!(stage_for(&m), None);
     }
