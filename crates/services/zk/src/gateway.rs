@@ -6,12 +6,13 @@
 //! watch take the serializable read path (`r + 1` matching replies) and are ordered instead when
 //! the answer is older than what the session has already seen (a client sees its own writes, and
 //! after `sync` the latest). Pings are answered here. Watch events come as pushed messages, are
-//! routed by session, and are written before any reply that the service says follows them. The
+//! routed by session, and are written in the service's order among the replies: before any reply
+//! that the service says follows them, after the reply of the request they follow. The
 //! gateway keeps its live sessions alive with one ordered `Touch` per second; a session whose
 //! connection is gone stops being touched and expires on agreed time after its timeout, as in
 //! ZooKeeper.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,14 +44,66 @@ const PING_XID: i32 = -2;
 /// One live connection of a session.
 struct Conn {
     id: u64,
-    outbox: mpsc::Sender<Bytes>,
-    /// Events of the session put in the outbox so far.
-    queued: Arc<AtomicU64>,
+    gate: Arc<Mutex<Gate>>,
     /// Wakes a reply waiting for events.
     event_queued: Arc<Notify>,
     /// Set (and `closing` notified) to make the connection end.
     closed: Arc<AtomicBool>,
     closing: Arc<Notify>,
+}
+
+/// The order of one connection's frames: a reply and the events of its session go out in the
+/// order the service made them. While a request is at the cluster its events wait here; when
+/// the answer comes, the events the service sent before it go first, then the reply, then the
+/// later ones (a client registers a watch when it reads the reply that set it, so an event
+/// written ahead of that reply would be dropped by the client).
+struct Gate {
+    outbox: mpsc::Sender<Bytes>,
+    /// The session's events received so far (the highest number).
+    received: u64,
+    /// A request of the connection is at the cluster.
+    in_flight: bool,
+    /// Events received meanwhile, by number.
+    held: VecDeque<(u64, Bytes)>,
+}
+
+impl Gate {
+    fn lock(gate: &Mutex<Gate>) -> std::sync::MutexGuard<'_, Gate> {
+        gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Event `seq`: written now, or held while a request is at the cluster; false if the
+    /// connection cannot keep up (its client reads too slowly).
+    fn event(&mut self, seq: u64, frame: Bytes) -> bool {
+        if seq <= self.received {
+            return true; // a duplicate (pushes are delivered once, but a session may reconnect)
+        }
+        self.received = seq;
+        if !self.in_flight {
+            return self.outbox.try_send(frame).is_ok();
+        }
+        if self.held.len() >= OUTBOX_MAX {
+            return false;
+        }
+        self.held.push_back((seq, frame));
+        true
+    }
+
+    /// Writes the held events the service sent before the reply (the first `events`), the
+    /// reply, then the rest; false if the connection cannot keep up.
+    fn reply(&mut self, events: u64, reply: Bytes) -> bool {
+        self.in_flight = false;
+        let mut ok = true;
+        while self.held.front().is_some_and(|&(seq, _)| seq <= events) {
+            let (_, frame) = self.held.pop_front().expect("checked");
+            ok &= self.outbox.try_send(frame).is_ok();
+        }
+        ok &= self.outbox.try_send(reply).is_ok();
+        for (_, frame) in self.held.drain(..) {
+            ok &= self.outbox.try_send(frame).is_ok();
+        }
+        ok
+    }
 }
 
 /// What the connections share.
@@ -137,17 +190,12 @@ async fn route_events(mut pushes: mpsc::Receiver<PushEvent>, shared: Arc<Shared>
                 let Some(conn) = sessions.get(&event.session) else {
                     continue;
                 };
-                // Events come in order; one already queued (a duplicate after a reconnect) is not.
-                if event.seq <= conn.queued.load(Ordering::Relaxed) {
-                    continue;
-                }
-                if conn.outbox.try_send(frame(&event.bytes)).is_err() {
+                if !Gate::lock(&conn.gate).event(event.seq, frame(&event.bytes)) {
                     let session = event.session;
                     drop(sessions);
                     shared.close(session, None);
                     continue;
                 }
-                conn.queued.store(event.seq, Ordering::Relaxed);
                 conn.event_queued.notify_waiters();
             }
             PushEvent::Gap { .. } => {
@@ -259,20 +307,20 @@ async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
     }
     let session = granted;
     let (outbox, mut out_rx) = mpsc::channel::<Bytes>(OUTBOX_MAX);
+    let gate = Arc::new(Mutex::new(Gate {
+        outbox: outbox.clone(),
+        received: answer.events,
+        in_flight: false,
+        held: VecDeque::new(),
+    }));
     let conn = Conn {
         id,
-        outbox: outbox.clone(),
-        queued: Arc::new(AtomicU64::new(answer.events)),
+        gate: gate.clone(),
         event_queued: Arc::new(Notify::new()),
         closed: Arc::new(AtomicBool::new(false)),
         closing: Arc::new(Notify::new()),
     };
-    let (queued, event_queued, closed, closing) = (
-        conn.queued.clone(),
-        conn.event_queued.clone(),
-        conn.closed.clone(),
-        conn.closing.clone(),
-    );
+    let (event_queued, closed, closing) = (conn.event_queued.clone(), conn.closed.clone(), conn.closing.clone());
     if let Some(old) = shared.sessions().insert(session, conn) {
         old.closed.store(true, Ordering::Relaxed);
         old.closing.notify_waiters();
@@ -300,8 +348,13 @@ async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
             break;
         };
         let body = Bytes::copy_from_slice(&request[8..]);
-        let response = match opcode {
-            op::PING => reply(PING_XID, shared.zxid.load(Ordering::Relaxed), Code::Ok, |_| {}),
+        match opcode {
+            op::PING => {
+                let pong = reply(PING_XID, shared.zxid.load(Ordering::Relaxed), Code::Ok, |_| {});
+                if outbox.send(frame(&pong)).await.is_err() {
+                    break;
+                }
+            }
             _ => {
                 let plain_read = is_plain_read(opcode, &body);
                 let command = Command::Request {
@@ -310,6 +363,7 @@ async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
                     opcode,
                     body,
                 };
+                Gate::lock(&gate).in_flight = true;
                 let mut answer = None;
                 if plain_read {
                     answer = shared.invoke(session, &command, true).await.filter(|a| a.zxid >= seen);
@@ -323,21 +377,20 @@ async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
                 let waited = tokio::time::timeout(EVENT_WAIT, async {
                     loop {
                         let notified = event_queued.notified();
-                        if queued.load(Ordering::Relaxed) >= answer.events {
+                        if Gate::lock(&gate).received >= answer.events {
                             return;
                         }
                         notified.await;
                     }
                 })
                 .await;
-                if waited.is_err() {
+                if waited.is_err() || !Gate::lock(&gate).reply(answer.events, frame(&answer.bytes)) {
                     break;
                 }
-                answer.bytes
+                if opcode == op::CLOSE_SESSION {
+                    break;
+                }
             }
-        };
-        if outbox.send(frame(&response)).await.is_err() || opcode == op::CLOSE_SESSION {
-            break;
         }
     }
     shared.close(session, Some(id));

@@ -1,9 +1,10 @@
 //! upright-zk: ZooKeeper's data model and wire protocol, replicated by upright (issue 23).
 //!
-//! What is here so far: the jute encoding ([`jute`]), ZooKeeper's records, codes and modes
-//! ([`proto`]), and the znode tree with ZooKeeper's rules for every write and read ([`tree`]).
-//! The replicated service (sessions, watches, agreed time), the gateway and the clients' tests
-//! come next; nothing serves ZooKeeper clients yet.
+//! The jute encoding ([`jute`]); ZooKeeper's records, codes and modes ([`proto`]); the znode
+//! tree with ZooKeeper's rules for every write and read ([`tree`]); watches ([`watches`]); the
+//! replicated service with sessions on agreed time ([`service`]); and the gateway that serves
+//! ZooKeeper clients as an upright client of the cluster ([`gateway`]). docs/SERVICES.md says
+//! how it is built and what is checked.
 
 #![warn(missing_docs)]
 

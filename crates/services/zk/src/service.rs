@@ -27,9 +27,9 @@ use crate::watches::{Change, Kind, Watches};
 
 /// ZooKeeper's default `tickTime` (ms): session timeouts are negotiated between 2 and 20 ticks.
 pub const TICK_MS: i32 = 2_000;
-/// Shortest session timeout granted (`minSessionTimeout`).
+/// Shortest session timeout granted (`minSessionTimeout`) at the default tick.
 pub const SESSION_TIMEOUT_MIN_MS: i32 = 2 * TICK_MS;
-/// Longest session timeout granted (`maxSessionTimeout`).
+/// Longest session timeout granted (`maxSessionTimeout`) at the default tick.
 pub const SESSION_TIMEOUT_MAX_MS: i32 = 20 * TICK_MS;
 /// How often empty containers and expired TTL nodes are looked for (ZooKeeper's
 /// `znode.container.checkIntervalMs` default), in agreed microseconds.
@@ -129,8 +129,10 @@ struct Session {
 }
 
 /// The service's state.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ZkService {
+    /// `tickTime` (ms): session timeouts are granted between 2 and 20 ticks.
+    tick_ms: i32,
     tree: Tree,
     /// The last write's zxid.
     zxid: i64,
@@ -173,10 +175,32 @@ fn write_acl_stat(out: &mut Vec<u8>, acl: &[Acl], stat: &Stat) {
     stat.write(out);
 }
 
+impl Default for ZkService {
+    fn default() -> ZkService {
+        ZkService::with_tick_ms(TICK_MS)
+    }
+}
+
 impl ZkService {
     /// An empty tree with no sessions.
     pub fn new() -> ZkService {
         ZkService::default()
+    }
+
+    /// An empty tree with no sessions, granting session timeouts between 2 and 20 ticks of
+    /// `tick_ms` (ZooKeeper's `tickTime`; the simulator uses short ones so sessions expire
+    /// within a run).
+    pub fn with_tick_ms(tick_ms: i32) -> ZkService {
+        ZkService {
+            tick_ms: tick_ms.max(1),
+            tree: Tree::default(),
+            zxid: 0,
+            sessions: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            next_sweep_us: None,
+            created: 0,
+            watches: Watches::default(),
+        }
     }
 
     /// The tree (for tests and the simulator's checks).
@@ -224,7 +248,7 @@ impl ZkService {
         // Expired, closed, unknown, the wrong password or no room: ZooKeeper answers with a zero
         // timeout and session, and the client reports the session expired.
         let refused = || (0, connect_response(0, 0, &[0u8; 16]));
-        let timeout = timeout.clamp(SESSION_TIMEOUT_MIN_MS, SESSION_TIMEOUT_MAX_MS);
+        let timeout = timeout.clamp(2 * self.tick_ms, 20 * self.tick_ms);
         let id = if session == 0 {
             if self.sessions.len() >= SESSIONS_MAX {
                 return refused();
