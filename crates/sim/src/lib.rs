@@ -8,7 +8,8 @@
 //! budget), [`byzantine`] (Byzantine behaviours), [`workload`] and [`history`] (clients),
 //! [`checkers`], [`sim`] (the run), [`report`], [`options`], [`protocol`] (which stage code runs),
 //! [`service`] (which replicated service runs, and its mapping onto the checkers' model),
-//! [`toy`] (a toy protocol that tests the machinery).
+//! [`toy`] (a toy protocol that tests the machinery), [`zk`] (ZooKeeper clients for
+//! `--service zk`).
 #![warn(missing_docs)]
 
 pub mod byzantine;
@@ -26,6 +27,7 @@ pub mod storage;
 pub mod sweep;
 pub mod toy;
 pub mod workload;
+pub mod zk;
 
 pub use options::{SabotageMode, SimOptions};
 pub use report::{SimReport, Summary, Tallies};

@@ -21,8 +21,9 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     r: usize,
     /// Run a deliberately broken protocol or service: short-quorum, skip-mac, early-execute,
-    /// weak-read-quorum, weak-serializable-quorum, weak-push-quorum, corrupt-service or
-    /// unchecked-pages (with --service paged-kv).
+    /// weak-read-quorum, weak-serializable-quorum, weak-push-quorum, corrupt-service,
+    /// unchecked-pages (with --service paged-kv), lying-disk or unordered-events (with
+    /// --service zk).
     #[arg(long)]
     sabotage: Option<String>,
     /// Virtual seconds of client workload per seed.
@@ -32,9 +33,10 @@ struct Args {
     #[arg(long, default_value_t = 3)]
     clients: u32,
     /// The replicated service: `kv` (the core's in-memory KV), `redis` (the Redis-compatible
-    /// store `upright replica --service redis` runs, driven by Redis commands) or `paged-kv` (the
-    /// KV with its state in pages: checkpoints and state transfers by difference).
-    #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "paged-kv"])]
+    /// store `upright replica --service redis` runs, driven by Redis commands), `paged-kv` (the
+    /// KV with its state in pages: checkpoints and state transfers by difference) or `zk`
+    /// (upright-zk, driven by ZooKeeper sessions: expiring sessions, ephemerals, watches, multi).
+    #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "paged-kv", "zk"])]
     service: String,
     /// Print every violation (otherwise the first of each failing seed).
     #[arg(long)]

@@ -30,11 +30,15 @@ pub enum SabotageMode {
     /// commit then protects nothing), and the plan holds a power loss: acknowledged state is
     /// lost.
     LyingDisk,
+    /// The ZooKeeper clients (`--service zk`) hand a reply on without waiting for the watch
+    /// events its session was sent before it: a client can see a watched node change before the
+    /// event.
+    UnorderedEvents,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 9] = [
+    pub const ALL: [SabotageMode; 10] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -44,6 +48,7 @@ impl SabotageMode {
         SabotageMode::CorruptService,
         SabotageMode::UncheckedPages,
         SabotageMode::LyingDisk,
+        SabotageMode::UnorderedEvents,
     ];
 
     /// Its command-line name.
@@ -58,6 +63,7 @@ impl SabotageMode {
             SabotageMode::CorruptService => "corrupt-service",
             SabotageMode::UncheckedPages => "unchecked-pages",
             SabotageMode::LyingDisk => "lying-disk",
+            SabotageMode::UnorderedEvents => "unordered-events",
         }
     }
 
@@ -76,7 +82,7 @@ impl SabotageMode {
             SabotageMode::WeakReadQuorum => Some(Sabotage::WeakReadQuorum),
             SabotageMode::WeakSerializableQuorum => Some(Sabotage::WeakSerializableQuorum),
             SabotageMode::WeakPushQuorum => Some(Sabotage::WeakPushQuorum),
-            SabotageMode::CorruptService | SabotageMode::LyingDisk => None,
+            SabotageMode::CorruptService | SabotageMode::LyingDisk | SabotageMode::UnorderedEvents => None,
             SabotageMode::UncheckedPages => Some(Sabotage::UncheckedPages),
         }
     }

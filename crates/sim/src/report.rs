@@ -46,6 +46,10 @@ pub struct Tallies {
     pub state_transfers: u64,
     /// Pages those transfers fetched (paged services only).
     pub pages_transferred: u64,
+    /// ZooKeeper sessions the clients were told had expired (`--service zk` only).
+    pub sessions_expired: u64,
+    /// ZooKeeper watch events the clients received (`--service zk` only).
+    pub watch_events: u64,
 }
 
 impl Tallies {
@@ -59,11 +63,13 @@ impl Tallies {
         self.heartbeats += other.heartbeats;
         self.state_transfers += other.state_transfers;
         self.pages_transferred += other.pages_transferred;
+        self.sessions_expired += other.sessions_expired;
+        self.watch_events += other.watch_events;
     }
 
     /// `, read_only_delivered: N, ...`: the end of the summary line.
     fn line(&self) -> String {
-        format!(
+        let mut line = format!(
             ", read_only_delivered: {}, read_only_fallbacks: {}, serializable_reads: {}, pushes_delivered: {}, push_gaps: {}, heartbeats: {}, state_transfers: {}, pages_transferred: {}",
             self.read_only_delivered,
             self.read_only_fallbacks,
@@ -73,7 +79,14 @@ impl Tallies {
             self.heartbeats,
             self.state_transfers,
             self.pages_transferred
-        )
+        );
+        if self.sessions_expired + self.watch_events > 0 {
+            line.push_str(&format!(
+                ", sessions_expired: {}, watch_events: {}",
+                self.sessions_expired, self.watch_events
+            ));
+        }
+        line
     }
 }
 

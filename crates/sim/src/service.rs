@@ -43,11 +43,19 @@ pub enum ServiceKind {
     /// The core's KV with its state in pages ([`PagedKv`]): the model's operations, checkpointed
     /// by difference and transferred page by page.
     PagedKv,
+    /// upright-zk ([`upright_zk::service::ZkService`]), driven by ZooKeeper requests of
+    /// sessions ([`crate::zk`]).
+    Zk,
 }
 
 impl ServiceKind {
     /// Every kind.
-    pub const ALL: [ServiceKind; 3] = [ServiceKind::Kv, ServiceKind::Redis, ServiceKind::PagedKv];
+    pub const ALL: [ServiceKind; 4] = [
+        ServiceKind::Kv,
+        ServiceKind::Redis,
+        ServiceKind::PagedKv,
+        ServiceKind::Zk,
+    ];
 
     /// Its command-line name.
     pub fn name(self) -> &'static str {
@@ -55,6 +63,7 @@ impl ServiceKind {
             ServiceKind::Kv => "kv",
             ServiceKind::Redis => "redis",
             ServiceKind::PagedKv => "paged-kv",
+            ServiceKind::Zk => "zk",
         }
     }
 
@@ -68,26 +77,32 @@ impl ServiceKind {
     pub fn factory(self, corrupt: bool) -> ServiceFactory {
         match (self, corrupt) {
             (ServiceKind::Kv, false) => kv_service(),
-            (ServiceKind::Kv, true) => Arc::new(|| Box::new(CorruptKv(KvService::new()))),
+            (ServiceKind::Kv, true) => Arc::new(|| Box::new(corrupt_kv(KvService::new()))),
             (ServiceKind::Redis, corrupt) => upright_kv::replica::service(corrupt),
             (ServiceKind::PagedKv, false) => Arc::new(|| Box::new(PagedKv::new())),
             (ServiceKind::PagedKv, true) => Arc::new(|| Box::new(PagedKv::corrupt())),
+            (ServiceKind::Zk, corrupt) => crate::zk::factory(corrupt),
         }
     }
 
-    /// The operation's bytes, in one of its equivalent forms (drawn with `rng`).
+    /// The operation's bytes, in one of its equivalent forms (drawn with `rng`). For `zk`, whose
+    /// clients carry out each operation in steps ([`crate::zk::ZkClients`]), a write of no live
+    /// session (what the Byzantine client sends).
     pub fn encode(self, op: &KvOperation, rng: &mut ChaCha8Rng) -> Bytes {
         match self {
             ServiceKind::Kv | ServiceKind::PagedKv => op.encode(),
             ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, rng.random_range(0..FORMS))),
+            ServiceKind::Zk => crate::zk::stray_request(&op.encode()),
         }
     }
 
-    /// The model's reply to `op` from the service's result; `None` if the result does not fit.
+    /// The model's reply to `op` from the service's result; `None` if the result does not fit
+    /// (always for `zk`, whose clients make the model's reply themselves).
     pub fn decode(self, op: &KvOperation, result: &[u8]) -> Option<KvReply> {
         match self {
             ServiceKind::Kv | ServiceKind::PagedKv => KvReply::decode(result),
             ServiceKind::Redis => redis_reply(op, &upright_kv::decode_replies(result)?),
+            ServiceKind::Zk => None,
         }
     }
 }
@@ -157,7 +172,7 @@ impl Service for PagedKv {
         for request in requests {
             let bucket = Self::bucket(&request.operation);
             let mut kv: Box<dyn Service> = if self.corrupt {
-                Box::new(CorruptKv(self.kv_of(bucket)))
+                Box::new(corrupt_kv(self.kv_of(bucket)))
             } else {
                 Box::new(self.kv_of(bucket))
             };
@@ -205,42 +220,61 @@ impl Service for PagedKv {
     }
 }
 
-/// Sabotage: the KV with a byte appended to every value it is asked to put.
-struct CorruptKv(KvService);
+/// Sabotage: a service whose requests are altered before it runs them (`rewrite`), the same at
+/// every replica, so only the model of the service's commands can tell.
+pub struct Rewriting<S> {
+    /// The service.
+    pub inner: S,
+    /// What each request becomes.
+    pub rewrite: fn(&ServiceRequest) -> ServiceRequest,
+}
 
-impl Service for CorruptKv {
+impl<S: Service> Service for Rewriting<S> {
     fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
-        let wrong: Vec<ServiceRequest> = requests
-            .iter()
-            .map(|request| match KvOperation::decode(&request.operation) {
-                Some(KvOperation::Put { key, value }) => ServiceRequest {
-                    operation: KvOperation::Put {
-                        key,
-                        value: Bytes::from([&value[..], b"!"].concat()),
-                    }
-                    .encode(),
-                    ..request.clone()
-                },
-                _ => request.clone(),
-            })
-            .collect();
-        self.0.execute(context, &wrong, effects)
+        let wrong: Vec<ServiceRequest> = requests.iter().map(self.rewrite).collect();
+        self.inner.execute(context, &wrong, effects)
     }
 
     fn access(&self, operation: &[u8]) -> Option<Access> {
-        self.0.access(operation)
+        self.inner.access(operation)
+    }
+
+    fn wake_at(&self) -> Option<u64> {
+        self.inner.wake_at()
+    }
+
+    fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {
+        self.inner.wake(context, effects)
     }
 
     fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
-        self.0.execute_read_only(operation)
+        self.inner.execute_read_only(operation)
     }
 
     fn checkpoint(&self) -> Bytes {
-        self.0.checkpoint()
+        self.inner.checkpoint()
     }
 
     fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
-        self.0.restore(checkpoint)
+        self.inner.restore(checkpoint)
+    }
+}
+
+/// Sabotage: the KV with a byte appended to every value it is asked to put.
+fn corrupt_kv(kv: KvService) -> Rewriting<KvService> {
+    Rewriting {
+        inner: kv,
+        rewrite: |request| match KvOperation::decode(&request.operation) {
+            Some(KvOperation::Put { key, value }) => ServiceRequest {
+                operation: KvOperation::Put {
+                    key,
+                    value: Bytes::from([&value[..], b"!"].concat()),
+                }
+                .encode(),
+                ..request.clone()
+            },
+            _ => request.clone(),
+        },
     }
 }
 
@@ -547,6 +581,7 @@ mod tests {
                 let operation = match kind {
                     ServiceKind::Kv | ServiceKind::PagedKv => kind.encode(op, &mut rng),
                     ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, form as u32)),
+                    ServiceKind::Zk => unreachable!("zk's clients are tested in crate::zk"),
                 };
                 let context = BatchContext {
                     seqno: SeqNo(i as u64 + 1),
@@ -720,6 +755,6 @@ mod tests {
         for kind in ServiceKind::ALL {
             assert_eq!(ServiceKind::parse(kind.name()), Some(kind));
         }
-        assert_eq!(ServiceKind::parse("zk"), None);
+        assert_eq!(ServiceKind::parse("etcd"), None);
     }
 }

@@ -32,6 +32,7 @@ use crate::report::{SimReport, Tallies};
 use crate::service::ServiceKind;
 use crate::storage::{SimLog, SimPageStore, SimPages};
 use crate::workload::Workload;
+use crate::zk::{Next, ZkClients};
 
 /// Most events one run may process (a bound against message storms).
 pub const EVENTS_MAX: u64 = 20_000_000;
@@ -114,6 +115,8 @@ pub struct Sim<P: Protocol> {
     /// `UPRIGHT_SIM_TRACE` is set: print every stage event (read once, not per event).
     trace_events: bool,
     workload: Workload,
+    /// `--service zk`: the clients' ZooKeeper sessions, which carry out each model operation.
+    zk: Option<ZkClients>,
     agreement: Agreement,
     pushes: Pushes,
     trace: blake3::Hasher,
@@ -238,6 +241,8 @@ impl<P: Protocol> Sim<P> {
             byz_client_busy: false,
             network: Network::default(),
             workload: Workload::new(opts.keys),
+            zk: (opts.service == ServiceKind::Zk)
+                .then(|| ZkClients::new(opts.sabotage != Some(SabotageMode::UnorderedEvents))),
             counts: FaultCounts::default(),
             agreement: Agreement::default(),
             pushes: Pushes::default(),
@@ -284,7 +289,10 @@ impl<P: Protocol> Sim<P> {
                 if opts.r > 0
                     && !matches!(
                         mode,
-                        SabotageMode::WeakReadQuorum | SabotageMode::CorruptService | SabotageMode::LyingDisk
+                        SabotageMode::WeakReadQuorum
+                            | SabotageMode::CorruptService
+                            | SabotageMode::LyingDisk
+                            | SabotageMode::UnorderedEvents
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -298,7 +306,8 @@ impl<P: Protocol> Sim<P> {
                     SabotageMode::WeakReadQuorum
                     | SabotageMode::CorruptService
                     | SabotageMode::UncheckedPages
-                    | SabotageMode::LyingDisk => {
+                    | SabotageMode::LyingDisk
+                    | SabotageMode::UnorderedEvents => {
                         unreachable!("guarded above")
                     }
                 };
@@ -647,11 +656,19 @@ impl<P: Protocol> Sim<P> {
                 Action::DeliverPush { seq, payload } => {
                     if let (Principal::Client(c), true) = (p, self.is_correct(p)) {
                         self.pushes.delivered(c, seq, &payload);
+                        let next = self.zk.as_mut().and_then(|zk| zk.pushed(c.0, &payload, &mut self.rng));
+                        if let Some(next) = next {
+                            self.zk_next(c.0, next);
+                        }
                     }
                 }
                 Action::PushGap { missed_from, resume_at } => {
                     if let (Principal::Client(c), true) = (p, self.is_correct(p)) {
                         self.pushes.gap(c, missed_from, resume_at);
+                        let next = self.zk.as_mut().and_then(|zk| zk.gap(c.0, &mut self.rng));
+                        if let Some(next) = next {
+                            self.zk_next(c.0, next);
+                        }
                     }
                 }
                 Action::Note(event) => self.observe(p, event),
@@ -771,8 +788,11 @@ impl<P: Protocol> Sim<P> {
         } else {
             ReadPath::Ordered
         };
-        let operation = self.opts.service.encode(&op, &mut self.rng);
         let serializable = path == ReadPath::Serializable;
+        let (operation, path) = match self.zk.as_mut() {
+            Some(zk) => zk.begin(c, op.clone(), path, &mut self.rng),
+            None => (self.opts.service.encode(&op, &mut self.rng), path),
+        };
         self.workload.invoke(c, op, self.now, final_read, serializable);
         self.client_input(c, Input::Invoke { operation, path });
     }
@@ -780,6 +800,10 @@ impl<P: Protocol> Sim<P> {
     fn on_deliver(&mut self, c: u32, result: Bytes) {
         if Some(c) == self.byz_client {
             self.byz_client_busy = false;
+        } else if let Some(zk) = self.zk.as_mut() {
+            let next = zk.deliver(c, &result, &mut self.rng);
+            self.zk_next(c, next);
+            return;
         } else if self
             .workload
             .complete(c, self.now, |op| model_reply(self.opts.service, op, result))
@@ -789,12 +813,39 @@ impl<P: Protocol> Sim<P> {
             self.errors
                 .push(format!("client {c} delivered a result with no operation outstanding"));
         }
+        self.client_pause(c);
+    }
+
+    /// Wakes client `c` for its next operation after a think time (during the workload).
+    fn client_pause(&mut self, c: u32) {
         let pause = if self.now < self.opts.workload_us {
-            self.think()
+            let long = self.zk.is_some() && self.rng.random_bool(crate::zk::EXPIRY_PAUSE_PROBABILITY);
+            if long {
+                crate::zk::EXPIRY_PAUSE_US
+            } else {
+                self.think()
+            }
         } else {
             1
         };
         self.push(self.now + pause, Event::ClientWake(c));
+    }
+
+    /// Carries out a ZooKeeper client's next step.
+    fn zk_next(&mut self, c: u32, next: Next) {
+        match next {
+            Next::Invoke(operation, path) => self.client_input(c, Input::Invoke { operation, path }),
+            Next::Hold => {}
+            Next::Done(reply) => {
+                if self.workload.complete(c, self.now, |_| reply) {
+                    self.ops_completed += 1;
+                } else {
+                    self.errors
+                        .push(format!("client {c} completed an operation with none outstanding"));
+                }
+                self.client_pause(c);
+            }
+        }
     }
 
     fn finish(self) -> SimReport {
@@ -805,6 +856,9 @@ impl<P: Protocol> Sim<P> {
         violations.extend(durability::check(history));
         violations.extend(serializable::check(history));
         violations.extend(self.pushes.check(&self.correct_clients, self.opts.heal_at()));
+        if let Some(zk) = &self.zk {
+            violations.extend(zk.violations().iter().cloned());
+        }
         if self.errors.is_empty() {
             // A run stopped by a panic cannot make progress; the panic is the finding.
             violations.extend(liveness::check(history, &self.correct_clients, self.opts.heal_at()));
@@ -842,6 +896,8 @@ impl<P: Protocol> Sim<P> {
             heartbeats: stat_total("heartbeat_sent"),
             state_transfers: stat_total("state_transfer_completed"),
             pages_transferred: stat_total("state_transfer_pages"),
+            sessions_expired: self.zk.as_ref().map_or(0, |zk| zk.sessions_expired),
+            watch_events: self.zk.as_ref().map_or(0, |zk| zk.watch_events),
         };
         SimReport {
             tallies,

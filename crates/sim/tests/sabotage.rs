@@ -67,6 +67,7 @@ fn weak_read_quorum_is_caught() {
 fn a_corrupt_service_is_caught_for_each_service() {
     caught_running(SabotageMode::CorruptService, 1, 1, ServiceKind::Kv);
     caught_running(SabotageMode::CorruptService, 1, 1, ServiceKind::Redis);
+    caught_running(SabotageMode::CorruptService, 1, 1, ServiceKind::Zk);
 }
 
 /// The protocol's sabotage modes are caught with the Redis store as the service too.
@@ -102,4 +103,11 @@ fn unchecked_pages_are_caught_running_the_paged_kv() {
 #[test]
 fn a_disk_that_lies_about_syncs_is_caught() {
     caught(SabotageMode::LyingDisk);
+}
+
+/// ZooKeeper clients that take replies and watch events as they arrive, not in the service's
+/// order: the watch checker sees a client read a watched node's new data before its event.
+#[test]
+fn unordered_watch_events_are_caught_running_upright_zk() {
+    caught_running(SabotageMode::UnorderedEvents, 1, 1, ServiceKind::Zk);
 }
