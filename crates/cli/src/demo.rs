@@ -292,7 +292,10 @@ pub async fn run(
             tokio::spawn(upright_kv::gateway::serve(listener, pool));
             redis_gateway::announce(port, pool_size, &exe, &dir);
         }
-        crate::stop_requested().await;
+        tokio::select! {
+            _ = crate::stop_requested() => {}
+            e = supervise(&mut cluster) => return Err(e),
+        }
         drop(cluster);
         return Ok(ExitCode::SUCCESS);
     }
@@ -310,6 +313,37 @@ pub async fn run(
     let report = smoke_run(&dir, &mut cluster, seconds, clients.max(1)).await?;
     drop(cluster);
     Ok(report)
+}
+
+/// How long the demo waits before restarting a replica process that ended, doubled (up to
+/// [`RESTART_DELAY_MAX`]) while restarted replicas keep ending within [`RESTART_STABLE`].
+const RESTART_DELAY: Duration = Duration::from_secs(1);
+const RESTART_DELAY_MAX: Duration = Duration::from_secs(30);
+const RESTART_STABLE: Duration = Duration::from_secs(30);
+
+/// Restarts every replica process that ends (killed, crashed) while the demo serves, as a
+/// service manager would: it recovers from its disk and catches up from the others. Returns
+/// only if a replica cannot be started again.
+async fn supervise(cluster: &mut Cluster) -> FileError {
+    let mut delay = RESTART_DELAY;
+    let mut last_restart: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let Some((id, how)) = cluster.exited() else { continue };
+        cluster.children[id] = None;
+        if last_restart.is_some_and(|at| at.elapsed() < RESTART_STABLE) {
+            delay = (delay * 2).min(RESTART_DELAY_MAX);
+        } else {
+            delay = RESTART_DELAY;
+        }
+        println!("  replica {id} exited ({how}); restarting it in {delay:?}");
+        tokio::time::sleep(delay).await;
+        if let Err(e) = cluster.spawn(id) {
+            return e;
+        }
+        last_restart = Some(Instant::now());
+        println!("  replica {id} restarted");
+    }
 }
 
 fn put(key: &[u8], value: &[u8]) -> Bytes {

@@ -1,6 +1,7 @@
 //! Real ZooKeeper clients against `upright demo --service zk` (four replicas and the ZooKeeper
 //! gateway) in which replica 2 is Byzantine: every reply and every watch event it sends is wrong
-//! (`UPRIGHT_TEST_CORRUPT_REPLICA=2`). Every answer checked here must still be right.
+//! (`UPRIGHT_TEST_CORRUPT_REPLICA=2`), and replica 3 is SIGKILLed while kazoo runs (the demo
+//! restarts it and it catches up). Every answer checked here must still be right.
 //!
 //! Needs Python's `kazoo`, and for the Java CLI and the C client Debian's `zookeeper` and
 //! `zookeeper-bin` (`.ci/run` installs them); each part is skipped, loudly, only if its client is
@@ -123,8 +124,16 @@ fn kazoo_through_the_zookeeper_gateway_with_a_lying_replica() {
     assert!(four_letter_word(port, "mntr").contains("zk_server_state"));
     java_cli(port);
     c_client(port);
-    let stdout = demo::run_python_checks("zk_clients.py", port, "kazoo");
+    // kazoo's checks run while replica 3 is SIGKILLed and restarted.
+    let kazoo = std::thread::spawn(move || demo::run_python_checks("zk_clients.py", port, "kazoo"));
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(demo.kill_replica(3), "replica 3's process not found");
+    let stdout = kazoo.join().expect("kazoo checks");
     assert!(stdout.contains("kazoo: all checks passed"));
+    assert!(
+        demo.wait_for_line("replica 3 restarted", Duration::from_secs(30)),
+        "the demo did not restart replica 3"
+    );
     // The Byzantine stand-in really ran.
     let log = std::fs::read_to_string(&demo.log_dir).unwrap_or_default();
     assert!(log.contains("corrupts its replies and pushed events"), "{log}");

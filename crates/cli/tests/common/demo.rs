@@ -4,6 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A free loopback port (starting from one derived from the process id).
@@ -21,6 +22,45 @@ pub struct Demo {
     pub child: Child,
     /// The log file of replica 2 (the corrupting one).
     pub log_dir: String,
+    /// Every line the demo printed so far.
+    pub lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Demo {
+    /// SIGKILLs replica `id`'s process (the demo restarts it); false if none was found.
+    pub fn kill_replica(&self, id: u32) -> bool {
+        let dir = std::path::Path::new(&self.log_dir)
+            .parent()
+            .expect("log in the demo's directory");
+        let config = dir.join("cluster.toml").display().to_string();
+        let want = ["replica", "--config", config.as_str(), "--id", &id.to_string()].join("\0");
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return false;
+        };
+        for entry in entries.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&want) {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Waits up to `timeout` for a line of the demo's containing `text`.
+    pub fn wait_for_line(&self, text: &str, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            if self.lines.lock().unwrap().iter().any(|l| l.contains(text)) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
 }
 
 impl Drop for Demo {
@@ -62,9 +102,12 @@ pub fn start_service_demo(service: &str, port: u16, ready: &str) -> Demo {
         .expect("start upright demo");
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let kept = lines.clone();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             println!("demo: {line}");
+            kept.lock().unwrap().push(line.clone());
             let _ = tx.send(line);
         }
     });
@@ -83,7 +126,7 @@ pub fn start_service_demo(service: &str, port: u16, ready: &str) -> Demo {
             break;
         }
     }
-    Demo { child, log_dir }
+    Demo { child, log_dir, lines }
 }
 
 /// Runs the Python client script `tests/NAME` against the gateway on `port` and returns its
