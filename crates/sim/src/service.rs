@@ -258,6 +258,14 @@ impl<S: Service> Service for Rewriting<S> {
     fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
         self.inner.restore(checkpoint)
     }
+
+    fn pages(&self) -> Option<&Pages> {
+        self.inner.pages()
+    }
+
+    fn pages_mut(&mut self) -> Option<&mut Pages> {
+        self.inner.pages_mut()
+    }
 }
 
 /// Sabotage: the KV with a byte appended to every value it is asked to put.

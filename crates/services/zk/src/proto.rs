@@ -395,6 +395,19 @@ pub mod request {
         b
     }
 
+    /// ConnectRequest (protocol version 0, no zxid seen, not read-only): a new session (`session`
+    /// 0, a zero password) or a reconnect.
+    pub fn connect(timeout_ms: i32, session: i64, password: &[u8; 16]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.int(0);
+        b.long(0);
+        b.int(timeout_ms);
+        b.long(session);
+        b.buffer(Some(password));
+        b.boolean(false);
+        b
+    }
+
     /// A path and a watch flag (exists, getData, getChildren, getChildren2).
     pub fn path_watch(path: &str, watch: bool) -> Vec<u8> {
         let mut b = Vec::new();

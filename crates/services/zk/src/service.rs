@@ -18,6 +18,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use upright_core::crypto::Digest;
 use upright_core::ids::ClientId;
+use upright_core::pages::Pages;
 use upright_core::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
 
 use crate::jute::{Reader, Writer};
@@ -133,7 +134,10 @@ struct Session {
 pub struct ZkService {
     /// `tickTime` (ms): session timeouts are granted between 2 and 20 ticks.
     tick_ms: i32,
+    /// The tree; its nodes are checkpointed in `nodes`, the rest with the service.
     tree: Tree,
+    #[serde(skip)]
+    nodes: paged::NodePages,
     /// The last write's zxid.
     zxid: i64,
     sessions: BTreeMap<i64, Session>,
@@ -191,9 +195,11 @@ impl ZkService {
     /// `tick_ms` (ZooKeeper's `tickTime`; the simulator uses short ones so sessions expire
     /// within a run).
     pub fn with_tick_ms(tick_ms: i32) -> ZkService {
+        let tree = Tree::default();
         ZkService {
             tick_ms: tick_ms.max(1),
-            tree: Tree::default(),
+            nodes: paged::NodePages::of(&tree),
+            tree,
             zxid: 0,
             sessions: BTreeMap::new(),
             deadlines: BTreeSet::new(),
@@ -653,6 +659,7 @@ impl Service for ZkService {
         if self.next_sweep_us.is_none() && self.tree.has_swept() {
             self.next_sweep_us = Some(context.time_us + SWEEP_INTERVAL_US);
         }
+        self.nodes.flush(&mut self.tree);
         replies
     }
 
@@ -680,6 +687,7 @@ impl Service for ZkService {
             }
             self.next_sweep_us = self.tree.has_swept().then_some(context.time_us + SWEEP_INTERVAL_US);
         }
+        self.nodes.flush(&mut self.tree);
     }
 
     fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
@@ -703,13 +711,30 @@ impl Service for ZkService {
         Some(self.answer(session, bytes))
     }
 
+    /// Everything but the nodes, which are in [`Service::pages`].
     fn checkpoint(&self) -> Bytes {
         Bytes::from(upright_core::codec::to_bytes(self))
     }
 
+    /// The checkpoint's sessions, watches and indexes, with the nodes of the pages (already
+    /// the checkpoint's).
     fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
-        *self = upright_core::codec::from_bytes(checkpoint).map_err(|e| RestoreError(e.to_string()))?;
+        let mut restored: ZkService =
+            upright_core::codec::from_bytes(checkpoint).map_err(|e| RestoreError(e.to_string()))?;
+        let records = self.nodes.records().map_err(RestoreError)?;
+        restored.tree.load(records).map_err(RestoreError)?;
+        restored.nodes = std::mem::take(&mut self.nodes);
+        restored.nodes.index(&restored.tree);
+        *self = restored;
         Ok(())
+    }
+
+    fn pages(&self) -> Option<&Pages> {
+        Some(&self.nodes.pages)
+    }
+
+    fn pages_mut(&mut self) -> Option<&mut Pages> {
+        Some(&mut self.nodes.pages)
     }
 }
 
@@ -799,9 +824,20 @@ impl Service for Corrupting {
     fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
         self.0.restore(checkpoint)
     }
+
+    fn pages(&self) -> Option<&Pages> {
+        self.0.pages()
+    }
+
+    fn pages_mut(&mut self) -> Option<&mut Pages> {
+        self.0.pages_mut()
+    }
 }
 
+mod paged;
 mod watch_requests;
+
+pub use paged::NODE_BUCKETS;
 
 #[cfg(test)]
 mod tests;

@@ -99,14 +99,41 @@ pub enum Done {
     Ok,
 }
 
-/// The tree.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// The tree. Its nodes are not serialized with it: the service keeps them in pages
+/// ([`Tree::record`], [`Tree::load`]), so a checkpoint costs the nodes that changed.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Tree {
+    #[serde(skip)]
     nodes: BTreeMap<String, Node>,
     /// Each session's ephemeral nodes.
     ephemerals: BTreeMap<i64, BTreeSet<String>>,
     /// Container and TTL nodes (deleted by [`Tree::sweep`] once empty or expired).
     swept: BTreeSet<String>,
+    /// Nodes created, changed or deleted since [`Tree::take_dirty`].
+    #[serde(skip)]
+    dirty: BTreeSet<String>,
+}
+
+/// Trees are equal when their nodes and indexes are (which changes are not yet written to
+/// pages is bookkeeping).
+impl PartialEq for Tree {
+    fn eq(&self, other: &Tree) -> bool {
+        self.nodes == other.nodes && self.ephemerals == other.ephemerals && self.swept == other.swept
+    }
+}
+
+impl Eq for Tree {}
+
+/// A node as its page keeps it: everything but its children, which the paths of the other
+/// nodes give.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeRecord {
+    /// Its data.
+    pub data: Bytes,
+    /// Its ACL.
+    pub acl: Vec<Acl>,
+    /// Its Stat as stored.
+    pub stat: Stat,
 }
 
 impl Default for Tree {
@@ -220,6 +247,7 @@ impl Tree {
             nodes: BTreeMap::new(),
             ephemerals: BTreeMap::new(),
             swept: BTreeSet::new(),
+            dirty: BTreeSet::new(),
         };
         tree.nodes
             .insert("/".into(), Node::new(Bytes::new(), Acl::open(), 0, 0, 0));
@@ -239,6 +267,55 @@ impl Tree {
     /// The node at `path`.
     pub fn get(&self, path: &str) -> Option<&Node> {
         self.nodes.get(path)
+    }
+
+    /// Every node's path, in order.
+    pub fn paths(&self) -> impl Iterator<Item = &String> + '_ {
+        self.nodes.keys()
+    }
+
+    /// The paths of the nodes created, changed or deleted since the last call.
+    pub fn take_dirty(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// The node at `path` as its page keeps it.
+    pub fn record(&self, path: &str) -> Option<NodeRecord> {
+        self.nodes.get(path).map(|n| NodeRecord {
+            data: n.data.clone(),
+            acl: n.acl.clone(),
+            stat: n.stat,
+        })
+    }
+
+    /// Replaces the nodes with `records` (every node, the root included), giving each its
+    /// children; `Err` names a node whose parent is missing.
+    pub fn load(&mut self, records: Vec<(String, NodeRecord)>) -> Result<(), String> {
+        let mut nodes: BTreeMap<String, Node> = records
+            .into_iter()
+            .map(|(path, r)| {
+                let node = Node {
+                    data: r.data,
+                    acl: r.acl,
+                    stat: r.stat,
+                    children: BTreeSet::new(),
+                };
+                (path, node)
+            })
+            .collect();
+        let paths: Vec<String> = nodes.keys().filter(|p| p.as_str() != "/").cloned().collect();
+        for path in paths {
+            let parent = nodes
+                .get_mut(parent_of(&path))
+                .ok_or_else(|| format!("{path} has no parent"))?;
+            parent.children.insert(name_of(&path).to_string());
+        }
+        if !nodes.contains_key("/") {
+            return Err("no root".into());
+        }
+        self.nodes = nodes;
+        self.dirty.clear();
+        Ok(())
     }
 
     /// How many nodes the tree holds.
@@ -296,6 +373,7 @@ impl Tree {
 
     fn restore(&mut self, undo: Undo) {
         for (path, node) in undo {
+            self.dirty.insert(path.clone());
             if let Some(owner) = self.nodes.get(&path).and_then(Node::session) {
                 self.unindex(owner, &path);
             }
@@ -366,6 +444,7 @@ impl Tree {
                 }
                 check_version(*version, node.stat.version)?;
                 self.save(&mut undo, path);
+                self.dirty.insert(path.clone());
                 let node = self.nodes.get_mut(path.as_str()).expect("checked above");
                 node.data = data.clone();
                 node.stat.version = node.stat.version.wrapping_add(1);
@@ -391,6 +470,7 @@ impl Tree {
                 }
                 check_version(*version, node.stat.aversion)?;
                 self.save(&mut undo, path);
+                self.dirty.insert(path.clone());
                 let node = self.nodes.get_mut(path.as_str()).expect("checked above");
                 node.acl = acl;
                 node.stat.aversion = node.stat.aversion.wrapping_add(1);
@@ -462,6 +542,8 @@ impl Tree {
             self.swept.insert(path.clone());
         }
         self.nodes.insert(path.clone(), node);
+        self.dirty.insert(path.clone());
+        self.dirty.insert(parent_path.clone());
         let parent = self.nodes.get_mut(&parent_path).expect("checked above");
         parent.children.insert(name_of(&path).to_string());
         parent.stat.cversion = parent.stat.cversion.wrapping_add(1);
@@ -472,6 +554,8 @@ impl Tree {
     /// Removes a childless node (checked by the caller) and updates its parent.
     fn remove(&mut self, zxid: i64, path: &str) {
         let node = self.nodes.remove(path).expect("checked by the caller");
+        self.dirty.insert(path.to_string());
+        self.dirty.insert(parent_of(path).to_string());
         if let Some(owner) = node.session() {
             self.unindex(owner, path);
         }

@@ -383,7 +383,7 @@ fn digest_auth_matches_the_ids_clients_compute() {
 }
 
 #[test]
-fn plain_reads_take_the_read_only_path_and_the_state_checkpoints_whole() {
+fn plain_reads_take_the_read_only_path_and_the_state_checkpoints_with_its_pages() {
     let mut h = Harness::new();
     let (s, _, _) = h.connect(GW, 10_000);
     h.request(GW, s, op::CREATE, create_body("/r", b"v", 0));
@@ -411,11 +411,71 @@ fn plain_reads_take_the_read_only_path_and_the_state_checkpoints_whole() {
     };
     assert!(h.zk.execute_read_only(&write.encode()).is_none());
     h.request(GW, s, op::GET_DATA, path_watch("/r", true));
+    // The nodes travel as pages (as a state transfer installs them), the rest as the checkpoint.
     let mut copy = ZkService::new();
+    assert!(!copy.checkpoint().is_empty());
+    copy.nodes = h.zk.nodes.clone();
     copy.restore(&h.zk.checkpoint()).unwrap();
-    assert_eq!(copy, h.zk, "sessions, watches, tree and zxid");
+    assert_eq!(copy, h.zk, "sessions, watches, tree, pages and zxid");
+    assert_eq!(
+        copy.tree().get("/r").map(|n| n.data.clone()),
+        Some(Bytes::from_static(b"v"))
+    );
     assert_eq!(copy.checkpoint(), h.zk.checkpoint());
     assert!(copy.restore(b"garbage").is_err());
+    // Without the pages there is no tree: the checkpoint alone does not carry the nodes.
+    let mut bare = ZkService::new();
+    bare.nodes.pages = upright_core::pages::Pages::new();
+    assert!(bare.restore(&h.zk.checkpoint()).is_err());
+}
+
+/// The nodes are in pages, one bucket of nodes per page (or several pages for a bucket of large
+/// nodes): a write changes the pages of its node and its parent, nothing else, and the pages
+/// give back the same tree.
+#[test]
+fn nodes_live_in_pages_and_a_write_changes_only_its_buckets() {
+    use super::paged::{bucket, NODE_BUCKETS};
+    let mut h = Harness::new();
+    let (s, _, _) = h.connect(GW, 10_000);
+    h.request(GW, s, op::CREATE, create_body("/app", b"", 0));
+    for i in 0..50 {
+        h.request(GW, s, op::CREATE, create_body(&format!("/app/n{i}"), b"x", 0));
+    }
+    h.zk.nodes.pages.freeze();
+    h.request(GW, s, op::SET_DATA, set_body("/app/n7", b"changed", -1));
+    let changed = h.zk.nodes.pages.changed_indices();
+    assert_eq!(
+        changed,
+        vec![bucket("/app/n7")],
+        "setData rewrites its node's bucket only"
+    );
+    h.zk.nodes.pages.freeze();
+    h.request(GW, s, op::DELETE, path_version("/app/n8", -1));
+    let mut want = vec![bucket("/app/n8"), bucket("/app")];
+    want.sort();
+    want.dedup();
+    assert_eq!(
+        h.zk.nodes.pages.changed_indices(),
+        want,
+        "delete: the node's and its parent's"
+    );
+    // A large node spans pieces of its bucket: page k * NODE_BUCKETS + bucket.
+    let big = vec![b'z'; 900_000];
+    h.request(GW, s, op::CREATE, create_body("/big", &big, 0));
+    let b = bucket("/big");
+    for k in 0..14 {
+        assert!(
+            !h.zk.nodes.pages.get(k * NODE_BUCKETS + b).unwrap().is_empty(),
+            "piece {k}"
+        );
+    }
+    let records = h.zk.nodes.records().unwrap();
+    let mut rebuilt = crate::tree::Tree::default();
+    rebuilt.load(records).unwrap();
+    assert_eq!(&rebuilt, h.zk.tree());
+    // Deleting it empties the pieces it took.
+    h.request(GW, s, op::DELETE, path_version("/big", -1));
+    assert!(h.zk.nodes.pages.get(NODE_BUCKETS + b).unwrap().is_empty());
 }
 
 #[test]
@@ -444,7 +504,7 @@ fn the_corrupting_stand_in_lies_in_every_reply_and_event_but_keeps_its_state() {
     assert_ne!(right, wrong);
     assert_eq!(good.pushes().len(), 1);
     assert_ne!(good.pushes(), bad.pushes());
-    assert_eq!(liar.checkpoint(), honest.zk.checkpoint(), "its state stays right");
+    assert_eq!(liar.0, honest.zk, "its state stays right, pages included");
 }
 
 fn events_of(h: &Harness, from: usize) -> Vec<(i32, String)> {
