@@ -173,6 +173,12 @@ fn gateway_clients(dir: &Path, n: u32) -> Result<Vec<ClientHandle>, FileError> {
 /// The default pool size of the Redis gateway.
 pub const GATEWAY_POOL: u32 = redis_gateway::POOL;
 
+/// The default pool size of the demo's ZooKeeper gateway: a session's requests go one at a time
+/// through the member its id picks, so the pool bounds the writes in flight. With `upright
+/// zk-bench --workload set` (1 KiB setData): 1 member served 1,487/s at 16 clients and 1,494/s
+/// at 64; 16 members 6,610/s and 6,316/s; 64 members 6,473/s and 11,093/s (docs/PERFORMANCE.md).
+pub const ZK_GATEWAY_POOL: u32 = 64;
+
 /// Settings of the demo's Redis gateway.
 pub struct Gateway {
     /// Loopback port.

@@ -6,6 +6,7 @@
 
 mod bench;
 mod demo;
+mod zk_bench;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -181,9 +182,11 @@ enum Command {
         /// (ZooKeeper-compatible, served on --port) or `kv`. `--smoke` always uses `kv`.
         #[arg(long, default_value = "redis", value_parser = ["kv", "redis", "zk"])]
         service: String,
-        /// Upright clients in the Redis gateway's pool (operations in flight at once).
-        #[arg(long, default_value_t = demo::GATEWAY_POOL, value_parser = clap::value_parser!(u32).range(1..=64))]
-        gateway_pool: u32,
+        /// Upright clients in the gateway's pool (operations in flight at once). Default: 1 for
+        /// redis, whose gateway packs many connections' commands into one operation; 64 for zk,
+        /// whose sessions each have one request at the cluster through their pool member.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+        gateway_pool: Option<u32>,
         /// How long each replica spins (yielding its CPU to other threads) after it runs out of
         /// input, before it sleeps, in microseconds; 0 sleeps at once (cluster.toml's idle_spin_us).
         #[arg(long, default_value_t = upright_node::spin::IDLE_SPIN_DEFAULT_US,
@@ -196,6 +199,9 @@ enum Command {
     },
     /// Benchmark a local cluster beside the NO-REP baseline: throughput, latency, CPU per operation.
     Bench(bench::BenchArgs),
+    /// Load any ZooKeeper service (upright-zk or Apache ZooKeeper) with closed-loop clients:
+    /// creates, setData, getData or a 90/10 mix; throughput and p50/p99 latency.
+    ZkBench(zk_bench::ZkBenchArgs),
     /// Run the unreplicated NO-REP baseline server of a u = r = 0 config (used by `bench`).
     Norep {
         /// Cluster config with u = r = 0.
@@ -261,7 +267,11 @@ fn main() -> ExitCode {
             let service = if smoke { "kv" } else { service.as_str() };
             let gateway = demo::Gateway {
                 port: port.unwrap_or(if service == "zk" { 2181 } else { 6379 }),
-                pool: gateway_pool,
+                pool: gateway_pool.unwrap_or(if service == "zk" {
+                    demo::ZK_GATEWAY_POOL
+                } else {
+                    demo::GATEWAY_POOL
+                }),
             };
             // One thread, like a replica: the Redis gateway is one event loop. With two workers,
             // its connection tasks woke each other across threads (futex) and the workers
@@ -284,6 +294,10 @@ fn main() -> ExitCode {
         Command::Bench(args) => {
             init_logging("warn");
             runtime().block_on(bench::run(args))
+        }
+        Command::ZkBench(args) => {
+            init_logging("warn");
+            runtime().block_on(zk_bench::run(args))
         }
         Command::Norep { config } => {
             init_logging("info");

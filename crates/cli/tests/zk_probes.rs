@@ -9,7 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use upright_zk::jute::{Reader, Writer};
-use upright_zk::proto::request::{create, multi, path as path_only, path_int, path_watch as path_bool, set_data};
+use upright_zk::proto::request::{
+    connect, create, multi, path as path_only, path_int, path_watch as path_bool, set_data,
+};
 use upright_zk::proto::{op, perms, Acl, Id, Stat};
 
 #[path = "common/demo.rs"]
@@ -65,14 +67,7 @@ impl Raw {
     fn handshake(port: u16) -> std::io::Result<(TcpStream, Vec<u8>)> {
         let mut stream = TcpStream::connect(("127.0.0.1", port))?;
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-        let mut connect = Vec::new();
-        connect.int(0);
-        connect.long(0);
-        connect.int(30_000);
-        connect.long(0);
-        connect.buffer(Some(&[0u8; 16]));
-        connect.boolean(false);
-        frame(&mut stream, &connect)?;
+        frame(&mut stream, &connect(30_000, 0, &[0u8; 16]))?;
         let response = read_frame(&mut stream)?;
         Ok((stream, response))
     }
