@@ -37,7 +37,7 @@ trap cleanup EXIT
 
 wait_ruok() { # host port
     for _ in $(seq 1 120); do
-        if [ "$(exec 3<>/dev/tcp/127.0.0.1/"$1" && printf ruok >&3 && timeout 2 cat <&3 || true)" = imok ]; then
+        if [ "$( (exec 3<>/dev/tcp/127.0.0.1/"$1" && printf ruok >&3 && timeout 2 cat <&3) 2>/dev/null || true)" = imok ]; then
             return 0
         fi
         sleep 0.5
