@@ -260,6 +260,24 @@ impl Byzantine {
                 }
             }
             Behaviour::EquivocatingPrimary => out.extend(self.equivocate(from, &envelope, remote, counts)),
+            Behaviour::Mutate => {
+                // Mostly the mutated message alone, now and then beside the honest one.
+                let mutated = rng
+                    .random_bool(0.7)
+                    .then(|| crate::mutate::mutate(rng, &self.keys, self.replica, &envelope.message))
+                    .flatten();
+                match mutated {
+                    Some((message, kind)) => {
+                        counts.bump(class);
+                        counts.bump(kind);
+                        if rng.random_bool(0.2) {
+                            out.push(honest);
+                        }
+                        out.extend(self.reseal(from, &message, &envelope.seal, &remote));
+                    }
+                    None => out.push(honest),
+                }
+            }
         }
         out
     }
@@ -528,14 +546,14 @@ pub fn inconsistent_authenticator(rng: &mut ChaCha8Rng, envelope: &Envelope) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rand::SeedableRng;
     use upright_core::config::{ClientInfo, ClusterConfig, Knobs, ReplicaInfo};
     use upright_core::crypto::SecretKeys;
     use upright_core::ids::{ClientId, Process, RequestId, SeqNo, View};
 
-    fn setup() -> (ClusterConfig, Vec<Arc<KeyRing>>, Quorums) {
+    pub(crate) fn setup() -> (ClusterConfig, Vec<Arc<KeyRing>>, Quorums) {
         let q = Quorums::new(1, 1).unwrap();
         let secrets: Vec<SecretKeys> = (0..5).map(|i| SecretKeys::from_seed([i as u8 + 9; 32])).collect();
         let config = ClusterConfig {

@@ -35,6 +35,9 @@ pub enum Behaviour {
     Slowness,
     /// Re-sends old envelopes (its own and others') later.
     Replay,
+    /// Sends its messages with small structured changes, re-sealed with its own keys
+    /// (`--mutate` only; [`crate::mutate`]).
+    Mutate,
 }
 
 impl Behaviour {
@@ -61,6 +64,7 @@ impl Behaviour {
             Behaviour::Silence => "byz_silence",
             Behaviour::Slowness => "byz_slowness",
             Behaviour::Replay => "byz_replay",
+            Behaviour::Mutate => "byz_mutate",
         }
     }
 }
@@ -189,6 +193,39 @@ impl FaultPlan {
     /// Draws a plan: each fault class is switched on with some probability, so that over many
     /// seeds every class is injected often, alone and in combination.
     pub fn draw(rng: &mut ChaCha8Rng, shape: PlanShape) -> FaultPlan {
+        FaultPlan::draw_with(rng, shape, |rng, shape| {
+            if shape.r > 0 && rng.random_bool(0.5) {
+                draw_byzantine(rng, shape)
+            } else {
+                BTreeMap::new()
+            }
+        })
+    }
+
+    /// [`FaultPlan::draw`] with every Byzantine replica (1 to `r` of them, anywhere, the view-0
+    /// primary among them half the time) mutating what it sends (`--mutate`).
+    pub fn draw_mutating(rng: &mut ChaCha8Rng, shape: PlanShape) -> FaultPlan {
+        FaultPlan::draw_with(rng, shape, |rng, shape| {
+            let mut out = BTreeMap::new();
+            if shape.r == 0 {
+                return out;
+            }
+            let count = rng.random_range(1..=shape.r);
+            if rng.random_bool(0.5) {
+                out.insert(0, Behaviour::Mutate);
+            }
+            while out.len() < count {
+                out.insert(rng.random_range(0..shape.n_replicas as u32), Behaviour::Mutate);
+            }
+            out
+        })
+    }
+
+    fn draw_with(
+        rng: &mut ChaCha8Rng,
+        shape: PlanShape,
+        byzantine: impl FnOnce(&mut ChaCha8Rng, PlanShape) -> BTreeMap<u32, Behaviour>,
+    ) -> FaultPlan {
         let mut plan = FaultPlan::quiet(shape);
         let chance = |rng: &mut ChaCha8Rng, p: f64, lo: f64, hi: f64| {
             if rng.random_bool(p) {
@@ -208,9 +245,7 @@ impl FaultPlan {
                 .map(|_| rng.random_range(0..=2 * SKEW_MAX_US))
                 .collect();
         }
-        if shape.r > 0 && rng.random_bool(0.5) {
-            plan.byzantine = draw_byzantine(rng, shape);
-        }
+        plan.byzantine = byzantine(rng, shape);
         plan.byzantine_client = rng.random_bool(0.3);
         plan.steps = draw_episodes(rng, shape, plan.byzantine.len());
         plan

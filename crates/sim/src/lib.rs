@@ -5,7 +5,7 @@
 //! progress after the faults heal.
 //!
 //! Layout: [`events`] (queue and timers), [`network`], [`storage`], [`faults`] (fault plan and
-//! budget), [`byzantine`] (Byzantine behaviours), [`workload`] and [`history`] (clients),
+//! budget), [`byzantine`] (Byzantine behaviours), [`mutate`] (message mutation), [`workload`] and [`history`] (clients),
 //! [`checkers`], [`sim`] (the run), [`report`], [`options`], [`protocol`] (which stage code runs),
 //! [`service`] (which replicated service runs, and its mapping onto the checkers' model),
 //! [`toy`] (a toy protocol that tests the machinery), [`zk`] (ZooKeeper clients for
@@ -17,6 +17,7 @@ pub mod checkers;
 pub mod events;
 pub mod faults;
 pub mod history;
+pub mod mutate;
 pub mod network;
 pub mod options;
 pub mod protocol;

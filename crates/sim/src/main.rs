@@ -44,6 +44,11 @@ struct Args {
     /// With violations, also print every stage's counters at the end of the run.
     #[arg(long)]
     stats: bool,
+    /// Byzantine replicas mutate the messages they send (a sequence number or view one off, a
+    /// digest bit flipped, a set element dropped or repeated, a payload byte flipped), re-sealed
+    /// with their own keys; every seed with r > 0 has 1 to r of them.
+    #[arg(long)]
+    mutate: bool,
 }
 
 fn main() {
@@ -70,6 +75,7 @@ fn main() {
         opts.workload_us = (args.seconds * 1e6) as u64;
         opts.clients = args.clients;
         opts.sabotage = sabotage;
+        opts.mutate = args.mutate;
         opts.service = upright_sim::ServiceKind::parse(&args.service).expect("clap checked the name");
         let report = upright_sim::run(opts.clone());
         if args.verbose {

@@ -114,6 +114,9 @@ pub struct SimOptions {
     pub sabotage: Option<SabotageMode>,
     /// The replicated service the execution members run.
     pub service: ServiceKind,
+    /// Every Byzantine replica mutates what it sends ([`crate::mutate`]), and every seed with
+    /// `r > 0` has one.
+    pub mutate: bool,
 }
 
 impl SimOptions {
@@ -131,6 +134,7 @@ impl SimOptions {
             faults: true,
             sabotage: None,
             service: ServiceKind::Kv,
+            mutate: false,
         }
     }
 
@@ -175,6 +179,9 @@ impl SimOptions {
         }
         if self.service != ServiceKind::Kv {
             cmd.push_str(&format!(" --service {}", self.service.name()));
+        }
+        if self.mutate {
+            cmd.push_str(" --mutate");
         }
         let defaults = SimOptions::new(self.seed, self.u, self.r);
         if self.workload_us != defaults.workload_us {

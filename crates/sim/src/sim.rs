@@ -313,6 +313,7 @@ impl<P: Protocol> Sim<P> {
                 };
                 FaultPlan::with_byzantine(shape, [(0, behaviour)].into_iter().collect())
             }
+            _ if opts.mutate => FaultPlan::draw_mutating(rng, shape),
             _ => FaultPlan::draw(rng, shape),
         }
     }
