@@ -2,6 +2,13 @@
 //! misconfiguration is a one-line error with a non-zero exit (no replica stage runs here).
 
 use std::process::Command;
+use std::sync::Mutex;
+
+/// Held by the tests that run a whole cluster (the demo's smoke run, the state-transfer bench),
+/// so they do not share this machine's cores with each other: under that load the bench's
+/// killed replica at times caught up batch by batch instead of by state transfer, and the bench
+/// (which measures the transfer) timed out.
+static CLUSTER: Mutex<()> = Mutex::new(());
 
 fn upright(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_upright")).args(args).output().unwrap();
@@ -145,6 +152,7 @@ fn a_demo_whose_replicas_cannot_start_says_why_at_once() {
 /// (the smoke run fails if a replica has exited), with nothing acknowledged lost.
 #[test]
 fn the_demo_smoke_run_over_unix_sockets_survives_a_sigkill_and_restart() {
+    let _one_cluster = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let out = Command::new(env!("CARGO_BIN_EXE_upright"))
         .args(["demo", "--smoke", "--seconds", "3", "--clients", "2"])
         .output()
@@ -164,6 +172,7 @@ fn the_demo_smoke_run_over_unix_sockets_survives_a_sigkill_and_restart() {
 /// and ends at the same checkpoint digest as the others (the bench fails otherwise).
 #[test]
 fn the_state_transfer_bench_brings_a_replica_back_by_difference_despite_wrong_chunks() {
+    let _one_cluster = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let (code, out, err) = upright(&[
         "bench",
         "--workload",
