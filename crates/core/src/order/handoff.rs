@@ -174,7 +174,8 @@ impl OrderStage {
             .last_committed
             .0
             .min(seqno.0.saturating_add(LAST_EXEC_RESEND_MAX));
-        for n in seqno.0 + 1..=last {
+        // A LAST-EXECUTED from a faulty member may name any number (saturating: no overflow).
+        for n in seqno.0.saturating_add(1)..=last {
             if let Some(message) = self.next_batch_message(SeqNo(n)) {
                 self.stats.bump("next_batch_resent");
                 self.send_to_exec(out, vec![exec], message);
