@@ -95,6 +95,16 @@ impl KvOperation {
     pub fn is_read_only(&self) -> bool {
         matches!(self, KvOperation::Get { .. })
     }
+
+    /// The key it touches.
+    pub fn key(&self) -> &Bytes {
+        match self {
+            KvOperation::Get { key }
+            | KvOperation::Put { key, .. }
+            | KvOperation::Append { key, .. }
+            | KvOperation::Delete { key } => key,
+        }
+    }
 }
 
 impl KvReply {

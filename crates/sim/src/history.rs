@@ -26,12 +26,7 @@ pub struct Operation {
 impl Operation {
     /// The key it touches.
     pub fn key(&self) -> &Bytes {
-        match &self.op {
-            KvOperation::Get { key }
-            | KvOperation::Put { key, .. }
-            | KvOperation::Append { key, .. }
-            | KvOperation::Delete { key } => key,
-        }
+        self.op.key()
     }
 
     /// Whether it writes.

@@ -137,15 +137,9 @@ impl PagedKv {
     }
 
     fn bucket(operation: &[u8]) -> u64 {
-        let key = match KvOperation::decode(operation) {
-            Some(
-                KvOperation::Get { key }
-                | KvOperation::Put { key, .. }
-                | KvOperation::Append { key, .. }
-                | KvOperation::Delete { key },
-            ) => key,
-            _ => Bytes::new(),
-        };
+        let key = KvOperation::decode(operation)
+            .map(|o| o.key().clone())
+            .unwrap_or_default();
         let digest = upright_core::crypto::Digest::of(&key);
         u64::from_le_bytes(digest.0[..8].try_into().expect("8 bytes")) % PAGED_KV_BUCKETS
     }

@@ -177,10 +177,7 @@ impl ZkClients {
             read_path: path,
             step,
         });
-        match invoke(c, client) {
-            Next::Invoke(operation, path) => (operation, path),
-            _ => unreachable!("a step invokes"),
-        }
+        step_request(c, client)
     }
 
     /// A result was delivered to `client`.
@@ -324,7 +321,7 @@ impl ZkClients {
             task.step = Step::Connect;
             return invoke(c, client);
         }
-        let key = model_key(&task.op);
+        let key = task.op.key().clone();
         let node = format!("/{}", String::from_utf8_lossy(&key));
         let value = model_value(&task.op);
         let ok = err == Code::Ok.value();
@@ -342,16 +339,12 @@ impl ZkClients {
         let done = |reply: KvReply| Next::Done(reply.encode());
         let next = match step {
             Step::Connect => unreachable!("handled above"),
-            Step::Ephemeral if code(Code::Ok) => {
-                c.expired_before = false;
-                let (op, path) = (task.op.clone(), task.read_path);
-                task.step = first_step(&op, path, rng);
-                None
-            }
-            Step::Ephemeral if code(Code::NodeExists) && c.expired_before => {
-                self.violations.push(format!(
-                    "zk: client {client}'s ephemeral node outlived its expired session (NodeExists)"
-                ));
+            Step::Ephemeral if code(Code::Ok) || (code(Code::NodeExists) && c.expired_before) => {
+                if code(Code::NodeExists) {
+                    self.violations.push(format!(
+                        "zk: client {client}'s ephemeral node outlived its expired session (NodeExists)"
+                    ));
+                }
                 c.expired_before = false;
                 let (op, path) = (task.op.clone(), task.read_path);
                 task.step = first_step(&op, path, rng);
@@ -444,15 +437,6 @@ fn first_step(op: &KvOperation, path: ReadPath, rng: &mut ChaCha8Rng) -> Step {
     }
 }
 
-fn model_key(op: &KvOperation) -> Bytes {
-    match op {
-        KvOperation::Get { key }
-        | KvOperation::Put { key, .. }
-        | KvOperation::Append { key, .. }
-        | KvOperation::Delete { key } => key.clone(),
-    }
-}
-
 fn model_value(op: &KvOperation) -> Bytes {
     match op {
         KvOperation::Put { value, .. } | KvOperation::Append { value, .. } => value.clone(),
@@ -460,10 +444,16 @@ fn model_value(op: &KvOperation) -> Bytes {
     }
 }
 
-/// The request of `c`'s current step.
+/// Invokes `c`'s current step.
 fn invoke(c: &mut Client, client: u32) -> Next {
+    let (operation, path) = step_request(c, client);
+    Next::Invoke(operation, path)
+}
+
+/// The request of `c`'s current step and the path it takes.
+fn step_request(c: &mut Client, client: u32) -> (Bytes, ReadPath) {
     let task = c.task.as_ref().expect("a step in progress");
-    let node = format!("/{}", String::from_utf8_lossy(&model_key(&task.op)));
+    let node = format!("/{}", String::from_utf8_lossy(task.op.key()));
     let value = model_value(&task.op);
     let (opcode, body, path) = match &task.step {
         Step::Connect => {
@@ -472,7 +462,7 @@ fn invoke(c: &mut Client, client: u32) -> Next {
                 password: Bytes::new(),
                 timeout_ms: SESSION_TIMEOUT_MS,
             };
-            return Next::Invoke(connect.encode(), ReadPath::Ordered);
+            return (connect.encode(), ReadPath::Ordered);
         }
         Step::Ephemeral => {
             let body = request::create(
@@ -523,7 +513,7 @@ fn invoke(c: &mut Client, client: u32) -> Next {
         opcode,
         body: Bytes::from(body),
     };
-    Next::Invoke(command.encode(), path)
+    (command.encode(), path)
 }
 
 /// A getData's outcome: `Some(Some(data, stat))`, `Some(None)` for NoNode, `None` otherwise.
