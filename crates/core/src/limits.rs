@@ -101,8 +101,10 @@ pub const VOTES_PER_MEMBER_MAX: usize = 4;
 /// are always fetched (at most `BATCH_REQUESTS_MAX` more), so a later batch can never starve it.
 pub const FETCHES_OUTSTANDING_MAX: usize = 1024;
 
-/// Checkpoints kept in memory and in storage (the newest ones).
-pub const CHECKPOINTS_KEPT: usize = 2;
+/// Checkpoints kept in memory and in storage (the newest ones), and served to peers: three,
+/// because the order stage's stable checkpoint, the one a lagging member loads, can be two
+/// behind a member's newest (the interlock orders up to `2 * checkpoint_interval` past it).
+pub const CHECKPOINTS_KEPT: usize = 3;
 
 /// Most chunk requests outstanding at once during a state transfer.
 pub const CHUNKS_IN_FLIGHT_MAX: usize = 4;

@@ -197,6 +197,68 @@ impl PageTree {
     }
 }
 
+/// A [`PageTree`] as of an older checkpoint, kept as the difference from the next newer one: the
+/// nodes (and page digests) that changed between them, as they were then, and the page count.
+/// A peer can then be served the older tree's nodes ([`PageTree::children_at`]) without a copy of
+/// the whole tree.
+#[derive(Clone, Debug, Default)]
+pub struct OlderTree {
+    pages: u64,
+    nodes: BTreeMap<NodeId, Digest>,
+}
+
+impl OlderTree {
+    /// Taken from `tree` (its root computed) before the changes to pages `indices` are hashed
+    /// into it: every node those changes can touch, as it is now.
+    pub fn capture(tree: &PageTree, indices: &[u64]) -> OlderTree {
+        let pages = tree.pages();
+        let height = PageTree::height_for(pages);
+        let mut nodes = BTreeMap::new();
+        for &page in indices {
+            let mut index = page;
+            for level in 0..=height {
+                if let Some(digest) = tree.node((level, index)) {
+                    nodes.entry((level, index)).or_insert(digest);
+                }
+                index /= FANOUT as u64;
+            }
+        }
+        OlderTree { pages, nodes }
+    }
+
+    /// Page count of that tree.
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+}
+
+impl PageTree {
+    /// The children of `node` in the tree as of an older checkpoint: `older` holds the
+    /// differences from the current tree back to it, newest first (the last one is that
+    /// checkpoint's).
+    pub fn children_at(&self, older: &[&OlderTree], (level, index): NodeId) -> Option<Vec<Digest>> {
+        let Some(oldest) = older.last() else {
+            return self.children((level, index)).map(<[Digest]>::to_vec);
+        };
+        let pages = oldest.pages;
+        if level == 0 || pages == 0 || level > PageTree::height_for(pages) || index >= PageTree::width(pages, level) {
+            return None;
+        }
+        let first = index.checked_mul(FANOUT as u64)?;
+        let end = (first + FANOUT as u64).min(PageTree::width(pages, level - 1));
+        (first..end)
+            .map(|child| {
+                let node = (level - 1, child);
+                older
+                    .iter()
+                    .rev()
+                    .find_map(|o| o.nodes.get(&node).copied())
+                    .or_else(|| self.node(node))
+            })
+            .collect()
+    }
+}
+
 /// Why an answer during state transfer was refused (the caller asks another peer).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SyncError {

@@ -12,7 +12,7 @@
 //! `Bytes`, kept alive by reference count, not a copy.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::Bytes;
 
@@ -98,8 +98,17 @@ impl Cache {
     }
 }
 
+/// The version of a paged state as of an older checkpoint, kept as the difference from the next
+/// newer one: per page changed between them, its version then (`None`: it did not exist).
+#[derive(Debug, Default)]
+struct Older {
+    changed: BTreeMap<u64, Option<Bytes>>,
+    len: u64,
+}
+
 /// Pages of a service's state, with the checkpointed version of the pages changed since the last
-/// checkpoint ([`Pages::freeze`]). Without a store every page is in memory; with one
+/// checkpoint ([`Pages::freeze`]) and, if asked ([`Pages::keep_older`]), the versions of a few
+/// checkpoints before it. Without a store every page is in memory; with one
 /// ([`Pages::attach_store`]) the pages as of the last checkpoint live in the store and at most
 /// [`crate::limits::PAGE_CACHE_BYTES`] of them are cached, so the state may be larger than memory (the pages
 /// changed since the last checkpoint stay in memory until the next one writes them).
@@ -110,6 +119,9 @@ pub struct Pages {
     frozen: BTreeMap<u64, Option<Slot>>,
     /// Page count at the last freeze.
     frozen_len: u64,
+    /// The checkpoints before the last freeze, newest first (at most `older_kept`).
+    older: VecDeque<Older>,
+    older_kept: usize,
     /// Sum of the live pages' lengths.
     bytes: u64,
     store: Option<Box<dyn PageStore>>,
@@ -167,6 +179,7 @@ impl Pages {
         self.cache = RefCell::new(Cache::default());
         self.cache_limit = cache_bytes;
         self.frozen.clear();
+        self.older.clear();
         let restored = if seqno > 0 || !lens.is_empty() {
             self.live = lens.iter().map(|len| Slot::Stored(*len)).collect();
             self.bytes = lens.iter().map(|l| *l as u64).sum();
@@ -290,11 +303,68 @@ impl Pages {
         self.frozen_len
     }
 
+    /// Keeps the versions of the `generations` checkpoints before the last one as well (from the
+    /// next [`Pages::freeze`] on), so that a peer can be served any of them while execution goes
+    /// on; costs the pages changed across those checkpoints, held in memory.
+    pub fn keep_older(&mut self, generations: usize) {
+        self.older_kept = generations;
+        self.older.truncate(generations);
+    }
+
+    /// Forgets the older checkpoints' versions (the state was replaced: they are another
+    /// history's).
+    pub fn forget_older(&mut self) {
+        self.older.clear();
+    }
+
+    /// How many older checkpoints' versions are kept now.
+    pub fn older_count(&self) -> usize {
+        self.older.len()
+    }
+
+    /// Page count as of checkpoint `generation` (0: the last one, 1: the one before, ...).
+    pub fn len_at(&self, generation: usize) -> Option<u64> {
+        match generation {
+            0 => Some(self.frozen_len),
+            g => self.older.get(g - 1).map(|o| o.len),
+        }
+    }
+
+    /// Page `index` as of checkpoint `generation` (0 is [`Pages::checkpointed`]); `None` if it
+    /// did not exist then or that checkpoint is not kept.
+    pub fn checkpointed_at(&self, generation: usize, index: u64) -> Option<Bytes> {
+        if index >= self.len_at(generation)? {
+            return None;
+        }
+        // The first difference found walking from that checkpoint towards the newest.
+        for older in self.older.iter().take(generation).rev() {
+            if let Some(version) = older.changed.get(&index) {
+                return version.clone();
+            }
+        }
+        self.checkpointed(index)
+    }
+
     /// Makes the current state the checkpointed one; returns the pages changed since the previous
     /// checkpoint, ascending (some may now be past the end: truncated).
     pub fn freeze(&mut self) -> Vec<u64> {
+        let changed = std::mem::take(&mut self.frozen);
+        let indices = changed.keys().copied().collect();
+        if self.older_kept > 0 {
+            // The previous checkpoint becomes an older one. A stored page's version is readable
+            // only until the next commit: load it now.
+            let changed = changed
+                .into_iter()
+                .map(|(index, old)| (index, old.map(|slot| self.load(index, &slot))))
+                .collect();
+            self.older.push_front(Older {
+                changed,
+                len: self.frozen_len,
+            });
+            self.older.truncate(self.older_kept);
+        }
         self.frozen_len = self.len();
-        std::mem::take(&mut self.frozen).into_keys().collect()
+        indices
     }
 
     /// With a store: writes the pages in memory among `indices` (the ones the last
@@ -430,5 +500,122 @@ mod tests {
         assert_eq!(cp.root, tree_of(&pages).root());
         assert_eq!(cp.pages, 50);
         assert!(cp.changed.iter().all(|(i, page)| *i >= 50 && page.is_none()));
+    }
+
+    /// A store that keeps exactly what [`PageStore`] promises: the committed pages, readable until
+    /// the next commit replaces them.
+    #[derive(Default)]
+    struct StrictStore {
+        committed: BTreeMap<u64, Bytes>,
+        pending: BTreeMap<u64, Bytes>,
+        len: u64,
+        seqno: u64,
+    }
+
+    impl PageStore for StrictStore {
+        fn committed(&self) -> (u64, Vec<u32>) {
+            let lens = (0..self.len)
+                .map(|i| self.committed.get(&i).map_or(0, |b| b.len() as u32))
+                .collect();
+            (self.seqno, lens)
+        }
+        fn read(&self, index: u64) -> std::io::Result<Bytes> {
+            Ok(self.committed.get(&index).cloned().unwrap_or_default())
+        }
+        fn write(&mut self, index: u64, bytes: &[u8]) -> std::io::Result<()> {
+            self.pending.insert(index, Bytes::copy_from_slice(bytes));
+            Ok(())
+        }
+        fn commit(&mut self, seqno: u64, len: u64) -> std::io::Result<()> {
+            self.committed.append(&mut self.pending);
+            self.committed.retain(|i, _| *i < len);
+            (self.len, self.seqno) = (len, seqno);
+            Ok(())
+        }
+    }
+
+    /// Every kept checkpoint's pages and tree nodes are served as they were, across growth,
+    /// truncation and changes of the tree's height, with and without a store (whose old
+    /// versions are gone after the next commit), for random histories.
+    fn older_checkpoints_are_served_as_they_were(seed: u64, with_store: bool) {
+        let mut rng = seed | 1;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut pages = Pages::from_pages((0..20).map(|i| b(&format!("p{i}"))).collect());
+        if with_store {
+            pages.attach_store(Box::new(StrictStore::default()), 64).unwrap();
+        }
+        pages.keep_older(2);
+        let mut tree = tree_of(&pages);
+        let mut older: VecDeque<crate::page_tree::OlderTree> = VecDeque::new();
+        // Snapshots of every checkpoint, newest first: (pages, tree).
+        let mut snapshots: VecDeque<(Vec<Bytes>, PageTree)> = VecDeque::new();
+        snapshots.push_front(((0..20).map(|i| b(&format!("p{i}"))).collect(), tree.clone()));
+        for round in 0..12 {
+            for _ in 0..next(40) {
+                match next(10) {
+                    0 => pages.truncate(next(pages.len() + 1)),
+                    1 => pages.set(pages.len() + next(300), b(&format!("grow {round}"))),
+                    _ if pages.is_empty() => {}
+                    _ => {
+                        let index = next(pages.len());
+                        let bytes = if next(5) == 0 {
+                            Bytes::new()
+                        } else {
+                            b(&format!("r{round}-{index}"))
+                        };
+                        pages.set(index, bytes);
+                    }
+                }
+            }
+            older.push_front(crate::page_tree::OlderTree::capture(&tree, &pages.changed_indices()));
+            older.truncate(2);
+            let cp = PageCheckpoint::take(&mut tree, &mut pages);
+            let indices: Vec<u64> = cp.changed.iter().map(|(i, _)| *i).collect();
+            pages.write_back(&indices, round + 1).unwrap();
+            let now: Vec<Bytes> = (0..pages.len()).map(|i| pages.get(i).unwrap()).collect();
+            snapshots.push_front((now, tree.clone()));
+            snapshots.truncate(3);
+            assert_eq!(pages.older_count(), snapshots.len() - 1);
+            for (generation, (expected, expected_tree)) in snapshots.iter().enumerate() {
+                assert_eq!(pages.len_at(generation), Some(expected.len() as u64));
+                for index in 0..expected.len() as u64 + 20 {
+                    assert_eq!(
+                        pages.checkpointed_at(generation, index),
+                        expected.get(index as usize).cloned(),
+                        "seed {seed} round {round} generation {generation} page {index}"
+                    );
+                }
+                let layers: Vec<&crate::page_tree::OlderTree> = older.iter().take(generation).collect();
+                let height = PageTree::height_for(expected.len() as u64);
+                for level in 0..=height + 1 {
+                    for index in 0..PageTree::width(expected.len() as u64, level) + 2 {
+                        assert_eq!(
+                            tree.children_at(&layers, (level, index)),
+                            expected_tree.children((level, index)).map(<[Digest]>::to_vec),
+                            "seed {seed} round {round} generation {generation} node {level}/{index}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn older_checkpoints_are_served_as_they_were_in_memory() {
+        for seed in 0..40 {
+            older_checkpoints_are_served_as_they_were(seed * 7919 + 1, false);
+        }
+    }
+
+    #[test]
+    fn older_checkpoints_are_served_as_they_were_from_a_store() {
+        for seed in 0..40 {
+            older_checkpoints_are_served_as_they_were(seed * 104_729 + 3, true);
+        }
     }
 }

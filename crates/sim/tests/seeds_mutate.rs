@@ -35,17 +35,16 @@ fn three_hundred_mutating_seeds_u1_r1() {
     assert!(result.summary.ops_completed > 300 * 20, "too little work done: {line}");
 }
 
-/// An open finding of `--mutate` (session 22), kept here to reproduce it: with a paged service
-/// (the paged KV, upright-zk), one replica mutating and an execution member lagging, the lagging
-/// member starts a paged state transfer to the stable checkpoint, but the correct up-to-date
-/// members serve FETCH-PAGES only from their newest checkpoint, which has moved past it
-/// (`fetch_pages_stale`), and no newer checkpoint becomes stable without the lagging member: it
-/// retries forever (`page_fetch_retried`) and the clients stop. 7 of 1,000 paged-kv seeds and 2
-/// of 600 zk seeds; none of 1,000 with the unpaged KV. Replay: `upright-sim --seeds 1
+/// A finding of `--mutate` (session 22), fixed in session 23: with a paged service (the paged KV,
+/// upright-zk), one replica mutating and an execution member lagging, the lagging member starts a
+/// paged state transfer to the stable checkpoint, but the correct up-to-date members served
+/// FETCH-PAGES only from their newest checkpoint, which had moved past it, and no newer
+/// checkpoint became stable without the lagging member: it retried forever and the clients
+/// stopped (7 of 1,000 paged-kv seeds, 2 of 600 zk seeds). Members now serve every kept
+/// checkpoint (docs/PROTOCOL.md, "Catch-up of execution members"). Replay: `upright-sim --seeds 1
 /// --first-seed 722 --u 1 --r 1 --service paged-kv --mutate --stats` (or `--first-seed 339
 /// --service zk`).
 #[test]
-#[ignore = "open finding: a paged state transfer targets a checkpoint no correct member serves any more"]
 fn a_lagging_member_catches_up_by_pages_while_another_mutates() {
     for (seed, service) in [
         (722, upright_sim::ServiceKind::PagedKv),

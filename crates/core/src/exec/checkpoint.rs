@@ -1,7 +1,7 @@
 //! Execution checkpoints (PROTOCOL.md "Checkpoints and the stage interlock", exec side): every
 //! `checkpoint_interval` batches the member serializes an [`ExecCheckpoint`], splits it into
 //! chunks of `state_chunk_bytes`, computes `state_digest(seqno, total, chunk_digests)`, persists
-//! it under `exec/cp/<seqno>` (keeping the two newest) and then sends CP-TOKEN to the order stage.
+//! it under `exec/cp/<seqno>` (keeping the [`CHECKPOINTS_KEPT`] newest) and then sends CP-TOKEN to the order stage.
 //! On restart the newest stored checkpoint that verifies against its own digest is loaded.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -296,6 +296,9 @@ impl ExecStage {
                     continue;
                 }
                 restored = true;
+                if let Some(paged) = self.paged.as_mut() {
+                    paged.restored(stored.seqno);
+                }
                 self.stats.bump("recovered_from_checkpoint");
             }
             if self.checkpoints.kept.len() < CHECKPOINTS_KEPT {

@@ -15,22 +15,28 @@
 //!   a peer caught answering wrongly is not asked again during this transfer and its items go
 //!   to the others. Fetched pages are installed as they arrive; the member executes nothing
 //!   until the tree reaches the certified root.
-//! - **Serving.** Peers are answered from the newest checkpoint: tree nodes from the tree, pages
-//!   from [`crate::pages::Pages::checkpointed`] (the version as of that checkpoint, kept
-//!   copy-on-write while execution goes on). Requests for an older checkpoint go unanswered; the
-//!   fetching member learns the newer one from the order stage's next LOAD-CP.
+//! - **Serving.** Peers are answered from any kept checkpoint ([`CHECKPOINTS_KEPT`]): the
+//!   newest's tree nodes from the tree and its pages from [`crate::pages::Pages::checkpointed`]
+//!   (the version as of that checkpoint, kept copy-on-write while execution goes on); an older
+//!   one's from the differences kept back to it ([`OlderTree`],
+//!   [`crate::pages::Pages::checkpointed_at`]). The order stage's stable checkpoint, which a
+//!   lagging member loads, can be two checkpoints behind a correct member's newest (the
+//!   interlock lets execution run `2 * checkpoint_interval` past it), and while that member lags
+//!   the newer ones may never become stable: serving only the newest would leave it waiting
+//!   forever.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
 use super::checkpoint::ExecCheckpoint;
+use super::checkpoint::CHECKPOINTS_KEPT;
 use super::ExecStage;
 use crate::crypto::Digest;
 use crate::ids::{Principal, ReplicaId, SeqNo};
 use crate::limits::PAGE_ITEMS_PER_FETCH;
 use crate::message::Message;
-use crate::page_tree::{NodeId, PageTree, SyncError, TreeSync};
+use crate::page_tree::{NodeId, OlderTree, PageTree, SyncError, TreeSync};
 use crate::pages::{page_digest, rehash, tree_of, PageCheckpoint, Pages};
 use crate::stage::{Action, Storage};
 
@@ -62,6 +68,11 @@ pub(crate) struct PagedState {
     /// The tree and pages no longer match the newest checkpoint (a transfer installed pages into
     /// them): serve nothing until the next checkpoint or completed transfer.
     diverged: bool,
+    /// The newest checkpoint the tree is of (`None` until one is taken or restored).
+    newest: Option<SeqNo>,
+    /// The trees of the checkpoints before it, newest first, each the difference from the next
+    /// newer one; parallel to the pages' older versions.
+    older: std::collections::VecDeque<(SeqNo, OlderTree)>,
 }
 
 /// Something asked for during a paged transfer.
@@ -124,11 +135,39 @@ impl PagedState {
             }
         }
         pages.freeze();
+        pages.keep_older(CHECKPOINTS_KEPT - 1);
+        pages.forget_older();
         PagedState {
             tree: tree_of(pages),
             stored,
             diverged: false,
+            newest: None,
+            older: std::collections::VecDeque::new(),
         }
+    }
+
+    /// The tree is that of checkpoint `seqno` (restored at start).
+    pub fn restored(&mut self, seqno: SeqNo) {
+        self.newest = Some(seqno);
+    }
+
+    /// The generation (0: newest, 1: the one before, ...) of checkpoint `seqno`, if its pages and
+    /// tree can be served.
+    fn generation(&self, seqno: SeqNo, pages: &Pages) -> Option<usize> {
+        if self.diverged {
+            return None;
+        }
+        if self.newest == Some(seqno) {
+            return Some(0);
+        }
+        let k = self.older.iter().position(|(s, _)| *s == seqno)?;
+        (k < pages.older_count()).then_some(k + 1)
+    }
+
+    /// Children of `node` in checkpoint `generation`'s tree.
+    fn children_at(&self, generation: usize, node: NodeId) -> Option<Vec<Digest>> {
+        let older: Vec<&OlderTree> = self.older.iter().take(generation).map(|(_, t)| t).collect();
+        self.tree.children_at(&older, node)
     }
 
     /// Marks the pages as no batch's state (see [`ExecStage::state_is_partial`]).
@@ -143,7 +182,24 @@ impl PagedState {
     /// # Panics
     /// If the page store fails to write (a disk error: the checkpoint cannot be made durable).
     pub fn checkpoint(&mut self, pages: &mut Pages, seqno: SeqNo, out: &mut Vec<Action>) -> PageCheckpoint {
+        let previous = match self.newest {
+            Some(newest) if !self.diverged => Some((newest, OlderTree::capture(&self.tree, &pages.changed_indices()))),
+            _ => None,
+        };
         let cp = PageCheckpoint::take(&mut self.tree, pages);
+        match previous {
+            Some(older) => {
+                self.older.push_front(older);
+                self.older.truncate(CHECKPOINTS_KEPT - 1);
+            }
+            None => {
+                // After a transfer (or before any checkpoint) the older versions are another
+                // state's.
+                self.older.clear();
+                pages.forget_older();
+            }
+        }
+        self.newest = Some(seqno);
         if pages.has_store() {
             let indices: Vec<u64> = cp.changed.iter().map(|(i, _)| *i).collect();
             if let Err(e) = pages.write_back(&indices, seqno.0) {
@@ -399,7 +455,7 @@ impl ExecStage {
         self.complete_transfer(ps.checkpoint, out);
     }
 
-    /// Serves FETCH-PAGES from the newest checkpoint.
+    /// Serves FETCH-PAGES from any kept checkpoint.
     pub(super) fn on_fetch_pages(
         &mut self,
         from: ReplicaId,
@@ -409,24 +465,28 @@ impl ExecStage {
         wanted: &[u64],
         out: &mut Vec<Action>,
     ) {
-        let newest = self.checkpoints.newest().map(|cp| (cp.seqno, cp.digest));
+        let kept = self.checkpoints.get(seqno, digest).is_some();
         let (Some(paged), Some(pages)) = (self.paged.as_ref(), self.service.pages()) else {
             self.stats.bump("fetch_pages_unpaged");
             return;
         };
-        if newest != Some((seqno, digest)) || self.state_is_partial() || self.transfer.is_some() {
+        let generation = paged.generation(seqno, pages).filter(|_| kept);
+        let Some(generation) = generation.filter(|_| !self.state_is_partial() && self.transfer.is_none()) else {
             self.stats.bump("fetch_pages_stale");
             return;
-        }
+        };
         let nodes: Vec<(NodeId, Vec<Digest>)> = nodes
             .iter()
-            .filter_map(|n| Some((*n, paged.tree.children(*n)?.to_vec())))
+            .filter_map(|n| Some((*n, paged.children_at(generation, *n)?)))
             .collect();
         let answered: Vec<(u64, Bytes)> = wanted
             .iter()
-            .filter_map(|i| Some((*i, pages.checkpointed(*i)?)))
+            .filter_map(|i| Some((*i, pages.checkpointed_at(generation, *i)?)))
             .collect();
         self.stats.bump("fetch_pages_served");
+        if generation > 0 {
+            self.stats.bump("fetch_pages_served_older");
+        }
         let message = Message::PageAnswer {
             seqno,
             state_digest: digest,

@@ -196,35 +196,10 @@ fn a_member_behind_fetches_only_the_differing_pages_despite_a_lying_peer() {
     assert_eq!(replies(&out_a, CLIENT).len(), replies(&out_b, CLIENT).len());
 }
 
-#[test]
-fn pages_are_served_only_from_the_newest_checkpoint() {
-    let net = Net::new(knobs());
-    let (batches, _) = workload();
-    let mut a = object_stage(&net, 0, &Storage::new());
-    let out = run(&net, &mut a, &batches[..9]);
-    let cps = checkpointed(&out);
-    assert_ne!(
-        a.service.pages().unwrap().get(2944),
-        Some(crate::objects::initial_object(2944, SIZE))
-    );
-    let ask = |(seqno, state_digest): (SeqNo, Digest)| {
-        net.input(
-            Principal::Exec(ReplicaId(1)),
-            Message::FetchPages {
-                seqno,
-                state_digest,
-                nodes: vec![(1, 0)],
-                pages: vec![2944, OBJECTS + 5],
-            },
-            SealFor::One(Principal::Exec(ReplicaId(0))),
-        )
-    };
-    let mut out = Vec::new();
-    a.handle(1, ask(cps[0]), &mut out);
-    assert_eq!(a.stats().get("fetch_pages_stale"), 1);
-    a.handle(1, ask(cps[1]), &mut out);
-    let answers: Vec<_> = out
-        .iter()
+/// PAGE-ANSWERs in `out`: (nodes, pages).
+#[allow(clippy::type_complexity)]
+fn page_answers(out: &[Action]) -> Vec<(Vec<((u32, u64), Vec<Digest>)>, Vec<(u64, Bytes)>)> {
+    out.iter()
         .filter_map(|act| match act {
             Action::Send { envelope, .. } => match &envelope.message {
                 Message::PageAnswer { nodes, pages, .. } => Some((nodes.clone(), pages.clone())),
@@ -232,15 +207,93 @@ fn pages_are_served_only_from_the_newest_checkpoint() {
             },
             _ => None,
         })
-        .collect();
-    assert_eq!(answers.len(), 1);
-    assert_eq!(answers[0].0.len(), 1, "node (1, 0) has children");
-    assert_eq!(answers[0].1.len(), 1, "page past the end is left out");
+        .collect()
+}
+
+/// Every kept checkpoint is served as it was, not only the newest: the stable checkpoint a
+/// lagging member loads can be two behind (session 22's `--mutate` finding). A checkpoint no
+/// longer kept, or named with a wrong digest, is not served.
+#[test]
+fn pages_are_served_from_every_kept_checkpoint() {
+    let net = Net::new(knobs());
+    let (batches, written) = workload();
+    let mut a = object_stage(&net, 0, &Storage::new());
+    let cps = checkpointed(&run(&net, &mut a, &batches));
     assert_eq!(
-        answers[0].1[0].1,
-        crate::objects::initial_object(2944, SIZE),
-        "page 2944 as of checkpoint 8 (batch 9 wrote it since)"
+        cps.iter().map(|c| c.0).collect::<Vec<_>>(),
+        vec![SeqNo(4), SeqNo(8), SeqNo(12)]
     );
+    // Every page some batch wrote, and one past the end.
+    let wanted: Vec<u64> = written.iter().flatten().copied().chain([OBJECTS + 5]).collect();
+    assert!(wanted.len() <= crate::limits::PAGE_ITEMS_PER_FETCH);
+    let nodes: Vec<(u32, u64)> = vec![(1, 0), (1, 184), (2, 11), (3, 1), (4, 0), (4, 1), (5, 0)];
+    let ask = |(seqno, state_digest): (SeqNo, Digest)| {
+        net.input(
+            Principal::Exec(ReplicaId(1)),
+            Message::FetchPages {
+                seqno,
+                state_digest,
+                nodes: nodes.clone(),
+                pages: wanted.clone(),
+            },
+            SealFor::One(Principal::Exec(ReplicaId(0))),
+        )
+    };
+    for (k, cp) in cps.iter().enumerate() {
+        // A member that executed up to this checkpoint only: what the answer must be.
+        let mut reference = object_stage(&net, 2, &Storage::new());
+        run(&net, &mut reference, &batches[..4 * (k + 1)]);
+        let ref_pages = reference.service.pages().unwrap();
+        let ref_tree = &reference.paged.as_ref().unwrap().tree;
+        let mut out = Vec::new();
+        a.handle(1, ask(*cp), &mut out);
+        let answers = page_answers(&out);
+        assert_eq!(answers.len(), 1, "checkpoint {} is served", cp.0 .0);
+        let expected_nodes: Vec<_> = nodes
+            .iter()
+            .filter_map(|n| Some((*n, ref_tree.children(*n)?.to_vec())))
+            .collect();
+        assert_eq!(answers[0].0, expected_nodes, "checkpoint {}'s tree", cp.0 .0);
+        assert_eq!(
+            answers[0].0.len(),
+            5,
+            "(4, 0) is the root: (4, 1) and (5, 0) do not exist"
+        );
+        let expected_pages: Vec<_> = wanted.iter().filter_map(|i| Some((*i, ref_pages.get(*i)?))).collect();
+        assert_eq!(answers[0].1, expected_pages, "checkpoint {}'s pages", cp.0 .0);
+        assert_eq!(
+            answers[0].1.len(),
+            wanted.len() - 1,
+            "the page past the end is left out"
+        );
+    }
+    assert_eq!(a.stats().get("fetch_pages_served_older"), 2);
+    let mut out = Vec::new();
+    a.handle(1, ask((cps[0].0, cps[1].1)), &mut out);
+    assert!(page_answers(&out).is_empty());
+    assert_eq!(a.stats().get("fetch_pages_stale"), 1);
+
+    // Checkpoint 16 pushes checkpoint 4 out.
+    let next = super::tests::chain_from(
+        SeqNo(12),
+        batches[11].history,
+        (0..4)
+            .map(|i| {
+                vec![RequestEntry {
+                    client: CLIENT,
+                    request_id: RequestId(100 + i),
+                    body: RequestBody::Inline(write_op(7, b"after")),
+                }]
+            })
+            .collect(),
+    );
+    assert_eq!(checkpointed(&run(&net, &mut a, &next)).len(), 1);
+    let mut out = Vec::new();
+    a.handle(1, ask(cps[0]), &mut out);
+    assert!(page_answers(&out).is_empty());
+    assert_eq!(a.stats().get("fetch_pages_stale"), 2);
+    a.handle(1, ask(cps[1]), &mut out);
+    assert_eq!(page_answers(&out).len(), 1, "checkpoint 8 is still kept");
 }
 
 /// The object store, except that restoring any checkpoint fails.

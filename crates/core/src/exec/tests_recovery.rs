@@ -84,12 +84,19 @@ fn checkpoints_are_equal_across_members_persisted_before_the_token_and_pruned() 
     let sends = sent(&out_a);
     let (to, _) = sends.iter().find(|(_, m)| *m == token).unwrap();
     assert_eq!(to, &(0..4).map(|i| Principal::Order(ReplicaId(i))).collect::<Vec<_>>());
-    // Only the two newest are kept: checkpoint 4 was deleted when 12 was taken.
+    // Only the three newest are kept: checkpoint 4 is deleted when 16 is taken.
     let mut storage = Storage::new();
     apply_persists(&mut storage, &out_a);
+    let keys = |storage: &Storage| storage.keys().cloned().collect::<Vec<_>>();
     assert_eq!(
-        storage.keys().cloned().collect::<Vec<_>>(),
-        vec![storage_key(SeqNo(12)), storage_key(SeqNo(8))]
+        keys(&storage),
+        vec![storage_key(SeqNo(12)), storage_key(SeqNo(4)), storage_key(SeqNo(8))]
+    );
+    let more = super::tests::chain_from(SeqNo(12), batches[11].history, vec![vec![]; 4]);
+    apply_persists(&mut storage, &run(&net, &mut a, &more));
+    assert_eq!(
+        keys(&storage),
+        vec![storage_key(SeqNo(12)), storage_key(SeqNo(16)), storage_key(SeqNo(8))]
     );
 }
 
