@@ -109,8 +109,19 @@ pub struct Knobs {
     /// heartbeats (an idle cluster's agreed time stands still).
     #[serde(default = "default_heartbeat_interval_us")]
     pub heartbeat_interval_us: u64,
+    /// Backups watch the primary beyond PBFT's view-change timer (Aardvark,
+    /// `crates/core/src/order/monitor.rs`): a request ready at a backup may wait at most
+    /// `view_change_timeout_us / 5` for the primary to order it, and a primary whose throughput
+    /// falls below the recent views' best while requests wait is replaced. Off only to measure
+    /// what the defences are worth (`upright bench --attack`, `upright-sim --attack`).
+    #[serde(default = "default_true")]
+    pub watch_primary: bool,
     /// Testing only: a deliberately broken protocol (see [`Sabotage`]).
     pub sabotage: Option<Sabotage>,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// Default of [`Knobs::read_only_timeout_us`]: 5 ms (a read-only round trip on a LAN is well under
@@ -165,6 +176,7 @@ impl Default for Knobs {
             state_chunk_bytes: 64 * 1024,
             read_only_timeout_us: READ_ONLY_TIMEOUT_US_DEFAULT,
             heartbeat_interval_us: HEARTBEAT_INTERVAL_US_DEFAULT,
+            watch_primary: true,
             sabotage: None,
         }
     }

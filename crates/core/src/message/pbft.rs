@@ -87,6 +87,9 @@ pub enum PbftTimer {
     PrimaryHelp,
     /// (Primary) a wake-up the execution members asked for is due: order an empty batch.
     Wake,
+    /// (Backup) a request ready here reaches the longest it may wait for the primary
+    /// (`order/monitor.rs`).
+    Watch,
 }
 
 /// CHECKPOINT (PBFT): an order member states the digest of its order checkpoint at `seqno`.

@@ -38,6 +38,7 @@ impl OrderStage {
             }));
             self.stats.bump("batch_committed");
             if let Some(accepted) = &slot.record.accepted {
+                self.monitor.committed(accepted.batch.entries.len());
                 let requests = accepted
                     .batch
                     .entries

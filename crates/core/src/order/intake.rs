@@ -67,7 +67,10 @@ impl OrderStage {
             return self.retransmit_reply(now, entry.client, entry.request_id, out);
         }
         match self.pool.insert(entry, digest, row, last) {
-            Inserted::New => self.stats.bump("request_rows"),
+            Inserted::New => {
+                self.note_arrival(now, entry.client, entry.request_id, out);
+                self.stats.bump("request_rows")
+            }
             Inserted::Duplicate => self.stats.bump("drop_duplicate_row"),
             Inserted::TooFarAhead => self.stats.bump("drop_request_too_far_ahead"),
             Inserted::UnknownClient => unreachable!("checked with knows()"),
@@ -96,13 +99,26 @@ impl OrderStage {
     }
 
     /// Requests ready to be ordered after the projection `p`: the next request of each client
-    /// with `matrix_collect` rows valid for this member.
-    /// Up to `max` of them, one per client, taking clients in turn from just after the last
-    /// client of the previous batch: with more ready clients than fit in a batch, none waits for
-    /// more than `clients / max` batches (in id order, low ids could starve the others).
-    /// After the first, they also stop at [`BATCH_INLINE_BYTES_MAX`] bytes of inline bodies. The
-    /// flag says the batch is full (either bound was reached), so it need not wait to fill.
-    /// Borrowed from the pool: nothing is cloned until a batch is built from them.
+    /// with `matrix_collect` rows valid for this member (all of them, as `(client, request)`).
+    pub(super) fn all_ready(&self, p: &Projection) -> Vec<(ClientId, RequestId)> {
+        self.pool
+            .clients_after(self.batch_cursor)
+            .filter_map(|client| {
+                let next = self.projected_last(p, client).next();
+                self.pool
+                    .ready(client, next, self.q.matrix_collect())
+                    .map(|_| (client, next))
+            })
+            .collect()
+    }
+
+    /// Requests ready to be ordered after the projection `p` (see [`OrderStage::all_ready`]),
+    /// for a batch: up to `max` of them, one per client, taking clients in turn from just after
+    /// the last client of the previous batch: with more ready clients than fit in a batch, none
+    /// waits for more than `clients / max` batches (in id order, low ids could starve the
+    /// others). After the first, they also stop at [`BATCH_INLINE_BYTES_MAX`] bytes of inline
+    /// bodies. The flag says the batch is full (either bound was reached), so it need not wait
+    /// to fill. Borrowed from the pool: nothing is cloned until a batch is built from them.
     pub(super) fn ready_entries(&self, p: &Projection, max: usize) -> (Vec<&Candidate>, bool) {
         let mut ready = Vec::with_capacity(max.min(64));
         let mut inline_bytes = 0;

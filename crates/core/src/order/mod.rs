@@ -16,6 +16,7 @@ pub mod checkpoint;
 mod handoff;
 mod intake;
 pub(crate) mod log;
+pub mod monitor;
 pub(crate) mod persist;
 mod projection;
 pub(crate) mod request_pool;
@@ -171,6 +172,8 @@ pub struct OrderStage {
     /// First start on empty storage: the view record is written before anything is sent, so a
     /// restart can tell that this member may have voted.
     record_start: bool,
+    /// A backup's watch on the primary (Aardvark; `monitor.rs`).
+    monitor: monitor::Monitor,
 }
 
 impl OrderStage {
@@ -222,6 +225,7 @@ impl OrderStage {
             primary_vote: PrimaryVote::new(),
             abstain_through: (recovered.view_found && !recovered.view.changing).then_some(recovered.view.view),
             record_start: !recovered.view_found,
+            monitor: monitor::Monitor::default(),
         };
         if let Some(stable) = recovered.stable {
             stage.reset_to_checkpoint(stable);
@@ -443,6 +447,7 @@ impl OrderStage {
             self.retransmit_agreement(out);
             self.propose_heartbeat(now, out);
             self.arm_wake(now, out);
+            self.watch_primary(now, out);
         }
         self.retransmit_checkpoint(out);
     }
@@ -499,6 +504,8 @@ impl Stage for OrderStage {
                 });
                 if self.changing {
                     self.resume_view_change(now, out);
+                } else {
+                    self.monitor.view_installed(self.view, now);
                 }
                 self.hint_primary(out);
                 self.tell_auth_last_ordered(out);
@@ -508,6 +515,12 @@ impl Stage for OrderStage {
             Input::Timer(Timer::Pbft(PbftTimer::PrimaryHelp)) => {
                 self.primary_vote.primary_help_armed = false;
                 self.check_quiet_prepares(now, out);
+            }
+            Input::Timer(Timer::Pbft(PbftTimer::Watch)) => {
+                self.monitor.watch_armed = None;
+                if !self.changing {
+                    self.watch_primary(now, out);
+                }
             }
             Input::Timer(Timer::Pbft(PbftTimer::Wake)) => {
                 self.propose_heartbeat(now, out);

@@ -156,6 +156,7 @@ impl OrderStage {
         assert!(target > self.view, "views only grow");
         self.view = target;
         self.changing = true;
+        self.monitor.view_changing();
         self.hint_primary(out);
         self.view_change.new_view = None;
         self.buffered.clear();
@@ -449,6 +450,7 @@ impl OrderStage {
             persist::write(out, persist::slot_key(*seqno), &slot.record);
         }
         out.push(Action::Note(Event::ViewInstalled { view }));
+        self.monitor.view_installed(view, now);
         self.stats.bump("view_installed");
         self.hint_primary(out);
         for (seqno, digest) in prepares {

@@ -1,0 +1,390 @@
+//! Watching the primary (Aardvark, UpRight thesis 3.3; docs/PROTOCOL.md "Watching the primary").
+//!
+//! PBFT's view-change timer restarts at every commit, so a primary that commits a batch just
+//! before each timeout, or that leaves one client's requests out of its batches while ordering
+//! everyone else's, is never replaced: throughput falls to nearly nothing, or to nothing for the
+//! victim, and no timer fires. Each backup therefore also watches, on its order tick
+//! (`view_change_timeout_us / 4`), while it is in an installed view:
+//!
+//! - **Waiting requests.** A request that is ready here (the next of its client, with enough
+//!   matrix rows) waits at most `order_wait_max` (`view_change_timeout / 5`,
+//!   doubling with each consecutive view change like the timeout itself) for a PRE-PREPARE that
+//!   orders it, while the primary has room to order it (its pipeline and the log window are not
+//!   full). Backups learn of a request only when it is still unordered
+//!   [`crate::auth::BACKUP_DELAY_FRACTION`] after the primary, so under a correct primary almost
+//!   none ever waits here. This is Aardvark's heartbeat timer and its fairness rule in one: a
+//!   slow primary and a primary that starves a client are both replaced
+//!   (`view_change_primary_slow`).
+//! - **Throughput.** Requests committed per window (`view_change_timeout_us`), compared with the
+//!   best window of the last [`THROUGHPUT_VIEWS`] views. After a grace period of
+//!   [`GRACE_WINDOWS`] windows in a new view, a window in which requests waited here (demand the
+//!   primary did not keep up with) must reach [`THROUGHPUT_PERCENT`] of that best, and the
+//!   requirement rises by one point per window, so a primary that stays just fast enough is
+//!   replaced in time too (`view_change_primary_throughput`). Windows without waiting requests
+//!   are not judged: a cluster with little load is not slow. Without any measured view to
+//!   compare with, a view whose requests wait through its whole grace period is replaced once,
+//!   so that a Byzantine primary of the first view cannot hide behind the missing history.
+//!
+//! Both are off with `knobs.watch_primary = false` (the attack benchmarks' and the simulator's
+//! "defences off" runs); PBFT's view-change timer runs either way.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::OrderStage;
+use crate::ids::{ClientId, RequestId, View};
+use crate::stage::{Action, Time};
+
+/// Recent views whose best window sets the throughput expected of the current primary.
+pub const THROUGHPUT_VIEWS: usize = 5;
+/// Windows after a view is installed before its throughput is judged.
+pub const GRACE_WINDOWS: u64 = 3;
+/// Percent of the best recent window a judged window must reach (plus one per window after the
+/// grace period).
+pub const THROUGHPUT_PERCENT: u64 = 90;
+/// `order_wait_max = view_change_timeout / ORDER_WAIT_FRACTION`.
+pub const ORDER_WAIT_FRACTION: u64 = 5;
+
+/// Why a backup gave up on the primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Suspicion {
+    /// A ready request waited longer than the bound.
+    Slow,
+    /// A judged window fell short of the recent views' best.
+    Throughput,
+}
+
+impl Suspicion {
+    /// The statistic counted for it.
+    pub fn counter(self) -> &'static str {
+        match self {
+            Suspicion::Slow => "view_change_primary_slow",
+            Suspicion::Throughput => "view_change_primary_throughput",
+        }
+    }
+}
+
+/// A backup's watch on the primary of its installed view.
+#[derive(Debug, Default)]
+pub(crate) struct Monitor {
+    /// The view being watched and when it was installed here.
+    view: Option<(View, Time)>,
+    /// Per client with a request ready here: the request and since when it waits.
+    waiting: BTreeMap<ClientId, (RequestId, Time)>,
+    /// Per client, the request whose first row arrived last, and when: a request ready at a
+    /// tick waits from then, not from the tick.
+    arrivals: BTreeMap<ClientId, (RequestId, Time)>,
+    /// The Watch timer's deadline, if armed.
+    pub(super) watch_armed: Option<Time>,
+    /// Start of the current window, requests committed in it, and whether a request waited.
+    window_start: Time,
+    window_requests: u64,
+    window_demand: bool,
+    /// Windows completed in this view.
+    windows: u64,
+    /// Judged windows since the grace period ended in this view, each demanding one point more.
+    demanding: u64,
+    /// Best window (requests per second) of each recent view, the current one last.
+    best: VecDeque<(View, u64)>,
+}
+
+impl Monitor {
+    /// View `view` is installed here at `now`: a new primary to watch.
+    pub fn view_installed(&mut self, view: View, now: Time) {
+        self.view = Some((view, now));
+        self.waiting.clear();
+        self.window_start = now;
+        self.window_requests = 0;
+        self.window_demand = false;
+        self.windows = 0;
+        self.demanding = 0;
+        if self.best.back().is_none_or(|(v, _)| *v != view) {
+            self.best.push_back((view, 0));
+            while self.best.len() > THROUGHPUT_VIEWS {
+                self.best.pop_front();
+            }
+        }
+    }
+
+    /// A view change started: nothing is watched until the next view is installed.
+    pub fn view_changing(&mut self) {
+        self.view = None;
+        self.waiting.clear();
+    }
+
+    /// A row for `client`'s request `request` arrived at `now` (the first for it, or for a newer
+    /// request than the last noted).
+    pub fn arrived(&mut self, client: ClientId, request: RequestId, now: Time) {
+        match self.arrivals.get(&client) {
+            Some((r, _)) if *r >= request => {}
+            _ => {
+                self.arrivals.insert(client, (request, now));
+            }
+        }
+    }
+
+    /// When the request waiting longest here reaches `wait_max` (the Watch timer's deadline).
+    pub fn deadline(&self, wait_max: Time) -> Option<Time> {
+        self.waiting.values().map(|(_, since)| since + wait_max + 1).min()
+    }
+
+    /// Requests committed (in the watched view).
+    pub fn committed(&mut self, requests: usize) {
+        if self.view.is_some() {
+            self.window_requests += requests as u64;
+        }
+    }
+
+    /// Best window of the recent views, the current one included.
+    fn best_recent(&self) -> u64 {
+        self.best.iter().map(|(_, b)| *b).max().unwrap_or(0)
+    }
+
+    /// The watch at a tick: `ready` are the requests ready here now (`None` if the primary has
+    /// no room to order them: they are not its fault), `wait_max` the bound on waiting and
+    /// `window` the window length.
+    pub fn tick(
+        &mut self,
+        now: Time,
+        ready: Option<Vec<(ClientId, RequestId)>>,
+        wait_max: Time,
+        window: Time,
+    ) -> Option<Suspicion> {
+        let (_, installed) = self.view?;
+        let mut suspicion = None;
+        match ready {
+            Some(ready) => {
+                let mut waiting = BTreeMap::new();
+                for (client, request) in ready {
+                    let since = match (self.waiting.get(&client), self.arrivals.get(&client)) {
+                        (Some((r, since)), _) if *r == request => *since,
+                        // It arrived in this view: it waits from its arrival.
+                        (_, Some((r, at))) if *r == request => (*at).max(installed),
+                        _ => now,
+                    };
+                    waiting.insert(client, (request, since));
+                }
+                self.waiting = waiting;
+                if !self.waiting.is_empty() {
+                    self.window_demand = true;
+                }
+                if self
+                    .waiting
+                    .values()
+                    .any(|(_, since)| now.saturating_sub(*since) > wait_max)
+                {
+                    suspicion = Some(Suspicion::Slow);
+                }
+            }
+            None => self.waiting.clear(),
+        }
+        let elapsed = now.saturating_sub(self.window_start);
+        if window > 0 && elapsed >= window {
+            let rate = self.window_requests.saturating_mul(1_000_000) / elapsed.max(1);
+            let judged = self.windows >= GRACE_WINDOWS && self.window_demand;
+            let best = self.best_recent();
+            if judged {
+                let percent = THROUGHPUT_PERCENT + self.demanding;
+                self.demanding += 1;
+                let short = if best == 0 {
+                    // Nothing measured yet: requests waited through the grace period.
+                    now.saturating_sub(installed) >= window.saturating_mul(GRACE_WINDOWS + 1)
+                } else {
+                    rate.saturating_mul(100) < best.saturating_mul(percent)
+                };
+                if short {
+                    suspicion = suspicion.or(Some(Suspicion::Throughput));
+                }
+            }
+            if let Some((_, b)) = self.best.back_mut() {
+                *b = (*b).max(rate);
+            }
+            self.windows += 1;
+            self.window_start = now;
+            self.window_requests = 0;
+            self.window_demand = false;
+        }
+        suspicion
+    }
+}
+
+impl OrderStage {
+    /// How long a ready request may wait here for the primary to order it.
+    pub(super) fn order_wait_max(&self) -> Time {
+        (self.view_change_timeout() / ORDER_WAIT_FRACTION).max(1)
+    }
+
+    /// The requests ready here now, or `None` if the primary has no room to order them (its
+    /// pipeline or the log window is full).
+    fn ready_for_primary(&self) -> Option<Vec<(ClientId, RequestId)>> {
+        let n = self.next_accept();
+        let in_flight = n.0 - 1 - self.prefix.last_committed.0;
+        if !self.in_window(n) || in_flight >= self.config.knobs.pipeline_window {
+            return None;
+        }
+        let p = self.projection(n);
+        Some(self.all_ready(&p))
+    }
+
+    /// The watch on the primary, at each order tick of a backup in an installed view.
+    pub(super) fn watch_primary(&mut self, now: Time, out: &mut Vec<Action>) {
+        if !self.config.knobs.watch_primary || self.changing || self.is_primary() || self.is_abstaining() {
+            return;
+        }
+        let ready = self.ready_for_primary();
+        let (wait_max, window) = (self.order_wait_max(), self.config.knobs.view_change_timeout_us);
+        if let Some(suspicion) = self.monitor.tick(now, ready, wait_max, window) {
+            self.stats.bump(suspicion.counter());
+            self.start_view_change(now, self.view.next(), out);
+            return;
+        }
+        // Look again when the longest-waiting request reaches the bound.
+        if let Some(at) = self.monitor.deadline(wait_max) {
+            self.arm_watch(now, at, out);
+        }
+    }
+
+    /// A request's first row arrived at a backup: watch it from now on.
+    pub(super) fn note_arrival(&mut self, now: Time, client: ClientId, request: RequestId, out: &mut Vec<Action>) {
+        if !self.config.knobs.watch_primary || self.changing || self.is_primary() {
+            return;
+        }
+        self.monitor.arrived(client, request, now);
+        let at = now + self.order_wait_max() + 1;
+        self.arm_watch(now, at, out);
+    }
+
+    /// Arms the Watch timer for `at` unless it is armed for earlier (and still ahead).
+    fn arm_watch(&mut self, now: Time, at: Time, out: &mut Vec<Action>) {
+        if self.monitor.watch_armed.is_none_or(|armed| armed > at || armed <= now) {
+            self.monitor.watch_armed = Some(at);
+            out.push(Action::SetTimer {
+                timer: crate::stage::Timer::Pbft(crate::message::PbftTimer::Watch),
+                at,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Time = 1_000;
+
+    fn req(c: u32, r: u64) -> (ClientId, RequestId) {
+        (ClientId(c), RequestId(r))
+    }
+
+    #[test]
+    fn a_request_waiting_past_the_bound_is_the_primarys_fault_unless_it_had_no_room() {
+        let mut m = Monitor::default();
+        m.view_installed(View(0), 0);
+        assert_eq!(m.tick(10 * MS, Some(vec![req(1, 5)]), 40 * MS, 0), None);
+        assert_eq!(m.tick(40 * MS, Some(vec![req(1, 5)]), 40 * MS, 0), None);
+        // Ordered in time, and the client's next one waits from when it was first seen.
+        assert_eq!(m.tick(60 * MS, Some(vec![req(1, 6)]), 40 * MS, 0), None);
+        assert_eq!(m.tick(90 * MS, Some(vec![req(1, 6)]), 40 * MS, 0), None);
+        assert_eq!(
+            m.tick(101 * MS, Some(vec![req(1, 6)]), 40 * MS, 0),
+            Some(Suspicion::Slow)
+        );
+        // With no room (pipeline or window full) the wait starts again.
+        m.tick(110 * MS, None, 40 * MS, 0);
+        assert_eq!(m.tick(140 * MS, Some(vec![req(1, 6)]), 40 * MS, 0), None);
+        // A starved client while others are ordered: its request keeps waiting.
+        assert_eq!(m.tick(170 * MS, Some(vec![req(1, 6), req(2, 1)]), 40 * MS, 0), None);
+        assert_eq!(
+            m.tick(200 * MS, Some(vec![req(1, 6), req(2, 2)]), 40 * MS, 0),
+            Some(Suspicion::Slow)
+        );
+        // Nothing is watched during a view change.
+        m.view_changing();
+        assert_eq!(m.tick(900 * MS, Some(vec![req(1, 6)]), 40 * MS, 0), None);
+    }
+
+    /// Windows of 100 ms; a view delivering 1,000 requests per window is followed by one
+    /// delivering 500 while requests wait: replaced after the grace period, not before.
+    #[test]
+    fn a_primary_below_the_recent_best_is_replaced_after_the_grace_period() {
+        let window = 100 * MS;
+        let mut m = Monitor::default();
+        m.view_installed(View(0), 0);
+        let mut now = 0;
+        for _ in 0..10 {
+            m.committed(1_000);
+            now += window;
+            assert_eq!(m.tick(now, Some(vec![]), 10 * window, window), None);
+        }
+        assert_eq!(m.best_recent(), 10_000);
+        m.view_changing();
+        m.view_installed(View(1), now);
+        let mut suspected_at = None;
+        for w in 1..=10 {
+            m.committed(500);
+            now += window;
+            if let Some(s) = m.tick(now, Some(vec![req(1, w)]), 10 * window, window) {
+                suspected_at = Some((w, s));
+                break;
+            }
+        }
+        assert_eq!(suspected_at, Some((GRACE_WINDOWS + 1, Suspicion::Throughput)));
+    }
+
+    /// A view at 95% of the best is kept while the requirement is below that and replaced when
+    /// the rising requirement passes it; windows without waiting requests are never judged.
+    #[test]
+    fn the_requirement_rises_and_only_windows_with_waiting_requests_are_judged() {
+        let window = 100 * MS;
+        let mut m = Monitor::default();
+        m.view_installed(View(0), 0);
+        let mut now = window;
+        m.committed(1_000);
+        m.tick(now, Some(vec![]), 10 * window, window);
+        m.view_installed(View(1), now);
+        for _ in 0..50 {
+            m.committed(100);
+            now += window;
+            assert_eq!(
+                m.tick(now, Some(vec![]), 10 * window, window),
+                None,
+                "no demand, not judged"
+            );
+        }
+        m.view_installed(View(2), now);
+        let mut judged_windows = 0;
+        loop {
+            m.committed(950);
+            now += window;
+            let s = m.tick(now, Some(vec![req(1, judged_windows + 1)]), 10 * window, window);
+            if m.windows > GRACE_WINDOWS {
+                judged_windows += 1;
+            }
+            if s.is_some() {
+                assert_eq!(s, Some(Suspicion::Throughput));
+                break;
+            }
+            assert!(judged_windows < 20, "never replaced");
+        }
+        // The k-th judged window (from 0) needs 90 + k percent: 95 is still met (k = 5), 96 is
+        // not (k = 6, the seventh).
+        assert_eq!(judged_windows, 7);
+    }
+
+    #[test]
+    fn without_history_a_view_whose_requests_always_wait_is_replaced_once() {
+        let window = 100 * MS;
+        let mut m = Monitor::default();
+        m.view_installed(View(0), 0);
+        let mut now = 0;
+        let mut result = None;
+        for w in 1..=10 {
+            now += window;
+            result = m.tick(now, Some(vec![req(1, w)]), 10 * window, window);
+            if result.is_some() {
+                assert_eq!(w, GRACE_WINDOWS + 1);
+                break;
+            }
+        }
+        assert_eq!(result, Some(Suspicion::Throughput));
+    }
+}
