@@ -14,10 +14,11 @@ use bytes::Bytes;
 use rand::seq::IndexedRandom;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use upright_core::crypto::{Digest, KeyRing};
-use upright_core::ids::{Principal, ReplicaId, StageKind};
+use upright_core::config::ClusterConfig;
+use upright_core::crypto::{Digest, KeyRing, MatrixRow};
+use upright_core::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, StageKind, View};
 use upright_core::kv::KvReply;
-use upright_core::message::{Batch, Envelope, Message, ReplyBody, Seal, SealFor};
+use upright_core::message::{AuthItem, Batch, Envelope, Message, ReplyBody, RequestBody, RequestEntry, Seal, SealFor};
 use upright_core::quorum::Quorums;
 use upright_core::stage::Time;
 
@@ -34,6 +35,10 @@ pub const WRONG_STATE_CLASS: &str = "byz_wrong_state";
 pub const REPLAY_BUFFER_MAX: usize = 64;
 /// Equivocations remembered (to send matching PREPARE/COMMITs for each variant).
 pub const VARIANTS_MAX: usize = 256;
+/// The client a starving primary ignores.
+pub const VICTIM: ClientId = ClientId(0);
+/// Junk messages a flooding replica adds to each message it sends.
+pub const FLOOD_PER_MESSAGE: usize = 2;
 
 /// One copy to put on the network.
 #[derive(Clone, Debug)]
@@ -56,6 +61,10 @@ pub struct Byzantine {
     recorded: VecDeque<Arc<Envelope>>,
     /// `(view, seqno) -> (honest digest, variant digest)`.
     variants: BTreeMap<(u64, u64), (Digest, Digest)>,
+    /// How long a slow primary holds a PRE-PREPARE (three quarters of the view-change timeout).
+    hold_us: Time,
+    /// Newest view and seqno seen in its own order member's messages (aims the flood).
+    seen: (View, SeqNo),
 }
 
 fn flip(bytes: &mut [u8]) {
@@ -74,14 +83,49 @@ impl Byzantine {
             quorums,
             recorded: VecDeque::new(),
             variants: BTreeMap::new(),
+            hold_us: 150_000,
+            seen: (View(0), SeqNo(0)),
         }
     }
 
-    /// Remembers a received envelope (for replay).
-    pub fn incoming(&mut self, rng: &mut ChaCha8Rng, envelope: &Arc<Envelope>) {
+    /// With the cluster's view-change timeout (a slow primary holds its PRE-PREPAREs for three
+    /// quarters of it).
+    pub fn with_view_change_timeout(mut self, timeout_us: Time) -> Byzantine {
+        self.hold_us = timeout_us / 4 * 3;
+        self
+    }
+
+    /// What its own member `to` gets of a received envelope (`None`: it ignores it), and
+    /// remembers envelopes for replay. A starving primary's order member never sees the
+    /// victim's AUTH-REQ items (each item carries its own row, so dropping some leaves the others
+    /// valid).
+    pub fn incoming(
+        &mut self,
+        rng: &mut ChaCha8Rng,
+        to: Principal,
+        envelope: Arc<Envelope>,
+        counts: &mut FaultCounts,
+    ) -> Option<Arc<Envelope>> {
         if self.behaviour == Behaviour::Replay && rng.random_bool(0.2) {
             self.record(envelope.clone());
         }
+        if self.behaviour != Behaviour::StarveClient || !matches!(to, Principal::Order(_)) {
+            return Some(envelope);
+        }
+        let Message::AuthRequest { items } = &envelope.message else {
+            return Some(envelope);
+        };
+        if !items.iter().any(|i| i.entry.client == VICTIM) {
+            return Some(envelope);
+        }
+        counts.bump(Behaviour::StarveClient.class());
+        let kept: Vec<AuthItem> = items.iter().filter(|i| i.entry.client != VICTIM).cloned().collect();
+        if kept.is_empty() {
+            return None;
+        }
+        let mut filtered = (*envelope).clone();
+        filtered.message = Message::AuthRequest { items: kept };
+        Some(Arc::new(filtered))
     }
 
     fn record(&mut self, envelope: Arc<Envelope>) {
@@ -144,8 +188,91 @@ impl Byzantine {
             envelope: envelope.clone(),
             extra_delay: 0,
         };
+        if let Message::Pbft(
+            PbftMessage::PrePrepare { view, seqno, .. }
+            | PbftMessage::Prepare { view, seqno, .. }
+            | PbftMessage::Commit { view, seqno, .. },
+        ) = &envelope.message
+        {
+            self.seen = self.seen.max((*view, *seqno));
+        }
         match self.behaviour {
             Behaviour::Silence => counts.bump(class),
+            Behaviour::SlowPrimary => match &envelope.message {
+                Message::Pbft(PbftMessage::PrePrepare { batch, .. }) if !batch.entries.is_empty() => {
+                    counts.bump(class);
+                    out.push(Outgoing {
+                        extra_delay: self.hold_us,
+                        ..honest
+                    });
+                }
+                _ => out.push(honest),
+            },
+            // It acts on what it receives (`incoming`).
+            Behaviour::StarveClient => out.push(honest),
+            Behaviour::LyingViewChange => match &envelope.message {
+                Message::Pbft(PbftMessage::ViewChange(signed)) if signed.signer == self.replica => {
+                    counts.bump(class);
+                    let vc = lie_about_prepared(&signed.value);
+                    let message = Message::Pbft(PbftMessage::ViewChange(upright_core::message::Signed::sign(
+                        &self.keys,
+                        self.replica,
+                        vc,
+                    )));
+                    out.extend(self.reseal(from, &message, &envelope.seal, &remote));
+                }
+                _ => out.push(honest),
+            },
+            Behaviour::NewViewDropsCommitted => match &envelope.message {
+                Message::Pbft(PbftMessage::NewView(signed)) if signed.signer == self.replica => {
+                    let mut nv = signed.value.clone();
+                    match nv.batches.iter_mut().find(|(_, b)| !b.entries.is_empty()) {
+                        Some((_, batch)) => {
+                            counts.bump(class);
+                            *batch = Batch {
+                                time_us: 0,
+                                entries: Vec::new(),
+                            };
+                            let message = Message::Pbft(PbftMessage::NewView(upright_core::message::Signed::sign(
+                                &self.keys,
+                                self.replica,
+                                nv,
+                            )));
+                            out.extend(self.reseal(from, &message, &envelope.seal, &remote));
+                        }
+                        None => out.push(honest),
+                    }
+                }
+                _ => out.push(honest),
+            },
+            Behaviour::WrongState => match &envelope.message {
+                Message::StateChunk { .. } | Message::PageAnswer { .. } | Message::StateManifest { .. } => {
+                    counts.bump(class);
+                    let message = wrong_state(&envelope.message);
+                    out.extend(self.reseal(from, &message, &envelope.seal, &remote));
+                }
+                _ => out.push(honest),
+            },
+            Behaviour::FloodPeers => {
+                out.push(honest);
+                for _ in 0..FLOOD_PER_MESSAGE {
+                    if let Some(junk) = self.junk(rng, from, &remote) {
+                        counts.bump(class);
+                        out.push(junk);
+                    }
+                }
+            }
+            Behaviour::ForgedAuth => match &envelope.message {
+                Message::AuthRequest { items } if !items.is_empty() => {
+                    counts.bump(class);
+                    let mut items = items.clone();
+                    let forged = self.forge_item(&items[0].entry);
+                    items.push(forged);
+                    let message = Message::AuthRequest { items };
+                    out.extend(self.reseal(from, &message, &envelope.seal, &remote));
+                }
+                _ => out.push(honest),
+            },
             Behaviour::Slowness => {
                 counts.bump(class);
                 out.push(Outgoing {
@@ -235,13 +362,6 @@ impl Byzantine {
                     };
                     out.extend(self.reseal(from, &message, &envelope.seal, &remote));
                 }
-                // The same member also serves wrong state: chunks and pages that do not match
-                // the certified digest, tree nodes with a forged child.
-                Message::StateChunk { .. } | Message::PageAnswer { .. } => {
-                    counts.bump(WRONG_STATE_CLASS);
-                    let message = wrong_state(&envelope.message);
-                    out.extend(self.reseal(from, &message, &envelope.seal, &remote));
-                }
                 _ => out.push(honest),
             },
             Behaviour::Replay => {
@@ -280,6 +400,95 @@ impl Byzantine {
             }
         }
         out
+    }
+
+    /// An AUTH-REQ item for the request after `real` of the same client, which the client never
+    /// sent: another operation, under this member's own valid row.
+    fn forge_item(&self, real: &RequestEntry) -> AuthItem {
+        let operation = match &real.body {
+            RequestBody::Inline(op) => Bytes::from([&op[..], b"<forged>"].concat()),
+            RequestBody::Digest(d) => Bytes::copy_from_slice(&Digest::of(&d.0).0),
+        };
+        let entry = RequestEntry {
+            client: real.client,
+            request_id: RequestId(real.request_id.0 + 1),
+            body: RequestBody::Inline(operation),
+        };
+        let row = MatrixRow {
+            signer: self.replica,
+            authenticator: self
+                .keys
+                .authenticator(ClusterConfig::order_members(&self.quorums), &entry.digest()),
+        };
+        AuthItem { entry, row }
+    }
+
+    /// One junk message from its stage `from` to `to`, well-formed and under its own valid
+    /// MACs: a vote for a digest nobody proposed near the seqnos in use, a checkpoint token for
+    /// a state nobody has, a fetch of state or pages that do not exist, a LAST-EXEC.
+    fn junk(&self, rng: &mut ChaCha8Rng, from: Principal, to: &[Principal]) -> Option<Outgoing> {
+        let (view, seqno) = self.seen;
+        let near = SeqNo(seqno.0 + rng.random_range(0..40));
+        let digest = Digest::of(&rng.random::<u64>().to_le_bytes());
+        let (message, seal_for) = match (from, to.first()?) {
+            (Principal::Order(_), Principal::Order(_)) => match rng.random_range(0..3) {
+                0 => (
+                    Message::Pbft(PbftMessage::Prepare {
+                        view,
+                        seqno: near,
+                        digest,
+                    }),
+                    SealFor::Stage(StageKind::Order),
+                ),
+                1 => (
+                    Message::Pbft(PbftMessage::Commit {
+                        view,
+                        seqno: near,
+                        digest,
+                    }),
+                    SealFor::Stage(StageKind::Order),
+                ),
+                _ => (
+                    Message::Pbft(PbftMessage::FetchOrderCheckpoint { seqno: near, digest }),
+                    SealFor::Nothing,
+                ),
+            },
+            (Principal::Exec(_), Principal::Order(_)) => match rng.random_range(0..2) {
+                0 => (
+                    Message::CheckpointToken {
+                        seqno: near,
+                        exec_state: digest,
+                    },
+                    SealFor::Stage(StageKind::Order),
+                ),
+                _ => (Message::LastExecuted { seqno: near }, SealFor::Stage(StageKind::Order)),
+            },
+            (Principal::Exec(_), Principal::Exec(_)) => match rng.random_range(0..2) {
+                0 => (
+                    Message::FetchState {
+                        seqno: near,
+                        state_digest: digest,
+                        chunk: Some(rng.random_range(0..8)),
+                    },
+                    SealFor::Stage(StageKind::Exec),
+                ),
+                _ => (
+                    Message::FetchPages {
+                        seqno: near,
+                        state_digest: digest,
+                        nodes: vec![(1, rng.random_range(0..4))],
+                        pages: vec![rng.random_range(0..64)],
+                    },
+                    SealFor::Stage(StageKind::Exec),
+                ),
+            },
+            _ => return None,
+        };
+        Some(Outgoing {
+            to: to.to_vec(),
+            envelope: Arc::new(Envelope::seal(&self.keys, &self.quorums, from, message, seal_for)),
+            extra_delay: 0,
+        })
     }
 
     /// Copies claiming another member of the same stage as sender; reply copies carry a wrong
@@ -437,10 +646,50 @@ fn vary(batch: &Batch) -> Batch {
     variant
 }
 
+/// A VIEW-CHANGE that lies about prepared certificates: every claim names another batch (with
+/// that batch's digest, so only the quorum rules can tell), and a batch that never prepared is
+/// claimed at the seqno after them, in the highest view below the new one.
+fn lie_about_prepared(vc: &upright_core::message::ViewChange) -> upright_core::message::ViewChange {
+    let mut vc = vc.clone();
+    for claim in &mut vc.prepared {
+        claim.batch = vary(&claim.batch);
+        claim.digest = claim.batch.digest();
+    }
+    let after = vc
+        .prepared
+        .iter()
+        .map(|c| c.seqno)
+        .chain(vc.stable.as_ref().map(|s| s.checkpoint.seqno))
+        .max()
+        .unwrap_or(SeqNo(0));
+    let invented = Batch {
+        time_us: 1,
+        entries: Vec::new(),
+    };
+    vc.prepared.push(upright_core::message::PreparedClaim {
+        seqno: SeqNo(after.0 + 1),
+        view: View(vc.new_view.0.saturating_sub(1)),
+        digest: invented.digest(),
+        batch: invented,
+    });
+    vc
+}
+
 /// A state-transfer answer with its data altered.
 fn wrong_state(message: &Message) -> Message {
     let mut message = message.clone();
     match &mut message {
+        Message::StateManifest {
+            total_bytes,
+            chunk_digests,
+            ..
+        } => {
+            if let Some(first) = chunk_digests.first_mut() {
+                *first = Digest::of(&first.0);
+            } else {
+                *total_bytes += 1;
+            }
+        }
         Message::StateChunk { data, .. } => {
             let mut bytes = data.to_vec();
             bytes.push(0);
@@ -476,7 +725,8 @@ fn wrong(result: &ReplyBody) -> ReplyBody {
 }
 
 /// The envelope with bits flipped in every MAC, authenticator, matrix row or signature it carries.
-fn corrupt(envelope: &Envelope) -> Envelope {
+/// The envelope with its MACs, authenticator, matrix rows or signature flipped.
+pub fn corrupt(envelope: &Envelope) -> Envelope {
     let mut e = envelope.clone();
     match &mut e.seal {
         Seal::Mac(mac) => flip(&mut mac.0),

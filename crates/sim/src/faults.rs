@@ -38,11 +38,66 @@ pub enum Behaviour {
     /// Sends its messages with small structured changes, re-sealed with its own keys
     /// (`--mutate` only; [`crate::mutate`]).
     Mutate,
+    /// As primary, holds every PRE-PREPARE that carries requests for three quarters of the
+    /// view-change timeout: a commit arrives just before each timeout, so PBFT's timer never
+    /// fires (Aardvark's slow primary).
+    SlowPrimary,
+    /// As primary, ignores one client's requests (client 0's items in the AUTH-REQs it
+    /// receives) while it orders everyone else's (Aardvark's unfair primary).
+    StarveClient,
+    /// Its VIEW-CHANGEs lie about prepared certificates: claims carry another batch than the one
+    /// that prepared, and a batch that never prepared is claimed above them (re-signed).
+    LyingViewChange,
+    /// As the primary of a new view, its NEW-VIEW replaces a batch that its view-change quorum
+    /// shows committed with a null batch (re-signed).
+    NewViewDropsCommitted,
+    /// Serves wrong state: manifests with altered chunk digests or sizes, chunks and pages that
+    /// do not match the certified digests, tree nodes with a forged child.
+    WrongState,
+    /// Floods its peers: with every message it sends, well-formed junk under its own valid
+    /// MACs (votes for seqnos and digests nobody proposed, checkpoint tokens, fetches of state
+    /// and pages that do not exist, LAST-EXECs).
+    FloodPeers,
+    /// Its authentication member vouches for requests their clients never sent: with every
+    /// AUTH-REQ it adds an item for a correct client's next request with an invented
+    /// operation, under its own valid row.
+    ForgedAuth,
+}
+
+/// How the Byzantine client (an extra client beside the correct ones) misbehaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientBehaviour {
+    /// Request authenticators valid for some authentication members and garbage for others.
+    InconsistentAuth,
+    /// With every request, copies under bad MACs and replays of its earlier requests.
+    Flood,
+}
+
+impl ClientBehaviour {
+    /// Every client behaviour, in a fixed order.
+    pub const ALL: [ClientBehaviour; 2] = [ClientBehaviour::InconsistentAuth, ClientBehaviour::Flood];
+
+    /// The fault-class name counted for it.
+    pub fn class(self) -> &'static str {
+        match self {
+            ClientBehaviour::InconsistentAuth => "byz_client_auth",
+            ClientBehaviour::Flood => "byz_client_flood",
+        }
+    }
+
+    /// Its name (`--list-behaviours`, `--attack`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientBehaviour::InconsistentAuth => "client-inconsistent-auth",
+            ClientBehaviour::Flood => "client-flood",
+        }
+    }
 }
 
 impl Behaviour {
-    /// Every behaviour, in a fixed order.
-    pub const ALL: [Behaviour; 8] = [
+    /// Every behaviour drawn for random seeds, in a fixed order (not [`Behaviour::Mutate`],
+    /// which `--mutate` runs alone).
+    pub const ALL: [Behaviour; 15] = [
         Behaviour::EquivocatingPrimary,
         Behaviour::CorruptMacs,
         Behaviour::ForgeSender,
@@ -51,7 +106,50 @@ impl Behaviour {
         Behaviour::Silence,
         Behaviour::Slowness,
         Behaviour::Replay,
+        Behaviour::SlowPrimary,
+        Behaviour::StarveClient,
+        Behaviour::LyingViewChange,
+        Behaviour::NewViewDropsCommitted,
+        Behaviour::WrongState,
+        Behaviour::FloodPeers,
+        Behaviour::ForgedAuth,
     ];
+
+    /// Its name (`--list-behaviours`, `--attack`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Behaviour::EquivocatingPrimary => "equivocating-primary",
+            Behaviour::CorruptMacs => "corrupt-macs",
+            Behaviour::ForgeSender => "forge-sender",
+            Behaviour::WrongReplies => "wrong-replies",
+            Behaviour::WrongCheckpointTokens => "wrong-checkpoint-tokens",
+            Behaviour::Silence => "silence",
+            Behaviour::Slowness => "slowness",
+            Behaviour::Replay => "replay",
+            Behaviour::Mutate => "mutate",
+            Behaviour::SlowPrimary => "slow-primary",
+            Behaviour::StarveClient => "starve-client",
+            Behaviour::LyingViewChange => "lying-view-change",
+            Behaviour::NewViewDropsCommitted => "new-view-drops-committed",
+            Behaviour::WrongState => "wrong-state",
+            Behaviour::FloodPeers => "flood-peers",
+            Behaviour::ForgedAuth => "forged-auth",
+        }
+    }
+
+    /// The replica it is placed on when drawn: the view-0 primary for the primary's attacks,
+    /// the view-1 primary for the NEW-VIEW liar, an execution member for those that act there.
+    pub fn place(self, rng: &mut ChaCha8Rng, n_replicas: usize, n_exec: usize) -> u32 {
+        match self {
+            Behaviour::EquivocatingPrimary | Behaviour::SlowPrimary | Behaviour::StarveClient => 0,
+            Behaviour::NewViewDropsCommitted => 1,
+            Behaviour::WrongReplies
+            | Behaviour::WrongCheckpointTokens
+            | Behaviour::ForgeSender
+            | Behaviour::WrongState => rng.random_range(0..n_exec as u32),
+            _ => rng.random_range(0..n_replicas as u32),
+        }
+    }
 
     /// The fault-class name counted for it.
     pub fn class(self) -> &'static str {
@@ -65,12 +163,20 @@ impl Behaviour {
             Behaviour::Slowness => "byz_slowness",
             Behaviour::Replay => "byz_replay",
             Behaviour::Mutate => "byz_mutate",
+            Behaviour::SlowPrimary => "byz_slow_primary",
+            Behaviour::StarveClient => "byz_starve_client",
+            Behaviour::LyingViewChange => "byz_lying_view_change",
+            Behaviour::NewViewDropsCommitted => "byz_new_view_drop",
+            Behaviour::WrongState => "byz_wrong_state",
+            Behaviour::FloodPeers => "byz_flood",
+            Behaviour::ForgedAuth => "byz_forged_auth",
         }
     }
 }
 
-/// Fault classes injected without Byzantine replicas (always present in every configuration).
-pub const BENIGN_CLASSES: [&str; 9] = [
+/// Fault classes injected without Byzantine replicas (always present in every configuration;
+/// the Byzantine client's too).
+pub const BENIGN_CLASSES: [&str; 10] = [
     "loss",
     "duplication",
     "reordering",
@@ -80,6 +186,7 @@ pub const BENIGN_CLASSES: [&str; 9] = [
     "power_loss",
     "clock_skew",
     "byz_client_auth",
+    "byz_client_flood",
 ];
 
 /// Every fault class that a run with this `r` must inject somewhere among its seeds.
@@ -155,8 +262,8 @@ pub struct FaultPlan {
     pub skew: Vec<u64>,
     /// Byzantine replicas and their behaviours.
     pub byzantine: BTreeMap<u32, Behaviour>,
-    /// Whether the Byzantine client (inconsistent authenticators) runs.
-    pub byzantine_client: bool,
+    /// The Byzantine client, if one runs.
+    pub byzantine_client: Option<ClientBehaviour>,
 }
 
 /// Largest clock offset of a replica.
@@ -186,7 +293,7 @@ impl FaultPlan {
             network: NetworkFaults::default(),
             skew: vec![0; shape.n_replicas],
             byzantine: BTreeMap::new(),
-            byzantine_client: false,
+            byzantine_client: None,
         }
     }
 
@@ -246,7 +353,9 @@ impl FaultPlan {
                 .collect();
         }
         plan.byzantine = byzantine(rng, shape);
-        plan.byzantine_client = rng.random_bool(0.3);
+        plan.byzantine_client = rng
+            .random_bool(0.3)
+            .then(|| *ClientBehaviour::ALL.choose(rng).expect("non-empty"));
         plan.steps = draw_episodes(rng, shape, plan.byzantine.len());
         plan
     }
@@ -264,15 +373,7 @@ fn draw_byzantine(rng: &mut ChaCha8Rng, shape: PlanShape) -> BTreeMap<u32, Behav
     let mut out = BTreeMap::new();
     for _ in 0..count {
         let behaviour = *Behaviour::ALL.choose(rng).expect("non-empty");
-        // Place each behaviour where it can act: the view-0 primary equivocates; reply and token
-        // forgers sit on execution members.
-        let replica = match behaviour {
-            Behaviour::EquivocatingPrimary => 0,
-            Behaviour::WrongReplies | Behaviour::WrongCheckpointTokens | Behaviour::ForgeSender => {
-                rng.random_range(0..shape.n_exec as u32)
-            }
-            _ => rng.random_range(0..shape.n_replicas as u32),
-        };
+        let replica = behaviour.place(rng, shape.n_replicas, shape.n_exec);
         out.entry(replica).or_insert(behaviour);
     }
     out

@@ -12,6 +12,7 @@
 //! `--service zk`).
 #![warn(missing_docs)]
 
+pub mod attack;
 pub mod byzantine;
 pub mod checkers;
 pub mod events;

@@ -49,10 +49,88 @@ struct Args {
     /// with their own keys; every seed with r > 0 has 1 to r of them.
     #[arg(long)]
     mutate: bool,
+    /// Prints every named Byzantine behaviour (replicas', then the client's), one per line, and
+    /// exits.
+    #[arg(long)]
+    list_behaviours: bool,
+    /// The throughput-under-attack checker: each seed runs with this one attack (a behaviour of
+    /// --list-behaviours, or `all` for each in turn) and nothing else, and again without it; the
+    /// attacked run must complete at least 90% of the other's operations.
+    #[arg(long)]
+    attack: Option<String>,
+    /// `off`: the order stage watches the primary with PBFT's timer only (to show what the
+    /// defences are worth).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    defences: String,
+}
+
+/// `--attack`: each attack over the seeds, one line per attack.
+fn run_attacks(args: &Args, defences: bool) -> ! {
+    use upright_sim::attack::{run_attack, Attack};
+    let attacks = match args.attack.as_deref() {
+        Some("all") => Attack::all(),
+        Some(name) => match Attack::parse(name) {
+            Some(a) => vec![a],
+            None => {
+                let names: Vec<&str> = Attack::all().iter().map(|a| a.name()).collect();
+                eprintln!("unknown --attack {name}; expected all or one of {}", names.join(", "));
+                std::process::exit(2);
+            }
+        },
+        None => unreachable!("called with --attack"),
+    };
+    let mut failed = 0;
+    for attack in attacks {
+        if !attack.fits(args.r) {
+            println!("attack: {}, skipped: needs r >= 1", attack.name());
+            continue;
+        }
+        let (mut ops, mut base, mut lowest, mut violations) = (0u64, 0u64, f64::INFINITY, 0u64);
+        for seed in args.first_seed..args.first_seed + args.seeds {
+            let outcome = run_attack(seed, args.u, args.r, attack, defences);
+            ops += outcome.attacked.ops_completed;
+            base += outcome.fault_free_ops;
+            lowest = lowest.min(outcome.ratio());
+            if !outcome.attacked.violations.is_empty() {
+                violations += 1;
+                println!("seed {seed}: {}", outcome.attacked.violations[0]);
+                let opts = upright_sim::attack::attack_options(seed, args.u, args.r, Some(attack), defences);
+                println!("replay: {}", opts.replay_command());
+                if args.stats {
+                    for (principal, counters) in &outcome.attacked.stage_stats {
+                        println!("  {principal:?}: {counters:?}");
+                    }
+                }
+            }
+        }
+        failed += violations;
+        println!(
+            "attack: {}, defences: {}, seeds: {}, violations: {violations}, ops: {ops}, fault_free_ops: {base}, throughput: {:.1}% of fault-free (lowest seed {:.1}%)",
+            attack.name(),
+            if defences { "on" } else { "off" },
+            args.seeds,
+            ops as f64 * 100.0 / base.max(1) as f64,
+            lowest * 100.0
+        );
+    }
+    std::process::exit(if failed > 0 { 1 } else { 0 })
 }
 
 fn main() {
     let args = Args::parse();
+    if args.list_behaviours {
+        for b in upright_sim::faults::Behaviour::ALL
+            .iter()
+            .chain(std::iter::once(&upright_sim::faults::Behaviour::Mutate))
+        {
+            println!("{}", b.name());
+        }
+        for c in upright_sim::faults::ClientBehaviour::ALL {
+            println!("{}", c.name());
+        }
+        return;
+    }
+    let defences = args.defences == "on";
     let sabotage = match args.sabotage.as_deref().map(|s| (s, SabotageMode::parse(s))) {
         None => None,
         Some((_, Some(mode))) => Some(mode),
@@ -69,6 +147,9 @@ fn main() {
     // Stage panics are caught and reported as violations with their message; the default hook
     // would also print a backtrace for each.
     std::panic::set_hook(Box::new(|_| {}));
+    if args.attack.is_some() {
+        run_attacks(&args, defences);
+    }
     let mut summary = Summary::default();
     for seed in args.first_seed..args.first_seed + args.seeds {
         let mut opts = SimOptions::new(seed, args.u, args.r);
@@ -76,6 +157,7 @@ fn main() {
         opts.clients = args.clients;
         opts.sabotage = sabotage;
         opts.mutate = args.mutate;
+        opts.defences = defences;
         opts.service = upright_sim::ServiceKind::parse(&args.service).expect("clap checked the name");
         let report = upright_sim::run(opts.clone());
         if args.verbose {

@@ -117,6 +117,10 @@ pub struct SimOptions {
     /// Every Byzantine replica mutates what it sends ([`crate::mutate`]), and every seed with
     /// `r > 0` has one.
     pub mutate: bool,
+    /// One attack and nothing else ([`crate::attack`]).
+    pub attack: Option<crate::attack::Attack>,
+    /// The order stage watches the primary beyond PBFT's timer (`knobs.watch_primary`).
+    pub defences: bool,
 }
 
 impl SimOptions {
@@ -135,6 +139,8 @@ impl SimOptions {
             sabotage: None,
             service: ServiceKind::Kv,
             mutate: false,
+            attack: None,
+            defences: true,
         }
     }
 
@@ -164,6 +170,7 @@ impl SimOptions {
             // requests and faults (ticks come every view_change_timeout_us / 4 = 50 ms).
             heartbeat_interval_us: 40_000,
             sabotage: self.sabotage.and_then(SabotageMode::knob),
+            watch_primary: self.defences,
             ..Knobs::default()
         }
     }
@@ -182,6 +189,17 @@ impl SimOptions {
         }
         if self.mutate {
             cmd.push_str(" --mutate");
+        }
+        if let Some(attack) = self.attack {
+            // The attack's own workload comes with it.
+            cmd.push_str(&format!(" --attack {}", attack.name()));
+            if !self.defences {
+                cmd.push_str(" --defences off");
+            }
+            return cmd;
+        }
+        if !self.defences {
+            cmd.push_str(" --defences off");
         }
         let defaults = SimOptions::new(self.seed, self.u, self.r);
         if self.workload_us != defaults.workload_us {

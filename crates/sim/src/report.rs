@@ -17,6 +17,8 @@ pub struct SimReport {
     pub fault_counts: BTreeMap<&'static str, u64>,
     /// Operations correct clients completed.
     pub ops_completed: u64,
+    /// The same, per correct client.
+    pub ops_by_client: Vec<u64>,
     /// BLAKE3 over every delivered message and fired timer, in order.
     pub trace_hash: [u8; 32],
     /// Virtual time at the end of the run, microseconds.

@@ -19,12 +19,12 @@ use upright_core::quorum::Quorums;
 use upright_core::stage::{Action, Input, ReadPath, Stage, Time};
 use upright_core::wire;
 
-use crate::byzantine::{inconsistent_authenticator, Byzantine, Outgoing};
+use crate::byzantine::{corrupt, inconsistent_authenticator, Byzantine, Outgoing};
 use crate::checkers::agreement::Agreement;
 use crate::checkers::pushes::Pushes;
 use crate::checkers::{durability, linearizability, liveness, serializable};
 use crate::events::{Event, EventQueue, Timers};
-use crate::faults::{Behaviour, FaultCounts, FaultPlan, FaultStep, PlanShape};
+use crate::faults::{Behaviour, ClientBehaviour, FaultCounts, FaultPlan, FaultStep, PlanShape};
 use crate::network::Network;
 use crate::options::{SabotageMode, SimOptions};
 use crate::protocol::Protocol;
@@ -36,6 +36,10 @@ use crate::zk::{Next, ZkClients};
 
 /// Most events one run may process (a bound against message storms).
 pub const EVENTS_MAX: u64 = 20_000_000;
+/// Copies under bad MACs the flooding client sends with each request.
+pub const CLIENT_FLOOD_COPIES: usize = 3;
+/// Earlier requests the flooding client keeps to replay.
+pub const CLIENT_REPLAYS_MAX: usize = 32;
 /// Share of seeds with a lagging execution member during the fault phase.
 pub const LAGGING_PROBABILITY: f64 = 0.3;
 /// Share of the workload's reads that take the read-only path (the others are ordered).
@@ -106,6 +110,8 @@ pub struct Sim<P: Protocol> {
     correct_clients: Vec<u32>,
     byz_client: Option<u32>,
     byz_client_busy: bool,
+    /// The flooding client's earlier requests (replayed), at most [`CLIENT_REPLAYS_MAX`].
+    byz_client_sent: std::collections::VecDeque<Arc<Envelope>>,
     network: Network,
     plan: FaultPlan,
     counts: FaultCounts,
@@ -123,6 +129,7 @@ pub struct Sim<P: Protocol> {
     errors: Vec<String>,
     events: u64,
     ops_completed: u64,
+    ops_by_client: Vec<u64>,
 }
 
 fn principal_bytes(p: Principal) -> [u8; 5] {
@@ -221,7 +228,8 @@ impl<P: Protocol> Sim<P> {
             .map(|(&r, &b)| {
                 (
                     r,
-                    Byzantine::new(b, ReplicaId(r), replica_keys[r as usize].clone(), quorums),
+                    Byzantine::new(b, ReplicaId(r), replica_keys[r as usize].clone(), quorums)
+                        .with_view_change_timeout(config.knobs.view_change_timeout_us),
                 )
             })
             .collect();
@@ -237,8 +245,9 @@ impl<P: Protocol> Sim<P> {
                 })
                 .collect(),
             correct_clients: (0..opts.clients).collect(),
-            byz_client: plan.byzantine_client.then_some(opts.clients),
+            byz_client: plan.byzantine_client.map(|_| opts.clients),
             byz_client_busy: false,
+            byz_client_sent: std::collections::VecDeque::new(),
             network: Network::default(),
             workload: Workload::new(opts.keys),
             zk: (opts.service == ServiceKind::Zk)
@@ -252,6 +261,7 @@ impl<P: Protocol> Sim<P> {
             now: 0,
             events: 0,
             ops_completed: 0,
+            ops_by_client: vec![0; opts.clients as usize],
             byzantine,
             unflushed: BTreeMap::new(),
             trace_events: std::env::var_os("UPRIGHT_SIM_TRACE").is_some(),
@@ -268,6 +278,17 @@ impl<P: Protocol> Sim<P> {
     }
 
     fn plan(opts: &SimOptions, rng: &mut ChaCha8Rng, shape: PlanShape) -> FaultPlan {
+        if let Some(attack) = opts.attack {
+            let mut plan = FaultPlan::quiet(shape);
+            match attack {
+                crate::attack::Attack::Replica(b) => {
+                    let replica = b.place(rng, shape.n_replicas, shape.n_exec);
+                    plan.byzantine.insert(replica, b);
+                }
+                crate::attack::Attack::Client(c) => plan.byzantine_client = Some(c),
+            }
+            return plan;
+        }
         match opts.sabotage {
             _ if !opts.faults => FaultPlan::quiet(shape),
             Some(SabotageMode::LyingDisk) => {
@@ -282,7 +303,7 @@ impl<P: Protocol> Sim<P> {
                 // The usual crashes and partitions (so members fall behind and transfer state),
                 // with one execution member serving wrong state.
                 let mut plan = FaultPlan::draw(rng, shape);
-                plan.byzantine = [(1, Behaviour::WrongCheckpointTokens)].into_iter().collect();
+                plan.byzantine = [(1, Behaviour::WrongState)].into_iter().collect();
                 plan
             }
             Some(mode)
@@ -400,9 +421,13 @@ impl<P: Protocol> Sim<P> {
                         if !self.replicas[r as usize].up() {
                             return;
                         }
-                        if let Some(byz) = self.byzantine.get_mut(&r) {
-                            byz.incoming(&mut self.rng, &envelope);
-                        }
+                        let envelope = match self.byzantine.get_mut(&r) {
+                            Some(byz) => match byz.incoming(&mut self.rng, to, envelope, &mut self.counts) {
+                                Some(envelope) => envelope,
+                                None => return,
+                            },
+                            None => envelope,
+                        };
                         self.with_host(r as usize, |host, local, _| host.deliver(local, envelope));
                         self.after_delivery(r);
                     }
@@ -691,10 +716,46 @@ impl<P: Protocol> Sim<P> {
         }
     }
 
+    /// The flooding client: its request, copies of it under bad MACs, and a replay of one of
+    /// its earlier requests.
+    fn client_flood(&mut self, to: Vec<Principal>, envelope: Arc<Envelope>) -> Vec<Outgoing> {
+        let mut out = vec![Outgoing {
+            to: to.clone(),
+            envelope: envelope.clone(),
+            extra_delay: 0,
+        }];
+        for _ in 0..CLIENT_FLOOD_COPIES {
+            self.counts.bump(ClientBehaviour::Flood.class());
+            out.push(Outgoing {
+                to: to.clone(),
+                envelope: Arc::new(corrupt(&envelope)),
+                extra_delay: self.rng.random_range(0..5_000),
+            });
+        }
+        if !self.byz_client_sent.is_empty() {
+            let old = self.byz_client_sent[self.rng.random_range(0..self.byz_client_sent.len())].clone();
+            self.counts.bump(ClientBehaviour::Flood.class());
+            out.push(Outgoing {
+                to,
+                envelope: old,
+                extra_delay: self.rng.random_range(0..50_000),
+            });
+        }
+        if self.byz_client_sent.len() == CLIENT_REPLAYS_MAX {
+            self.byz_client_sent.pop_front();
+        }
+        self.byz_client_sent.push_back(envelope);
+        out
+    }
+
     fn send(&mut self, from: Principal, to: Vec<Principal>, envelope: Arc<Envelope>) {
         let byz_replica = from.replica().and_then(|r| self.byzantine.get_mut(&r.0));
         let outgoing = if let Some(byz) = byz_replica {
             byz.outgoing(&mut self.rng, from, to, envelope, &mut self.counts)
+        } else if from == Principal::Client(ClientId(self.byz_client.unwrap_or(u32::MAX)))
+            && self.plan.byzantine_client == Some(ClientBehaviour::Flood)
+        {
+            self.client_flood(to, envelope)
         } else if from == Principal::Client(ClientId(self.byz_client.unwrap_or(u32::MAX))) {
             match inconsistent_authenticator(&mut self.rng, &envelope) {
                 Some(bad) => {
@@ -809,12 +870,20 @@ impl<P: Protocol> Sim<P> {
             .workload
             .complete(c, self.now, |op| model_reply(self.opts.service, op, result))
         {
-            self.ops_completed += 1;
+            self.op_completed(c);
         } else {
             self.errors
                 .push(format!("client {c} delivered a result with no operation outstanding"));
         }
         self.client_pause(c);
+    }
+
+    /// Client `c` completed an operation.
+    fn op_completed(&mut self, c: u32) {
+        self.ops_completed += 1;
+        if let Some(n) = self.ops_by_client.get_mut(c as usize) {
+            *n += 1;
+        }
     }
 
     /// Wakes client `c` for its next operation after a think time (during the workload).
@@ -839,7 +908,7 @@ impl<P: Protocol> Sim<P> {
             Next::Hold => {}
             Next::Done(reply) => {
                 if self.workload.complete(c, self.now, |_| reply) {
-                    self.ops_completed += 1;
+                    self.op_completed(c);
                 } else {
                     self.errors
                         .push(format!("client {c} completed an operation with none outstanding"));
@@ -907,6 +976,7 @@ impl<P: Protocol> Sim<P> {
             violations,
             fault_counts: self.counts.0.clone(),
             ops_completed: self.ops_completed,
+            ops_by_client: self.ops_by_client.clone(),
             trace_hash: *self.trace.finalize().as_bytes(),
             end_us: self.now,
         }

@@ -1,0 +1,127 @@
+//! The throughput-under-attack checker (`upright-sim --attack NAME|all`; issue 24, Aardvark).
+//!
+//! Safety under Byzantine faults is what the other checkers see; this one sees whether the
+//! cluster stays *fast*. A seed runs twice on the same cluster, clients and workload, without
+//! benign faults: once with one attack (one Byzantine replica with a [`Behaviour`], placed where
+//! it hurts most, or the Byzantine client with a [`ClientBehaviour`]) and once without. The
+//! attacked run must complete at least [`ATTACK_THROUGHPUT_MIN`] of the operations of the run
+//! without the attack, besides passing every other checker. With `defences: false` the order
+//! stage watches the primary only with PBFT's timer (`knobs.watch_primary = false`): the slow and
+//! starving primaries then stay in place, and the checker says so.
+
+use crate::faults::{Behaviour, ClientBehaviour};
+use crate::options::SimOptions;
+use crate::report::SimReport;
+
+/// Least fraction of the fault-free run's operations an attacked run must complete.
+pub const ATTACK_THROUGHPUT_MIN: f64 = 0.9;
+/// Least fraction of its fault-free operations each correct client must complete under attack
+/// (a starved client completes none).
+pub const ATTACK_CLIENT_MIN: f64 = 0.5;
+/// Virtual seconds of workload of an attack run: long enough that detecting an attacker and
+/// changing views is a small part of it.
+pub const ATTACK_WORKLOAD_US: u64 = 6_000_000;
+/// Correct clients of an attack run, each with a short think time: a busy cluster.
+pub const ATTACK_CLIENTS: u32 = 6;
+
+/// One attack: a Byzantine replica's behaviour or the Byzantine client's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attack {
+    /// One Byzantine replica.
+    Replica(Behaviour),
+    /// The Byzantine client.
+    Client(ClientBehaviour),
+}
+
+impl Attack {
+    /// Every attack: each replica behaviour a random seed can draw, then each client one.
+    pub fn all() -> Vec<Attack> {
+        Behaviour::ALL
+            .iter()
+            .map(|b| Attack::Replica(*b))
+            .chain(ClientBehaviour::ALL.iter().map(|c| Attack::Client(*c)))
+            .collect()
+    }
+
+    /// Its name (the behaviour's).
+    pub fn name(self) -> &'static str {
+        match self {
+            Attack::Replica(b) => b.name(),
+            Attack::Client(c) => c.name(),
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(name: &str) -> Option<Attack> {
+        Attack::all().into_iter().find(|a| a.name() == name)
+    }
+
+    /// Whether it can run with `r` Byzantine replicas allowed (a client attack always can).
+    pub fn fits(self, r: usize) -> bool {
+        matches!(self, Attack::Client(_)) || r > 0
+    }
+}
+
+/// The options of seed `seed`'s run under `attack` (or, with `None`, without it).
+pub fn attack_options(seed: u64, u: usize, r: usize, attack: Option<Attack>, defences: bool) -> SimOptions {
+    let mut opts = SimOptions::new(seed, u, r);
+    opts.faults = false;
+    opts.workload_us = ATTACK_WORKLOAD_US;
+    opts.clients = ATTACK_CLIENTS;
+    opts.think_us = (200, 2_000);
+    opts.attack = attack;
+    opts.defences = defences;
+    opts
+}
+
+/// One seed under one attack, beside the same seed without it.
+#[derive(Clone, Debug)]
+pub struct AttackOutcome {
+    /// The attacked run (its violations include the throughput checker's).
+    pub attacked: SimReport,
+    /// Operations the run without the attack completed.
+    pub fault_free_ops: u64,
+}
+
+impl AttackOutcome {
+    /// Attacked operations over fault-free ones.
+    pub fn ratio(&self) -> f64 {
+        self.attacked.ops_completed as f64 / self.fault_free_ops.max(1) as f64
+    }
+}
+
+/// Runs seed `seed` under `attack` and without it, and checks the throughput.
+pub fn run_attack(seed: u64, u: usize, r: usize, attack: Attack, defences: bool) -> AttackOutcome {
+    let fault_free = crate::run(attack_options(seed, u, r, None, defences));
+    let mut attacked = crate::run(attack_options(seed, u, r, Some(attack), defences));
+    let outcome_ratio = attacked.ops_completed as f64 / fault_free.ops_completed.max(1) as f64;
+    if outcome_ratio < ATTACK_THROUGHPUT_MIN {
+        attacked.violations.push(format!(
+            "throughput under attack {}: {} operations, {:.1}% of the {} without it (at least {:.0}% expected)",
+            attack.name(),
+            attacked.ops_completed,
+            outcome_ratio * 100.0,
+            fault_free.ops_completed,
+            ATTACK_THROUGHPUT_MIN * 100.0
+        ));
+    }
+    for (c, (&under, &without)) in attacked
+        .ops_by_client
+        .clone()
+        .iter()
+        .zip(&fault_free.ops_by_client)
+        .enumerate()
+    {
+        if (under as f64) < without as f64 * ATTACK_CLIENT_MIN {
+            attacked.violations.push(format!(
+                "throughput under attack {}: client {c} completed {under} operations, {without} without it (at least {:.0}% expected)",
+                attack.name(),
+                ATTACK_CLIENT_MIN * 100.0
+            ));
+        }
+    }
+    AttackOutcome {
+        attacked,
+        fault_free_ops: fault_free.ops_completed,
+    }
+}
