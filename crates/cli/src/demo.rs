@@ -135,7 +135,11 @@ pub fn start_local_cluster_with(
         clients,
         base_port: 0,
         ports: Some(ports),
-        knobs: None,
+        // The demo runs in robust mode: signed client requests (Aardvark's blacklisting).
+        knobs: Some(upright_core::config::Knobs {
+            client_signatures: true,
+            ..Default::default()
+        }),
         fsync: Default::default(),
         idle_spin_us,
         unix_dir: (transport == Transport::Unix && unix_paths_fit(dir)).then(|| dir.to_path_buf()),

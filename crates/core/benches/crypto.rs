@@ -66,6 +66,7 @@ fn primitives(c: &mut Criterion) {
         request_id: RequestId(1),
         operation: Bytes::from(payload_64.clone()),
         read_only: false,
+        signature: None,
     };
     c.bench_function("seal client request (authenticator for 4)", |b| {
         b.iter(|| {

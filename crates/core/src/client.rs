@@ -59,6 +59,9 @@ pub struct Client {
     /// that is down (or does not forward) stops waiting for the retransmission timeout on every
     /// request after at most `client_preferred()` of them.
     preferred_start: usize,
+    /// Requests still sent to every authentication member at once after a retransmission
+    /// (see [`WIDE_AFTER_RETRANSMIT`]).
+    wide_remaining: u32,
     /// Read-only operations take the ordered path until then: the last read-only attempt timed
     /// out (an execution member is down or slow, so `q_r = n_exec` matching replies cannot come).
     read_only_paused_until: Time,
@@ -70,6 +73,16 @@ pub struct Client {
     pushes: PushInbox,
     stats: Stats,
 }
+
+/// After a retransmission, this many of the client's next requests go to every authentication
+/// member at once instead of the preferred `n_auth - u`. The order stage needs
+/// `matrix_collect` rows, as many as the preferred quorum has members, so one member of it
+/// that is down, slow or lying stalls every request until its retransmission timeout; moving
+/// the quorum on by one member per retransmission finds the good window only after several
+/// timeouts, and loses it again at the next retransmission for any other reason. Sending to
+/// all costs `u` more authentication checks per request while it lasts (measured with
+/// `upright-sim --attack silence`: docs/SIMULATOR.md).
+pub const WIDE_AFTER_RETRANSMIT: u32 = 256;
 
 /// First pause of the read-only path after a read-only timeout.
 pub const READ_ONLY_PAUSE_INITIAL_US: u64 = 100_000;
@@ -110,6 +123,7 @@ impl Client {
             queue: VecDeque::new(),
             base_timeout_us,
             preferred_start: id.0 as usize % quorums.n_auth,
+            wide_remaining: 0,
             read_only_paused_until: 0,
             read_only_pause_us: READ_ONLY_PAUSE_INITIAL_US,
             pushes: PushInbox::default(),
@@ -152,11 +166,16 @@ impl Client {
         let request_id = self.last_request_id.next();
         self.last_request_id = request_id;
         self.read_only_count = 0;
+        let signature = self.config.knobs.client_signatures.then(|| {
+            self.keys
+                .sign(&crate::message::client_request_digest(self.id, request_id, &operation))
+        });
         let message = Message::ClientRequest {
             client: self.id,
             request_id,
             operation,
             read_only: false,
+            signature,
         };
         let envelope = Arc::new(Envelope::seal(
             &self.keys,
@@ -166,12 +185,17 @@ impl Client {
             SealFor::Stage(crate::ids::StageKind::Auth),
         ));
         // First send: the preferred quorum, n_auth - u members from `preferred_start` (at first
-        // c mod n_auth).
+        // c mod n_auth); every member for a while after a retransmission.
         let n = self.quorums.n_auth;
         let start = self.preferred_start;
-        let to = (0..self.quorums.client_preferred())
-            .map(|k| Principal::Auth(ReplicaId(((start + k) % n) as u32)))
-            .collect();
+        let to = if self.wide_remaining > 0 {
+            self.wide_remaining -= 1;
+            ClusterConfig::auth_members(&self.quorums).collect()
+        } else {
+            (0..self.quorums.client_preferred())
+                .map(|k| Principal::Auth(ReplicaId(((start + k) % n) as u32)))
+                .collect()
+        };
         out.push(Action::Send {
             to,
             envelope: envelope.clone(),
@@ -200,6 +224,7 @@ impl Client {
         // be down, so later requests start at the next member (the n_auth - u window then leaves
         // out another one; after at most n_auth - u moves it leaves out the one that is down).
         self.preferred_start = (self.preferred_start + 1) % self.quorums.n_auth;
+        self.wide_remaining = WIDE_AFTER_RETRANSMIT;
         let to = ClusterConfig::auth_members(&self.quorums).collect();
         out.push(Action::Send {
             to,
@@ -492,22 +517,24 @@ mod tests {
     }
 
     /// Auth(1) is down, and client 0's preferred quorum (3 of 4 members from Auth(0)) holds it:
-    /// each request that times out moves the quorum on by one, until it leaves Auth(1) out; then
-    /// requests go to that window at once, with no further retransmission.
+    /// the request that times out is retransmitted to everyone, the next
+    /// [`WIDE_AFTER_RETRANSMIT`] requests go to every member at once (no further retransmission),
+    /// and then the preferred quorum, moved on by one, is used again.
     #[test]
-    fn the_preferred_quorum_moves_on_after_a_retransmission() {
+    fn after_a_retransmission_requests_go_to_every_member_for_a_while() {
         let f = fixture(1, 1, 1, Knobs::default());
         let mut c = client(&f, 0);
         let auth = |ids: &[u32]| ids.iter().map(|&i| Principal::Auth(ReplicaId(i))).collect::<Vec<_>>();
         let mut now = 0;
         let mut windows = Vec::new();
-        for round in 1..=4u64 {
+        for round in 1..=u64::from(WIDE_AFTER_RETRANSMIT) + 2 {
             let actions = step(&mut c, now, invoke(b"op"));
             let Action::Send { to, .. } = &actions[0] else {
                 panic!("no send")
             };
             windows.push(to.clone());
-            if to.contains(&Principal::Auth(ReplicaId(1))) {
+            if round == 1 {
+                assert!(to.contains(&Principal::Auth(ReplicaId(1))));
                 // Auth(1) never forwards it: the client retransmits to everyone.
                 now += 500_000;
                 let actions = step(&mut c, now, Input::Timer(Timer::ClientRetransmit));
@@ -523,10 +550,14 @@ mod tests {
             now += 1_000;
         }
         assert_eq!(windows[0], auth(&[0, 1, 2]));
-        assert_eq!(windows[1], auth(&[1, 2, 3]));
-        assert_eq!(windows[2], auth(&[2, 3, 0]));
-        assert_eq!(windows[3], auth(&[2, 3, 0]), "stays on the window that works");
-        assert_eq!(c.stats().get("retransmissions"), 2);
+        let wide = WIDE_AFTER_RETRANSMIT as usize;
+        assert!(windows[1..=wide].iter().all(|w| *w == auth(&[0, 1, 2, 3])));
+        assert_eq!(
+            windows[wide + 1],
+            auth(&[1, 2, 3]),
+            "the preferred quorum moved on by one"
+        );
+        assert_eq!(c.stats().get("retransmissions"), 1);
     }
 
     #[test]

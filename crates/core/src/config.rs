@@ -116,6 +116,13 @@ pub struct Knobs {
     /// what the defences are worth (`upright bench --attack`, `upright-sim --attack`).
     #[serde(default = "default_true")]
     pub watch_primary: bool,
+    /// Clients sign their ordered requests (Ed25519) and authentication members check the
+    /// signature after the MAC, once per new request; a client whose request has a good MAC but
+    /// a bad or missing signature, or that sends two operations under one request id, is
+    /// ignored for a growing period (Aardvark's blacklist; `crates/core/src/auth/clients.rs`).
+    /// Costs a signature per request at the client and a verification at each authentication
+    /// member it reaches.
+    pub client_signatures: bool,
     /// Testing only: a deliberately broken protocol (see [`Sabotage`]).
     pub sabotage: Option<Sabotage>,
 }
@@ -177,6 +184,7 @@ impl Default for Knobs {
             read_only_timeout_us: READ_ONLY_TIMEOUT_US_DEFAULT,
             heartbeat_interval_us: HEARTBEAT_INTERVAL_US_DEFAULT,
             watch_primary: true,
+            client_signatures: false,
             sabotage: None,
         }
     }

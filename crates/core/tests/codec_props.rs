@@ -53,13 +53,15 @@ fn message() -> impl Strategy<Value = Message> {
             any::<u32>(),
             any::<u64>(),
             prop::collection::vec(any::<u8>(), 0..200),
-            any::<bool>()
+            any::<bool>(),
+            prop::option::of(any::<u8>())
         )
-            .prop_map(|(c, n, op, ro)| Message::ClientRequest {
+            .prop_map(|(c, n, op, ro, sig)| Message::ClientRequest {
                 client: ClientId(c),
                 request_id: RequestId(n),
                 operation: Bytes::from(op),
-                read_only: ro
+                read_only: ro,
+                signature: sig.map(|b| upright_core::crypto::Signature([b; 64])),
             }),
         prop::collection::vec((entry(), 0u32..8, authenticator()), 0..6).prop_map(|items| Message::AuthRequest {
             items: items

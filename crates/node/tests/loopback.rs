@@ -188,6 +188,7 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
             request_id: RequestId(1),
             operation: Bytes::from_static(b"forged"),
             read_only: false,
+            signature: None,
         },
         Seal::Authenticator(Authenticator {
             macs: vec![Mac::default(); 4],

@@ -71,6 +71,8 @@ pub fn attack_options(seed: u64, u: usize, r: usize, attack: Option<Attack>, def
     opts.think_us = (200, 2_000);
     opts.attack = attack;
     opts.defences = defences;
+    // Robust mode: signed requests, so that a bad signature is something to catch.
+    opts.client_signatures = true;
     opts
 }
 

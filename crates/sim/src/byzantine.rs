@@ -65,6 +65,9 @@ pub struct Byzantine {
     hold_us: Time,
     /// Newest view and seqno seen in its own order member's messages (aims the flood).
     seen: (View, SeqNo),
+    /// A wrong-state member lies about pages only (for `--sabotage unchecked-pages`, which
+    /// only a member still trusted for pages exposes).
+    pages_only: bool,
 }
 
 fn flip(bytes: &mut [u8]) {
@@ -85,7 +88,14 @@ impl Byzantine {
             variants: BTreeMap::new(),
             hold_us: 150_000,
             seen: (View(0), SeqNo(0)),
+            pages_only: false,
         }
+    }
+
+    /// A wrong-state member that lies about pages only.
+    pub fn lying_about_pages_only(mut self, yes: bool) -> Byzantine {
+        self.pages_only = yes;
+        self
     }
 
     /// With the cluster's view-change timeout (a slow primary holds its PRE-PREPAREs for three
@@ -246,9 +256,13 @@ impl Byzantine {
                 _ => out.push(honest),
             },
             Behaviour::WrongState => match &envelope.message {
+                // Manifests are lied about only now and then: a member caught at the manifest is
+                // not asked for pages, and the page checks must be exercised too.
+                Message::StateManifest { .. } | Message::StateChunk { .. } if self.pages_only => out.push(honest),
+                Message::StateManifest { .. } if rng.random_bool(0.7) => out.push(honest),
                 Message::StateChunk { .. } | Message::PageAnswer { .. } | Message::StateManifest { .. } => {
                     counts.bump(class);
-                    let message = wrong_state(&envelope.message);
+                    let message = wrong_state(&envelope.message, !self.pages_only && rng.random_bool(0.3));
                     out.extend(self.reseal(from, &message, &envelope.seal, &remote));
                 }
                 _ => out.push(honest),
@@ -675,8 +689,9 @@ fn lie_about_prepared(vc: &upright_core::message::ViewChange) -> upright_core::m
     vc
 }
 
-/// A state-transfer answer with its data altered.
-fn wrong_state(message: &Message) -> Message {
+/// A state-transfer answer with its data altered (tree nodes too if `nodes`: a member caught
+/// with a wrong node is not asked for pages, and the page checks must be exercised too).
+fn wrong_state(message: &Message, nodes: bool) -> Message {
     let mut message = message.clone();
     match &mut message {
         Message::StateManifest {
@@ -696,8 +711,12 @@ fn wrong_state(message: &Message) -> Message {
             flip(&mut bytes);
             *data = Bytes::from(bytes);
         }
-        Message::PageAnswer { nodes, pages, .. } => {
-            for (_, children) in nodes.iter_mut() {
+        Message::PageAnswer {
+            nodes: answered_nodes,
+            pages,
+            ..
+        } => {
+            for (_, children) in answered_nodes.iter_mut().filter(|_| nodes) {
                 if let Some(first) = children.first_mut() {
                     *first = Digest::of(&first.0);
                 }
@@ -992,6 +1011,7 @@ pub(crate) mod tests {
             request_id: RequestId(1),
             operation: Bytes::from_static(b"x"),
             read_only: false,
+            signature: None,
         };
         let env = Envelope::seal(&rings[4], &q, client, request, SealFor::Stage(StageKind::Auth));
         let mut some_good = false;

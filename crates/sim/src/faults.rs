@@ -71,17 +71,25 @@ pub enum ClientBehaviour {
     InconsistentAuth,
     /// With every request, copies under bad MACs and replays of its earlier requests.
     Flood,
+    /// Its requests carry a valid MAC but a bad signature (caught where the cluster asks for
+    /// signed requests; otherwise the signature is ignored).
+    BadSignature,
 }
 
 impl ClientBehaviour {
     /// Every client behaviour, in a fixed order.
-    pub const ALL: [ClientBehaviour; 2] = [ClientBehaviour::InconsistentAuth, ClientBehaviour::Flood];
+    pub const ALL: [ClientBehaviour; 3] = [
+        ClientBehaviour::InconsistentAuth,
+        ClientBehaviour::Flood,
+        ClientBehaviour::BadSignature,
+    ];
 
     /// The fault-class name counted for it.
     pub fn class(self) -> &'static str {
         match self {
             ClientBehaviour::InconsistentAuth => "byz_client_auth",
             ClientBehaviour::Flood => "byz_client_flood",
+            ClientBehaviour::BadSignature => "byz_client_bad_signature",
         }
     }
 
@@ -90,6 +98,7 @@ impl ClientBehaviour {
         match self {
             ClientBehaviour::InconsistentAuth => "client-inconsistent-auth",
             ClientBehaviour::Flood => "client-flood",
+            ClientBehaviour::BadSignature => "client-bad-signature",
         }
     }
 }
@@ -176,7 +185,7 @@ impl Behaviour {
 
 /// Fault classes injected without Byzantine replicas (always present in every configuration;
 /// the Byzantine client's too).
-pub const BENIGN_CLASSES: [&str; 10] = [
+pub const BENIGN_CLASSES: [&str; 11] = [
     "loss",
     "duplication",
     "reordering",
@@ -187,6 +196,7 @@ pub const BENIGN_CLASSES: [&str; 10] = [
     "clock_skew",
     "byz_client_auth",
     "byz_client_flood",
+    "byz_client_bad_signature",
 ];
 
 /// Every fault class that a run with this `r` must inject somewhere among its seeds.

@@ -121,6 +121,8 @@ pub struct SimOptions {
     pub attack: Option<crate::attack::Attack>,
     /// The order stage watches the primary beyond PBFT's timer (`knobs.watch_primary`).
     pub defences: bool,
+    /// Clients sign their requests (`knobs.client_signatures`): every fourth seed.
+    pub client_signatures: bool,
 }
 
 impl SimOptions {
@@ -141,6 +143,7 @@ impl SimOptions {
             mutate: false,
             attack: None,
             defences: true,
+            client_signatures: seed % 4 == 3,
         }
     }
 
@@ -171,6 +174,7 @@ impl SimOptions {
             heartbeat_interval_us: 40_000,
             sabotage: self.sabotage.and_then(SabotageMode::knob),
             watch_primary: self.defences,
+            client_signatures: self.client_signatures,
             ..Knobs::default()
         }
     }

@@ -13,7 +13,7 @@ use upright_core::crypto::{Digest, KeyRing, SecretKeys};
 use upright_core::host::{Host, Log, Member, Router};
 use upright_core::ids::{ClientId, Principal, Process, ReplicaId, StageKind};
 use upright_core::kv::KvOperation;
-use upright_core::message::Envelope;
+use upright_core::message::{Envelope, Message, SealFor};
 use upright_core::pages::PageStore;
 use upright_core::quorum::Quorums;
 use upright_core::stage::{Action, Input, ReadPath, Stage, Time};
@@ -110,6 +110,8 @@ pub struct Sim<P: Protocol> {
     correct_clients: Vec<u32>,
     byz_client: Option<u32>,
     byz_client_busy: bool,
+    /// The Byzantine client's keys (it re-seals what it changes).
+    byz_client_keys: Option<Arc<KeyRing>>,
     /// The flooding client's earlier requests (replayed), at most [`CLIENT_REPLAYS_MAX`].
     byz_client_sent: std::collections::VecDeque<Arc<Envelope>>,
     network: Network,
@@ -205,12 +207,16 @@ impl<P: Protocol> Sim<P> {
         let plan = Self::plan(&opts, &mut rng, shape);
         let mut clients: Vec<Box<dyn Stage>> = Vec::new();
         let mut errors = Vec::new();
+        let mut byz_client_keys = None;
         for c in 0..=opts.clients {
             let keys = Arc::new(KeyRing::new(
                 &config,
                 Process::Client(ClientId(c)),
                 &client_secrets[c as usize],
             ));
+            if c == opts.clients {
+                byz_client_keys = Some(keys.clone());
+            }
             match protocol.stage(
                 &config,
                 Principal::Client(ClientId(c)),
@@ -229,7 +235,8 @@ impl<P: Protocol> Sim<P> {
                 (
                     r,
                     Byzantine::new(b, ReplicaId(r), replica_keys[r as usize].clone(), quorums)
-                        .with_view_change_timeout(config.knobs.view_change_timeout_us),
+                        .with_view_change_timeout(config.knobs.view_change_timeout_us)
+                        .lying_about_pages_only(opts.sabotage == Some(SabotageMode::UncheckedPages)),
                 )
             })
             .collect();
@@ -248,6 +255,7 @@ impl<P: Protocol> Sim<P> {
             byz_client: plan.byzantine_client.map(|_| opts.clients),
             byz_client_busy: false,
             byz_client_sent: std::collections::VecDeque::new(),
+            byz_client_keys,
             network: Network::default(),
             workload: Workload::new(opts.keys),
             zk: (opts.service == ServiceKind::Zk)
@@ -716,6 +724,29 @@ impl<P: Protocol> Sim<P> {
         }
     }
 
+    /// The Byzantine client's request with its signature spoiled (or, unsigned, a garbage one),
+    /// under a valid MAC.
+    fn bad_signature(&mut self, envelope: Arc<Envelope>) -> Arc<Envelope> {
+        let (Some(keys), Message::ClientRequest { read_only: false, .. }) = (&self.byz_client_keys, &envelope.message)
+        else {
+            return envelope;
+        };
+        let mut message = envelope.message.clone();
+        if let Message::ClientRequest { signature, .. } = &mut message {
+            let mut bad = signature.unwrap_or(upright_core::crypto::Signature([7; 64]));
+            bad.0[0] ^= 0x5a;
+            *signature = Some(bad);
+        }
+        self.counts.bump(ClientBehaviour::BadSignature.class());
+        Arc::new(Envelope::seal(
+            keys,
+            &self.quorums,
+            envelope.from,
+            message,
+            SealFor::Stage(upright_core::ids::StageKind::Auth),
+        ))
+    }
+
     /// The flooding client: its request, copies of it under bad MACs, and a replay of one of
     /// its earlier requests.
     fn client_flood(&mut self, to: Vec<Principal>, envelope: Arc<Envelope>) -> Vec<Outgoing> {
@@ -756,6 +787,14 @@ impl<P: Protocol> Sim<P> {
             && self.plan.byzantine_client == Some(ClientBehaviour::Flood)
         {
             self.client_flood(to, envelope)
+        } else if from == Principal::Client(ClientId(self.byz_client.unwrap_or(u32::MAX)))
+            && self.plan.byzantine_client == Some(ClientBehaviour::BadSignature)
+        {
+            vec![Outgoing {
+                to,
+                envelope: self.bad_signature(envelope),
+                extra_delay: 0,
+            }]
         } else if from == Principal::Client(ClientId(self.byz_client.unwrap_or(u32::MAX))) {
             match inconsistent_authenticator(&mut self.rng, &envelope) {
                 Some(bad) => {

@@ -142,6 +142,7 @@ impl ToyClient {
             request_id: RequestId(*id),
             operation: op.clone(),
             read_only: false,
+            signature: None,
         })
     }
 }

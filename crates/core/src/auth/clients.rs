@@ -29,11 +29,31 @@ pub(super) struct ClientState {
     ordered: RequestId,
     /// Newest bodies: (request id, digest, operation).
     bodies: VecDeque<(RequestId, Digest, Bytes)>,
+    /// Ignored until then (blacklisted), and the next blacklisting's length.
+    blacklisted_until: Time,
+    blacklist_period: Time,
 }
+
+/// First blacklisting of a client: one second. Each further one doubles it, up to
+/// [`BLACKLIST_MAX_US`].
+pub const BLACKLIST_INITIAL_US: Time = 1_000_000;
+/// Longest blacklisting: Aardvark's ten minutes.
+pub const BLACKLIST_MAX_US: Time = 600_000_000;
 
 impl ClientState {
     pub fn last_sent(&self) -> Option<&Forwarded> {
         self.last_sent.as_ref()
+    }
+
+    /// Whether the client is being ignored at `now`.
+    pub fn blacklisted(&self, now: Time) -> bool {
+        now < self.blacklisted_until
+    }
+
+    /// Ignores the client from `now` for the next period (each one twice the last).
+    pub fn blacklist(&mut self, now: Time) {
+        self.blacklisted_until = now.saturating_add(self.blacklist_period);
+        self.blacklist_period = self.blacklist_period.saturating_mul(2).min(BLACKLIST_MAX_US);
     }
 
     /// Whether a new request may replace the pending one.
@@ -115,6 +135,8 @@ impl ClientTable {
             last_sent: None,
             ordered: RequestId(0),
             bodies: VecDeque::new(),
+            blacklisted_until: 0,
+            blacklist_period: BLACKLIST_INITIAL_US,
         };
         ClientTable {
             states: config.clients.iter().map(|c| (c.id, state())).collect(),
@@ -159,6 +181,8 @@ mod tests {
             last_sent: None,
             ordered: RequestId(0),
             bodies: VecDeque::new(),
+            blacklisted_until: 0,
+            blacklist_period: BLACKLIST_INITIAL_US,
         }
     }
 

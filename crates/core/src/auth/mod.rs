@@ -297,13 +297,20 @@ impl AuthStage {
             client,
             request_id,
             operation,
+            signature,
             ..
         } = &envelope.message
         else {
             unreachable!("dispatched on message kind");
         };
+        // Cheapest checks first (Aardvark): who, the blacklist, the size; then the MAC; then,
+        // for a new request only, the signature.
         if envelope.from != Principal::Client(*client) || !self.clients.contains(*client) {
             self.stats.bump("dropped_unknown_client");
+            return;
+        }
+        if self.clients.get(*client).blacklisted(now) {
+            self.stats.bump("dropped_blacklisted");
             return;
         }
         if operation.len() > self.config.knobs.request_bytes_max || request_id.0 == 0 {
@@ -318,8 +325,12 @@ impl AuthStage {
         if let Some(last) = state.last_sent() {
             if *request_id <= last.request_id {
                 if *request_id == last.request_id && Digest::of(operation) != last.operation_digest {
-                    // Two operations under one request id: a faulty client.
+                    // Two operations under one request id: a faulty client (with signatures,
+                    // only one of them can be signed: the other was dropped before it got here).
                     self.stats.bump("dropped_conflicting_request");
+                    if self.config.knobs.client_signatures {
+                        self.blacklist(now, *client);
+                    }
                     return;
                 }
                 // Retransmission: resend our AUTH-REQ (the first one at once, then at most once
@@ -348,6 +359,19 @@ impl AuthStage {
                 return;
             }
         }
+        if self.config.knobs.client_signatures {
+            let digest = crate::message::client_request_digest(*client, *request_id, operation);
+            let good = signature
+                .as_ref()
+                .is_some_and(|s| self.keys.verify_signature(envelope.from, &digest, s).is_ok());
+            self.stats.bump("signature_checked");
+            if !good {
+                // A good MAC with a bad signature: the client itself is faulty.
+                self.stats.bump("dropped_bad_signature");
+                self.blacklist(now, *client);
+                return;
+            }
+        }
         let forwarded = self.build(*client, *request_id, operation.clone(), now);
         if self.stores_body(operation) {
             let record = crate::codec::to_bytes(&(*client, *request_id, operation));
@@ -367,6 +391,13 @@ impl AuthStage {
         }
         self.stats.bump("forwarded");
         self.queue_for_order(now, item, false, out);
+    }
+
+    /// Ignores `client` for a growing period (counted).
+    fn blacklist(&mut self, now: Time, client: ClientId) {
+        self.stats.bump("client_blacklisted");
+        self.deferred.remove(&client);
+        self.clients.get_mut(client).blacklist(now);
     }
 
     /// Whether a request body must be made durable here before its AUTH-REQ goes out: only bodies

@@ -172,7 +172,11 @@ impl Client {
         }
         let unanswered = n_exec - attempt.replies.len();
         if matching + unanswered < q_r {
+            // Concurrent writes, or an execution member that lies: either way the next reads
+            // would likely pay the extra round trip too, so they take the ordered path for a
+            // while, as after a timeout.
             self.stats.bump("read_only_mismatch");
+            self.pause_read_only(now);
             self.fall_back(now, out);
         }
     }
@@ -182,9 +186,14 @@ impl Client {
     /// each timeout in a row) instead of each paying the timeout first.
     pub(super) fn read_only_timeout(&mut self, now: Time, out: &mut Vec<Action>) {
         self.stats.bump("read_only_timeout");
+        self.pause_read_only(now);
+        self.fall_back(now, out);
+    }
+
+    /// Read-only operations take the ordered path for the next pause, which doubles.
+    fn pause_read_only(&mut self, now: Time) {
         self.read_only_paused_until = now.saturating_add(self.read_only_pause_us);
         self.read_only_pause_us = (self.read_only_pause_us * 2).min(super::READ_ONLY_PAUSE_MAX_US);
-        self.fall_back(now, out);
     }
 
     /// Abandons the read-only attempt and sends its operation down the ordered path.
@@ -358,15 +367,23 @@ mod tests {
         assert!(delivered(&step(&mut c, 4, reply(&f, 0, 1, full(b"v"), false))).is_empty());
         assert_eq!(delivered(&step(&mut c, 5, reply(&f, 1, 1, full(b"v"), false))).len(), 1);
         assert!(delivered(&step(&mut c, 6, reply(&f, 2, 1, full(b"v"), false))).is_empty());
-        // A digest-only read-only reply is unusable: with q_r = n_exec that is a fallback too.
-        invoke_ro(&mut c, 10);
-        let nonce = (1 << 16) + 1;
+        // The mismatch paused the read-only path: the next read is ordered at once.
+        let actions = invoke_ro(&mut c, 10);
+        assert_eq!(ordered_request(&actions).map(|(id, _)| id), Some(RequestId(2)));
+        assert_eq!(c.stats().get("read_only_paused"), 1);
+        step(&mut c, 11, reply(&f, 0, 2, full(b"v"), false));
+        step(&mut c, 12, reply(&f, 1, 2, full(b"v"), false));
+        // After the pause: a digest-only read-only reply is unusable; with q_r = n_exec that is
+        // a fallback too.
+        let later = crate::client::READ_ONLY_PAUSE_INITIAL_US + 100;
+        invoke_ro(&mut c, later);
+        let nonce = (2 << 16) + 1;
         let actions = step(
             &mut c,
-            11,
+            later + 1,
             reply(&f, 0, nonce, ReplyBody::Digest(Digest::of(b"v")), true),
         );
-        assert_eq!(ordered_request(&actions).map(|(id, _)| id), Some(RequestId(2)));
+        assert_eq!(ordered_request(&actions).map(|(id, _)| id), Some(RequestId(3)));
     }
 
     /// `input` with its MAC zeroed: a seal that never verifies.

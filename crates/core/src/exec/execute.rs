@@ -87,8 +87,7 @@ impl ExecStage {
             }
         }
         for (client, request_id, operation_digest) in fetches {
-            let first = (client.0 as u64 + self.fetch_from as u64) % self.q.n_auth as u64;
-            let to = Principal::Auth(ReplicaId(first as u32));
+            let to = Principal::Auth(ReplicaId(self.first_fetch_target(client)));
             let message = Message::Fetch {
                 client,
                 request_id,
@@ -99,10 +98,29 @@ impl ExecStage {
         }
     }
 
-    /// Retry tick: every missing body is asked of all authentication members, and later fetches
-    /// go first to the next member (the one asked first may be down).
+    /// The authentication member a body of `client` is first asked of: `(client + fetch_from)
+    /// mod n_auth`, or the next one after it that is not a suspect.
+    fn first_fetch_target(&self, client: ClientId) -> u32 {
+        let n = self.q.n_auth as u64;
+        let base = client.0 as u64 + self.fetch_from as u64;
+        (0..n)
+            .map(|k| ((base + k) % n) as u32)
+            .find(|a| !self.fetch_suspects.contains(a))
+            .unwrap_or((base % n) as u32)
+    }
+
+    /// Retry tick: every missing body is asked of all authentication members, the members first
+    /// asked for them become suspects, and later fetches go first to the next member (the one
+    /// asked first may be down).
     pub(super) fn retry_fetches(&mut self, out: &mut Vec<Action>) {
         let missing: Vec<_> = self.fetcher.missing().copied().collect();
+        for (client, _, _) in &missing {
+            let first = self.first_fetch_target(*client);
+            // Never all of them: with every member suspected, asking any first is as good.
+            if self.fetch_suspects.len() + 1 < self.q.n_auth {
+                self.fetch_suspects.insert(first);
+            }
+        }
         if !missing.is_empty() {
             self.fetch_from = (self.fetch_from + 1) % self.q.n_auth as u32;
             self.stats.bump("fetch_first_moved");

@@ -80,6 +80,10 @@ pub struct ExecStage {
     /// moved on by one at each retry tick that finds a body still missing, so a member that is
     /// down (or does not answer) costs one retry interval, not one per fetch.
     fetch_from: u32,
+    /// Authentication members that left a first FETCH unanswered until the retry tick: first
+    /// FETCHes skip them until one of them answers a COMMAND (a member that is down or silent
+    /// otherwise costs a retry interval on every body first asked of it).
+    fetch_suspects: std::collections::BTreeSet<u32>,
     checkpoints: CheckpointStore,
     load_votes: LoadVotes,
     transfer: Option<Transfer>,
@@ -139,6 +143,7 @@ impl ExecStage {
             batches: BatchCollector::new(q.next_batch(), Some(id), buffered_max),
             fetcher: Fetcher::default(),
             fetch_from: 0,
+            fetch_suspects: std::collections::BTreeSet::new(),
             checkpoints: CheckpointStore::default(),
             load_votes: LoadVotes::default(),
             transfer: None,
@@ -268,8 +273,11 @@ impl ExecStage {
                     request_id,
                     operation,
                 },
-                Principal::Auth(_),
-            ) => self.on_command(*client, *request_id, operation, out),
+                Principal::Auth(a),
+            ) => {
+                self.fetch_suspects.remove(&a.0);
+                self.on_command(*client, *request_id, operation, out)
+            }
             (
                 Message::FetchState {
                     seqno,

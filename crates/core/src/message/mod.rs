@@ -72,6 +72,15 @@ pub struct AuthItem {
     pub row: MatrixRow,
 }
 
+/// What a client signs for an ordered request (`knobs.client_signatures`): its id, the
+/// request id and the operation.
+pub fn client_request_digest(client: ClientId, request_id: RequestId, operation: &[u8]) -> Digest {
+    Digest::of_parts(
+        "upright client request",
+        &[&client.0.to_le_bytes(), &request_id.0.to_le_bytes(), operation],
+    )
+}
+
 /// A request entry with the matrix signature that makes it one-step transferable.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SignedEntry {
@@ -197,6 +206,9 @@ pub enum Message {
         operation: Bytes,
         /// Read-only request (may be answered without ordering).
         read_only: bool,
+        /// The client's Ed25519 signature over [`client_request_digest`] when the cluster asks
+        /// for signed requests (`knobs.client_signatures`; ordered requests only).
+        signature: Option<Signature>,
     },
     // ---- authentication -> order ----
     /// AUTH-REQ (tag 19), batched: for each request the sender accepted since its last flush,

@@ -70,8 +70,10 @@ pub(crate) struct Monitor {
     view: Option<(View, Time)>,
     /// Per client with a request ready here: the request and since when it waits.
     waiting: BTreeMap<ClientId, (RequestId, Time)>,
-    /// Per client, the request whose first row arrived last, and when: a request ready at a
-    /// tick waits from then, not from the tick.
+    /// Per client, its newest request with a row here and when its latest row arrived: a
+    /// request that became ready (its last needed row arrived) waits from then, not from the
+    /// tick that noticed it, nor from its first row (the others may come much later, through
+    /// no fault of the primary's).
     arrivals: BTreeMap<ClientId, (RequestId, Time)>,
     /// The Watch timer's deadline, if armed.
     pub(super) watch_armed: Option<Time>,
@@ -111,11 +113,10 @@ impl Monitor {
         self.waiting.clear();
     }
 
-    /// A row for `client`'s request `request` arrived at `now` (the first for it, or for a newer
-    /// request than the last noted).
+    /// A row for `client`'s request `request` arrived at `now`.
     pub fn arrived(&mut self, client: ClientId, request: RequestId, now: Time) {
         match self.arrivals.get(&client) {
-            Some((r, _)) if *r >= request => {}
+            Some((r, _)) if *r > request => {}
             _ => {
                 self.arrivals.insert(client, (request, now));
             }
@@ -157,7 +158,7 @@ impl Monitor {
                 for (client, request) in ready {
                     let since = match (self.waiting.get(&client), self.arrivals.get(&client)) {
                         (Some((r, since)), _) if *r == request => *since,
-                        // It arrived in this view: it waits from its arrival.
+                        // Its rows came in this view: it waits from the latest.
                         (_, Some((r, at))) if *r == request => (*at).max(installed),
                         _ => now,
                     };
@@ -243,7 +244,7 @@ impl OrderStage {
         }
     }
 
-    /// A request's first row arrived at a backup: watch it from now on.
+    /// A row of a request arrived at a backup: watch the request from now on.
     pub(super) fn note_arrival(&mut self, now: Time, client: ClientId, request: RequestId, out: &mut Vec<Action>) {
         if !self.config.knobs.watch_primary || self.changing || self.is_primary() {
             return;
