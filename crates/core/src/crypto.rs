@@ -474,7 +474,10 @@ mod tests {
             assert_eq!(r1.verify_signature(from, &d, &r0.sign(&d)), Ok(()));
         }
         let cache = r1.verified.lock().unwrap();
-        assert_eq!((cache.order.len(), cache.set.len()), (VERIFIED_CACHE_MAX, VERIFIED_CACHE_MAX));
+        assert_eq!(
+            (cache.order.len(), cache.set.len()),
+            (VERIFIED_CACHE_MAX, VERIFIED_CACHE_MAX)
+        );
     }
 
     #[test]

@@ -9,6 +9,16 @@ use crate::message::Seal;
 use crate::testing::{fixture, Fixture};
 
 fn request(f: &Fixture, client: u32, request_id: u64, operation: &[u8]) -> Arc<Envelope> {
+    request_signed_with(f, client, request_id, operation, None)
+}
+
+fn request_signed_with(
+    f: &Fixture,
+    client: u32,
+    request_id: u64,
+    operation: &[u8],
+    signature: Option<crate::crypto::Signature>,
+) -> Arc<Envelope> {
     Arc::new(Envelope::seal(
         &f.clients[client as usize],
         &f.quorums,
@@ -18,7 +28,7 @@ fn request(f: &Fixture, client: u32, request_id: u64, operation: &[u8]) -> Arc<E
             request_id: RequestId(request_id),
             operation: Bytes::copy_from_slice(operation),
             read_only: false,
-            signature: None,
+            signature,
         },
         SealFor::Stage(StageKind::Auth),
     ))
@@ -28,19 +38,8 @@ fn request(f: &Fixture, client: u32, request_id: u64, operation: &[u8]) -> Arc<E
 /// the signature bad), sealed with the client's MAC keys.
 fn signed_request(f: &Fixture, client: u32, request_id: u64, operation: &[u8], signer: u32) -> Arc<Envelope> {
     let digest = crate::message::client_request_digest(ClientId(client), RequestId(request_id), operation);
-    Arc::new(Envelope::seal(
-        &f.clients[client as usize],
-        &f.quorums,
-        Principal::Client(ClientId(client)),
-        Message::ClientRequest {
-            client: ClientId(client),
-            request_id: RequestId(request_id),
-            operation: Bytes::copy_from_slice(operation),
-            read_only: false,
-            signature: Some(f.clients[signer as usize].sign(&digest)),
-        },
-        SealFor::Stage(StageKind::Auth),
-    ))
+    let signature = f.clients[signer as usize].sign(&digest);
+    request_signed_with(f, client, request_id, operation, Some(signature))
 }
 
 /// With signed requests: a good signature is forwarded; a good MAC with a bad or missing
