@@ -318,8 +318,9 @@ async fn transfer(
         .await?;
     }
 
+    let stored = number(&status(&cluster, 2).await.unwrap_or_default(), "exec_checkpoint");
     processes.kill(2)?;
-    eprintln!("state-transfer: replica 2 SIGKILLed");
+    eprintln!("state-transfer: replica 2 SIGKILLed (its newest checkpoint: {stored})");
     write_objects(
         &clients,
         options.objects,
@@ -329,6 +330,26 @@ async fn transfer(
         "replica 2 down",
     )
     .await?;
+    // Replica 2 comes back by state transfer only if the cluster's stable checkpoint is past
+    // the batches it can replay: with fuller batches (a loaded machine) the writes above may
+    // make too few batches for that, and it would catch up by replay, which this bench does not
+    // measure. Top up until the others executed three checkpoint intervals past its checkpoint.
+    let interval = Knobs::default().checkpoint_interval;
+    let waited = Instant::now();
+    while number(&status(&cluster, 0).await.unwrap_or_default(), "executed") < stored + 3 * interval {
+        if waited.elapsed() > WAIT_MAX {
+            return Err(fail("the cluster did not move three checkpoints past replica 2".into()));
+        }
+        write_objects(
+            &clients,
+            options.objects,
+            options.object_bytes,
+            before.max(1),
+            WRITERS as u64 * 8,
+            "top-up while replica 2 is down",
+        )
+        .await?;
+    }
 
     processes.restart(&options.exe, &target, 2)?;
     let restarted = Instant::now();
