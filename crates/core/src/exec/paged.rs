@@ -136,7 +136,6 @@ impl PagedState {
         }
         pages.freeze();
         pages.keep_older(CHECKPOINTS_KEPT - 1);
-        pages.forget_older();
         PagedState {
             tree: tree_of(pages),
             stored,
@@ -470,8 +469,11 @@ impl ExecStage {
             self.stats.bump("fetch_pages_unpaged");
             return;
         };
-        let generation = paged.generation(seqno, pages).filter(|_| kept);
-        let Some(generation) = generation.filter(|_| !self.state_is_partial() && self.transfer.is_none()) else {
+        // `generation` is `None` while the pages are partly another checkpoint's (diverged).
+        let generation = paged
+            .generation(seqno, pages)
+            .filter(|_| kept && self.transfer.is_none());
+        let Some(generation) = generation else {
             self.stats.bump("fetch_pages_stale");
             return;
         };

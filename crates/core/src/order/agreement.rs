@@ -65,16 +65,14 @@ impl OrderStage {
     /// `close`, a batch that is not full waits up to `batch_delay_us` (the BatchClose timer).
     pub(super) fn propose(&mut self, now: Time, mut close: bool, out: &mut Vec<Action>) {
         let knobs = &self.config.knobs;
-        let (size_max, delay_us, window) = (knobs.batch_size_max, knobs.batch_delay_us, knobs.pipeline_window);
+        let (size_max, delay_us) = (knobs.batch_size_max, knobs.batch_delay_us);
         while self.is_primary() && !self.is_abstaining() {
             if self.pool.is_empty() {
                 return;
             }
-            let n = self.next_accept();
-            let in_flight = n.0 - 1 - self.prefix.last_committed.0;
-            if !self.in_window(n) || in_flight >= window {
+            let Some(n) = self.next_with_room() else {
                 return;
-            }
+            };
             let p = self.projection(n);
             let (ready, full) = self.ready_entries(&p, size_max);
             if ready.is_empty() {
@@ -109,6 +107,14 @@ impl OrderStage {
             }
             self.pre_prepare(now, n, batch, digest, out);
         }
+    }
+
+    /// The next sequence number to pre-prepare in this view, if the primary has room for it: in
+    /// the log window, with fewer than `pipeline_window` batches in flight.
+    pub(super) fn next_with_room(&self) -> Option<SeqNo> {
+        let n = self.next_accept();
+        let in_flight = n.0 - 1 - self.prefix.last_committed.0;
+        (self.in_window(n) && in_flight < self.config.knobs.pipeline_window).then_some(n)
     }
 
     /// Orders `batch` as `n` in the current view: accept it, log it, send PRE-PREPARE.

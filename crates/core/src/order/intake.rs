@@ -101,15 +101,23 @@ impl OrderStage {
     /// Requests ready to be ordered after the projection `p`: the next request of each client
     /// with `matrix_collect` rows valid for this member (all of them, as `(client, request)`).
     pub(super) fn all_ready(&self, p: &Projection) -> Vec<(ClientId, RequestId)> {
-        self.pool
-            .clients_after(self.batch_cursor)
-            .filter_map(|client| {
-                let next = self.projected_last(p, client).next();
-                self.pool
-                    .ready(client, next, self.q.matrix_collect())
-                    .map(|_| (client, next))
-            })
+        self.ready_candidates(p)
+            .map(|(client, next, _)| (client, next))
             .collect()
+    }
+
+    /// The ready requests after `p`, taking clients in turn from just after the last client of
+    /// the previous batch: each client, its next request id and the candidate entry.
+    fn ready_candidates<'a, 'p>(
+        &'a self,
+        p: &'p Projection,
+    ) -> impl Iterator<Item = (ClientId, RequestId, &'a Candidate)> + use<'a, 'p> {
+        self.pool.clients_after(self.batch_cursor).filter_map(move |client| {
+            let next = self.projected_last(p, client).next();
+            self.pool
+                .ready(client, next, self.q.matrix_collect())
+                .map(|entry| (client, next, entry))
+        })
     }
 
     /// Requests ready to be ordered after the projection `p` (see [`OrderStage::all_ready`]),
@@ -122,18 +130,15 @@ impl OrderStage {
     pub(super) fn ready_entries(&self, p: &Projection, max: usize) -> (Vec<&Candidate>, bool) {
         let mut ready = Vec::with_capacity(max.min(64));
         let mut inline_bytes = 0;
-        for client in self.pool.clients_after(self.batch_cursor) {
+        for (_, _, entry) in self.ready_candidates(p) {
             if ready.len() >= max {
                 break;
             }
-            let next = self.projected_last(p, client).next();
-            if let Some(entry) = self.pool.ready(client, next, self.q.matrix_collect()) {
-                inline_bytes += entry.inline_bytes();
-                if !ready.is_empty() && inline_bytes > BATCH_INLINE_BYTES_MAX {
-                    return (ready, true);
-                }
-                ready.push(entry);
+            inline_bytes += entry.inline_bytes();
+            if !ready.is_empty() && inline_bytes > BATCH_INLINE_BYTES_MAX {
+                return (ready, true);
             }
+            ready.push(entry);
         }
         let full = ready.len() >= max;
         (ready, full)

@@ -217,11 +217,7 @@ impl OrderStage {
     /// The requests ready here now, or `None` if the primary has no room to order them (its
     /// pipeline or the log window is full).
     fn ready_for_primary(&self) -> Option<Vec<(ClientId, RequestId)>> {
-        let n = self.next_accept();
-        let in_flight = n.0 - 1 - self.prefix.last_committed.0;
-        if !self.in_window(n) || in_flight >= self.config.knobs.pipeline_window {
-            return None;
-        }
+        let n = self.next_with_room()?;
         let p = self.projection(n);
         Some(self.all_ready(&p))
     }
