@@ -783,33 +783,32 @@ impl<P: Protocol> Sim<P> {
         let byz_replica = from.replica().and_then(|r| self.byzantine.get_mut(&r.0));
         let outgoing = if let Some(byz) = byz_replica {
             byz.outgoing(&mut self.rng, from, to, envelope, &mut self.counts)
-        } else if from == Principal::Client(ClientId(self.byz_client.unwrap_or(u32::MAX)))
-            && self.plan.byzantine_client == Some(ClientBehaviour::Flood)
+        } else if let Some(behaviour) = self
+            .plan
+            .byzantine_client
+            .filter(|_| from == Principal::Client(ClientId(self.byz_client.unwrap_or(u32::MAX))))
         {
-            self.client_flood(to, envelope)
-        } else if from == Principal::Client(ClientId(self.byz_client.unwrap_or(u32::MAX)))
-            && self.plan.byzantine_client == Some(ClientBehaviour::BadSignature)
-        {
-            vec![Outgoing {
-                to,
-                envelope: self.bad_signature(envelope),
-                extra_delay: 0,
-            }]
-        } else if from == Principal::Client(ClientId(self.byz_client.unwrap_or(u32::MAX))) {
-            match inconsistent_authenticator(&mut self.rng, &envelope) {
-                Some(bad) => {
-                    self.counts.bump("byz_client_auth");
+            match behaviour {
+                ClientBehaviour::Flood => self.client_flood(to, envelope),
+                ClientBehaviour::BadSignature => vec![Outgoing {
+                    to,
+                    envelope: self.bad_signature(envelope),
+                    extra_delay: 0,
+                }],
+                ClientBehaviour::InconsistentAuth => {
+                    let envelope = match inconsistent_authenticator(&mut self.rng, &envelope) {
+                        Some(bad) => {
+                            self.counts.bump(ClientBehaviour::InconsistentAuth.class());
+                            Arc::new(bad)
+                        }
+                        None => envelope,
+                    };
                     vec![Outgoing {
                         to,
-                        envelope: Arc::new(bad),
+                        envelope,
                         extra_delay: 0,
                     }]
                 }
-                None => vec![Outgoing {
-                    to,
-                    envelope,
-                    extra_delay: 0,
-                }],
             }
         } else {
             vec![Outgoing {
