@@ -62,9 +62,20 @@ pub struct BenchArgs {
     /// Skip the NO-REP baseline.
     #[arg(long)]
     no_baseline: bool,
-    /// Write the results as JSON here, and one SVG plot per workload next to it.
+    /// Write the results as JSON here, and one SVG plot per workload next to it (with
+    /// `--attack`: one object per attack, and a plot of throughput over time).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Run Aardvark's attacks instead of a sweep: `all` or a comma-separated list of
+    /// client-flood, slow-primary, starve-client, flood-peers, silence,
+    /// client-inconsistent-auth; each beside the fault-free run of the same invocation (one
+    /// workload, client count, u/r and batch size).
+    #[arg(long)]
+    attack: Option<String>,
+    /// With `--attack`: the defences beyond PBFT's (the primary watch, signed requests and the
+    /// blacklist) on or off.
+    #[arg(long, default_value = "on")]
+    defences: String,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, FileError> {
@@ -166,6 +177,12 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, FileError> {
         return run_state_transfer(&args).await;
     }
     let options = options(&args)?;
+    if let Some(attacks) = &args.attack {
+        return run_attacks(&args, &options, attacks).await;
+    }
+    if args.defences != "on" {
+        return Err(FileError("--defences goes with --attack".into()));
+    }
     // Stopped early (Ctrl-C, SIGTERM): the run's future is dropped, and with it the replica and
     // NO-REP child processes (they are killed on drop, so none outlives a stopped bench).
     let points = tokio::select! {
@@ -178,21 +195,61 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, FileError> {
     println!("\n{}", bench::table(&points));
     if let Some(path) = &args.json {
         let command = std::env::args().collect::<Vec<_>>().join(" ");
-        let write = |p: &Path, text: String| {
-            if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-                let _ = std::fs::create_dir_all(dir);
-            }
-            std::fs::write(p, text).map_err(|e| FileError(format!("cannot write {}: {e}", p.display())))
-        };
-        write(path, bench::to_json(&points, bench::cores(), &command))?;
+        write_file(path, bench::to_json(&points, bench::cores(), &command))?;
         println!("wrote {}", path.display());
         for &w in &options.workloads {
             let svg = bench::svg_path(path, w);
-            write(&svg, bench::to_svg(&points, w))?;
+            write_file(&svg, bench::to_svg(&points, w))?;
             println!("wrote {}", svg.display());
         }
     }
     let failed = points.iter().any(|p| p.upright.ops == 0);
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Writes `text` to `path`, creating its directory.
+fn write_file(path: &Path, text: String) -> Result<(), FileError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    std::fs::write(path, text).map_err(|e| FileError(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Runs `upright bench --attack`.
+async fn run_attacks(args: &BenchArgs, options: &BenchOptions, attacks: &str) -> Result<ExitCode, FileError> {
+    use bench::attack;
+    let attacks = attack::Attack::parse_list(attacks).map_err(FileError)?;
+    let defences = match args.defences.as_str() {
+        "on" => true,
+        "off" => false,
+        other => return Err(FileError(format!("--defences {other:?}: expected on or off"))),
+    };
+    if options.workloads.len() > 1
+        || options.clients.len() > 1
+        || options.faults.len() > 1
+        || options.batch_sizes.len() > 1
+    {
+        return Err(FileError(
+            "--attack measures one point: give one --workload, --clients, --ur and --batch".into(),
+        ));
+    }
+    let points = tokio::select! {
+        points = attack::run(options, &attacks, defences) => points?,
+        _ = crate::stop_requested() => {
+            eprintln!("upright bench: stopped; its cluster processes were killed");
+            return Ok(ExitCode::from(130));
+        }
+    };
+    println!("\n{}", attack::table(&points));
+    if let Some(path) = &args.json {
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        write_file(path, attack::to_json(&points, bench::cores(), &command))?;
+        println!("wrote {}", path.display());
+        let svg = attack::svg_path(path);
+        write_file(&svg, attack::to_svg(&points))?;
+        println!("wrote {}", svg.display());
+    }
+    let failed = points.iter().any(|p| p.fault_free.ops == 0);
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 

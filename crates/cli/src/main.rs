@@ -426,6 +426,23 @@ fn init(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Wraps each stage of replica `spec.id` in the simulator's Byzantine filter for `behaviour`
+/// (one filter shared by the replica's stages, made on first use from its key ring).
+fn byzantine_wrapper(
+    spec: &ReplicaSpec,
+    behaviour: upright_sim::faults::Behaviour,
+) -> Result<upright_node::replica::StageWrapper, FileError> {
+    use upright_sim::runtime::{ByzantineStage, Shared};
+    let quorums = spec.cluster.config.validate().map_err(|e| FileError(e.to_string()))?;
+    let timeout = spec.cluster.config.knobs.view_change_timeout_us;
+    let me = upright_core::ids::ReplicaId(spec.id);
+    let shared = std::sync::OnceLock::new();
+    Ok(Arc::new(move |stage, keys| {
+        let shared = shared.get_or_init(|| Shared::new(behaviour, me, keys.clone(), quorums, timeout));
+        Box::new(ByzantineStage::new(stage, shared.clone()))
+    }))
+}
+
 fn replica(
     config: &Path,
     id: u32,
@@ -479,6 +496,7 @@ fn replica(
             upright_core::stages::kv_service()
         },
         stages: None,
+        wrap: None,
     };
     if upright_node::replica::wrong_state_requested(id) {
         tracing::warn!("TESTING: this replica answers every state-transfer request wrongly (Byzantine stand-in)");
@@ -487,6 +505,13 @@ fn replica(
             id,
             spec.service.clone(),
         ));
+    }
+    if let Some(behaviour) = upright_sim::runtime::byzantine_requested(id).map_err(FileError)? {
+        tracing::warn!(
+            behaviour = behaviour.name(),
+            "TESTING: this replica is Byzantine (the simulator's behaviour, for upright bench --attack)"
+        );
+        spec.wrap = Some(byzantine_wrapper(&spec, behaviour)?);
     }
     if upright_node::replica::forge_pushes_requested(id) {
         tracing::warn!("TESTING: this replica forges every message its service pushes (Byzantine stand-in)");

@@ -227,3 +227,50 @@ fn the_state_transfer_bench_brings_a_replica_back_by_difference_despite_wrong_ch
         "the lying replica was asked and caught: {err}"
     );
 }
+
+/// `upright bench --attack`: a real replica process runs the simulator's slow primary. With
+/// the defences on the primary watch replaces it and throughput stays near the fault-free run
+/// of the same invocation; with them off (PBFT's timer alone) it falls to almost nothing. The
+/// JSON has one object per attack with the named fields.
+#[test]
+fn the_attack_bench_shows_the_slow_primary_replaced_only_with_the_defences_on() {
+    let _one_cluster = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let ratio = |defences: &str| {
+        let json = dir.path().join(format!("attack-{defences}.json"));
+        let (code, out, err) = upright(&[
+            "bench",
+            "--attack",
+            "slow-primary",
+            "--defences",
+            defences,
+            "--clients",
+            "4",
+            "--duration",
+            "2s",
+            "--warmup",
+            "1s",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{out}\n{err}");
+        assert!(
+            out.contains(&format!("ATTACK slow-primary defences={defences}: ")),
+            "{out}"
+        );
+        let text = std::fs::read_to_string(&json).unwrap();
+        assert!(text.starts_with('['), "{text}");
+        assert_eq!(text.matches("\"attack\": \"slow-primary\"").count(), 1, "{text}");
+        for field in ["throughput_ops_per_s", "fault_free_ops_per_s"] {
+            assert!(text.contains(&format!("\"{field}\": ")), "{text}");
+        }
+        assert!(dir.path().join(format!("attack-{defences}-over-time.svg")).exists());
+        let at = text.find("\"ratio\": ").unwrap() + "\"ratio\": ".len();
+        let end = text[at..].find(',').unwrap();
+        text[at..at + end].parse::<f64>().unwrap()
+    };
+    let on = ratio("on");
+    let off = ratio("off");
+    assert!(on > 0.6, "defences on: {on}");
+    assert!(off < 0.3, "defences off: {off}");
+}

@@ -33,6 +33,9 @@ pub enum Timer {
     Pbft(PbftTimer),
     /// Execution: retry fetches, LAST-EXEC and state transfer.
     ExecRetry,
+    /// Never set by a stage: kept for a wrapper around one (the testing stand-ins for Byzantine
+    /// replicas release the messages they hold back when it fires).
+    Held,
 }
 
 /// A stage's durable storage as the host hands it back after a restart: key -> value.

@@ -48,7 +48,13 @@ pub struct ReplicaSpec {
     /// Stand-in stages instead of the real Auth, Order and Exec (tests only); `None` builds the
     /// real ones.
     pub stages: Option<StageFactory>,
+    /// Wraps each stage once it is built (testing only: the Byzantine stand-ins of
+    /// `upright bench --attack`); `None` runs the stages as built.
+    pub wrap: Option<StageWrapper>,
 }
+
+/// Wraps one built stage; given the replica's key ring (see [`ReplicaSpec::wrap`]).
+pub type StageWrapper = Arc<dyn Fn(Box<dyn Stage + Send>, &Arc<KeyRing>) -> Box<dyn Stage + Send> + Send + Sync>;
 
 /// Environment variable (testing only): a replica whose id it names alters the payload of every
 /// message its service pushes, standing in for a Byzantine replica that forges pushes (the
@@ -357,6 +363,10 @@ pub fn build_members(spec: &ReplicaSpec, keys: &Arc<KeyRing>) -> Result<Built, F
                 )
                 .map_err(bad)?
             }
+        };
+        let stage = match &spec.wrap {
+            Some(wrap) => wrap(stage, keys),
+            None => stage,
         };
         members.push(Member { kind, stage, log });
     }

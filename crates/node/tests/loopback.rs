@@ -75,6 +75,7 @@ fn start_replica(cluster: &Cluster, id: u32, seen: Seen) {
         storage: StorageOptions::default(),
         service: upright_core::stages::kv_service(),
         stages: Some(factory),
+        wrap: None,
     };
     tokio::spawn(async move { run_replica(spec, std::future::pending()).await.unwrap() });
 }

@@ -23,6 +23,7 @@ pub mod network;
 pub mod options;
 pub mod protocol;
 pub mod report;
+pub mod runtime;
 pub mod service;
 pub mod sim;
 pub mod storage;

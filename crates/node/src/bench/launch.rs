@@ -73,6 +73,9 @@ pub struct Target {
     pub replica_args: Vec<String>,
     /// Extra environment of every replica process (testing switches naming one replica).
     pub replica_env: Vec<(String, String)>,
+    /// Client identities created after the `clients` ones for attackers (not started as
+    /// clients; `upright bench --attack`).
+    pub attackers: u32,
 }
 
 fn spawn(
@@ -109,7 +112,7 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
         u: target.u,
         r: target.r,
         hosts: vec!["127.0.0.1".into()],
-        clients: target.clients,
+        clients: target.clients + target.attackers,
         base_port: 0,
         ports: Some(ports),
         knobs: Some(target.knobs.clone()),

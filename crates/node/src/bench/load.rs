@@ -153,6 +153,11 @@ pub struct Measurement {
     pub cpu_us_per_op: f64,
     /// CPU time of the benchmark's own process (the clients) per operation, microseconds.
     pub client_cpu_us_per_op: f64,
+    /// Operations completed by the client that completed the fewest inside the window (a
+    /// starved client shows here).
+    pub client_ops_min: u64,
+    /// Throughput of each second of the window (as the progress lines print it).
+    pub per_second: Vec<f64>,
 }
 
 #[derive(Default)]
@@ -212,18 +217,19 @@ pub async fn measure(
     let (cpu0, own0) = (cpu_us_sum(pids), cpu_us_sum(&me));
     let t0 = Instant::now();
     shared.measuring.store(true, Ordering::Relaxed);
-    progress(label, &shared, t0, duration).await;
+    let per_second = progress(label, &shared, t0, duration).await;
     shared.measuring.store(false, Ordering::Relaxed);
     let seconds = t0.elapsed().as_secs_f64();
     let (cpu1, own1) = (cpu_us_sum(pids), cpu_us_sum(&me));
     shared.stop.store(true, Ordering::Relaxed);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
-    let (mut ops, mut errors) = (0, 0);
+    let (mut ops, mut errors, mut client_ops_min) = (0, 0, u64::MAX);
     for task in tasks {
         if let Ok((h, o, e)) = task.await {
             let _ = hist.add(h);
             ops += o;
             errors += e;
+            client_ops_min = client_ops_min.min(o);
         }
     }
     let per_op = |us: u64| if ops > 0 { us as f64 / ops as f64 } else { 0.0 };
@@ -238,22 +244,27 @@ pub async fn measure(
         mean_us: hist.mean(),
         cpu_us_per_op: per_op(cpu1.saturating_sub(cpu0)),
         client_cpu_us_per_op: per_op(own1.saturating_sub(own0)),
+        client_ops_min: if client_ops_min == u64::MAX { 0 } else { client_ops_min },
+        per_second,
     }
 }
 
-async fn progress(label: &str, shared: &Shared, t0: Instant, duration: Duration) {
+/// Prints a progress line per second until the window ends; returns each second's rate.
+async fn progress(label: &str, shared: &Shared, t0: Instant, duration: Duration) -> Vec<f64> {
     let end = t0 + duration;
+    let mut rates = Vec::new();
     let mut last = shared.completed.load(Ordering::Relaxed);
     let mut last_at = Instant::now();
     loop {
         let now = Instant::now();
         if now >= end {
-            return;
+            return rates;
         }
         tokio::time::sleep((end - now).min(Duration::from_secs(1))).await;
         let done = shared.completed.load(Ordering::Relaxed);
         let rate = (done - last) as f64 / last_at.elapsed().as_secs_f64().max(1e-6);
         (last, last_at) = (done, Instant::now());
+        rates.push(rate);
         println!("  {label}  t={:>4.1}s  {rate:>9.0} ops/s", t0.elapsed().as_secs_f64());
     }
 }

@@ -11,6 +11,7 @@
 //! path if they do not all match within `read_only_timeout_us`). NO-REP answers the read-only GET
 //! from its state directly.
 
+pub mod attack;
 mod launch;
 mod load;
 mod report;
@@ -127,7 +128,10 @@ async fn start(options: &BenchOptions, target: Target) -> Result<Running, FileEr
     let clients = start_clients(setups)?;
     let probe = load::Workload::parse("0/0").expect("valid");
     let started = Instant::now();
-    if let Err(e) = clients[0]
+    // The last client probes: client 0 is the one a starving primary (`--attack starve-client`)
+    // ignores.
+    let prober = clients.last().expect("at least one client");
+    if let Err(e) = prober
         .invoke_timeout(probe.operation(usize::MAX >> 1), false, Duration::from_secs(60))
         .await
     {
@@ -173,6 +177,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
             norep: true,
             replica_args: Vec::new(),
             replica_env: Vec::new(),
+            attackers: 0,
         };
         norep = Some(start(options, target).await?);
     }
@@ -189,6 +194,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
                 norep: false,
                 replica_args: Vec::new(),
                 replica_env: Vec::new(),
+                attackers: 0,
             };
             let mut cluster = start(options, target).await?;
             for &workload in &options.workloads {

@@ -14,7 +14,7 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-fn ms(us: u64) -> String {
+pub(super) fn ms(us: u64) -> String {
     format!("{:.2}", us as f64 / 1000.0)
 }
 
@@ -162,7 +162,7 @@ pub fn to_json(points: &[Point], cores: usize, command: &str) -> String {
     s
 }
 
-fn json_string(text: &str) -> String {
+pub(super) fn json_string(text: &str) -> String {
     let mut s = String::from("\"");
     for ch in text.chars() {
         match ch {
@@ -197,7 +197,7 @@ const BOTTOM: f64 = 50.0;
 const TOP: f64 = 40.0;
 const RIGHT: f64 = 20.0;
 
-fn nice_max(v: f64) -> f64 {
+pub(super) fn nice_max(v: f64) -> f64 {
     let v = v.max(1e-9) * 1.1;
     let p = 10f64.powf(v.log10().floor());
     [1.0, 2.0, 2.5, 5.0, 10.0]
@@ -205,6 +205,63 @@ fn nice_max(v: f64) -> f64 {
         .map(|m| m * p)
         .find(|x| *x >= v)
         .unwrap_or(10.0 * p)
+}
+
+/// The axes of a plot: the width and the right margin vary, the rest is shared.
+pub(super) struct Plot {
+    /// Width of the image.
+    pub width: f64,
+    /// Room right of the plot area (for a legend).
+    pub right: f64,
+    /// Largest x shown.
+    pub xmax: f64,
+    /// Largest y shown.
+    pub ymax: f64,
+}
+
+impl Plot {
+    /// Image x of value `x`.
+    pub fn px(&self, x: f64) -> f64 {
+        LEFT + x / self.xmax * (self.width - LEFT - self.right)
+    }
+
+    /// Image y of value `y`.
+    pub fn py(&self, y: f64) -> f64 {
+        H - BOTTOM - y / self.ymax * (H - BOTTOM - TOP)
+    }
+
+    /// The image's start: its title, a grid of five steps on each axis with their values
+    /// (`y_decimals` after the point on the y axis), and the axis labels.
+    pub fn open(&self, title: &str, x_label: &str, y_label: &str, y_decimals: usize) -> String {
+        let (w, middle) = (self.width, (self.width - self.right + LEFT) / 2.0);
+        let mut s = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{H}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{middle}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{title}</text>\n"
+        );
+        for i in 0..=5 {
+            let (x, y) = (self.xmax * i as f64 / 5.0, self.ymax * i as f64 / 5.0);
+            let _ = writeln!(
+                s,
+                "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#ddd\"/><text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4:.0}</text>",
+                self.px(x), TOP, H - BOTTOM, H - BOTTOM + 16.0, x
+            );
+            let _ = writeln!(
+                s,
+                "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#ddd\"/><text x=\"{3}\" y=\"{4}\" text-anchor=\"end\">{5:.6$}</text>",
+                LEFT, self.py(y), w - self.right, LEFT - 6.0, self.py(y) + 4.0, y, y_decimals
+            );
+        }
+        let _ = writeln!(
+            s,
+            "<text x=\"{middle}\" y=\"{}\" text-anchor=\"middle\">{x_label}</text>",
+            H - 12.0
+        );
+        let _ = writeln!(
+            s,
+            "<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {0})\" text-anchor=\"middle\">{y_label}</text>",
+            H / 2.0
+        );
+        s
+    }
 }
 
 /// A throughput (x) versus p50 latency (y) plot of one workload: one series per upright setting
@@ -231,36 +288,21 @@ pub fn to_svg(points: &[Point], workload: Workload) -> String {
     let all = series.iter().flat_map(|(_, v)| v.iter());
     let (xmax, ymax) = all.fold((0f64, 0f64), |(x, y), p| (x.max(p.0), y.max(p.1)));
     let (xmax, ymax) = (nice_max(xmax), nice_max(ymax));
-    let px = |x: f64| LEFT + x / xmax * (W - LEFT - RIGHT);
-    let py = |y: f64| H - BOTTOM - y / ymax * (H - BOTTOM - TOP);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">Workload {}: throughput vs median latency (points: client counts)</text>\n",
-        W / 2.0,
-        workload.name()
-    );
-    for i in 0..=5 {
-        let (x, y) = (xmax * i as f64 / 5.0, ymax * i as f64 / 5.0);
-        let _ = writeln!(
-            s,
-            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#ddd\"/><text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4:.0}</text>",
-            px(x), TOP, H - BOTTOM, H - BOTTOM + 16.0, x
-        );
-        let _ = writeln!(
-            s,
-            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#ddd\"/><text x=\"{3}\" y=\"{4}\" text-anchor=\"end\">{5:.2}</text>",
-            LEFT, py(y), W - RIGHT, LEFT - 6.0, py(y) + 4.0, y
-        );
-    }
-    let _ = writeln!(
-        s,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">throughput (ops/s)</text>",
-        W / 2.0,
-        H - 12.0
-    );
-    let _ = writeln!(
-        s,
-        "<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {0})\" text-anchor=\"middle\">p50 latency (ms)</text>",
-        H / 2.0
+    let plot = Plot {
+        width: W,
+        right: RIGHT,
+        xmax,
+        ymax,
+    };
+    let (px, py) = (|x| plot.px(x), |y| plot.py(y));
+    let mut s = plot.open(
+        &format!(
+            "Workload {}: throughput vs median latency (points: client counts)",
+            workload.name()
+        ),
+        "throughput (ops/s)",
+        "p50 latency (ms)",
+        2,
     );
     let colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
     for (i, (name, pts)) in series.iter().enumerate() {

@@ -258,6 +258,7 @@ async fn transfer(
             options.object_bytes.to_string(),
         ],
         replica_env: vec![(crate::replica::WRONG_STATE_ENV.into(), "1".into())],
+        attackers: 0,
     };
     let mut processes = launch(&options.exe, dir, &target)?;
     let cluster = Cluster::load(&dir.join("cluster.toml"))?;

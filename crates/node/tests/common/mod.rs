@@ -51,6 +51,7 @@ pub fn start_replicas(cluster: &Cluster) {
             storage: StorageOptions::default(),
             service: upright_core::stages::kv_service(),
             stages: None,
+            wrap: None,
         };
         tokio::spawn(async move { run_replica(spec, std::future::pending()).await.unwrap() });
     }
