@@ -230,18 +230,26 @@ fn the_state_transfer_bench_brings_a_replica_back_by_difference_despite_wrong_ch
 
 /// `upright bench --attack`: a real replica process runs the simulator's slow primary. With
 /// the defences on the primary watch replaces it and throughput stays near the fault-free run
-/// of the same invocation; with them off (PBFT's timer alone) it falls to almost nothing. The
-/// JSON has one object per attack with the named fields.
+/// of the same invocation; with them off (PBFT's timer alone) it falls to almost nothing. A
+/// replica flooding its peers is cut off. The JSON has one object per attack with the named
+/// fields.
 #[test]
 fn the_attack_bench_shows_the_slow_primary_replaced_only_with_the_defences_on() {
     let _one_cluster = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let ratio = |defences: &str| {
         let json = dir.path().join(format!("attack-{defences}.json"));
+        // With the defences on, a replica flooding its peers with refused messages too: the
+        // others cut it off.
+        let attacks = if defences == "on" {
+            "slow-primary,flood-peers"
+        } else {
+            "slow-primary"
+        };
         let (code, out, err) = upright(&[
             "bench",
             "--attack",
-            "slow-primary",
+            attacks,
             "--defences",
             defences,
             "--clients",
@@ -261,10 +269,22 @@ fn the_attack_bench_shows_the_slow_primary_replaced_only_with_the_defences_on() 
         let text = std::fs::read_to_string(&json).unwrap();
         assert!(text.starts_with('['), "{text}");
         assert_eq!(text.matches("\"attack\": \"slow-primary\"").count(), 1, "{text}");
+        assert_eq!(
+            text.matches("\"attack\": ").count(),
+            attacks.split(',').count(),
+            "{text}"
+        );
         for field in ["throughput_ops_per_s", "fault_free_ops_per_s"] {
             assert!(text.contains(&format!("\"{field}\": ")), "{text}");
         }
         assert!(dir.path().join(format!("attack-{defences}-over-time.svg")).exists());
+        if defences == "on" {
+            let flood = text
+                .lines()
+                .find(|l| l.contains("\"attack\": \"flood-peers\""))
+                .unwrap();
+            assert!(!flood.contains("\"peer_cut_offs\": 0,"), "{flood}");
+        }
         let at = text.find("\"ratio\": ").unwrap() + "\"ratio\": ".len();
         let end = text[at..].find(',').unwrap();
         text[at..at + end].parse::<f64>().unwrap()

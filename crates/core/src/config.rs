@@ -123,6 +123,11 @@ pub struct Knobs {
     /// Costs a signature per request at the client and a verification at each authentication
     /// member it reaches.
     pub client_signatures: bool,
+    /// The runtime cuts off a peer replica whose messages keep failing checks that prove it
+    /// faulty (bad seals, conflicting votes) for a growing period (`crates/node/src/cutoff.rs`).
+    /// Off only to measure what it is worth (`upright bench --attack flood-peers --defences off`).
+    #[serde(default = "default_true")]
+    pub peer_cut_off: bool,
     /// Testing only: a deliberately broken protocol (see [`Sabotage`]).
     pub sabotage: Option<Sabotage>,
 }
@@ -184,6 +189,7 @@ impl Default for Knobs {
             read_only_timeout_us: READ_ONLY_TIMEOUT_US_DEFAULT,
             heartbeat_interval_us: HEARTBEAT_INTERVAL_US_DEFAULT,
             watch_primary: true,
+            peer_cut_off: true,
             client_signatures: false,
             sabotage: None,
         }

@@ -223,6 +223,12 @@ impl<L: Log> Host<L> {
         self.handle(now, index, Input::Message(envelope));
     }
 
+    /// Inputs the members refused as proof that their sender is faulty, so far
+    /// ([`crate::stage::Stats::rejected`]).
+    pub fn rejected(&self) -> u64 {
+        self.members.iter().map(|m| m.stage.stats().rejected).sum()
+    }
+
     /// When the next timer is due.
     pub fn next_timer(&self) -> Option<Time> {
         self.timers.keys().next().map(|(at, _, _)| *at)

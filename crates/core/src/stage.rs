@@ -208,9 +208,20 @@ pub enum Event {
 pub struct Stats {
     /// Counter name -> value.
     pub counters: BTreeMap<&'static str, u64>,
+    /// Inputs refused because they prove their sender faulty: a seal that does not verify, two
+    /// conflicting votes for one slot ([`Stats::reject`]). A host may compare it before and after
+    /// an input to learn that the peer that sent it misbehaved (the runtime cuts off peers that
+    /// keep doing so).
+    pub rejected: u64,
 }
 
 impl Stats {
+    /// Counts an input refused because it proves its sender faulty (also under `name`).
+    pub fn reject(&mut self, name: &'static str) {
+        self.bump(name);
+        self.rejected += 1;
+    }
+
     /// Adds one to a counter.
     pub fn bump(&mut self, name: &'static str) {
         self.add(name, 1);

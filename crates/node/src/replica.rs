@@ -489,6 +489,7 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
         counters,
         corrupt > 0,
         idle_spin,
+        config.knobs.peer_cut_off.then(crate::cutoff::CutOff::default),
         shutdown,
     )
     .await;
@@ -505,6 +506,7 @@ async fn event_loop(
     counters: Arc<Counters>,
     lost_storage: bool,
     idle_spin: Duration,
+    mut cutoff: Option<crate::cutoff::CutOff>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), FileError> {
     let mut clock = Clock::new();
@@ -556,9 +558,27 @@ async fn event_loop(
         let now = clock.now();
         crate::timeline::event("wake", inbox.len() as u64, 0, 0);
         host.fire_timers(now);
-        for (_, envelope) in inbox.pop_round_robin(INPUTS_PER_ROUND_MAX) {
+        for (from, envelope) in inbox.pop_round_robin(INPUTS_PER_ROUND_MAX) {
             timeline::message("recv", &envelope.message, timeline::peer(&envelope.from));
+            // Peer replicas' messages pass the cut-off (`crate::cutoff`), if it is on.
+            let (Process::Replica(peer), Some(cutoff)) = (from, cutoff.as_mut()) else {
+                host.deliver(now, envelope);
+                continue;
+            };
+            if cutoff.is_cut(peer, now) {
+                counters.bump("net_dropped_cut_off");
+                continue;
+            }
+            let before = host.rejected();
             host.deliver(now, envelope);
+            if let Some(cut) = cutoff.observe(peer, now, host.rejected() - before) {
+                counters.bump("net_peer_cut_off");
+                tracing::warn!(
+                    peer = peer.0,
+                    seconds = cut as f64 / 1e6,
+                    "peer replica cut off: its messages keep failing checks that prove it faulty"
+                );
+            }
         }
         // Sends that do not depend on this round's sync (a PREPARE next to the COMMIT that does)
         // are handed to the connection tasks first, and a yield lets them write before the sync

@@ -414,7 +414,7 @@ impl AuthStage {
             .open(&self.keys, Principal::Auth(self.id), self.config.knobs.sabotage)
             .is_ok();
         if !ok {
-            self.stats.bump("dropped_bad_seal");
+            self.stats.reject("dropped_bad_seal");
         }
         ok
     }

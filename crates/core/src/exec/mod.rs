@@ -232,7 +232,7 @@ impl ExecStage {
     fn seal_ok(&mut self, envelope: &Envelope) -> bool {
         let ok = envelope.open(&self.keys, self.me(), self.config.knobs.sabotage).is_ok();
         if !ok {
-            self.stats.bump("bad_seal");
+            self.stats.reject("bad_seal");
         }
         ok
     }

@@ -442,6 +442,7 @@ impl OrderStage {
 
     /// Checks view and window of an agreement message; helps members that are behind.
     fn check_window(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) -> bool {
+        self.monitor.voted(from, seqno);
         if seqno <= self.h {
             self.stats.bump("drop_below_window");
             self.help_lagging(now, from, out);
@@ -473,7 +474,8 @@ impl OrderStage {
         if !self.check_window(now, from, seqno, out) {
             return;
         }
-        self.log.entry(seqno).or_default().prepares.insert(from, (view, digest));
+        let earlier = self.log.entry(seqno).or_default().prepares.insert(from, (view, digest));
+        self.note_conflict(earlier, view, digest, "conflicting_prepare");
         if seqno <= self.prefix.last_committed {
             self.help_slot(from, seqno, out);
         }
@@ -495,8 +497,18 @@ impl OrderStage {
         if !self.check_window(now, from, seqno, out) {
             return;
         }
-        self.log.entry(seqno).or_default().commits.insert(from, (view, digest));
+        let earlier = self.log.entry(seqno).or_default().commits.insert(from, (view, digest));
+        self.note_conflict(earlier, view, digest, "conflicting_commit");
         self.check_committed(now, seqno, out);
+    }
+
+    /// A sender's second vote for one slot and view with another digest proves it faulty
+    /// (a correct member votes once per slot and view): counted as rejected, for the host. The
+    /// later vote still replaces the earlier, as any later vote does.
+    fn note_conflict(&mut self, earlier: Option<(View, Digest)>, view: View, digest: Digest, name: &'static str) {
+        if earlier.is_some_and(|(v, d)| v == view && d != digest) {
+            self.stats.reject(name);
+        }
     }
 
     /// Prepared: the accepted PRE-PREPARE plus PREPAREs, the primary's PRE-PREPARE counting as its

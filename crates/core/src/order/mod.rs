@@ -393,7 +393,7 @@ impl OrderStage {
 
     fn on_message(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
         if envelope.open(&self.keys, self.me(), self.sabotage()).is_err() {
-            self.stats.bump("drop_bad_seal");
+            self.stats.reject("drop_bad_seal");
             return;
         }
         if !self.config.contains(envelope.from, &self.q) {

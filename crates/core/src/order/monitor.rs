@@ -31,7 +31,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::OrderStage;
-use crate::ids::{ClientId, RequestId, View};
+use crate::ids::{ClientId, RequestId, SeqNo, View};
 use crate::stage::{Action, Time};
 
 /// Recent views whose best window sets the throughput expected of the current primary.
@@ -87,6 +87,9 @@ pub(crate) struct Monitor {
     demanding: u64,
     /// Best window (requests per second) of each recent view, the current one last.
     best: VecDeque<(View, u64)>,
+    /// Per other member, the highest seqno it voted for (PREPARE, COMMIT) in the watched view,
+    /// inside the log window or beyond it.
+    votes: BTreeMap<crate::ids::ReplicaId, SeqNo>,
 }
 
 impl Monitor {
@@ -94,6 +97,7 @@ impl Monitor {
     pub fn view_installed(&mut self, view: View, now: Time) {
         self.view = Some((view, now));
         self.waiting.clear();
+        self.votes.clear();
         self.window_start = now;
         self.window_requests = 0;
         self.window_demand = false;
@@ -111,6 +115,21 @@ impl Monitor {
     pub fn view_changing(&mut self) {
         self.view = None;
         self.waiting.clear();
+        self.votes.clear();
+    }
+
+    /// Member `from` voted for `seqno` in the watched view.
+    pub fn voted(&mut self, from: crate::ids::ReplicaId, seqno: SeqNo) {
+        if self.view.is_some() {
+            let highest = self.votes.entry(from).or_default();
+            *highest = (*highest).max(seqno);
+        }
+    }
+
+    /// Whether this member is behind: at least `vouchers` other members (so one correct one)
+    /// voted for a seqno at or beyond `beyond`, which the primary must then have proposed.
+    pub fn behind(&self, beyond: SeqNo, vouchers: usize) -> bool {
+        self.votes.values().filter(|s| **s >= beyond).count() >= vouchers
     }
 
     /// A row for `client`'s request `request` arrived at `now`.
@@ -227,8 +246,18 @@ impl OrderStage {
         if !self.config.knobs.watch_primary || self.changing || self.is_primary() || self.is_abstaining() {
             return;
         }
-        let ready = self.ready_for_primary();
         let (wait_max, window) = (self.order_wait_max(), self.config.knobs.view_change_timeout_us);
+        // A member that is behind (its peers vote for batches past what it could accept, even
+        // allowing for a full pipeline in flight) misses PRE-PREPAREs that exist: the primary is
+        // not the one to blame. It judges again once it has caught up; until then it looks
+        // again every bound.
+        let beyond = SeqNo(self.next_accept().0 + self.config.knobs.pipeline_window);
+        if self.monitor.behind(beyond, self.q.r + 1) {
+            self.stats.bump("watch_skipped_behind");
+            self.arm_watch(now, now + wait_max, out);
+            return;
+        }
+        let ready = self.ready_for_primary();
         if let Some(suspicion) = self.monitor.tick(now, ready, wait_max, window) {
             self.stats.bump(suspicion.counter());
             self.start_view_change(now, self.view.next(), out);
@@ -270,6 +299,23 @@ mod tests {
 
     fn req(c: u32, r: u64) -> (ClientId, RequestId) {
         (ClientId(c), RequestId(r))
+    }
+
+    #[test]
+    fn a_member_is_behind_only_when_enough_others_voted_past_it() {
+        let mut m = Monitor::default();
+        m.voted(crate::ids::ReplicaId(1), SeqNo(9));
+        assert!(!m.behind(SeqNo(5), 1), "votes before a view is watched are ignored");
+        m.view_installed(View(1), 0);
+        m.voted(crate::ids::ReplicaId(1), SeqNo(9));
+        m.voted(crate::ids::ReplicaId(1), SeqNo(3));
+        assert!(m.behind(SeqNo(5), 1));
+        assert!(!m.behind(SeqNo(5), 2), "one member alone (maybe faulty) is not enough");
+        m.voted(crate::ids::ReplicaId(2), SeqNo(5));
+        assert!(m.behind(SeqNo(5), 2));
+        assert!(!m.behind(SeqNo(6), 2));
+        m.view_installed(View(2), 10);
+        assert!(!m.behind(SeqNo(1), 1), "a new view starts afresh");
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! behaviour (the testing switch `UPRIGHT_TEST_BYZANTINE`, see `upright_sim::runtime`); a client
 //! attack adds [`ATTACKERS`] attacking clients, each with its own identity and connections, beside
 //! the measured ones. With `defences` off the replicas run without the primary watch
-//! (`watch_primary`) and without signed requests (`client_signatures`, which carries the
-//! blacklist): PBFT's own defences only.
+//! (`watch_primary`), without signed requests (`client_signatures`, which carries the
+//! blacklist) and without cutting off flooding peers (`peer_cut_off`): PBFT's own defences only.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -117,6 +117,45 @@ impl Attack {
     }
 }
 
+/// What the defences did during a run, summed over the replicas' metrics at its end.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DefenceEvents {
+    /// The highest view of any order member.
+    pub view: u64,
+    /// View changes a backup started because the primary was slow or unfair
+    /// (`view_change_primary_slow`) or fell behind earlier views' throughput
+    /// (`view_change_primary_throughput`).
+    pub watch_view_changes: u64,
+    /// Peer replicas cut off (`net_peer_cut_off`, [`crate::cutoff`]).
+    pub peer_cut_offs: u64,
+    /// Clients blacklisted (`client_blacklisted`).
+    pub clients_blacklisted: u64,
+}
+
+impl DefenceEvents {
+    /// Adds what one replica's Prometheus text reports.
+    pub fn add_metrics(&mut self, text: &str) {
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((name, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.trim().parse::<u64>() else {
+                continue;
+            };
+            let counter = |n: &str| name.contains(&format!("name=\"{n}\""));
+            if name.starts_with("upright_view{") {
+                self.view = self.view.max(value);
+            } else if counter("view_change_primary_slow") || counter("view_change_primary_throughput") {
+                self.watch_view_changes += value;
+            } else if counter("net_peer_cut_off") {
+                self.peer_cut_offs += value;
+            } else if counter("client_blacklisted") {
+                self.clients_blacklisted += value;
+            }
+        }
+    }
+}
+
 /// One attack's figures beside the fault-free run's.
 #[derive(Clone, Debug)]
 pub struct AttackPoint {
@@ -136,6 +175,8 @@ pub struct AttackPoint {
     pub attacked: Measurement,
     /// The fault-free run of the same invocation.
     pub fault_free: Measurement,
+    /// What the defences did under attack.
+    pub events: DefenceEvents,
 }
 
 impl AttackPoint {
@@ -154,6 +195,7 @@ fn knobs(options: &BenchOptions, defences: bool) -> upright_core::config::Knobs 
     let mut knobs = bench_knobs(options, options.batch_sizes[0]);
     knobs.watch_primary = defences;
     knobs.client_signatures = defences;
+    knobs.peer_cut_off = defences;
     knobs
 }
 
@@ -198,7 +240,7 @@ pub async fn run(options: &BenchOptions, attacks: &[Attack], defences: bool) -> 
         workload.name(),
         if defences { "on" } else { "off" }
     );
-    let fault_free = measure(options, defences, None).await?;
+    let (fault_free, _) = measure(options, defences, None).await?;
     println!(
         "FAULT-FREE defences={}: {:.0} ops/s, p50 {} ms, p99 {} ms",
         if defences { "on" } else { "off" },
@@ -208,7 +250,7 @@ pub async fn run(options: &BenchOptions, attacks: &[Attack], defences: bool) -> 
     );
     let mut points = Vec::new();
     for &attack in attacks {
-        let attacked = measure(options, defences, Some(attack)).await?;
+        let (attacked, events) = measure(options, defences, Some(attack)).await?;
         let point = AttackPoint {
             attack,
             defences,
@@ -218,6 +260,7 @@ pub async fn run(options: &BenchOptions, attacks: &[Attack], defences: bool) -> 
             workload,
             attacked,
             fault_free: fault_free.clone(),
+            events,
         };
         println!("{}", result_line(&point));
         points.push(point);
@@ -226,7 +269,11 @@ pub async fn run(options: &BenchOptions, attacks: &[Attack], defences: bool) -> 
 }
 
 /// One measured run on a fresh cluster: fault-free (`None`) or under `attack`.
-async fn measure(options: &BenchOptions, defences: bool, attack: Option<Attack>) -> Result<Measurement, FileError> {
+async fn measure(
+    options: &BenchOptions,
+    defences: bool,
+    attack: Option<Attack>,
+) -> Result<(Measurement, DefenceEvents), FileError> {
     let workload = options.workloads[0];
     let target = target(options, defences, attack);
     let mut cluster: Running = start(options, target.clone()).await?;
@@ -260,7 +307,16 @@ async fn measure(options: &BenchOptions, defences: bool, attack: Option<Attack>)
             cluster.processes.dir.display()
         )));
     }
-    Ok(m)
+    let mut events = DefenceEvents::default();
+    let config = crate::files::Cluster::load(&cluster.processes.dir.join("cluster.toml"))?;
+    for entry in &config.file.replicas {
+        let addr = crate::files::resolve(&entry.metrics_addr)?;
+        let text = crate::metrics::http_get(addr, "/metrics")
+            .await
+            .map_err(|e| FileError(format!("cannot read replica {}'s metrics: {e}", entry.id)))?;
+        events.add_metrics(&text);
+    }
+    Ok((m, events))
 }
 
 /// The attacking clients of a client attack: one task sending their requests over their own
@@ -421,18 +477,24 @@ pub fn result_line(p: &AttackPoint) -> String {
     if a.errors > 0 {
         let _ = write!(line, ", {} errors", a.errors);
     }
+    let e = &p.events;
+    let _ = write!(
+        line,
+        "; view {}, watch view changes {}, peers cut off {}, clients blacklisted {}",
+        e.view, e.watch_view_changes, e.peer_cut_offs, e.clients_blacklisted
+    );
     line
 }
 
 /// A Markdown table of the attacks.
 pub fn table(points: &[AttackPoint]) -> String {
     let mut s = String::from(
-        "| attack | defences | ops/s | fault-free ops/s | ratio | p99 ms | fault-free p99 ms | slowest client ops | errors |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| attack | defences | ops/s | fault-free ops/s | ratio | p99 ms | fault-free p99 ms | slowest client ops | errors | view | peers cut off | clients blacklisted |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for p in points {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.0} | {:.0} | {:.1}% | {} | {} | {} | {} |",
+            "| {} | {} | {:.0} | {:.0} | {:.1}% | {} | {} | {} | {} | {} | {} | {} |",
             p.attack.name(),
             if p.defences { "on" } else { "off" },
             p.attacked.throughput,
@@ -441,7 +503,10 @@ pub fn table(points: &[AttackPoint]) -> String {
             ms(p.attacked.p99_us),
             ms(p.fault_free.p99_us),
             p.attacked.client_ops_min,
-            p.attacked.errors
+            p.attacked.errors,
+            p.events.view,
+            p.events.peer_cut_offs,
+            p.events.clients_blacklisted
         );
     }
     s
@@ -464,6 +529,7 @@ pub fn to_json(points: &[AttackPoint], cores: usize, command: &str) -> String {
              \"p50_ms\": {:.3}, \"p99_ms\": {:.3}, \"fault_free_p50_ms\": {:.3}, \"fault_free_p99_ms\": {:.3}, \
              \"errors\": {}, \"slowest_client_ops\": {}, \"fault_free_slowest_client_ops\": {}, \
              \"cpu_us_per_op\": {:.1}, \"fault_free_cpu_us_per_op\": {:.1}, \
+             \"view\": {}, \"watch_view_changes\": {}, \"peer_cut_offs\": {}, \"clients_blacklisted\": {}, \
              \"per_second\": {}, \"fault_free_per_second\": {}, \"cores\": {cores}, \"command\": {}}}",
             json_string(p.attack.name()),
             a.throughput,
@@ -483,6 +549,10 @@ pub fn to_json(points: &[AttackPoint], cores: usize, command: &str) -> String {
             f.client_ops_min,
             a.cpu_us_per_op,
             f.cpu_us_per_op,
+            p.events.view,
+            p.events.watch_view_changes,
+            p.events.peer_cut_offs,
+            p.events.clients_blacklisted,
             json_list(&a.per_second),
             json_list(&f.per_second),
             json_string(command)
@@ -604,6 +674,7 @@ mod tests {
             workload: Workload::parse("0/0").unwrap(),
             attacked: m(ops_per_s),
             fault_free: m(1000.0),
+            events: DefenceEvents::default(),
         }
     }
 
@@ -618,5 +689,30 @@ mod tests {
         let svg = to_svg(&points);
         assert_eq!(svg.matches("<polyline").count(), 3);
         assert!(table(&points).contains("| slow-primary | on | 500 | 1000 | 50.0% |"));
+    }
+
+    #[test]
+    fn defence_events_are_read_from_the_metrics() {
+        let mut e = DefenceEvents::default();
+        e.add_metrics(
+            "# HELP upright_view x\nupright_view{replica=\"0\"} 2\n\
+             upright_stage_counter{replica=\"0\",stage=\"order\",name=\"view_change_primary_slow\"} 1\n\
+             upright_net_counter{replica=\"0\",name=\"net_peer_cut_off\"} 3\n\
+             upright_stage_counter{replica=\"0\",stage=\"auth\",name=\"client_blacklisted\"} 8\n",
+        );
+        e.add_metrics(
+            "upright_view{replica=\"1\"} 1\n\
+             upright_stage_counter{replica=\"1\",stage=\"order\",name=\"view_change_primary_throughput\"} 1\n\
+             upright_stage_counter{replica=\"1\",stage=\"order\",name=\"view_change_started\"} 5\n",
+        );
+        assert_eq!(
+            e,
+            DefenceEvents {
+                view: 2,
+                watch_view_changes: 2,
+                peer_cut_offs: 3,
+                clients_blacklisted: 8
+            }
+        );
     }
 }

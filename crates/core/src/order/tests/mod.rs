@@ -761,6 +761,26 @@ fn bad_input_is_dropped_and_counted() {
     assert_eq!(c.stat(1, "drop_batch_invalid_matrix"), 1);
     assert_eq!(c.stat(1, "drop_batch_time_in_future"), 1);
     assert_eq!(c.stat(1, "drop_wrong_sender_or_kind"), 1);
+    // Only the bad seal proves its sender faulty; the others can come from a correct member
+    // that is behind or ahead.
+    assert_eq!(c.member(1).stats().rejected, 1);
+    // Two PREPAREs of one member for one slot and view with different digests: the second proves
+    // it faulty; the same vote again does not.
+    let prepare = |d: &[u8]| {
+        Message::Pbft(PbftMessage::Prepare {
+            view: View(0),
+            seqno: SeqNo(2),
+            digest: Digest::of(d),
+        })
+    };
+    c.deliver(1, c.forge(2, prepare(b"x")));
+    c.deliver(1, c.forge(2, prepare(b"x")));
+    c.pump();
+    assert_eq!(c.member(1).stats().rejected, 1);
+    c.deliver(1, c.forge(2, prepare(b"y")));
+    c.pump();
+    assert_eq!(c.stat(1, "conflicting_prepare"), 1);
+    assert_eq!(c.member(1).stats().rejected, 2);
     assert!(c
         .member(1)
         .log
