@@ -185,6 +185,7 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
         | Message::Pbft(PbftMessage::Commit { .. })
         | Message::Pbft(PbftMessage::Checkpoint(_))
         | Message::Pbft(PbftMessage::FetchOrderCheckpoint { .. })
+        | Message::Pbft(PbftMessage::Suspect { .. })
         | Message::LoadCheckpoint { .. }
         | Message::Retransmit { .. }
         | Message::CheckpointToken { .. }

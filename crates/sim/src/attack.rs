@@ -2,8 +2,10 @@
 //!
 //! Safety under Byzantine faults is what the other checkers see; this one sees whether the
 //! cluster stays *fast*. A seed runs twice on the same cluster, clients and workload, without
-//! benign faults: once with one attack (one Byzantine replica with a [`Behaviour`], placed where
-//! it hurts most, or the Byzantine client with a [`ClientBehaviour`]) and once without. The
+//! benign faults, with every replica spending [`ATTACK_CPU_US_PER_MESSAGE`] on each message it
+//! receives and enough clients to keep it busy (so the runs measure throughput, as Aardvark
+//! did): once with one attack (one Byzantine replica with a [`Behaviour`], placed where it hurts
+//! most, or the Byzantine client with a [`ClientBehaviour`]) and once without. The
 //! attacked run must complete at least [`ATTACK_THROUGHPUT_MIN`] of the operations of the run
 //! without the attack, besides passing every other checker. With `defences: false` the order
 //! stage watches the primary only with PBFT's timer (`knobs.watch_primary = false`): the slow and
@@ -21,8 +23,18 @@ pub const ATTACK_CLIENT_MIN: f64 = 0.5;
 /// Virtual seconds of workload of an attack run: long enough that detecting an attacker and
 /// changing views is a small part of it.
 pub const ATTACK_WORKLOAD_US: u64 = 6_000_000;
-/// Correct clients of an attack run, each with a short think time: a busy cluster.
-pub const ATTACK_CLIENTS: u32 = 6;
+/// Correct clients of an attack run, each with a short think time ([`ATTACK_THINK_US`]): with
+/// [`ATTACK_CPU_US_PER_MESSAGE`] they keep the replicas busy, so a run measures throughput.
+pub const ATTACK_CLIENTS: u32 = 16;
+/// Think time between a client's operations in an attack run, microseconds.
+pub const ATTACK_THINK_US: (u64, u64) = (0, 500);
+/// Processing time of each message a replica receives in an attack run, microseconds
+/// ([`SimOptions::cpu_us_per_message`]). Without it the simulated replicas are infinitely fast and
+/// a run measures only latency: an attack that takes one replica's contribution away (silence)
+/// then costs what the slowest of the remaining quorum members adds on the simulated network's
+/// 0.1-5 ms delays, about a quarter, whatever the protocol does; Aardvark's figures are saturated
+/// throughput.
+pub const ATTACK_CPU_US_PER_MESSAGE: upright_core::stage::Time = 50;
 
 /// One attack: a Byzantine replica's behaviour or the Byzantine client's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +80,8 @@ pub fn attack_options(seed: u64, u: usize, r: usize, attack: Option<Attack>, def
     opts.faults = false;
     opts.workload_us = ATTACK_WORKLOAD_US;
     opts.clients = ATTACK_CLIENTS;
-    opts.think_us = (200, 2_000);
+    opts.think_us = ATTACK_THINK_US;
+    opts.cpu_us_per_message = ATTACK_CPU_US_PER_MESSAGE;
     opts.attack = attack;
     opts.defences = defences;
     // Robust mode: signed requests, so that a bad signature is something to catch.

@@ -123,6 +123,10 @@ pub struct SimOptions {
     pub defences: bool,
     /// Clients sign their requests (`knobs.client_signatures`): every fourth seed.
     pub client_signatures: bool,
+    /// Processing time of each message a replica receives, microseconds (0: none). Messages that
+    /// arrive while their replica is busy wait their turn, so enough clients saturate the
+    /// replicas and a run measures throughput (the attack runs, [`crate::attack`]).
+    pub cpu_us_per_message: upright_core::stage::Time,
 }
 
 impl SimOptions {
@@ -144,6 +148,7 @@ impl SimOptions {
             attack: None,
             defences: true,
             client_signatures: seed % 4 == 3,
+            cpu_us_per_message: 0,
         }
     }
 

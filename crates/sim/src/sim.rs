@@ -120,6 +120,9 @@ pub struct Sim<P: Protocol> {
     byzantine: BTreeMap<u32, Byzantine>,
     /// Replicas whose flush is deferred: deliveries handled since their last flush.
     unflushed: BTreeMap<u32, u32>,
+    /// Per replica, until when it is busy with the messages it received
+    /// ([`SimOptions::cpu_us_per_message`]).
+    busy_until: Vec<Time>,
     /// `UPRIGHT_SIM_TRACE` is set: print every stage event (read once, not per event).
     trace_events: bool,
     workload: Workload,
@@ -272,6 +275,7 @@ impl<P: Protocol> Sim<P> {
             ops_by_client: vec![0; opts.clients as usize],
             byzantine,
             unflushed: BTreeMap::new(),
+            busy_until: vec![0; n],
             trace_events: std::env::var_os("UPRIGHT_SIM_TRACE").is_some(),
             clients,
             errors,
@@ -428,6 +432,21 @@ impl<P: Protocol> Sim<P> {
                         let r = to.replica().expect("member").0;
                         if !self.replicas[r as usize].up() {
                             return;
+                        }
+                        let cost = self.opts.cpu_us_per_message;
+                        if cost > 0 {
+                            // Busy: the message waits its turn in the replica's queue.
+                            let busy = self.busy_until[r as usize];
+                            if busy > self.now {
+                                let event = Event::Deliver {
+                                    from,
+                                    to,
+                                    envelope,
+                                    digest,
+                                };
+                                return self.push(busy, event);
+                            }
+                            self.busy_until[r as usize] = self.now + cost;
                         }
                         let envelope = match self.byzantine.get_mut(&r) {
                             Some(byz) => match byz.incoming(&mut self.rng, to, envelope, &mut self.counts) {

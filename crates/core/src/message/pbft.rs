@@ -57,6 +57,14 @@ pub enum PbftMessage {
     },
     /// Answer to [`PbftMessage::FetchOrderCheckpoint`]: a stable checkpoint with its certificate.
     OrderCheckpointState(StableCheckpoint),
+    /// SUSPECT: the sender's watch gave up on the primary of `view` (`order/monitor.rs`). A
+    /// member starts the view change once `view_change_join()` members, itself included, suspect
+    /// the primary of its view, so one member's mistaken suspicion does not take it out of the
+    /// view. Authenticator.
+    Suspect {
+        /// The view whose primary is suspected.
+        view: View,
+    },
 }
 
 impl PbftMessage {

@@ -194,6 +194,14 @@ impl OrderStage {
         out: &mut Vec<Action>,
     ) {
         if self.changing || view != self.view {
+            let message = PbftMessage::PrePrepare {
+                view,
+                seqno,
+                batch: batch.clone(),
+            };
+            if self.keep_early(from, view, &message) {
+                return;
+            }
             return self.wrong_view(now, from, view, out);
         }
         if from != self.primary_of(view) || from == self.id {
@@ -466,6 +474,9 @@ impl OrderStage {
         out: &mut Vec<Action>,
     ) {
         if self.changing || view != self.view {
+            if self.keep_early(from, view, &PbftMessage::Prepare { view, seqno, digest }) {
+                return;
+            }
             return self.wrong_view(now, from, view, out);
         }
         if from == self.primary_of(view) {
@@ -492,6 +503,9 @@ impl OrderStage {
         out: &mut Vec<Action>,
     ) {
         if self.changing || view != self.view {
+            if self.keep_early(from, view, &PbftMessage::Commit { view, seqno, digest }) {
+                return;
+            }
             return self.wrong_view(now, from, view, out);
         }
         if !self.check_window(now, from, seqno, out) {

@@ -8,6 +8,10 @@ use crate::message::PbftMessage;
 use crate::message::{Message, SealFor};
 use crate::stage::{Action, Time};
 
+/// Agreement messages kept per sender for a view not yet installed here: PRE-PREPAREs,
+/// PREPAREs and COMMITs for a few log windows of batches.
+pub(super) const EARLY_PER_SENDER_MAX: usize = 256;
+
 impl OrderStage {
     // ---- retransmission and help ----
 
@@ -70,6 +74,63 @@ impl OrderStage {
                 self.view_change.new_view.clone().expect("checked"),
             ));
             self.send(out, vec![Principal::Order(from)], message, SealFor::Nothing);
+        }
+    }
+
+    /// An agreement message of `view` that this member cannot handle yet: kept if `view` is the
+    /// one it is changing to or the next one (the sender installed it first), else refused as
+    /// from the wrong view. `true` if kept.
+    pub(super) fn keep_early(&mut self, from: ReplicaId, view: View, message: &PbftMessage) -> bool {
+        let ahead = if self.changing {
+            view == self.view
+        } else {
+            view == self.view.next()
+        };
+        if !ahead {
+            return false;
+        }
+        let queue = self.early.entry(from).or_default();
+        if queue.len() >= EARLY_PER_SENDER_MAX {
+            queue.pop_front();
+            self.stats.bump("early_dropped_oldest");
+        }
+        queue.push_back(message.clone());
+        self.stats.bump("early_kept");
+        true
+    }
+
+    /// A view was just installed: handles the kept messages of it, forgets those of older views.
+    pub(super) fn replay_early(&mut self, now: Time, out: &mut Vec<Action>) {
+        let view = self.view;
+        for (from, queue) in std::mem::take(&mut self.early) {
+            for message in queue {
+                match message {
+                    PbftMessage::PrePrepare { view: v, seqno, batch } if v == view => {
+                        self.stats.bump("early_handled");
+                        self.on_pre_prepare(now, from, v, seqno, &batch, out);
+                    }
+                    PbftMessage::Prepare { view: v, seqno, digest } if v == view => {
+                        self.stats.bump("early_handled");
+                        self.on_prepare(now, from, v, seqno, digest, out);
+                    }
+                    PbftMessage::Commit { view: v, seqno, digest } if v == view => {
+                        self.stats.bump("early_handled");
+                        self.on_commit(now, from, v, seqno, digest, out);
+                    }
+                    // Still ahead (a later view): kept for that one.
+                    other => {
+                        let v = match &other {
+                            PbftMessage::PrePrepare { view, .. }
+                            | PbftMessage::Prepare { view, .. }
+                            | PbftMessage::Commit { view, .. } => *view,
+                            _ => continue,
+                        };
+                        if v > view {
+                            self.keep_early(from, v, &other);
+                        }
+                    }
+                }
+            }
         }
     }
 

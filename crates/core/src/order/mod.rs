@@ -138,6 +138,12 @@ pub struct OrderStage {
     log: BTreeMap<SeqNo, Slot>,
     /// Out-of-order PRE-PREPAREs of the current view (at most one per seqno in the window).
     buffered: BTreeMap<SeqNo, Batch>,
+    /// Agreement messages (authenticated) of the view this member is changing to, or of the
+    /// next view, that came before it installed that view: handled once it does, instead of
+    /// waiting for their senders' retransmission (`catch_up::EARLY_PER_SENDER_MAX` per sender).
+    early: BTreeMap<ReplicaId, std::collections::VecDeque<PbftMessage>>,
+    /// Per member, the latest view whose primary it suspects (SUSPECT; this member's own too).
+    suspects: BTreeMap<ReplicaId, View>,
     /// How far this member committed, and what that prefix determines.
     prefix: CommittedPrefix,
 
@@ -210,6 +216,8 @@ impl OrderStage {
             stable: None,
             log: BTreeMap::new(),
             buffered: BTreeMap::new(),
+            early: BTreeMap::new(),
+            suspects: BTreeMap::new(),
             prefix: CommittedPrefix::default(),
             pool,
             batch_cursor: ClientId(u32::MAX),
@@ -429,6 +437,9 @@ impl OrderStage {
             (Message::Pbft(PbftMessage::OrderCheckpointState(stable)), Principal::Order(_)) => {
                 self.on_checkpoint_state(now, stable, out)
             }
+            (Message::Pbft(PbftMessage::Suspect { view }), Principal::Order(from)) => {
+                self.on_suspect(now, from, *view, out)
+            }
             _ => self.stats.bump("drop_wrong_sender_or_kind"),
         }
     }
@@ -448,6 +459,7 @@ impl OrderStage {
             self.propose_heartbeat(now, out);
             self.arm_wake(now, out);
             self.watch_primary(now, out);
+            self.resend_suspicion(out);
         }
         self.retransmit_checkpoint(out);
     }

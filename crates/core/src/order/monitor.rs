@@ -31,7 +31,8 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::OrderStage;
-use crate::ids::{ClientId, RequestId, SeqNo, View};
+use crate::ids::{ClientId, ReplicaId, RequestId, SeqNo, View};
+use crate::message::{Message, PbftMessage};
 use crate::stage::{Action, Time};
 
 /// Recent views whose best window sets the throughput expected of the current primary.
@@ -41,6 +42,14 @@ pub const GRACE_WINDOWS: u64 = 3;
 /// Percent of the best recent window a judged window must reach (plus one per window after the
 /// grace period).
 pub const THROUGHPUT_PERCENT: u64 = 90;
+/// A new primary's requests start to wait at the earliest `view_change_timeout /
+/// NEW_VIEW_GRACE_FRACTION` after its view is installed here: it first re-proposes what the
+/// view change carried and works through the backlog of the change (under load its inbox holds
+/// the requests' rows longer than `order_wait_max`), and blaming it then makes the next primary
+/// start with a larger backlog still. A slow primary is still replaced within
+/// `grace + order_wait_max` (0.7 of the timeout), before it commits anything just under the
+/// timeout.
+pub const NEW_VIEW_GRACE_FRACTION: u64 = 2;
 /// `order_wait_max = view_change_timeout / ORDER_WAIT_FRACTION`.
 pub const ORDER_WAIT_FRACTION: u64 = 5;
 
@@ -89,7 +98,7 @@ pub(crate) struct Monitor {
     best: VecDeque<(View, u64)>,
     /// Per other member, the highest seqno it voted for (PREPARE, COMMIT) in the watched view,
     /// inside the log window or beyond it.
-    votes: BTreeMap<crate::ids::ReplicaId, SeqNo>,
+    votes: BTreeMap<ReplicaId, SeqNo>,
 }
 
 impl Monitor {
@@ -119,7 +128,7 @@ impl Monitor {
     }
 
     /// Member `from` voted for `seqno` in the watched view.
-    pub fn voted(&mut self, from: crate::ids::ReplicaId, seqno: SeqNo) {
+    pub fn voted(&mut self, from: ReplicaId, seqno: SeqNo) {
         if self.view.is_some() {
             let highest = self.votes.entry(from).or_default();
             *highest = (*highest).max(seqno);
@@ -160,13 +169,15 @@ impl Monitor {
     }
 
     /// The watch at a tick: `ready` are the requests ready here now (`None` if the primary has
-    /// no room to order them: they are not its fault), `wait_max` the bound on waiting and
-    /// `window` the window length.
+    /// no room to order them: they are not its fault), `wait_max` the bound on waiting,
+    /// `grace` how long after the view's installation waiting starts to count at the earliest,
+    /// and `window` the window length.
     pub fn tick(
         &mut self,
         now: Time,
         ready: Option<Vec<(ClientId, RequestId)>>,
         wait_max: Time,
+        grace: Time,
         window: Time,
     ) -> Option<Suspicion> {
         let (_, installed) = self.view?;
@@ -178,8 +189,8 @@ impl Monitor {
                     let since = match (self.waiting.get(&client), self.arrivals.get(&client)) {
                         (Some((r, since)), _) if *r == request => *since,
                         // Its rows came in this view: it waits from the latest.
-                        (_, Some((r, at))) if *r == request => (*at).max(installed),
-                        _ => now,
+                        (_, Some((r, at))) if *r == request => (*at).max(installed + grace),
+                        _ => now.max(installed + grace),
                     };
                     waiting.insert(client, (request, since));
                 }
@@ -258,14 +269,70 @@ impl OrderStage {
             return;
         }
         let ready = self.ready_for_primary();
-        if let Some(suspicion) = self.monitor.tick(now, ready, wait_max, window) {
+        let grace = self.config.knobs.view_change_timeout_us / NEW_VIEW_GRACE_FRACTION;
+        if let Some(suspicion) = self.monitor.tick(now, ready, wait_max, grace, window) {
             self.stats.bump(suspicion.counter());
-            self.start_view_change(now, self.view.next(), out);
+            self.suspect(now, out);
+            if self.changing {
+                return;
+            }
+        }
+        // Look again when the longest-waiting request reaches the bound; once this member
+        // suspects the primary (and waits for others to), a bound already passed would fire at
+        // once and forever: then again a bound from now.
+        if let Some(at) = self.monitor.deadline(wait_max) {
+            let at = if self.suspects.get(&self.id) == Some(&self.view) {
+                at.max(now + wait_max)
+            } else {
+                at
+            };
+            self.arm_watch(now, at.max(now + 1), out);
+        }
+    }
+
+    /// The watch gave up on the primary: SUSPECT to the other order members (once per view; the
+    /// order tick resends it), and the view change if enough members suspect it.
+    fn suspect(&mut self, now: Time, out: &mut Vec<Action>) {
+        if self.suspects.get(&self.id) == Some(&self.view) {
             return;
         }
-        // Look again when the longest-waiting request reaches the bound.
-        if let Some(at) = self.monitor.deadline(wait_max) {
-            self.arm_watch(now, at, out);
+        self.suspects.insert(self.id, self.view);
+        self.stats.bump("suspect_sent");
+        let view = self.view;
+        self.send_to_order(out, Message::Pbft(PbftMessage::Suspect { view }));
+        self.change_if_suspected(now, out);
+    }
+
+    /// SUSPECT from order member `from` for `view`.
+    pub(super) fn on_suspect(&mut self, now: Time, from: ReplicaId, view: View, out: &mut Vec<Action>) {
+        if view < self.view || self.suspects.get(&from).is_some_and(|v| *v >= view) {
+            return self.stats.bump("drop_old_suspect");
+        }
+        self.suspects.insert(from, view);
+        self.stats.bump("suspect_received");
+        self.change_if_suspected(now, out);
+    }
+
+    /// Starts the view change once `view_change_join()` members suspect the primary of the
+    /// installed view (at least one of them correct).
+    pub(super) fn change_if_suspected(&mut self, now: Time, out: &mut Vec<Action>) {
+        if self.changing || !self.config.knobs.watch_primary {
+            return;
+        }
+        let view = self.view;
+        let suspecting = self.suspects.values().filter(|v| **v == view).count();
+        if suspecting >= self.q.view_change_join() {
+            self.stats.bump("view_change_suspected");
+            self.start_view_change(now, view.next(), out);
+        }
+    }
+
+    /// Order tick: this member's SUSPECT again while it still suspects the installed view's
+    /// primary (a lost one must not leave the others short of the count).
+    pub(super) fn resend_suspicion(&self, out: &mut Vec<Action>) {
+        if !self.changing && self.suspects.get(&self.id) == Some(&self.view) {
+            let view = self.view;
+            self.send_to_order(out, Message::Pbft(PbftMessage::Suspect { view }));
         }
     }
 
@@ -302,16 +369,31 @@ mod tests {
     }
 
     #[test]
+    fn a_new_primary_gets_a_grace_period_before_requests_count_as_waiting() {
+        let mut m = Monitor::default();
+        m.view_installed(View(1), 100 * MS);
+        // Ready from the installation on: it waits from 100 + 50 ms.
+        m.arrived(ClientId(1), RequestId(5), 90 * MS);
+        assert_eq!(m.tick(120 * MS, Some(vec![req(1, 5)]), 40 * MS, 50 * MS, 0), None);
+        assert_eq!(m.deadline(40 * MS), Some(190 * MS + 1));
+        assert_eq!(m.tick(190 * MS, Some(vec![req(1, 5)]), 40 * MS, 50 * MS, 0), None);
+        assert_eq!(
+            m.tick(191 * MS, Some(vec![req(1, 5)]), 40 * MS, 50 * MS, 0),
+            Some(Suspicion::Slow)
+        );
+    }
+
+    #[test]
     fn a_member_is_behind_only_when_enough_others_voted_past_it() {
         let mut m = Monitor::default();
-        m.voted(crate::ids::ReplicaId(1), SeqNo(9));
+        m.voted(ReplicaId(1), SeqNo(9));
         assert!(!m.behind(SeqNo(5), 1), "votes before a view is watched are ignored");
         m.view_installed(View(1), 0);
-        m.voted(crate::ids::ReplicaId(1), SeqNo(9));
-        m.voted(crate::ids::ReplicaId(1), SeqNo(3));
+        m.voted(ReplicaId(1), SeqNo(9));
+        m.voted(ReplicaId(1), SeqNo(3));
         assert!(m.behind(SeqNo(5), 1));
         assert!(!m.behind(SeqNo(5), 2), "one member alone (maybe faulty) is not enough");
-        m.voted(crate::ids::ReplicaId(2), SeqNo(5));
+        m.voted(ReplicaId(2), SeqNo(5));
         assert!(m.behind(SeqNo(5), 2));
         assert!(!m.behind(SeqNo(6), 2));
         m.view_installed(View(2), 10);
@@ -322,27 +404,27 @@ mod tests {
     fn a_request_waiting_past_the_bound_is_the_primarys_fault_unless_it_had_no_room() {
         let mut m = Monitor::default();
         m.view_installed(View(0), 0);
-        assert_eq!(m.tick(10 * MS, Some(vec![req(1, 5)]), 40 * MS, 0), None);
-        assert_eq!(m.tick(40 * MS, Some(vec![req(1, 5)]), 40 * MS, 0), None);
+        assert_eq!(m.tick(10 * MS, Some(vec![req(1, 5)]), 40 * MS, 0, 0), None);
+        assert_eq!(m.tick(40 * MS, Some(vec![req(1, 5)]), 40 * MS, 0, 0), None);
         // Ordered in time, and the client's next one waits from when it was first seen.
-        assert_eq!(m.tick(60 * MS, Some(vec![req(1, 6)]), 40 * MS, 0), None);
-        assert_eq!(m.tick(90 * MS, Some(vec![req(1, 6)]), 40 * MS, 0), None);
+        assert_eq!(m.tick(60 * MS, Some(vec![req(1, 6)]), 40 * MS, 0, 0), None);
+        assert_eq!(m.tick(90 * MS, Some(vec![req(1, 6)]), 40 * MS, 0, 0), None);
         assert_eq!(
-            m.tick(101 * MS, Some(vec![req(1, 6)]), 40 * MS, 0),
+            m.tick(101 * MS, Some(vec![req(1, 6)]), 40 * MS, 0, 0),
             Some(Suspicion::Slow)
         );
         // With no room (pipeline or window full) the wait starts again.
-        m.tick(110 * MS, None, 40 * MS, 0);
-        assert_eq!(m.tick(140 * MS, Some(vec![req(1, 6)]), 40 * MS, 0), None);
+        m.tick(110 * MS, None, 40 * MS, 0, 0);
+        assert_eq!(m.tick(140 * MS, Some(vec![req(1, 6)]), 40 * MS, 0, 0), None);
         // A starved client while others are ordered: its request keeps waiting.
-        assert_eq!(m.tick(170 * MS, Some(vec![req(1, 6), req(2, 1)]), 40 * MS, 0), None);
+        assert_eq!(m.tick(170 * MS, Some(vec![req(1, 6), req(2, 1)]), 40 * MS, 0, 0), None);
         assert_eq!(
-            m.tick(200 * MS, Some(vec![req(1, 6), req(2, 2)]), 40 * MS, 0),
+            m.tick(200 * MS, Some(vec![req(1, 6), req(2, 2)]), 40 * MS, 0, 0),
             Some(Suspicion::Slow)
         );
         // Nothing is watched during a view change.
         m.view_changing();
-        assert_eq!(m.tick(900 * MS, Some(vec![req(1, 6)]), 40 * MS, 0), None);
+        assert_eq!(m.tick(900 * MS, Some(vec![req(1, 6)]), 40 * MS, 0, 0), None);
     }
 
     /// Windows of 100 ms; a view delivering 1,000 requests per window is followed by one
@@ -356,7 +438,7 @@ mod tests {
         for _ in 0..10 {
             m.committed(1_000);
             now += window;
-            assert_eq!(m.tick(now, Some(vec![]), 10 * window, window), None);
+            assert_eq!(m.tick(now, Some(vec![]), 10 * window, 0, window), None);
         }
         assert_eq!(m.best_recent(), 10_000);
         m.view_changing();
@@ -365,7 +447,7 @@ mod tests {
         for w in 1..=10 {
             m.committed(500);
             now += window;
-            if let Some(s) = m.tick(now, Some(vec![req(1, w)]), 10 * window, window) {
+            if let Some(s) = m.tick(now, Some(vec![req(1, w)]), 10 * window, 0, window) {
                 suspected_at = Some((w, s));
                 break;
             }
@@ -382,13 +464,13 @@ mod tests {
         m.view_installed(View(0), 0);
         let mut now = window;
         m.committed(1_000);
-        m.tick(now, Some(vec![]), 10 * window, window);
+        m.tick(now, Some(vec![]), 10 * window, 0, window);
         m.view_installed(View(1), now);
         for _ in 0..50 {
             m.committed(100);
             now += window;
             assert_eq!(
-                m.tick(now, Some(vec![]), 10 * window, window),
+                m.tick(now, Some(vec![]), 10 * window, 0, window),
                 None,
                 "no demand, not judged"
             );
@@ -398,7 +480,7 @@ mod tests {
         loop {
             m.committed(950);
             now += window;
-            let s = m.tick(now, Some(vec![req(1, judged_windows + 1)]), 10 * window, window);
+            let s = m.tick(now, Some(vec![req(1, judged_windows + 1)]), 10 * window, 0, window);
             if m.windows > GRACE_WINDOWS {
                 judged_windows += 1;
             }
@@ -422,7 +504,7 @@ mod tests {
         let mut result = None;
         for w in 1..=10 {
             now += window;
-            result = m.tick(now, Some(vec![req(1, w)]), 10 * window, window);
+            result = m.tick(now, Some(vec![req(1, w)]), 10 * window, 0, window);
             if result.is_some() {
                 assert_eq!(w, GRACE_WINDOWS + 1);
                 break;

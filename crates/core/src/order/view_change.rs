@@ -466,6 +466,8 @@ impl OrderStage {
             });
         }
         self.update_view_change_timer(now, out);
+        self.replay_early(now, out);
+        self.change_if_suspected(now, out);
     }
 
     /// A member in an older view or still changing to ours gets our NEW-VIEW (self-authenticating).

@@ -1257,3 +1257,25 @@ fn an_idle_primary_orders_an_empty_batch_when_a_wake_up_is_due() {
     assert_eq!(c.min_committed(), SeqNo(4));
     assert_eq!(c.stat(0, "heartbeat_woken"), 2);
 }
+
+#[test]
+fn one_suspicion_keeps_a_member_in_the_view_and_view_change_join_suspicions_change_it() {
+    let mut c = Cluster::new(1, 1, small_knobs());
+    let suspect = |view| Message::Pbft(PbftMessage::Suspect { view });
+    // One other member suspects the primary of view 0: member 1 stays in the view.
+    c.deliver(1, c.forge(2, suspect(View(0))));
+    c.pump();
+    assert_eq!(c.stat(1, "suspect_received"), 1);
+    assert!(!c.member(1).is_changing_view());
+    // The same suspicion again, and one of an older view, count nothing more.
+    c.deliver(1, c.forge(2, suspect(View(0))));
+    c.pump();
+    assert_eq!(c.stat(1, "drop_old_suspect"), 1);
+    assert!(!c.member(1).is_changing_view());
+    // A second member (view_change_join() = r + 1 = 2): at least one correct member suspects.
+    c.deliver(1, c.forge(3, suspect(View(0))));
+    c.pump();
+    assert_eq!(c.stat(1, "view_change_suspected"), 1);
+    assert!(c.member(1).is_changing_view());
+    assert_eq!(c.member(1).view(), View(1));
+}
