@@ -68,12 +68,13 @@ pub struct BenchArgs {
     json: Option<PathBuf>,
     /// Run Aardvark's attacks instead of a sweep: `all` or a comma-separated list of
     /// client-flood, slow-primary, starve-client, flood-peers, silence,
-    /// client-inconsistent-auth; each beside the fault-free run of the same invocation (one
-    /// workload, client count, u/r and batch size).
+    /// client-inconsistent-auth; each beside the fault-free runs of the same invocation, one
+    /// before the attacks and one after, the faster the reference (one workload, client count,
+    /// u/r and batch size).
     #[arg(long)]
     attack: Option<String>,
     /// With `--attack`: the defences beyond PBFT's (the primary watch, signed requests and the
-    /// blacklist) on or off.
+    /// blacklist, the cut-off of flooding peers) on or off.
     #[arg(long, default_value = "on")]
     defences: String,
 }
