@@ -506,7 +506,12 @@ fn replica(
             spec.service.clone(),
         ));
     }
-    if let Some(behaviour) = upright_sim::runtime::byzantine_requested(id).map_err(FileError)? {
+    let byzantine = match std::env::var(upright_node::replica::BYZANTINE_ENV) {
+        Ok(value) => upright_sim::runtime::parse_request(&value, id)
+            .map_err(|e| FileError(format!("{}: {e}", upright_node::replica::BYZANTINE_ENV)))?,
+        Err(_) => None,
+    };
+    if let Some(behaviour) = byzantine {
         tracing::warn!(
             behaviour = behaviour.name(),
             "TESTING: this replica is Byzantine (the simulator's behaviour, for upright bench --attack)"

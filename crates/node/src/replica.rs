@@ -111,6 +111,12 @@ pub fn forging_pushes(service: ServiceFactory) -> ServiceFactory {
     Arc::new(move || Box::new(Forging(service())))
 }
 
+/// Environment variable (testing only): `ID:BEHAVIOUR` makes replica `ID` Byzantine with the
+/// named behaviour of the simulator (a name of `upright-sim --list-behaviours`, e.g.
+/// `0:slow-primary`); `upright replica` wraps its stages in the simulator's filter
+/// (`upright_sim::runtime`), and `upright bench --attack` sets it.
+pub const BYZANTINE_ENV: &str = "UPRIGHT_TEST_BYZANTINE";
+
 /// Environment variable (testing only): a replica whose id it names answers every state-transfer
 /// request (manifest, chunk, pages, tree nodes) with altered data, standing in for a Byzantine
 /// replica that sends wrong chunks; everything else it does is correct.

@@ -1,5 +1,5 @@
 //! The simulator's Byzantine replicas on the real runtime: a testing switch of `upright replica`
-//! ([`BYZANTINE_ENV`]) wraps each of the replica's real stages in a [`ByzantineStage`] that runs
+//! (`upright_node::replica::BYZANTINE_ENV`, read with [`parse_request`]) wraps each of the replica's real stages in a [`ByzantineStage`] that runs
 //! the same [`Byzantine`] filter the simulator puts between a Byzantine replica and its network.
 //! `upright bench --attack` uses it to measure throughput under attack on real processes.
 //!
@@ -20,31 +20,20 @@ use upright_core::stage::{Action, Input, Stage, Stats, Time, Timer};
 use crate::byzantine::Byzantine;
 use crate::faults::{Behaviour, FaultCounts};
 
-/// Environment variable (testing only): `ID:BEHAVIOUR` makes replica `ID` Byzantine with the
-/// named behaviour (a name of `upright-sim --list-behaviours`), e.g. `0:slow-primary`.
-pub const BYZANTINE_ENV: &str = "UPRIGHT_TEST_BYZANTINE";
-
 /// Most messages a wrapper holds back at once (beyond it, the oldest go out at once).
 pub const HELD_MAX: usize = 100_000;
 
-/// The behaviour [`BYZANTINE_ENV`] gives replica `id`: `Ok(None)` if it names another replica
-/// or is unset, an error if it is malformed or names no behaviour.
-pub fn byzantine_requested(id: u32) -> Result<Option<Behaviour>, String> {
-    let Ok(value) = std::env::var(BYZANTINE_ENV) else {
-        return Ok(None);
-    };
-    parse_request(&value, id)
-}
-
-/// Parses a [`BYZANTINE_ENV`] value for replica `id`.
+/// The behaviour a testing switch value `ID:BEHAVIOUR` (`upright_node::replica::BYZANTINE_ENV`)
+/// gives replica `id`: `Ok(None)` if it names another replica, an error if it is malformed or
+/// names no behaviour.
 pub fn parse_request(value: &str, id: u32) -> Result<Option<Behaviour>, String> {
-    let bad = || format!("{BYZANTINE_ENV}={value:?}: expected ID:BEHAVIOUR, e.g. 0:slow-primary");
+    let bad = || format!("{value:?}: expected ID:BEHAVIOUR, e.g. 0:slow-primary");
     let (who, name) = value.trim().split_once(':').ok_or_else(bad)?;
     let who: u32 = who.trim().parse().map_err(|_| bad())?;
     let behaviour = Behaviour::ALL
         .into_iter()
         .find(|b| b.name() == name.trim())
-        .ok_or_else(|| format!("{BYZANTINE_ENV}: no behaviour named {:?}", name.trim()))?;
+        .ok_or_else(|| format!("no behaviour named {:?}", name.trim()))?;
     Ok((who == id).then_some(behaviour))
 }
 

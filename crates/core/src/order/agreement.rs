@@ -194,13 +194,9 @@ impl OrderStage {
         out: &mut Vec<Action>,
     ) {
         if self.changing || view != self.view {
-            let message = PbftMessage::PrePrepare {
-                view,
-                seqno,
-                batch: batch.clone(),
-            };
-            if self.keep_early(from, view, &message) {
-                return;
+            if self.early_wanted(view) {
+                let batch = batch.clone();
+                return self.keep_early(from, PbftMessage::PrePrepare { view, seqno, batch });
             }
             return self.wrong_view(now, from, view, out);
         }
@@ -474,8 +470,8 @@ impl OrderStage {
         out: &mut Vec<Action>,
     ) {
         if self.changing || view != self.view {
-            if self.keep_early(from, view, &PbftMessage::Prepare { view, seqno, digest }) {
-                return;
+            if self.early_wanted(view) {
+                return self.keep_early(from, PbftMessage::Prepare { view, seqno, digest });
             }
             return self.wrong_view(now, from, view, out);
         }
@@ -503,8 +499,8 @@ impl OrderStage {
         out: &mut Vec<Action>,
     ) {
         if self.changing || view != self.view {
-            if self.keep_early(from, view, &PbftMessage::Commit { view, seqno, digest }) {
-                return;
+            if self.early_wanted(view) {
+                return self.keep_early(from, PbftMessage::Commit { view, seqno, digest });
             }
             return self.wrong_view(now, from, view, out);
         }

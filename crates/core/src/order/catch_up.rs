@@ -77,58 +77,55 @@ impl OrderStage {
         }
     }
 
-    /// An agreement message of `view` that this member cannot handle yet: kept if `view` is the
-    /// one it is changing to or the next one (the sender installed it first), else refused as
-    /// from the wrong view. `true` if kept.
-    pub(super) fn keep_early(&mut self, from: ReplicaId, view: View, message: &PbftMessage) -> bool {
-        let ahead = if self.changing {
+    /// Whether an agreement message of `view`, which this member cannot handle yet, is worth
+    /// keeping: `view` is the one it is changing to, or the next one (the sender installed it
+    /// first). Otherwise it is refused as from the wrong view.
+    pub(super) fn early_wanted(&self, view: View) -> bool {
+        if self.changing {
             view == self.view
         } else {
             view == self.view.next()
-        };
-        if !ahead {
-            return false;
         }
+    }
+
+    /// Keeps an agreement message that [`OrderStage::early_wanted`] for when its view is
+    /// installed.
+    pub(super) fn keep_early(&mut self, from: ReplicaId, message: PbftMessage) {
         let queue = self.early.entry(from).or_default();
         if queue.len() >= EARLY_PER_SENDER_MAX {
             queue.pop_front();
             self.stats.bump("early_dropped_oldest");
         }
-        queue.push_back(message.clone());
+        queue.push_back(message);
         self.stats.bump("early_kept");
-        true
     }
 
-    /// A view was just installed: handles the kept messages of it, forgets those of older views.
+    /// A view was just installed: handles the kept messages of it, keeps those of a later view
+    /// that is still wanted, forgets the others.
     pub(super) fn replay_early(&mut self, now: Time, out: &mut Vec<Action>) {
         let view = self.view;
         for (from, queue) in std::mem::take(&mut self.early) {
             for message in queue {
+                let v = match &message {
+                    PbftMessage::PrePrepare { view, .. }
+                    | PbftMessage::Prepare { view, .. }
+                    | PbftMessage::Commit { view, .. } => *view,
+                    _ => continue,
+                };
+                if v != view {
+                    if v > view && self.early_wanted(v) {
+                        self.keep_early(from, message);
+                    }
+                    continue;
+                }
+                self.stats.bump("early_handled");
                 match message {
-                    PbftMessage::PrePrepare { view: v, seqno, batch } if v == view => {
-                        self.stats.bump("early_handled");
-                        self.on_pre_prepare(now, from, v, seqno, &batch, out);
+                    PbftMessage::PrePrepare { seqno, batch, .. } => {
+                        self.on_pre_prepare(now, from, v, seqno, &batch, out)
                     }
-                    PbftMessage::Prepare { view: v, seqno, digest } if v == view => {
-                        self.stats.bump("early_handled");
-                        self.on_prepare(now, from, v, seqno, digest, out);
-                    }
-                    PbftMessage::Commit { view: v, seqno, digest } if v == view => {
-                        self.stats.bump("early_handled");
-                        self.on_commit(now, from, v, seqno, digest, out);
-                    }
-                    // Still ahead (a later view): kept for that one.
-                    other => {
-                        let v = match &other {
-                            PbftMessage::PrePrepare { view, .. }
-                            | PbftMessage::Prepare { view, .. }
-                            | PbftMessage::Commit { view, .. } => *view,
-                            _ => continue,
-                        };
-                        if v > view {
-                            self.keep_early(from, v, &other);
-                        }
-                    }
+                    PbftMessage::Prepare { seqno, digest, .. } => self.on_prepare(now, from, v, seqno, digest, out),
+                    PbftMessage::Commit { seqno, digest, .. } => self.on_commit(now, from, v, seqno, digest, out),
+                    _ => {}
                 }
             }
         }

@@ -281,7 +281,7 @@ impl OrderStage {
         // suspects the primary (and waits for others to), a bound already passed would fire at
         // once and forever: then again a bound from now.
         if let Some(at) = self.monitor.deadline(wait_max) {
-            let at = if self.suspects.get(&self.id) == Some(&self.view) {
+            let at = if self.suspects_primary() {
                 at.max(now + wait_max)
             } else {
                 at
@@ -293,7 +293,7 @@ impl OrderStage {
     /// The watch gave up on the primary: SUSPECT to the other order members (once per view; the
     /// order tick resends it), and the view change if enough members suspect it.
     fn suspect(&mut self, now: Time, out: &mut Vec<Action>) {
-        if self.suspects.get(&self.id) == Some(&self.view) {
+        if self.suspects_primary() {
             return;
         }
         self.suspects.insert(self.id, self.view);
@@ -301,6 +301,11 @@ impl OrderStage {
         let view = self.view;
         self.send_to_order(out, Message::Pbft(PbftMessage::Suspect { view }));
         self.change_if_suspected(now, out);
+    }
+
+    /// Whether this member suspects the primary of its current view.
+    fn suspects_primary(&self) -> bool {
+        self.suspects.get(&self.id) == Some(&self.view)
     }
 
     /// SUSPECT from order member `from` for `view`.
@@ -330,7 +335,7 @@ impl OrderStage {
     /// Order tick: this member's SUSPECT again while it still suspects the installed view's
     /// primary (a lost one must not leave the others short of the count).
     pub(super) fn resend_suspicion(&self, out: &mut Vec<Action>) {
-        if !self.changing && self.suspects.get(&self.id) == Some(&self.view) {
+        if !self.changing && self.suspects_primary() {
             let view = self.view;
             self.send_to_order(out, Message::Pbft(PbftMessage::Suspect { view }));
         }

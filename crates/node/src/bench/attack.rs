@@ -4,7 +4,7 @@
 //! one the reference).
 //!
 //! A replica attack starts one replica as the simulator's Byzantine replica with the named
-//! behaviour (the testing switch `UPRIGHT_TEST_BYZANTINE`, see `upright_sim::runtime`); a client
+//! behaviour (the testing switch [`crate::replica::BYZANTINE_ENV`]); a client
 //! attack adds [`ATTACKERS`] attacking clients, each with its own identity and connections, beside
 //! the measured ones. With `defences` off the replicas run without the primary watch
 //! (`watch_primary`), without signed requests (`client_signatures`, which carries the
@@ -204,7 +204,7 @@ fn target(options: &BenchOptions, defences: bool, attack: Option<Attack>) -> Tar
     let (u, r) = options.faults[0];
     let n = 2 * u + r + 1;
     let replica_env = match attack.and_then(|a| a.byzantine(n)) {
-        Some((id, behaviour)) => vec![("UPRIGHT_TEST_BYZANTINE".to_string(), format!("{id}:{behaviour}"))],
+        Some((id, behaviour)) => vec![(crate::replica::BYZANTINE_ENV.to_string(), format!("{id}:{behaviour}"))],
         None => Vec::new(),
     };
     Target {
@@ -222,7 +222,8 @@ fn target(options: &BenchOptions, defences: bool, attack: Option<Attack>) -> Tar
 }
 
 /// Runs the fault-free run, each attack and the fault-free run again, on a fresh cluster each
-/// (the faster fault-free run is the reference); prints a result line per attack. Uses the first workload, client count, `(u, r)` and batch size of `options`.
+/// (the faster fault-free run is the reference); prints a result line per attack. Uses the
+/// first workload, client count, `(u, r)` and batch size of `options`.
 pub async fn run(options: &BenchOptions, attacks: &[Attack], defences: bool) -> Result<Vec<AttackPoint>, FileError> {
     let workload = options.workloads[0];
     let clients = options.clients[0];
@@ -235,20 +236,22 @@ pub async fn run(options: &BenchOptions, attacks: &[Attack], defences: bool) -> 
             )));
         }
     }
+    let on_off = if defences { "on" } else { "off" };
     println!(
-        "upright bench --attack: {} cores, u={u} r={r}, {clients} clients, workload {}, defences {}",
+        "upright bench --attack: {} cores, u={u} r={r}, {clients} clients, workload {}, defences {on_off}",
         super::cores(),
         workload.name(),
-        if defences { "on" } else { "off" }
     );
-    let on_off = if defences { "on" } else { "off" };
+    let fault_free_line = |again: &str, m: &Measurement| {
+        println!(
+            "FAULT-FREE defences={on_off}{again}: {:.0} ops/s, p50 {} ms, p99 {} ms",
+            m.throughput,
+            ms(m.p50_us),
+            ms(m.p99_us)
+        )
+    };
     let (first, _) = measure(options, defences, None).await?;
-    println!(
-        "FAULT-FREE defences={on_off}: {:.0} ops/s, p50 {} ms, p99 {} ms",
-        first.throughput,
-        ms(first.p50_us),
-        ms(first.p99_us)
-    );
+    fault_free_line("", &first);
     let mut runs = Vec::new();
     for &attack in attacks {
         let (attacked, events) = measure(options, defences, Some(attack)).await?;
@@ -262,12 +265,7 @@ pub async fn run(options: &BenchOptions, attacks: &[Attack], defences: bool) -> 
     // The fault-free run again at the end: on this machine one run of a few seconds can be 30%
     // off; the better of the two is the reference (which can only lower the ratios).
     let (last, _) = measure(options, defences, None).await?;
-    println!(
-        "FAULT-FREE defences={on_off} (again): {:.0} ops/s, p50 {} ms, p99 {} ms",
-        last.throughput,
-        ms(last.p50_us),
-        ms(last.p99_us)
-    );
+    fault_free_line(" (again)", &last);
     let fault_free = if last.throughput > first.throughput {
         last
     } else {
