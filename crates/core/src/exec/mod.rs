@@ -185,7 +185,8 @@ impl ExecStage {
     }
 
     /// LAST-EXEC to every order member.
-    fn send_last_executed(&self, out: &mut Vec<Action>) {
+    fn send_last_executed(&mut self, out: &mut Vec<Action>) {
+        self.stats.bump("last_executed_sent");
         let message = contract::last_executed(self.last_executed);
         self.send_each(ClusterConfig::order_members(&self.q), &message, out);
     }

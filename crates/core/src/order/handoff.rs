@@ -162,6 +162,7 @@ impl OrderStage {
 
     pub(super) fn on_last_executed(&mut self, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) {
         let exec = Principal::Exec(from);
+        self.stats.bump("last_executed_received");
         if seqno < self.h {
             if let Some(stable) = &self.stable {
                 let message = contract::load_checkpoint(self.h, stable.checkpoint.exec_state);

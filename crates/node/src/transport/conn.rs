@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, Semaphore};
@@ -28,19 +28,39 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
+/// A frame that waited this long in a queue to a peer is dropped when its turn comes (counted
+/// `net_dropped_stale`), not written. It waited for a peer that was down or not reading: a
+/// replica that restarts after a second or more would otherwise first read the thousands of
+/// agreement messages, NEXT-BATCHes and checkpoints its peers queued for it meanwhile, ahead of
+/// the answers to what it asks now (its LAST-EXEC answered with LOAD-CP), and replay old batches
+/// one by one as they trickle in instead of loading the stable checkpoint. The protocol resends
+/// what still matters (the order tick, the execution retry, client retransmission: all below
+/// this), and a connected peer's queue is written within milliseconds.
+pub const QUEUED_AGE_MAX: Duration = Duration::from_millis(500);
+
 pub(super) type Frame = Arc<Vec<u8>>;
+
+/// A frame in a peer's outbound queue, with the time it was queued.
+pub(super) struct Queued {
+    at: Instant,
+    frame: Frame,
+}
 
 /// The sending end of one outbound connection (reconnects by itself).
 #[derive(Clone)]
 pub struct Dialer {
-    tx: mpsc::Sender<Frame>,
+    tx: mpsc::Sender<Queued>,
     counters: Arc<Counters>,
 }
 
 impl Dialer {
     /// Queues a frame body; drops it (counted) if the queue is full.
     pub fn send(&self, frame: Frame) {
-        if self.tx.try_send(frame).is_err() {
+        let queued = Queued {
+            at: Instant::now(),
+            frame,
+        };
+        if self.tx.try_send(queued).is_err() {
             self.counters.bump("net_dropped_outbound_full");
         }
     }
@@ -61,7 +81,7 @@ pub struct PeerLinks {
     queues: std::sync::Mutex<BTreeMap<Process, (LinkQueue, Option<tokio::task::AbortHandle>)>>,
 }
 
-type LinkQueue = Arc<tokio::sync::Mutex<mpsc::Receiver<Frame>>>;
+type LinkQueue = Arc<tokio::sync::Mutex<mpsc::Receiver<Queued>>>;
 
 impl PeerLinks {
     /// The sending end for `peer`, whose frames go out on the connection `peer` dials to us (they
@@ -181,7 +201,7 @@ where
 async fn run_dial<F>(
     addr: Endpoint,
     hello_bytes: Vec<u8>,
-    mut rx: mpsc::Receiver<Frame>,
+    mut rx: mpsc::Receiver<Queued>,
     read: F,
     counters: Arc<Counters>,
 ) where
@@ -214,7 +234,7 @@ async fn run_dial<F>(
                         reading.abort();
                         return;
                     };
-                    if write_batch(&mut writer, frame, &mut rx).await.is_err() {
+                    if write_batch(&mut writer, frame, &mut rx, &counters).await.is_err() {
                         break;
                     }
                 }
@@ -233,14 +253,21 @@ pub(super) trait Outgoing: Send + 'static {
     fn tag(&self) -> Option<[u8; 4]>;
     /// The body.
     fn body(&self) -> &[u8];
+    /// Whether it waited longer than [`QUEUED_AGE_MAX`] (then it is dropped, not written).
+    fn stale(&self) -> bool {
+        false
+    }
 }
 
-impl Outgoing for Frame {
+impl Outgoing for Queued {
     fn tag(&self) -> Option<[u8; 4]> {
         None
     }
     fn body(&self) -> &[u8] {
-        self
+        &self.frame
+    }
+    fn stale(&self) -> bool {
+        self.at.elapsed() > QUEUED_AGE_MAX
     }
 }
 
@@ -260,18 +287,30 @@ async fn write_one<T: Outgoing>(writer: &mut BufWriter<WriteHalf>, frame: &T) ->
     }
 }
 
-/// Writes `first` and whatever else is already queued, then flushes once.
+/// Writes `first` and whatever else is already queued, then flushes once; stale frames are
+/// dropped and counted.
 async fn write_batch<T: Outgoing>(
     writer: &mut BufWriter<WriteHalf>,
     first: T,
     rx: &mut mpsc::Receiver<T>,
+    counters: &Counters,
 ) -> std::io::Result<()> {
-    write_one(writer, &first).await?;
-    for _ in 0..WRITE_BATCH_FRAMES_MAX {
-        match rx.try_recv() {
-            Ok(frame) => write_one(writer, &frame).await?,
-            Err(_) => break,
+    let mut stale = 0;
+    let mut next = Some(first);
+    let mut taken = 0;
+    while let Some(frame) = next.take() {
+        if frame.stale() {
+            stale += 1;
+        } else {
+            write_one(writer, &frame).await?;
         }
+        if taken < WRITE_BATCH_FRAMES_MAX {
+            taken += 1;
+            next = rx.try_recv().ok();
+        }
+    }
+    if stale > 0 {
+        counters.add("net_dropped_stale", stale);
     }
     writer.flush().await
 }
@@ -424,7 +463,7 @@ async fn accept_one(stream: Stream, context: &Listening) {
         (Some(routes), Peers::Clients(clients)) => {
             let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE_MAX);
             let generation = routes.register(clients, tx);
-            tokio::spawn(write_loop(writer.take().expect("unused"), rx));
+            tokio::spawn(write_loop(writer.take().expect("unused"), rx, context.counters.clone()));
             let clients: Vec<ClientId> = clients.iter().copied().collect();
             Some((routes.clone(), clients, generation))
         }
@@ -466,19 +505,19 @@ async fn write_link(writer: WriteHalf, hello_bytes: Vec<u8>, queue: LinkQueue, c
     }
     let mut rx = queue.lock().await;
     counters.bump("net_links");
-    write_queued(&mut writer, &mut rx).await;
+    write_queued(&mut writer, &mut rx, &counters).await;
 }
 
 /// Writes the frames routed to a client connection, each tagged with its client's id.
-async fn write_loop(writer: WriteHalf, mut rx: mpsc::Receiver<ClientFrame>) {
+async fn write_loop(writer: WriteHalf, mut rx: mpsc::Receiver<ClientFrame>, counters: Arc<Counters>) {
     let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
-    write_queued(&mut writer, &mut rx).await;
+    write_queued(&mut writer, &mut rx, &counters).await;
 }
 
 /// Writes what `rx` delivers, in batches, until it closes or a write fails.
-async fn write_queued<T: Outgoing>(writer: &mut BufWriter<WriteHalf>, rx: &mut mpsc::Receiver<T>) {
+async fn write_queued<T: Outgoing>(writer: &mut BufWriter<WriteHalf>, rx: &mut mpsc::Receiver<T>, counters: &Counters) {
     while let Some(frame) = rx.recv().await {
-        if write_batch(writer, frame, rx).await.is_err() {
+        if write_batch(writer, frame, rx, counters).await.is_err() {
             return;
         }
     }

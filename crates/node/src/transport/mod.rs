@@ -13,7 +13,9 @@
 //! per replica ([`dial_clients`]): its first frame is a [`HelloList`] with one hello per client,
 //! replies come back on it, each prefixed with its client's id, and the dialling process hands
 //! them to the right client. Outbound traffic to each connection goes through one bounded queue
-//! (a full queue drops the new message and counts it; the protocol retransmits). Inbound envelopes
+//! (a full queue drops the new message and counts it, and a frame that waited there longer than
+//! [`QUEUED_AGE_MAX`] for a peer that was down is dropped when its turn comes; the protocol
+//! retransmits). Inbound envelopes
 //! go into the per-sender queues of an [`Inbox`] (per client, also on a shared connection), served
 //! round-robin. Garbage, oversized frames or a bad hello close that connection and are counted;
 //! nothing here panics on input.
@@ -31,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use upright_core::crypto::{Digest, KeyRing, Mac};
 use upright_core::ids::{Principal, Process};
 
-pub use conn::{dial_peer, serve, Dialer, PeerLinks, CONNECTIONS_MAX, OUTBOUND_QUEUE_MAX};
+pub use conn::{dial_peer, serve, Dialer, PeerLinks, CONNECTIONS_MAX, OUTBOUND_QUEUE_MAX, QUEUED_AGE_MAX};
 pub use endpoint::{resolve_tcp, Endpoint, Listener, ReadHalf, Stream, WriteHalf, UNIX_PATH_BYTES_MAX, UNIX_PREFIX};
 pub use frame::{read_frame, write_frame, write_tagged_frame, FrameError, FrameReader, READ_CHUNK_BYTES};
 pub use inbox::{Inbox, INBOX_PER_PEER_MAX};

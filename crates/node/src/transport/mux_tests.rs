@@ -423,3 +423,39 @@ async fn the_dialler_checks_the_peer_hello_and_the_newest_connection_takes_the_l
         .unwrap();
     assert_eq!(seqno(&upright_core::wire::decode(&frame).unwrap()), 5);
 }
+
+/// Frames that waited longer than [`crate::transport::QUEUED_AGE_MAX`] for their peer (down or
+/// restarting) are dropped when a connection comes, not written ahead of the fresh ones; a fresh
+/// frame still waits for the connection. On both ends of a pair: the one that dials and the one
+/// whose frames go out on the connection the other dials.
+#[tokio::test]
+async fn frames_that_waited_too_long_for_a_peer_are_dropped_and_fresh_ones_delivered() {
+    use crate::transport::QUEUED_AGE_MAX;
+    let keys = Keys::new();
+    let old = |k| Arc::new(envelope(Principal::Order(ReplicaId(k)), 1));
+    let fresh = |k| Arc::new(envelope(Principal::Order(ReplicaId(k)), 2));
+
+    // The dialling side: replica 0 queues for replica 1 before replica 1 listens.
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (_inbox_0, counters_0, to_1) = replica_0_dials_1(&keys, Endpoint::Tcp(free));
+    to_1.send(old(0));
+    tokio::time::sleep(QUEUED_AGE_MAX + Duration::from_millis(100)).await;
+    to_1.send(fresh(0));
+    let (_, inbox_1, _, _) = linked_replica(&keys, Endpoint::Tcp(free)).await;
+    eventually("the fresh frame at replica 1", || !inbox_1.is_empty()).await;
+    eventually("the stale count", || counters_0.get("net_dropped_stale") == 1).await;
+    assert_eq!(from_replica(&inbox_1), vec![(Process::Replica(ReplicaId(0)), 2)]);
+
+    // The answering side: replica 1 queues for replica 0 before replica 0 dials it.
+    let (addr, _, counters_1, to_0) = linked_replica(&keys, tcp_any()).await;
+    to_0.send(old(1));
+    tokio::time::sleep(QUEUED_AGE_MAX + Duration::from_millis(100)).await;
+    to_0.send(fresh(1));
+    let (inbox_0, _, _to_1) = replica_0_dials_1(&keys, addr);
+    eventually("the fresh frame at replica 0", || !inbox_0.is_empty()).await;
+    eventually("the stale count", || counters_1.get("net_dropped_stale") == 1).await;
+    assert_eq!(from_replica(&inbox_0), vec![(Process::Replica(ReplicaId(1)), 2)]);
+}
