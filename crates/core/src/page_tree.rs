@@ -268,6 +268,10 @@ pub enum SyncError {
     /// The answer does not hash to the digest the certified tree has there.
     #[error("does not match the certified digest")]
     Mismatch,
+    /// A late answer, for a node or page another peer already answered correctly, that does not
+    /// match the certified digest either: its sender lied (nothing needs asking again).
+    #[error("a late answer that does not match the certified digest")]
+    LateMismatch,
 }
 
 /// State transfer of a [`PageTree`] to a certified `(root, pages)`: which nodes to ask about and
@@ -279,6 +283,10 @@ pub struct TreeSync {
     nodes: BTreeMap<NodeId, Digest>,
     /// Pages to fetch, with their certified digests.
     wanted: BTreeMap<u64, Digest>,
+    /// Nodes and pages already answered, with their certified digests: a late answer for one of
+    /// them is still checked, so a peer that lies slowly is caught too.
+    resolved_nodes: BTreeMap<NodeId, Digest>,
+    resolved_pages: BTreeMap<u64, Digest>,
 }
 
 impl TreeSync {
@@ -289,6 +297,8 @@ impl TreeSync {
             pages,
             nodes: BTreeMap::new(),
             wanted: BTreeMap::new(),
+            resolved_nodes: BTreeMap::new(),
+            resolved_pages: BTreeMap::new(),
         };
         let height = PageTree::height_for(pages);
         if pages == 0 {
@@ -327,16 +337,27 @@ impl TreeSync {
     /// A peer's children of `node`: checked against the digest the certified tree has there; the
     /// children that differ from `local` are asked about next (or, below level 1, fetched).
     pub fn on_children(&mut self, local: &PageTree, node: NodeId, children: &[Digest]) -> Result<(), SyncError> {
-        let expected = *self.nodes.get(&node).ok_or(SyncError::NotAsked)?;
         let (level, index) = node;
-        let first = index * FANOUT as u64;
-        let count = PageTree::width(self.pages, level - 1)
-            .saturating_sub(first)
-            .min(FANOUT as u64);
-        if children.len() as u64 != count || PageTree::node_digest(level, index, children) != expected {
+        // Only nodes above the pages are ever asked about (so `level >= 1` below), whatever
+        // node a peer names.
+        let first = index.saturating_mul(FANOUT as u64);
+        let matches = |expected: Digest| {
+            let count = PageTree::width(self.pages, level.saturating_sub(1))
+                .saturating_sub(first)
+                .min(FANOUT as u64);
+            children.len() as u64 == count && PageTree::node_digest(level, index, children) == expected
+        };
+        let Some(expected) = self.nodes.get(&node).copied() else {
+            return match self.resolved_nodes.get(&node) {
+                Some(expected) if !matches(*expected) => Err(SyncError::LateMismatch),
+                _ => Err(SyncError::NotAsked),
+            };
+        };
+        if !matches(expected) {
             return Err(SyncError::Mismatch);
         }
         self.nodes.remove(&node);
+        self.resolved_nodes.insert(node, expected);
         for (i, digest) in children.iter().enumerate() {
             let child = (level - 1, first + i as u64);
             if level == 1 {
@@ -357,11 +378,17 @@ impl TreeSync {
 
     /// A peer's page `index`: checked against its certified digest; `Ok` means install it.
     pub fn on_page(&mut self, index: u64, bytes: &[u8]) -> Result<(), SyncError> {
-        let expected = *self.wanted.get(&index).ok_or(SyncError::NotAsked)?;
+        let Some(expected) = self.wanted.get(&index).copied() else {
+            return match self.resolved_pages.get(&index) {
+                Some(expected) if PageTree::page_digest(index, bytes) != *expected => Err(SyncError::LateMismatch),
+                _ => Err(SyncError::NotAsked),
+            };
+        };
         if PageTree::page_digest(index, bytes) != expected {
             return Err(SyncError::Mismatch);
         }
         self.wanted.remove(&index);
+        self.resolved_pages.insert(index, expected);
         Ok(())
     }
 }
@@ -458,10 +485,19 @@ mod tests {
             let Some(node) = sync.nodes().next() else { break };
             sync.on_children(&local, node, remote.children(node).unwrap()).unwrap();
         }
+        // A late lie about a node already answered is still caught; a late truth is ignored.
+        assert_eq!(sync.on_children(&local, top, &lie), Err(SyncError::LateMismatch));
+        assert_eq!(
+            sync.on_children(&local, top, remote.children(top).unwrap()),
+            Err(SyncError::NotAsked)
+        );
         assert_eq!(sync.pages_wanted().collect::<Vec<_>>(), vec![42]);
         assert_eq!(sync.on_page(42, b"forged page"), Err(SyncError::Mismatch));
         assert_eq!(sync.on_page(41, &data[&41]), Err(SyncError::NotAsked));
         sync.on_page(42, &data[&42]).unwrap();
+        // Late answers for what is already in: a correct one is ignored, a wrong one is caught.
+        assert_eq!(sync.on_page(42, &data[&42]), Err(SyncError::NotAsked));
+        assert_eq!(sync.on_page(42, b"forged late"), Err(SyncError::LateMismatch));
         assert!(sync.is_done());
     }
 

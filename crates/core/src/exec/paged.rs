@@ -386,6 +386,7 @@ impl ExecStage {
         let pages = self.service.pages_mut().expect("paged service");
         let mut received = 0u64;
         let mut wrong = Vec::new();
+        let mut late_wrong = 0u64;
         for (node, children) in nodes {
             received += 32 * children.len() as u64;
             match ps.sync.on_children(&paged.tree, *node, children) {
@@ -393,6 +394,7 @@ impl ExecStage {
                     ps.asked.remove(&Item::Node(*node));
                 }
                 Err(SyncError::Mismatch) => wrong.push(Item::Node(*node)),
+                Err(SyncError::LateMismatch) => late_wrong += 1,
                 Err(SyncError::NotAsked) => self.stats.bump("page_answer_not_asked"),
             }
         }
@@ -411,10 +413,19 @@ impl ExecStage {
                     ps.installed.insert(*index);
                 }
                 Err(SyncError::Mismatch) => wrong.push(Item::Page(*index)),
+                Err(SyncError::LateMismatch) => late_wrong += 1,
                 Err(SyncError::NotAsked) => self.stats.bump("page_answer_not_asked"),
             }
         }
         self.stats.add("state_transfer_bytes", received);
+        if late_wrong > 0 {
+            // Answered wrongly after another peer answered right: nothing to ask again, but the
+            // sender is a liar all the same.
+            self.stats.add("page_answer_wrong", late_wrong);
+            if let Some(s) = sender {
+                ps.distrusted.insert(s);
+            }
+        }
         if !wrong.is_empty() {
             self.stats.add("page_answer_wrong", wrong.len() as u64);
             if let Some(s) = sender {

@@ -7,8 +7,10 @@
 //!    paged state.
 //! 2. **State transfer**, on a cluster of replica processes (`u = r = 1`, `--service objects`):
 //!    a first round of writes, then replica 2 (an execution member) is SIGKILLed, `writes`
-//!    objects are written while it is down, and it is started again while replica 1 answers every
-//!    state-transfer request wrongly ([`crate::replica::WRONG_STATE_ENV`]). The restarted replica
+//!    objects are written while it is down, and it is started again while replica 0 answers every
+//!    state-transfer request wrongly ([`crate::replica::WRONG_STATE_ENV`]): replica 0 is the
+//!    first execution peer replica 2 asks (its peers in turn from the next id, modulo the
+//!    three execution members), so the liar is asked, and caught, in every run. The restarted replica
 //!    recovers its own checkpoint from disk and fetches only what differs; the bytes it received
 //!    are compared with the size of the state.
 
@@ -38,6 +40,9 @@ const WRITERS: usize = 8;
 
 /// Longest wait for the cluster to serve, and for the restarted replica to catch up.
 const WAIT_MAX: Duration = Duration::from_secs(600);
+/// The replica whose execution member answers every state-transfer request wrongly: the first
+/// peer the restarted replica 2 asks (execution members 0, 1, 2; replica 2 asks 0 first).
+const LIAR: u32 = 0;
 /// Longest wait for the restarted replica's state transfer (one takes well under a second at the
 /// test's size and tens of seconds at the default 1 GiB).
 const TRANSFER_WAIT_MAX: Duration = Duration::from_secs(180);
@@ -153,6 +158,63 @@ async fn status(cluster: &Cluster, id: u32) -> Option<std::collections::BTreeMap
     http_get(addr, "/status").await.ok().map(|body| parse_key_values(&body))
 }
 
+/// What each replica reports about its progress, recovery and catch-up (for a failed run):
+/// its progress lines, its recovery outcomes, and its nonzero counters about checkpoints,
+/// LOAD-CP, NEXT-BATCH hand-off and state transfer.
+async fn diagnosis(cluster: &Cluster) -> String {
+    const PROGRESS: [&str; 6] = [
+        "view",
+        "committed",
+        "executed",
+        "stable_checkpoint",
+        "exec_checkpoint",
+        "state_transfers",
+    ];
+    const COUNTERS: [&str; 10] = [
+        "checkpoint",
+        "load_",
+        "next_batch",
+        "state_",
+        "page",
+        "recovered",
+        "batch_agreed",
+        "last_exec",
+        "view_change",
+        "stable",
+    ];
+    let mut o = String::new();
+    for entry in &cluster.file.replicas {
+        let Some(kv) = status(cluster, entry.id).await else {
+            o.push_str(&format!("state-transfer: replica {}: no status\n", entry.id));
+            continue;
+        };
+        let mut fields: Vec<String> = PROGRESS
+            .iter()
+            .map(|k| format!("{k}={}", kv.get(*k).map_or("-", |v| v.as_str())))
+            .collect();
+        for (k, v) in &kv {
+            let counter = k.starts_with("stat_") && COUNTERS.iter().any(|c| k.contains(c));
+            if k.starts_with("recovery_") || (counter && v != "0") {
+                fields.push(format!("{k}={v}"));
+            }
+        }
+        // The transport's nonzero counters (drops and closes by reason), from the metrics page.
+        if let Ok(metrics) = files::resolve(&entry.metrics_addr) {
+            if let Ok(text) = http_get(metrics, "/metrics").await {
+                for line in text.lines().filter(|l| l.starts_with("upright_net_counter")) {
+                    let name = line.split("name=\"").nth(1).and_then(|r| r.split('"').next());
+                    let value = line.rsplit(' ').next().unwrap_or("0");
+                    if let (Some(name), false) = (name, value == "0") {
+                        fields.push(format!("{name}={value}"));
+                    }
+                }
+            }
+        }
+        o.push_str(&format!("state-transfer: replica {}: {}\n", entry.id, fields.join(" ")));
+    }
+    o
+}
+
 fn number(kv: &std::collections::BTreeMap<String, String>, key: &str) -> u64 {
     kv.get(key).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
@@ -257,7 +319,7 @@ async fn transfer(
             "--object-bytes".into(),
             options.object_bytes.to_string(),
         ],
-        replica_env: vec![(crate::replica::WRONG_STATE_ENV.into(), "1".into())],
+        replica_env: vec![(crate::replica::WRONG_STATE_ENV.into(), LIAR.to_string())],
         attackers: 0,
     };
     let mut processes = launch(&options.exe, dir, &target)?;
@@ -337,8 +399,7 @@ async fn transfer(
     // Replica 2 comes back by state transfer only if the cluster's stable checkpoint is past
     // its own newest checkpoint (otherwise it catches up by replay, which this bench does not
     // measure): make sure of it, topping up until the others executed three checkpoint
-    // intervals past it. (Not the cause of the open flake, in which replica 2 replays although
-    // the cluster is far past its checkpoint: docs/PROTOCOL.md "Catch-up of execution members".)
+    // intervals past it.
     let interval = Knobs::default().checkpoint_interval;
     let waited = Instant::now();
     while number(&status(&cluster, 0).await.unwrap_or_default(), "executed") < stored + 3 * interval {
@@ -358,14 +419,16 @@ async fn transfer(
 
     processes.restart(&options.exe, &target, 2)?;
     let restarted = Instant::now();
-    eprintln!("state-transfer: replica 2 restarted; replica 1 answers state requests wrongly");
+    eprintln!("state-transfer: replica 2 restarted; replica {LIAR} answers state requests wrongly");
     let mut last_report = Instant::now();
+    let mut diagnosed = false;
     let kv = loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
         if !processes.all_running() {
             return Err(fail("a replica process exited".into()));
         }
         if restarted.elapsed() > TRANSFER_WAIT_MAX {
+            eprint!("{}", diagnosis(&cluster).await);
             return Err(fail("replica 2 did not complete a state transfer".into()));
         }
         let Some(kv) = status(&cluster, 2).await else { continue };
@@ -373,6 +436,11 @@ async fn transfer(
             break kv;
         }
         if last_report.elapsed() > Duration::from_secs(5) {
+            if !std::mem::replace(&mut diagnosed, true) {
+                // The first report says how each replica stands, once (the failure is diagnosed
+                // from it if no transfer comes).
+                eprint!("{}", diagnosis(&cluster).await);
+            }
             last_report = Instant::now();
             eprintln!(
                 "state-transfer: waiting for replica 2: executed {}, {} bytes fetched",
