@@ -392,9 +392,22 @@ impl<P: Protocol> Sim<P> {
         self.network.faults = self.plan.network;
         // A lagging execution member during the fault phase (always under weak-read-quorum, so
         // the sabotage has stale state to read from).
+        // Always too with an execution member that serves wrong state, and then a correct one
+        // lags, so that some transfer may ask the liar.
         let weak_reads = self.opts.sabotage == Some(SabotageMode::WeakReadQuorum);
-        if self.opts.faults && (weak_reads || self.rng.random_bool(LAGGING_PROBABILITY)) {
-            self.network.lagging = Some(self.rng.random_range(0..self.quorums.n_exec as u32));
+        let liar = self
+            .plan
+            .byzantine
+            .iter()
+            .find(|(_, b)| **b == Behaviour::WrongState)
+            .map(|(r, _)| *r);
+        if self.opts.faults && (weak_reads || liar.is_some() || self.rng.random_bool(LAGGING_PROBABILITY)) {
+            let n_exec = self.quorums.n_exec as u32;
+            let mut lagging = self.rng.random_range(0..n_exec);
+            if Some(lagging) == liar {
+                lagging = (lagging + 1) % n_exec;
+            }
+            self.network.lagging = Some(lagging);
         }
         let waking: Vec<u32> = self
             .correct_clients

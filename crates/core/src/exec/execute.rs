@@ -306,7 +306,7 @@ impl ExecStage {
         retransmit: bool,
         out: &mut Vec<Action>,
     ) {
-        let result = reply_body(self.q.n_exec, self.id, client, request_id, result, retransmit);
+        let result = reply_body(&self.q, self.id, client, request_id, result, retransmit);
         let message = Message::Reply {
             request_id,
             result,

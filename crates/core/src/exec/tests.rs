@@ -562,7 +562,8 @@ fn fetches_move_on_from_an_auth_member_that_did_not_answer() {
 fn reply_is_full_from_the_designated_member_and_for_small_results() {
     let net = Net::small();
     let long = LONG_RESULT;
-    // (7 + 1) mod 3 = 2: member 2 is the designated replier of request 1; (7 + 2) mod 3 = 0 of request 2.
+    // n_exec - r = 2 designated repliers from (client + request id) mod 3: members 2 and 0 for
+    // request 1 ((7 + 1) mod 3 = 2), members 0 and 1 for request 2; any 2 replies hold a body.
     let batches = chain(vec![
         vec![append(CLIENT, 1, "k", long)],
         vec![append(CLIENT, 2, "k", "!")],
@@ -584,7 +585,7 @@ fn reply_is_full_from_the_designated_member_and_for_small_results() {
     assert_eq!(
         replies(&outs[0], CLIENT),
         vec![
-            (RequestId(1), digest1.clone()),
+            (RequestId(1), full1.clone()),
             (RequestId(2), full2.clone()),
             (RequestId(3), small.clone())
         ]
@@ -593,7 +594,7 @@ fn reply_is_full_from_the_designated_member_and_for_small_results() {
         replies(&outs[1], CLIENT),
         vec![
             (RequestId(1), digest1),
-            (RequestId(2), digest2.clone()),
+            (RequestId(2), full2),
             (RequestId(3), small.clone())
         ]
     );
@@ -617,7 +618,8 @@ fn retransmit_resends_the_cached_reply_in_full() {
     let net = Net::small();
     let long = LONG_RESULT;
     let mut stage = net.kv_stage(1);
-    // (7 + 1) mod 3 = 2 is the designated replier: member 1 sends a digest of the long result.
+    // (7 + 1) mod 3 = 2: members 2 and 0 are the designated repliers, member 1 sends a digest of
+    // the long result.
     let batch = &chain(vec![vec![append(CLIENT, 1, "k", long)]])[0];
     let out = net.deliver(&mut stage, batch);
     let result = KvReply::Value(Some(long.into())).encode();
