@@ -163,6 +163,24 @@ pub fn parse_key_values(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The samples of Prometheus text: each `series value` line with an integer value, as
+/// `(series, value)`; comments and other lines are skipped.
+pub fn prometheus_samples(text: &str) -> impl Iterator<Item = (&str, u64)> {
+    text.lines().filter(|l| !l.starts_with('#')).filter_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        Some((series, value.trim().parse().ok()?))
+    })
+}
+
+/// The value of label `key` in a series `metric{key="value",...}`.
+pub fn prometheus_label<'a>(series: &'a str, key: &str) -> Option<&'a str> {
+    let labels = &series[series.find('{')? + 1..];
+    labels
+        .split(',')
+        .find_map(|pair| pair.strip_prefix(key)?.strip_prefix("=\""))
+        .and_then(|rest| rest.split('"').next())
+}
+
 /// Serves `GET /metrics` and `GET /status` from the published snapshot.
 pub async fn serve_http(listener: TcpListener, status: Arc<Mutex<Status>>) {
     loop {
@@ -210,4 +228,26 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_samples_and_labels_are_read_from_the_text() {
+        let text = "# HELP upright_view View.\n\
+                    upright_view{replica=\"2\"} 7\n\
+                    upright_net_counter{replica=\"2\",name=\"net_dropped_stale\"} 2330\n\
+                    upright_bad{replica=\"2\"} not-a-number\n";
+        let samples: Vec<(&str, u64)> = prometheus_samples(text).collect();
+        assert_eq!(samples.len(), 2);
+        assert_eq!(samples[0], ("upright_view{replica=\"2\"}", 7));
+        let (series, value) = samples[1];
+        assert_eq!(value, 2330);
+        assert_eq!(prometheus_label(series, "name"), Some("net_dropped_stale"));
+        assert_eq!(prometheus_label(series, "replica"), Some("2"));
+        assert_eq!(prometheus_label(series, "nam"), None);
+        assert_eq!(prometheus_label("upright_view 7", "name"), None);
+    }
 }

@@ -136,15 +136,9 @@ pub struct DefenceEvents {
 impl DefenceEvents {
     /// Adds what one replica's Prometheus text reports.
     pub fn add_metrics(&mut self, text: &str) {
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((name, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let Ok(value) = value.trim().parse::<u64>() else {
-                continue;
-            };
-            let counter = |n: &str| name.contains(&format!("name=\"{n}\""));
-            if name.starts_with("upright_view{") {
+        for (series, value) in crate::metrics::prometheus_samples(text) {
+            let counter = |n: &str| crate::metrics::prometheus_label(series, "name") == Some(n);
+            if series.starts_with("upright_view{") {
                 self.view = self.view.max(value);
             } else if counter("view_change_primary_slow") || counter("view_change_primary_throughput") {
                 self.watch_view_changes += value;

@@ -29,7 +29,7 @@ use upright_core::service::Service;
 use super::launch::{launch, Target};
 use crate::client::{start_clients, ClientHandle};
 use crate::files::{self, ClientFile, Cluster, FileError};
-use crate::metrics::{http_get, parse_key_values};
+use crate::metrics::{http_get, parse_key_values, prometheus_label, prometheus_samples};
 use crate::storage::FsyncPolicy;
 
 /// Objects changed before the timed checkpoint.
@@ -201,10 +201,9 @@ async fn diagnosis(cluster: &Cluster) -> String {
         // The transport's nonzero counters (drops and closes by reason), from the metrics page.
         if let Ok(metrics) = files::resolve(&entry.metrics_addr) {
             if let Ok(text) = http_get(metrics, "/metrics").await {
-                for line in text.lines().filter(|l| l.starts_with("upright_net_counter")) {
-                    let name = line.split("name=\"").nth(1).and_then(|r| r.split('"').next());
-                    let value = line.rsplit(' ').next().unwrap_or("0");
-                    if let (Some(name), false) = (name, value == "0") {
+                let net = prometheus_samples(&text).filter(|(s, v)| s.starts_with("upright_net_counter{") && *v > 0);
+                for (series, value) in net {
+                    if let Some(name) = prometheus_label(series, "name") {
                         fields.push(format!("{name}={value}"));
                     }
                 }
