@@ -390,10 +390,9 @@ impl<P: Protocol> Sim<P> {
             self.push(at, Event::Fault(i));
         }
         self.network.faults = self.plan.network;
-        // A lagging execution member during the fault phase (always under weak-read-quorum, so
-        // the sabotage has stale state to read from).
-        // Always too with an execution member that serves wrong state, and then a correct one
-        // lags, so that some transfer may ask the liar.
+        // A lagging execution member during the fault phase: always under weak-read-quorum (so
+        // the sabotage has stale state to read from), and always when an execution member serves
+        // wrong state, then a correct one (so that some transfer may ask the liar).
         let weak_reads = self.opts.sabotage == Some(SabotageMode::WeakReadQuorum);
         let liar = self
             .plan

@@ -418,19 +418,16 @@ impl ExecStage {
             }
         }
         self.stats.add("state_transfer_bytes", received);
-        if late_wrong > 0 {
-            // Answered wrongly after another peer answered right: nothing to ask again, but the
-            // sender is a liar all the same.
-            self.stats.add("page_answer_wrong", late_wrong);
+        // A wrong answer, also one that came after another peer answered right (nothing to ask
+        // again then), shows the sender lies.
+        let caught = wrong.len() as u64 + late_wrong;
+        if caught > 0 {
+            self.stats.add("page_answer_wrong", caught);
             if let Some(s) = sender {
                 ps.distrusted.insert(s);
             }
         }
         if !wrong.is_empty() {
-            self.stats.add("page_answer_wrong", wrong.len() as u64);
-            if let Some(s) = sender {
-                ps.distrusted.insert(s);
-            }
             // Ask a trusted peer at once.
             let mut per_peer: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
             for item in wrong {

@@ -253,8 +253,9 @@ pub(super) trait Outgoing: Send + 'static {
     fn tag(&self) -> Option<[u8; 4]>;
     /// The body.
     fn body(&self) -> &[u8];
-    /// Whether it waited longer than [`QUEUED_AGE_MAX`] (then it is dropped, not written).
-    fn stale(&self) -> bool {
+    /// Whether, at `now`, it waited longer than [`QUEUED_AGE_MAX`] (then it is dropped, not
+    /// written).
+    fn stale(&self, _now: Instant) -> bool {
         false
     }
 }
@@ -266,8 +267,8 @@ impl Outgoing for Queued {
     fn body(&self) -> &[u8] {
         &self.frame
     }
-    fn stale(&self) -> bool {
-        self.at.elapsed() > QUEUED_AGE_MAX
+    fn stale(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.at) > QUEUED_AGE_MAX
     }
 }
 
@@ -287,26 +288,22 @@ async fn write_one<T: Outgoing>(writer: &mut BufWriter<WriteHalf>, frame: &T) ->
     }
 }
 
-/// Writes `first` and whatever else is already queued, then flushes once; stale frames are
-/// dropped and counted.
+/// Writes `first` and whatever else is already queued, then flushes once; stale frames (one
+/// clock reading per batch) are dropped and counted.
 async fn write_batch<T: Outgoing>(
     writer: &mut BufWriter<WriteHalf>,
     first: T,
     rx: &mut mpsc::Receiver<T>,
     counters: &Counters,
 ) -> std::io::Result<()> {
+    let now = Instant::now();
     let mut stale = 0;
-    let mut next = Some(first);
-    let mut taken = 0;
-    while let Some(frame) = next.take() {
-        if frame.stale() {
+    let queued = std::iter::from_fn(|| rx.try_recv().ok()).take(WRITE_BATCH_FRAMES_MAX);
+    for frame in std::iter::once(first).chain(queued) {
+        if frame.stale(now) {
             stale += 1;
         } else {
             write_one(writer, &frame).await?;
-        }
-        if taken < WRITE_BATCH_FRAMES_MAX {
-            taken += 1;
-            next = rx.try_recv().ok();
         }
     }
     if stale > 0 {
