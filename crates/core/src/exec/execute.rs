@@ -87,26 +87,44 @@ impl ExecStage {
             }
         }
         for (client, request_id, operation_digest) in fetches {
-            let to = Principal::Auth(ReplicaId(self.first_fetch_target(client)));
+            let to = self
+                .first_fetch_targets(client)
+                .into_iter()
+                .map(|a| Principal::Auth(ReplicaId(a)))
+                .collect();
             let message = Message::Fetch {
                 client,
                 request_id,
                 operation_digest,
             };
             self.stats.bump("fetch_sent");
-            self.send(vec![to], message, SealFor::Stage(crate::ids::StageKind::Auth), out);
+            self.send(to, message, SealFor::Stage(crate::ids::StageKind::Auth), out);
         }
     }
 
-    /// The authentication member a body of `client` is first asked of: `(client + fetch_from)
-    /// mod n_auth`, or the next one after it that is not a suspect.
-    fn first_fetch_target(&self, client: ClientId) -> u32 {
+    /// The authentication members a body of `client` is first asked of. A client sends a new
+    /// request to its preferred quorum first (`n_auth - u` members from `client mod n_auth`,
+    /// `Quorums::client_preferred`), so those members hold the body. The co-located member, if it
+    /// is one of them and not a suspect, answers alone (same process: no network hop). Otherwise
+    /// two of them (from `(client + fetch_from)`, skipping suspects) are asked at once, so one
+    /// member that answers late (slow or overloaded) does not hold the body up until the retry
+    /// tick; with fewer than two such members, the first member from `(client + fetch_from) mod
+    /// n_auth` that is not a suspect.
+    fn first_fetch_targets(&self, client: ClientId) -> Vec<u32> {
         let n = self.q.n_auth as u64;
+        let preferred = |a: u32| (a as u64 + n - client.0 as u64 % n) % n < self.q.client_preferred() as u64;
+        let usable = |a: &u32| !self.fetch_suspects.contains(a);
+        let own = self.id.0;
+        if (own as u64) < n && preferred(own) && usable(&own) {
+            return vec![own];
+        }
         let base = client.0 as u64 + self.fetch_from as u64;
-        (0..n)
-            .map(|k| ((base + k) % n) as u32)
-            .find(|a| !self.fetch_suspects.contains(a))
-            .unwrap_or((base % n) as u32)
+        let ring = (0..n).map(|k| ((base + k) % n) as u32);
+        let two: Vec<u32> = ring.clone().filter(|a| preferred(*a) && usable(a)).take(2).collect();
+        if two.len() == 2 {
+            return two;
+        }
+        vec![ring.clone().find(usable).unwrap_or((base % n) as u32)]
     }
 
     /// Retry tick: every missing body is asked of all authentication members, the members first
@@ -115,10 +133,11 @@ impl ExecStage {
     pub(super) fn retry_fetches(&mut self, out: &mut Vec<Action>) {
         let missing: Vec<_> = self.fetcher.missing().copied().collect();
         for (client, _, _) in &missing {
-            let first = self.first_fetch_target(*client);
-            // Never all of them: with every member suspected, asking any first is as good.
-            if self.fetch_suspects.len() + 1 < self.q.n_auth {
-                self.fetch_suspects.insert(first);
+            for first in self.first_fetch_targets(*client) {
+                // Never all of them: with every member suspected, asking any first is as good.
+                if self.fetch_suspects.len() + 1 < self.q.n_auth {
+                    self.fetch_suspects.insert(first);
+                }
             }
         }
         if !missing.is_empty() {

@@ -527,8 +527,9 @@ fn fetches_move_on_from_an_auth_member_that_did_not_answer() {
     let (op1, e1) = body(1);
     let (op2, e2) = body(2);
     let (op3, e3) = body(3);
-    let batches = chain(vec![vec![e1], vec![e2], vec![e3]]);
-    // First to auth member client mod n_auth = 0, which does not answer.
+    let batches = chain(vec![vec![e1.clone()], vec![e2.clone()], vec![e3.clone()]]);
+    // Client 8's preferred quorum is auth members 0, 1 and 2 (from 8 mod 4); the co-located
+    // member 0 is one of them, so it is asked alone first. It does not answer.
     let out = net.deliver(&mut stage, &batches[0]);
     assert_eq!(fetched_from(&out), vec![vec![Principal::Auth(ReplicaId(0))]]);
     // The retry tick asks everyone, and moves the first choice on.
@@ -542,9 +543,11 @@ fn fetches_move_on_from_an_auth_member_that_did_not_answer() {
     let from_1 = |m| net.input(Principal::Auth(ReplicaId(1)), m, SealFor::One(me));
     stage.handle(300_001, from_1(command(1, op1)), &mut out);
     assert_eq!(executed(&out), vec![SeqNo(1)]);
-    // The next body is asked of member 1 first.
+    // Member 0 is now a suspect: the next body is asked of two members of the preferred quorum
+    // at once, from (client + fetch_from) mod 4 = 1 on.
+    let both = vec![vec![Principal::Auth(ReplicaId(1)), Principal::Auth(ReplicaId(2))]];
     let out = net.deliver(&mut stage, &batches[1]);
-    assert_eq!(fetched_from(&out), vec![vec![Principal::Auth(ReplicaId(1))]]);
+    assert_eq!(fetched_from(&out), both);
     let mut out = Vec::new();
     stage.handle(300_002, from_1(command(2, op2)), &mut out);
     assert_eq!(executed(&out), vec![SeqNo(2)]);
@@ -552,10 +555,18 @@ fn fetches_move_on_from_an_auth_member_that_did_not_answer() {
     stage.handle(600_000, Input::Timer(crate::stage::Timer::ExecRetry), &mut Vec::new());
     assert_eq!(stage.stats().get("fetch_first_moved"), 1);
     let out = net.deliver(&mut stage, &batches[2]);
-    assert_eq!(fetched_from(&out), vec![vec![Principal::Auth(ReplicaId(1))]]);
+    assert_eq!(fetched_from(&out), both);
     let mut out = Vec::new();
     stage.handle(600_001, from_1(command(3, op3)), &mut out);
     assert_eq!(executed(&out), vec![SeqNo(3)]);
+    // Member 0 answers a COMMAND again (to the retry tick's fetch): no longer a suspect, it is
+    // asked alone again.
+    let from_0 = |m| net.input(Principal::Auth(ReplicaId(0)), m, SealFor::One(me));
+    let (op4, e4) = body(4);
+    stage.handle(600_002, from_0(command(4, op4)), &mut Vec::new());
+    let fourth = chain(vec![vec![e1], vec![e2], vec![e3], vec![e4]]);
+    let out = net.deliver(&mut stage, &fourth[3]);
+    assert_eq!(fetched_from(&out), vec![vec![Principal::Auth(ReplicaId(0))]]);
 }
 
 #[test]
