@@ -1,20 +1,23 @@
 //! Cutting off a peer replica that keeps sending messages that prove it faulty (Aardvark's
 //! answer to a replica flooding its peers).
 //!
-//! Every peer already gets its own bounded queue, served round-robin with the others
-//! ([`crate::transport::Inbox`]), so a flood cannot take more than its share of the event loop;
-//! but each flooded message still costs its decoding and its checks. A peer whose messages the
-//! stages refuse as proof of a fault ([`upright_core::stage::Stats::reject`]: a seal that does not
+//! Every peer already gets its own bounded queue, served round-robin with the others (the
+//! runtime's inbox, `upright-node`'s `transport::Inbox`), so a flood cannot take more than its
+//! share of the event loop; but each flooded message still costs its decoding and its checks. A
+//! peer whose messages the stages refuse as proof of a fault ([`crate::stage::Stats::reject`]: a seal that does not
 //! verify, conflicting votes) at least [`REJECTS_MIN`] times within a [`WINDOW_US`] window, and
 //! for at least a quarter of what it sent in it, is cut off: its messages are dropped unread for
 //! [`CUT_FIRST_US`], doubling at each new cut up to [`CUT_MAX_US`]. A correct replica never sends
 //! such a message, so it is never cut off; a cut-off faulty one counts as silent, which the
 //! protocol tolerates.
+//!
+//! The runtime applies it to every peer replica's message (`upright-node`'s replica loop); the
+//! simulator's throughput runs apply it the same way.
 
 use std::collections::BTreeMap;
 
-use upright_core::ids::ReplicaId;
-use upright_core::stage::Time;
+use crate::ids::ReplicaId;
+use crate::stage::Time;
 
 /// Length of the window in which a peer's refused messages are counted, microseconds.
 pub const WINDOW_US: Time = 1_000_000;

@@ -23,6 +23,7 @@ pub mod codec;
 pub mod config;
 pub mod contract;
 pub mod crypto;
+pub mod cutoff;
 pub mod ids;
 pub mod limits;
 pub mod message;

@@ -4,7 +4,7 @@
 //! - [`files`]: cluster config (TOML), key files, client config;
 //! - [`transport`]: length-prefixed frames over TCP, per-peer bounded queues, fair inbound service;
 //! - [`replica`]: one replica process (its co-located stages on one task) and its metrics;
-//! - [`cutoff`]: cutting off a peer replica whose messages keep proving it faulty;
+//! - cutting off a peer replica whose messages keep proving it faulty: `upright_core::cutoff`, applied in [`replica`];
 //! - [`client`]: an async client API over the core's client protocol;
 //! - [`gateway`]: what every protocol gateway shares: the pool of upright clients that packs many
 //!   connections' commands into one operation, and its client identities;
@@ -14,7 +14,6 @@
 
 pub mod bench;
 pub mod client;
-pub mod cutoff;
 pub mod files;
 pub mod gateway;
 pub mod host;

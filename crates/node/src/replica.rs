@@ -495,7 +495,7 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
         counters,
         corrupt > 0,
         idle_spin,
-        config.knobs.peer_cut_off.then(crate::cutoff::CutOff::default),
+        config.knobs.peer_cut_off.then(upright_core::cutoff::CutOff::default),
         shutdown,
     )
     .await;
@@ -512,7 +512,7 @@ async fn event_loop(
     counters: Arc<Counters>,
     lost_storage: bool,
     idle_spin: Duration,
-    mut cutoff: Option<crate::cutoff::CutOff>,
+    mut cutoff: Option<upright_core::cutoff::CutOff>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), FileError> {
     let mut clock = Clock::new();

@@ -127,7 +127,7 @@ pub struct DefenceEvents {
     /// (`view_change_primary_slow`) or fell behind earlier views' throughput
     /// (`view_change_primary_throughput`).
     pub watch_view_changes: u64,
-    /// Peer replicas cut off (`net_peer_cut_off`, [`crate::cutoff`]).
+    /// Peer replicas cut off (`net_peer_cut_off`, [`upright_core::cutoff`]).
     pub peer_cut_offs: u64,
     /// Clients blacklisted (`client_blacklisted`).
     pub clients_blacklisted: u64,
