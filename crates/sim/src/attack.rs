@@ -7,9 +7,11 @@
 //! did): once with one attack (one Byzantine replica with a [`Behaviour`], placed where it hurts
 //! most, or the Byzantine client with a [`ClientBehaviour`]) and once without. The
 //! attacked run must complete at least [`ATTACK_THROUGHPUT_MIN`] of the operations of the run
-//! without the attack, besides passing every other checker. With `defences: false` the order
-//! stage watches the primary only with PBFT's timer (`knobs.watch_primary = false`): the slow and
-//! starving primaries then stay in place, and the checker says so.
+//! without the attack, besides passing every other checker. A busy replica serves the messages
+//! waiting for it round-robin by sender, as the runtime's inbox does, and with the defences it
+//! cuts off a peer whose messages keep being refused, as the runtime does. With `defences: false`
+//! the order stage watches the primary only with PBFT's timer (`knobs.watch_primary = false`) and
+//! no peer is cut off: the slow and starving primaries then stay in place, and the checker says so.
 
 use crate::faults::{Behaviour, ClientBehaviour};
 use crate::options::SimOptions;
@@ -25,7 +27,10 @@ pub const ATTACK_CLIENT_MIN: f64 = 0.5;
 pub const ATTACK_WORKLOAD_US: u64 = 6_000_000;
 /// Correct clients of an attack run, each with a short think time ([`ATTACK_THINK_US`]): with
 /// [`ATTACK_CPU_US_PER_MESSAGE`] they keep the replicas busy, so a run measures throughput.
-pub const ATTACK_CLIENTS: u32 = 16;
+pub const ATTACK_CLIENTS: u32 = 24;
+/// Keys of an attack run's workload: one per client, so that the linearizability checker's
+/// search per key stays small with [`ATTACK_CLIENTS`] concurrent clients.
+pub const ATTACK_KEYS: u32 = ATTACK_CLIENTS;
 /// Think time between a client's operations in an attack run, microseconds.
 pub const ATTACK_THINK_US: (u64, u64) = (0, 500);
 /// Processing time of each message a replica receives in an attack run, microseconds
@@ -33,8 +38,9 @@ pub const ATTACK_THINK_US: (u64, u64) = (0, 500);
 /// a run measures only latency: an attack that takes one replica's contribution away (silence)
 /// then costs what the slowest of the remaining quorum members adds on the simulated network's
 /// 0.1-5 ms delays, about a quarter, whatever the protocol does; Aardvark's figures are saturated
-/// throughput.
-pub const ATTACK_CPU_US_PER_MESSAGE: upright_core::stage::Time = 50;
+/// throughput. With [`ATTACK_CLIENTS`] clients, 200 us keeps the fault-free run's replicas 80-100%
+/// busy (50 us with 16 clients, before session 26, kept them 26-38% busy).
+pub const ATTACK_CPU_US_PER_MESSAGE: upright_core::stage::Time = 200;
 
 /// One attack: a Byzantine replica's behaviour or the Byzantine client's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,10 +86,16 @@ pub fn attack_options(seed: u64, u: usize, r: usize, attack: Option<Attack>, def
     opts.faults = false;
     opts.workload_us = ATTACK_WORKLOAD_US;
     opts.clients = ATTACK_CLIENTS;
+    opts.keys = ATTACK_KEYS;
+    // The runtime's chunk size: a state transfer is then a manifest and a chunk or two, as it
+    // would be for a state this small, rather than dozens of 256-byte messages that each wait
+    // their sender's turn at a saturated replica.
+    opts.state_chunk_bytes = upright_core::config::Knobs::default().state_chunk_bytes;
     opts.think_us = ATTACK_THINK_US;
     opts.cpu_us_per_message = ATTACK_CPU_US_PER_MESSAGE;
     opts.attack = attack;
     opts.defences = defences;
+    opts.peer_cut_off = defences;
     // Robust mode: signed requests, so that a bad signature is something to catch.
     opts.client_signatures = true;
     opts

@@ -47,6 +47,9 @@ pub enum Event {
     Fault(usize),
     /// A correct client's think time is over: invoke its next operation.
     ClientWake(u32),
+    /// A replica with [`crate::SimOptions::cpu_us_per_message`] is free: it handles the next
+    /// message that waited for it.
+    CpuFree(u32),
 }
 
 struct Scheduled {

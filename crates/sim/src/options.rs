@@ -127,6 +127,13 @@ pub struct SimOptions {
     /// arrive while their replica is busy wait their turn, so enough clients saturate the
     /// replicas and a run measures throughput (the attack runs, [`crate::attack`]).
     pub cpu_us_per_message: upright_core::stage::Time,
+    /// `knobs.state_chunk_bytes`: 256 by default, so that the small simulated states still
+    /// transfer in many chunks and the chunk logic is exercised.
+    pub state_chunk_bytes: usize,
+    /// `knobs.peer_cut_off`: a replica cuts off a peer whose messages keep proving it faulty
+    /// ([`upright_core::cutoff`], as the runtime does). Off by default, so that a Byzantine
+    /// replica keeps testing the checks all run long; on in the attack runs with the defences.
+    pub peer_cut_off: bool,
 }
 
 impl SimOptions {
@@ -149,6 +156,8 @@ impl SimOptions {
             defences: true,
             client_signatures: seed % 4 == 3,
             cpu_us_per_message: 0,
+            state_chunk_bytes: 256,
+            peer_cut_off: false,
         }
     }
 
@@ -171,7 +180,7 @@ impl SimOptions {
             batch_time_skew_us_max: 1_000_000,
             exec_retry_us: 100_000,
             auth_retransmit_interval_us: 400_000,
-            state_chunk_bytes: 256,
+            state_chunk_bytes: self.state_chunk_bytes,
             // Simulated one-way delays are up to 5 ms (plus injected ones).
             read_only_timeout_us: 20_000,
             // Shorter than the clients' pauses now and then, so heartbeats interleave with
@@ -180,6 +189,7 @@ impl SimOptions {
             sabotage: self.sabotage.and_then(SabotageMode::knob),
             watch_primary: self.defences,
             client_signatures: self.client_signatures,
+            peer_cut_off: self.peer_cut_off,
             ..Knobs::default()
         }
     }

@@ -123,6 +123,11 @@ pub struct Sim<P: Protocol> {
     /// Per replica, until when it is busy with the messages it received
     /// ([`SimOptions::cpu_us_per_message`]).
     busy_until: Vec<Time>,
+    /// Per replica, the messages waiting for it to be free, one queue per sender served
+    /// round-robin (each [`Event::CpuFree`] hands it the next one).
+    cpu_queue: Vec<CpuInbox>,
+    /// Per replica, its cut-off of peer replicas (`knobs.peer_cut_off`), as the runtime applies it.
+    cut_off: Vec<Option<upright_core::cutoff::CutOff>>,
     /// `UPRIGHT_SIM_TRACE` is set: print every stage event (read once, not per event).
     trace_events: bool,
     workload: Workload,
@@ -276,6 +281,10 @@ impl<P: Protocol> Sim<P> {
             byzantine,
             unflushed: BTreeMap::new(),
             busy_until: vec![0; n],
+            cpu_queue: (0..n).map(|_| CpuInbox::default()).collect(),
+            cut_off: (0..n)
+                .map(|_| config.knobs.peer_cut_off.then(upright_core::cutoff::CutOff::default))
+                .collect(),
             trace_events: std::env::var_os("UPRIGHT_SIM_TRACE").is_some(),
             clients,
             errors,
@@ -442,34 +451,49 @@ impl<P: Protocol> Sim<P> {
                     Principal::Client(c) => self.client_input(c.0, Input::Message(envelope)),
                     _ => {
                         let r = to.replica().expect("member").0;
-                        if !self.replicas[r as usize].up() {
+                        if !self.replicas[r as usize].up() || self.cut_off_drops(r, from) {
                             return;
                         }
                         let cost = self.opts.cpu_us_per_message;
                         if cost > 0 {
-                            // Busy: the message waits its turn in the replica's queue.
+                            // Busy: the message waits its turn in its sender's queue.
+                            let queue = &mut self.cpu_queue[r as usize];
                             let busy = self.busy_until[r as usize];
-                            if busy > self.now {
-                                let event = Event::Deliver {
-                                    from,
-                                    to,
-                                    envelope,
-                                    digest,
-                                };
-                                return self.push(busy, event);
+                            if busy > self.now || !queue.is_empty() {
+                                let was_empty = queue.is_empty();
+                                if !queue.push(from, to, envelope) {
+                                    self.counts.bump("sim_inbox_full");
+                                    return;
+                                }
+                                if was_empty {
+                                    self.push(busy.max(self.now), Event::CpuFree(r));
+                                }
+                                return;
                             }
                             self.busy_until[r as usize] = self.now + cost;
                         }
-                        let envelope = match self.byzantine.get_mut(&r) {
-                            Some(byz) => match byz.incoming(&mut self.rng, to, envelope, &mut self.counts) {
-                                Some(envelope) => envelope,
-                                None => return,
-                            },
-                            None => envelope,
-                        };
-                        self.with_host(r as usize, |host, local, _| host.deliver(local, envelope));
-                        self.after_delivery(r);
+                        self.handle_at_replica(r, from, to, envelope);
                     }
+                }
+            }
+            Event::CpuFree(r) => {
+                // Messages of a peer cut off meanwhile are dropped unread, at no cost.
+                let next = loop {
+                    match self.cpu_queue[r as usize].pop() {
+                        None => break None,
+                        Some((from, _, _)) if self.cut_off_drops(r, from) => continue,
+                        Some(next) => break Some(next),
+                    }
+                };
+                let Some((from, to, envelope)) = next else {
+                    return;
+                };
+                self.busy_until[r as usize] = self.now + self.opts.cpu_us_per_message;
+                if !self.cpu_queue[r as usize].is_empty() {
+                    self.push(self.busy_until[r as usize], Event::CpuFree(r));
+                }
+                if self.replicas[r as usize].up() {
+                    self.handle_at_replica(r, from, to, envelope);
                 }
             }
             Event::Timer {
@@ -507,6 +531,43 @@ impl<P: Protocol> Sim<P> {
             Event::Fault(i) => self.apply_fault(i),
             Event::ClientWake(c) => self.wake(c),
         }
+    }
+
+    /// Whether replica `r` drops a message from network sender `from` unread: `from` is a peer
+    /// replica it has cut off ([`upright_core::cutoff`], with `knobs.peer_cut_off`).
+    fn cut_off_drops(&mut self, r: u32, from: Principal) -> bool {
+        let (Some(peer), Some(cut_off)) = (from.replica(), self.cut_off[r as usize].as_ref()) else {
+            return false;
+        };
+        let cut = peer.0 != r && cut_off.is_cut(peer, self.now);
+        if cut {
+            self.counts.bump("sim_dropped_cut_off");
+        }
+        cut
+    }
+
+    /// Replica `r` handles a message from network sender `from` now (after the Byzantine incoming
+    /// filter, if any); a peer replica's message counts toward cutting that peer off.
+    fn handle_at_replica(&mut self, r: u32, from: Principal, to: Principal, envelope: Arc<Envelope>) {
+        let envelope = match self.byzantine.get_mut(&r) {
+            Some(byz) => match byz.incoming(&mut self.rng, to, envelope, &mut self.counts) {
+                Some(envelope) => envelope,
+                None => return,
+            },
+            None => envelope,
+        };
+        let mut rejected = 0;
+        self.with_host(r as usize, |host, local, _| {
+            let before = host.rejected();
+            host.deliver(local, envelope);
+            rejected = host.rejected() - before;
+        });
+        if let (Some(peer), Some(cut_off)) = (from.replica(), self.cut_off[r as usize].as_mut()) {
+            if peer.0 != r && cut_off.observe(peer, self.now, rejected).is_some() {
+                self.counts.bump("sim_peer_cut_off");
+            }
+        }
+        self.after_delivery(r);
     }
 
     fn apply_fault(&mut self, i: usize) {
@@ -561,6 +622,11 @@ impl<P: Protocol> Sim<P> {
     }
 
     fn crash(&mut self, r: usize) {
+        // What waited in its queue is lost with it, and so is its cut-off state.
+        self.cpu_queue[r].clear();
+        if let Some(cut_off) = self.cut_off[r].as_mut() {
+            *cut_off = Default::default();
+        }
         let node = &mut self.replicas[r];
         if let Some(host) = node.host.take() {
             node.disk = host
@@ -1071,5 +1137,67 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
         s.clone()
     } else {
         "non-string panic".into()
+    }
+}
+
+/// A busy replica's waiting messages ([`SimOptions::cpu_us_per_message`]), as the runtime's inbox
+/// keeps them (`upright-node`'s `transport::inbox`): one bounded queue per sending process (the
+/// network sender, so forged and replayed copies wait in their sender's queue), served
+/// round-robin, so a process that floods delays only its own messages.
+#[derive(Default)]
+struct CpuInbox {
+    queues: BTreeMap<Principal, std::collections::VecDeque<(Principal, Principal, Arc<Envelope>)>>,
+    /// Senders with a non-empty queue, in service order.
+    ring: std::collections::VecDeque<Principal>,
+    total: usize,
+}
+
+/// Most messages waiting from one sender (the runtime's `INBOX_PER_PEER_MAX`).
+const CPU_INBOX_PER_SENDER_MAX: usize = 4096;
+
+impl CpuInbox {
+    fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// The sending process of a network sender: one queue per replica (all its stages) or client.
+    fn process(p: Principal) -> Principal {
+        match p.replica() {
+            Some(r) => Principal::Order(r),
+            None => p,
+        }
+    }
+
+    /// Queues a message; false (dropped) when its sender's queue is full.
+    fn push(&mut self, from: Principal, to: Principal, envelope: Arc<Envelope>) -> bool {
+        let key = Self::process(from);
+        let queue = self.queues.entry(key).or_default();
+        if queue.len() >= CPU_INBOX_PER_SENDER_MAX {
+            return false;
+        }
+        if queue.is_empty() {
+            self.ring.push_back(key);
+        }
+        queue.push_back((from, to, envelope));
+        self.total += 1;
+        true
+    }
+
+    /// The next message, from the next sender in turn.
+    fn pop(&mut self) -> Option<(Principal, Principal, Arc<Envelope>)> {
+        let key = self.ring.pop_front()?;
+        let queue = self.queues.get_mut(&key).expect("ring holds senders with a queue");
+        let next = queue.pop_front().expect("ring holds non-empty queues");
+        if !queue.is_empty() {
+            self.ring.push_back(key);
+        }
+        self.total -= 1;
+        Some(next)
+    }
+
+    fn clear(&mut self) {
+        self.queues.clear();
+        self.ring.clear();
+        self.total = 0;
     }
 }
