@@ -247,6 +247,15 @@ pub struct KeyRing {
 /// cache); remembering it costs a hash and a set lookup.
 pub const VERIFIED_CACHE_MAX: usize = 4096;
 
+/// The key of a `(signer, digest, signature)` triple in a [`VerifiedCache`].
+fn verified_id(from: Principal, digest: &Digest, signature: &Signature) -> [u8; 32] {
+    let mut id = blake3::Hasher::new();
+    id.update(&process_bytes(from.process()));
+    id.update(&digest.0);
+    id.update(&signature.0);
+    id.finalize().into()
+}
+
 /// Hashes of verified `(signer, digest, signature)` triples, oldest dropped first.
 #[derive(Default)]
 struct VerifiedCache {
@@ -369,11 +378,7 @@ impl KeyRing {
     /// Checks an Ed25519 signature by `from` over `digest`.
     pub fn verify_signature(&self, from: Principal, digest: &Digest, signature: &Signature) -> Result<(), AuthError> {
         let key = self.verifying.get(&from.process()).ok_or(AuthError::UnknownSender)?;
-        let mut id = blake3::Hasher::new();
-        id.update(&process_bytes(from.process()));
-        id.update(&digest.0);
-        id.update(&signature.0);
-        let id: [u8; 32] = id.finalize().into();
+        let id = verified_id(from, digest, signature);
         if self.verified.lock().expect("verified cache lock").contains(&id) {
             return Ok(());
         }
@@ -381,6 +386,41 @@ impl KeyRing {
         key.verify_strict(&digest.0, &sig).map_err(|_| AuthError::BadTag)?;
         self.verified.lock().expect("verified cache lock").insert(id);
         Ok(())
+    }
+
+    /// Checks many Ed25519 signatures at once (`ed25519_dalek::verify_batch`: one multiscalar
+    /// multiplication for all; measured here, 40 us a signature one by one, 29 us each in a batch
+    /// of 2, 23 us at 4, 19 us at 8 to 64). True when
+    /// every one verifies; each is then remembered as verified, so that checking it alone with
+    /// [`KeyRing::verify_signature`] costs a lookup. False when any fails or a signer is unknown:
+    /// nothing is remembered, and the caller checks them one by one to find the bad ones.
+    ///
+    /// The batch equation may accept a crafted signature that the one-by-one check refuses (a
+    /// torsion component in `R`; it passes with probability about 1/8). Only a client can sign a
+    /// request with its key, so such a signature is a faulty client's, and all it can do is make
+    /// some authentication members accept a request that others refuse and blacklist it for, as
+    /// inconsistent authenticators already can.
+    pub fn verify_signatures(&self, items: &[(Principal, Digest, Signature)]) -> bool {
+        let mut keys = Vec::with_capacity(items.len());
+        for (from, _, _) in items {
+            match self.verifying.get(&from.process()) {
+                Some(key) => keys.push(*key),
+                None => return false,
+            }
+        }
+        let messages: Vec<&[u8]> = items.iter().map(|(_, digest, _)| &digest.0[..]).collect();
+        let signatures: Vec<ed25519_dalek::Signature> = items
+            .iter()
+            .map(|(_, _, signature)| ed25519_dalek::Signature::from_bytes(&signature.0))
+            .collect();
+        if ed25519_dalek::verify_batch(&messages, &signatures, &keys).is_err() {
+            return false;
+        }
+        let mut cache = self.verified.lock().expect("verified cache lock");
+        for (from, digest, signature) in items {
+            cache.insert(verified_id(*from, digest, signature));
+        }
+        true
     }
 
     /// Counts matrix-signature rows from distinct authentication members whose MAC for order

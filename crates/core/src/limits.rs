@@ -106,6 +106,11 @@ pub const FETCHES_OUTSTANDING_MAX: usize = 1024;
 /// behind a member's newest (the interlock orders up to `2 * checkpoint_interval` past it).
 pub const CHECKPOINTS_KEPT: usize = 3;
 
+/// Most client signatures an authentication member checks in one batch (`KeyRing::verify_signatures`):
+/// the new signed requests of one round, checked at its flush; a round with more checks each full
+/// batch at once.
+pub const SIGNATURE_BATCH_MAX: usize = 64;
+
 /// Most chunk requests outstanding at once during a state transfer.
 pub const CHUNKS_IN_FLIGHT_MAX: usize = 4;
 

@@ -9,6 +9,10 @@
 //! reaches [`AUTH_ITEMS_MAX`] is sent at once). It keeps request bodies to answer the execution
 //! stage's FETCH. Members never talk to each other; their states may differ.
 //!
+//! With `knobs.client_signatures`, the signatures of a round's new requests are checked together
+//! at the flush (`KeyRing::verify_signatures`), after every cheaper check; the requests are then
+//! handled again in arrival order (PROTOCOL.md step 1).
+//!
 //! Rate limit (AS3/AS4): a client has at most one forwarded-but-not-known-ordered request here.
 //! A newer request is accepted once the co-located order member (which committed it) or the
 //! co-located execution member (which executed it) reported the pending one ordered with
@@ -27,7 +31,7 @@ use bytes::Bytes;
 use crate::config::{ClusterConfig, ConfigError};
 use crate::crypto::{Digest, KeyRing, MatrixRow};
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, StageKind};
-use crate::limits::AUTH_ITEMS_MAX;
+use crate::limits::{AUTH_ITEMS_MAX, SIGNATURE_BATCH_MAX};
 use crate::message::{AuthItem, Envelope, Message, RequestBody, RequestEntry, SealFor};
 use crate::quorum::Quorums;
 use crate::stage::{Action, Input, Stage, Stats, Storage, Time, Timer};
@@ -66,6 +70,12 @@ pub struct AuthStage {
     /// Items sent to the primary only, with when: sent to the other order members once
     /// the backup delay old if still not known ordered (at most [`LATER_MAX`]).
     later: std::collections::VecDeque<(Time, AuthItem)>,
+    /// New signed requests that passed every cheaper check, waiting for their signatures to be
+    /// checked together at the flush (at most [`SIGNATURE_BATCH_MAX`]; a full batch is checked at
+    /// once): then handled again, in arrival order.
+    unverified: Vec<Envelope>,
+    /// While the batch is handled again: signatures are checked here, not deferred.
+    verifying: bool,
     stats: Stats,
 }
 
@@ -104,6 +114,8 @@ impl AuthStage {
             outgoing_to_all: false,
             primary: None,
             later: std::collections::VecDeque::new(),
+            unverified: Vec::new(),
+            verifying: false,
             stats: Stats::default(),
         };
         // Keys sort by (client, request id), so each client's bodies come oldest first. Only the
@@ -361,6 +373,16 @@ impl AuthStage {
         }
         if self.config.knobs.client_signatures {
             let digest = crate::message::client_request_digest(*client, *request_id, operation);
+            if !self.verifying && signature.is_some() {
+                // Checked with the others of this round at the flush (Aardvark: batch
+                // verification where it pays), then handled again from the top.
+                self.stats.bump("signature_deferred");
+                self.unverified.push(envelope.clone());
+                if self.unverified.len() >= SIGNATURE_BATCH_MAX {
+                    self.verify_signatures(now, out);
+                }
+                return;
+            }
             let good = signature
                 .as_ref()
                 .is_some_and(|s| self.keys.verify_signature(envelope.from, &digest, s).is_ok());
@@ -391,6 +413,41 @@ impl AuthStage {
         }
         self.stats.bump("forwarded");
         self.queue_for_order(now, item, false, out);
+    }
+
+    /// Checks the deferred signatures together and handles their requests again (each one's
+    /// signature is then remembered as verified, or, if the batch failed, checked alone).
+    fn verify_signatures(&mut self, now: Time, out: &mut Vec<Action>) {
+        let pending = std::mem::take(&mut self.unverified);
+        if pending.len() > 1 {
+            let items: Vec<_> = pending
+                .iter()
+                .filter_map(|envelope| match &envelope.message {
+                    Message::ClientRequest {
+                        client,
+                        request_id,
+                        operation,
+                        signature: Some(signature),
+                        ..
+                    } => Some((
+                        envelope.from,
+                        crate::message::client_request_digest(*client, *request_id, operation),
+                        *signature,
+                    )),
+                    _ => None,
+                })
+                .collect();
+            if self.keys.verify_signatures(&items) {
+                self.stats.add("signature_batch_verified", items.len() as u64);
+            } else {
+                self.stats.bump("signature_batch_failed");
+            }
+        }
+        self.verifying = true;
+        for envelope in &pending {
+            self.on_client_request(now, envelope, out);
+        }
+        self.verifying = false;
     }
 
     /// Ignores `client` for a growing period (counted).
@@ -525,6 +582,7 @@ impl Stage for AuthStage {
     }
 
     fn flush(&mut self, now: Time, out: &mut Vec<Action>) {
+        self.verify_signatures(now, out);
         self.send_outgoing(now, out);
     }
 

@@ -42,17 +42,22 @@ fn signed_request(f: &Fixture, client: u32, request_id: u64, operation: &[u8], s
     request_signed_with(f, client, request_id, operation, Some(signature))
 }
 
+/// A `u = r = 1` fixture with `clients` clients that sign their requests.
+fn signing_fixture(clients: u32) -> Fixture {
+    let knobs = Knobs {
+        client_signatures: true,
+        ..Knobs::default()
+    };
+    fixture(1, 1, clients, knobs)
+}
+
 /// With signed requests: a good signature is forwarded; a good MAC with a bad or missing
 /// signature blacklists the client for a growing period (its requests, good ones too, are
 /// dropped before any check but the cheapest), and a client that signs correctly is not
 /// affected by another's blacklisting.
 #[test]
 fn with_signed_requests_a_bad_signature_blacklists_its_client_for_a_growing_period() {
-    let knobs = Knobs {
-        client_signatures: true,
-        ..Knobs::default()
-    };
-    let f = fixture(1, 1, 2, knobs);
+    let f = signing_fixture(2);
     let mut a = stage(&f, 0, &Storage::new());
     assert!(sent_auth_request(&run(&mut a, 0, signed_request(&f, 0, 1, b"op", 0))).is_some());
     assert_eq!(a.stats().get("signature_checked"), 1);
@@ -77,6 +82,49 @@ fn with_signed_requests_a_bad_signature_blacklists_its_client_for_a_growing_peri
     assert_eq!(a.stats().get("client_blacklisted"), 2);
     assert!(sent_auth_request(&run(&mut a, 2 + 2 * s, signed_request(&f, 1, 1, b"op", 1))).is_none());
     assert!(sent_auth_request(&run(&mut a, 2 + 3 * s, signed_request(&f, 1, 1, b"op", 1))).is_some());
+}
+
+/// The signatures of one round's new requests are checked together at the flush: nothing is
+/// forwarded before it; a good batch forwards every request in one AUTH-REQ; a batch with one bad
+/// signature is checked one by one, which forwards the good requests and blacklists only the
+/// client whose signature is bad.
+#[test]
+fn signatures_of_one_round_are_checked_together_at_the_flush() {
+    let f = signing_fixture(4);
+    let mut a = stage(&f, 0, &Storage::new());
+    let mut out = Vec::new();
+    for c in 0..3 {
+        out.extend(handle(&mut a, 0, signed_request(&f, c, 1, b"op", c)));
+    }
+    assert!(auth_requests(&out).is_empty(), "nothing is forwarded before the flush");
+    assert_eq!(a.stats().get("signature_deferred"), 3);
+    assert_eq!(a.stats().get("signature_checked"), 0);
+    a.flush(0, &mut out);
+    let sent = auth_requests(&out);
+    assert_eq!(sent.len(), 1);
+    let clients: Vec<u32> = sent[0].1.iter().map(|i| i.entry.client.0).collect();
+    assert_eq!(clients, vec![0, 1, 2], "in arrival order");
+    assert_eq!(a.stats().get("signature_batch_verified"), 3);
+    assert_eq!(a.stats().get("signature_checked"), 3);
+    // Client 1 signs with client 3's key: the batch fails, each is checked alone.
+    let mut out = Vec::new();
+    for c in 0..3 {
+        run(&mut a, 1, completed(&f, Principal::Order(ReplicaId(0)), 0, c, 1));
+    }
+    for (c, signer) in [(0, 0), (1, 3), (2, 2)] {
+        out.extend(handle(&mut a, 2, signed_request(&f, c, 2, b"op2", signer)));
+    }
+    a.flush(2, &mut out);
+    assert_eq!(a.stats().get("signature_batch_failed"), 1);
+    assert_eq!(a.stats().get("dropped_bad_signature"), 1);
+    assert_eq!(a.stats().get("client_blacklisted"), 1);
+    let sent = auth_requests(&out);
+    let clients: Vec<u32> = sent
+        .iter()
+        .flat_map(|(_, items)| items.iter().map(|i| i.entry.client.0))
+        .collect();
+    assert_eq!(clients, vec![0, 2]);
+    assert!(a.clients.get(ClientId(1)).blacklisted(3));
 }
 
 /// Without signed requests the signature field is ignored.
