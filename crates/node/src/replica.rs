@@ -566,7 +566,7 @@ async fn event_loop(
         host.fire_timers(now);
         for (from, envelope) in inbox.pop_round_robin(INPUTS_PER_ROUND_MAX) {
             timeline::message("recv", &envelope.message, timeline::peer(&envelope.from));
-            // Peer replicas' messages pass the cut-off (`crate::cutoff`), if it is on.
+            // Peer replicas' messages pass the cut-off (`upright_core::cutoff`), if it is on.
             let (Process::Replica(peer), Some(cutoff)) = (from, cutoff.as_mut()) else {
                 host.deliver(now, envelope);
                 continue;
