@@ -24,6 +24,7 @@ pub mod config;
 pub mod contract;
 pub mod crypto;
 pub mod cutoff;
+pub mod fair;
 pub mod ids;
 pub mod limits;
 pub mod message;

@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use upright_core::config::{ClientInfo, ClusterConfig, ReplicaInfo};
 use upright_core::crypto::{Digest, KeyRing, SecretKeys};
+use upright_core::fair::FairQueues;
 use upright_core::host::{Host, Log, Member, Router};
 use upright_core::ids::{ClientId, Principal, Process, ReplicaId, StageKind};
 use upright_core::kv::KvOperation;
@@ -125,7 +126,7 @@ pub struct Sim<P: Protocol> {
     busy_until: Vec<Time>,
     /// Per replica, the messages waiting for it to be free, one queue per sender served
     /// round-robin (each [`Event::CpuFree`] hands it the next one).
-    cpu_queue: Vec<CpuInbox>,
+    cpu_queue: Vec<FairQueues<Process, (Principal, Arc<Envelope>)>>,
     /// Per replica, its cut-off of peer replicas (`knobs.peer_cut_off`), as the runtime applies it.
     cut_off: Vec<Option<upright_core::cutoff::CutOff>>,
     /// `UPRIGHT_SIM_TRACE` is set: print every stage event (read once, not per event).
@@ -281,7 +282,7 @@ impl<P: Protocol> Sim<P> {
             byzantine,
             unflushed: BTreeMap::new(),
             busy_until: vec![0; n],
-            cpu_queue: (0..n).map(|_| CpuInbox::default()).collect(),
+            cpu_queue: (0..n).map(|_| FairQueues::new(CPU_INBOX_PER_SENDER_MAX)).collect(),
             cut_off: (0..n)
                 .map(|_| config.knobs.peer_cut_off.then(upright_core::cutoff::CutOff::default))
                 .collect(),
@@ -451,17 +452,19 @@ impl<P: Protocol> Sim<P> {
                     Principal::Client(c) => self.client_input(c.0, Input::Message(envelope)),
                     _ => {
                         let r = to.replica().expect("member").0;
+                        let from = from.process();
                         if !self.replicas[r as usize].up() || self.cut_off_drops(r, from) {
                             return;
                         }
                         let cost = self.opts.cpu_us_per_message;
                         if cost > 0 {
-                            // Busy: the message waits its turn in its sender's queue.
+                            // Busy: the message waits its turn in its sender's queue (one per
+                            // process, served round-robin, as the runtime's inbox keeps them).
                             let queue = &mut self.cpu_queue[r as usize];
                             let busy = self.busy_until[r as usize];
                             if busy > self.now || !queue.is_empty() {
                                 let was_empty = queue.is_empty();
-                                if !queue.push(from, to, envelope) {
+                                if !queue.push(from, (to, envelope)) {
                                     self.counts.bump("sim_inbox_full");
                                     return;
                                 }
@@ -481,11 +484,11 @@ impl<P: Protocol> Sim<P> {
                 let next = loop {
                     match self.cpu_queue[r as usize].pop() {
                         None => break None,
-                        Some((from, _, _)) if self.cut_off_drops(r, from) => continue,
+                        Some((from, _)) if self.cut_off_drops(r, from) => continue,
                         Some(next) => break Some(next),
                     }
                 };
-                let Some((from, to, envelope)) = next else {
+                let Some((from, (to, envelope))) = next else {
                     return;
                 };
                 self.busy_until[r as usize] = self.now + self.opts.cpu_us_per_message;
@@ -533,13 +536,20 @@ impl<P: Protocol> Sim<P> {
         }
     }
 
+    /// The peer replica `from` whose messages to replica `r` pass its cut-off
+    /// ([`upright_core::cutoff`], with `knobs.peer_cut_off`), with that cut-off.
+    fn cut_off_of(&mut self, r: u32, from: Process) -> Option<(ReplicaId, &mut upright_core::cutoff::CutOff)> {
+        match from {
+            Process::Replica(peer) if peer.0 != r => self.cut_off[r as usize].as_mut().map(|c| (peer, c)),
+            _ => None,
+        }
+    }
+
     /// Whether replica `r` drops a message from network sender `from` unread: `from` is a peer
-    /// replica it has cut off ([`upright_core::cutoff`], with `knobs.peer_cut_off`).
-    fn cut_off_drops(&mut self, r: u32, from: Principal) -> bool {
-        let (Some(peer), Some(cut_off)) = (from.replica(), self.cut_off[r as usize].as_ref()) else {
-            return false;
-        };
-        let cut = peer.0 != r && cut_off.is_cut(peer, self.now);
+    /// replica it has cut off.
+    fn cut_off_drops(&mut self, r: u32, from: Process) -> bool {
+        let now = self.now;
+        let cut = self.cut_off_of(r, from).is_some_and(|(peer, c)| c.is_cut(peer, now));
         if cut {
             self.counts.bump("sim_dropped_cut_off");
         }
@@ -548,7 +558,7 @@ impl<P: Protocol> Sim<P> {
 
     /// Replica `r` handles a message from network sender `from` now (after the Byzantine incoming
     /// filter, if any); a peer replica's message counts toward cutting that peer off.
-    fn handle_at_replica(&mut self, r: u32, from: Principal, to: Principal, envelope: Arc<Envelope>) {
+    fn handle_at_replica(&mut self, r: u32, from: Process, to: Principal, envelope: Arc<Envelope>) {
         let envelope = match self.byzantine.get_mut(&r) {
             Some(byz) => match byz.incoming(&mut self.rng, to, envelope, &mut self.counts) {
                 Some(envelope) => envelope,
@@ -562,10 +572,12 @@ impl<P: Protocol> Sim<P> {
             host.deliver(local, envelope);
             rejected = host.rejected() - before;
         });
-        if let (Some(peer), Some(cut_off)) = (from.replica(), self.cut_off[r as usize].as_mut()) {
-            if peer.0 != r && cut_off.observe(peer, self.now, rejected).is_some() {
-                self.counts.bump("sim_peer_cut_off");
-            }
+        let now = self.now;
+        if self
+            .cut_off_of(r, from)
+            .is_some_and(|(peer, c)| c.observe(peer, now, rejected).is_some())
+        {
+            self.counts.bump("sim_peer_cut_off");
         }
         self.after_delivery(r);
     }
@@ -1140,64 +1152,5 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// A busy replica's waiting messages ([`SimOptions::cpu_us_per_message`]), as the runtime's inbox
-/// keeps them (`upright-node`'s `transport::inbox`): one bounded queue per sending process (the
-/// network sender, so forged and replayed copies wait in their sender's queue), served
-/// round-robin, so a process that floods delays only its own messages.
-#[derive(Default)]
-struct CpuInbox {
-    queues: BTreeMap<Principal, std::collections::VecDeque<(Principal, Principal, Arc<Envelope>)>>,
-    /// Senders with a non-empty queue, in service order.
-    ring: std::collections::VecDeque<Principal>,
-    total: usize,
-}
-
-/// Most messages waiting from one sender (the runtime's `INBOX_PER_PEER_MAX`).
+/// Most messages waiting at a busy replica from one sender (the runtime's `INBOX_PER_PEER_MAX`).
 const CPU_INBOX_PER_SENDER_MAX: usize = 4096;
-
-impl CpuInbox {
-    fn is_empty(&self) -> bool {
-        self.total == 0
-    }
-
-    /// The sending process of a network sender: one queue per replica (all its stages) or client.
-    fn process(p: Principal) -> Principal {
-        match p.replica() {
-            Some(r) => Principal::Order(r),
-            None => p,
-        }
-    }
-
-    /// Queues a message; false (dropped) when its sender's queue is full.
-    fn push(&mut self, from: Principal, to: Principal, envelope: Arc<Envelope>) -> bool {
-        let key = Self::process(from);
-        let queue = self.queues.entry(key).or_default();
-        if queue.len() >= CPU_INBOX_PER_SENDER_MAX {
-            return false;
-        }
-        if queue.is_empty() {
-            self.ring.push_back(key);
-        }
-        queue.push_back((from, to, envelope));
-        self.total += 1;
-        true
-    }
-
-    /// The next message, from the next sender in turn.
-    fn pop(&mut self) -> Option<(Principal, Principal, Arc<Envelope>)> {
-        let key = self.ring.pop_front()?;
-        let queue = self.queues.get_mut(&key).expect("ring holds senders with a queue");
-        let next = queue.pop_front().expect("ring holds non-empty queues");
-        if !queue.is_empty() {
-            self.ring.push_back(key);
-        }
-        self.total -= 1;
-        Some(next)
-    }
-
-    fn clear(&mut self) {
-        self.queues.clear();
-        self.ring.clear();
-        self.total = 0;
-    }
-}

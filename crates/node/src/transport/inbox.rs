@@ -1,10 +1,11 @@
 //! The inbound side's fairness: one bounded queue per sending process, served round-robin
-//! (Aardvark's isolation: a flooding peer fills only its own queue and gets only its turn).
+//! (Aardvark's isolation: a flooding peer fills only its own queue and gets only its turn;
+//! [`upright_core::fair::FairQueues`]).
 
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
+use upright_core::fair::FairQueues;
 use upright_core::ids::Process;
 use upright_core::message::Envelope;
 
@@ -13,19 +14,10 @@ use super::Counters;
 /// Most envelopes waiting from one process.
 pub const INBOX_PER_PEER_MAX: usize = 4096;
 
-#[derive(Default)]
-struct State {
-    queues: BTreeMap<Process, VecDeque<Arc<Envelope>>>,
-    /// Processes with a non-empty queue, in service order.
-    ring: VecDeque<Process>,
-    total: usize,
-}
-
 /// Shared inbound queues of one process, plus the wake-up of its event loop.
 pub struct Inbox {
-    state: Mutex<State>,
+    state: Mutex<FairQueues<Process, Arc<Envelope>>>,
     notify: Notify,
-    per_peer_max: usize,
     counters: Arc<Counters>,
 }
 
@@ -38,9 +30,8 @@ impl Inbox {
     /// An inbox with a custom per-peer bound.
     pub fn with_bound(counters: Arc<Counters>, per_peer_max: usize) -> Inbox {
         Inbox {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(FairQueues::new(per_peer_max)),
             notify: Notify::new(),
-            per_peer_max,
             counters,
         }
     }
@@ -53,31 +44,8 @@ impl Inbox {
     /// Queues several envelopes from `from` under one lock and with one wake-up; those that do not
     /// fit in that peer's queue are dropped (counted).
     pub fn push_many(&self, from: Process, envelopes: impl IntoIterator<Item = Arc<Envelope>>) {
-        let (mut accepted, mut dropped) = (0u64, 0u64);
-        {
-            let mut guard = self.state.lock().expect("inbox lock");
-            let state = &mut *guard;
-            let queue = state.queues.entry(from).or_default();
-            let was_empty = queue.is_empty();
-            for envelope in envelopes {
-                if queue.len() >= self.per_peer_max {
-                    dropped += 1;
-                } else {
-                    queue.push_back(envelope);
-                    accepted += 1;
-                }
-            }
-            if was_empty && accepted > 0 {
-                state.ring.push_back(from);
-            }
-            state.total += accepted as usize;
-        }
-        if accepted > 0 {
-            self.notify.notify_one();
-        }
-        if dropped > 0 {
-            self.counters.add("net_dropped_inbox_full", dropped);
-        }
+        let (accepted, dropped) = self.state.lock().expect("inbox lock").push_many(from, envelopes);
+        self.counted(accepted as u64, dropped as u64);
     }
 
     /// Queues envelopes each under its own sender process (a connection that carries several
@@ -86,22 +54,20 @@ impl Inbox {
     pub fn push_each(&self, envelopes: impl IntoIterator<Item = (Process, Arc<Envelope>)>) {
         let (mut accepted, mut dropped) = (0u64, 0u64);
         {
-            let mut guard = self.state.lock().expect("inbox lock");
-            let state = &mut *guard;
+            let mut queues = self.state.lock().expect("inbox lock");
             for (from, envelope) in envelopes {
-                let queue = state.queues.entry(from).or_default();
-                if queue.len() >= self.per_peer_max {
+                if queues.push(from, envelope) {
+                    accepted += 1;
+                } else {
                     dropped += 1;
-                    continue;
                 }
-                if queue.is_empty() {
-                    state.ring.push_back(from);
-                }
-                queue.push_back(envelope);
-                accepted += 1;
             }
-            state.total += accepted as usize;
         }
+        self.counted(accepted, dropped);
+    }
+
+    /// After queueing: wakes the event loop if anything was queued, counts what was dropped.
+    fn counted(&self, accepted: u64, dropped: u64) {
         if accepted > 0 {
             self.notify.notify_one();
         }
@@ -112,25 +78,13 @@ impl Inbox {
 
     /// Takes up to `max` envelopes, one per peer in turn.
     pub fn pop_round_robin(&self, max: usize) -> Vec<(Process, Arc<Envelope>)> {
-        let mut state = self.state.lock().expect("inbox lock");
-        let mut out = Vec::new();
-        while out.len() < max {
-            let Some(peer) = state.ring.pop_front() else { break };
-            let queue = state.queues.get_mut(&peer).expect("ring lists only queued peers");
-            let envelope = queue.pop_front().expect("ring lists only non-empty queues");
-            let more = !queue.is_empty();
-            if more {
-                state.ring.push_back(peer);
-            }
-            state.total -= 1;
-            out.push((peer, envelope));
-        }
-        out
+        let mut queues = self.state.lock().expect("inbox lock");
+        std::iter::from_fn(|| queues.pop()).take(max).collect()
     }
 
     /// Envelopes waiting.
     pub fn len(&self) -> usize {
-        self.state.lock().expect("inbox lock").total
+        self.state.lock().expect("inbox lock").len()
     }
 
     /// Whether nothing waits.
