@@ -70,12 +70,14 @@ pub struct AuthStage {
     /// Items sent to the primary only, with when: sent to the other order members once
     /// the backup delay old if still not known ordered (at most [`LATER_MAX`]).
     later: std::collections::VecDeque<(Time, AuthItem)>,
-    /// New signed requests that passed every cheaper check, waiting for their signatures to be
-    /// checked together at the flush (at most [`SIGNATURE_BATCH_MAX`]; a full batch is checked at
-    /// once): then handled again, in arrival order.
-    unverified: Vec<Envelope>,
-    /// While the batch is handled again: signatures are checked here, not deferred.
-    verifying: bool,
+    /// New signed requests that passed every cheaper check, with their request digests, waiting
+    /// for their signatures to be checked together at the flush (at most
+    /// [`SIGNATURE_BATCH_MAX`]; a full batch is checked at once): then handled again, in arrival
+    /// order.
+    unverified: Vec<(Envelope, Digest)>,
+    /// While one of them is handled again: its request digest (its seal was checked on arrival,
+    /// its signature is checked here, not deferred).
+    verifying: Option<Digest>,
     stats: Stats,
 }
 
@@ -115,7 +117,7 @@ impl AuthStage {
             primary: None,
             later: std::collections::VecDeque::new(),
             unverified: Vec::new(),
-            verifying: false,
+            verifying: None,
             stats: Stats::default(),
         };
         // Keys sort by (client, request id), so each client's bodies come oldest first. Only the
@@ -315,6 +317,8 @@ impl AuthStage {
         else {
             unreachable!("dispatched on message kind");
         };
+        // Set when a request whose signature was deferred is handled again (`verify_signatures`).
+        let rechecked = self.verifying.take();
         // Cheapest checks first (Aardvark): who, the blacklist, the size; then the MAC; then,
         // for a new request only, the signature.
         if envelope.from != Principal::Client(*client) || !self.clients.contains(*client) {
@@ -329,7 +333,7 @@ impl AuthStage {
             self.stats.bump("dropped_bad_request");
             return;
         }
-        if !self.seal_ok(envelope) {
+        if rechecked.is_none() && !self.seal_ok(envelope) {
             return;
         }
         let interval = self.config.knobs.auth_retransmit_interval_us;
@@ -372,12 +376,13 @@ impl AuthStage {
             }
         }
         if self.config.knobs.client_signatures {
-            let digest = crate::message::client_request_digest(*client, *request_id, operation);
-            if !self.verifying && signature.is_some() {
+            let digest =
+                rechecked.unwrap_or_else(|| crate::message::client_request_digest(*client, *request_id, operation));
+            if rechecked.is_none() && signature.is_some() {
                 // Checked with the others of this round at the flush (Aardvark: batch
                 // verification where it pays), then handled again from the top.
                 self.stats.bump("signature_deferred");
-                self.unverified.push(envelope.clone());
+                self.unverified.push((envelope.clone(), digest));
                 if self.unverified.len() >= SIGNATURE_BATCH_MAX {
                     self.verify_signatures(now, out);
                 }
@@ -422,18 +427,11 @@ impl AuthStage {
         if pending.len() > 1 {
             let items: Vec<_> = pending
                 .iter()
-                .filter_map(|envelope| match &envelope.message {
+                .filter_map(|(envelope, digest)| match &envelope.message {
                     Message::ClientRequest {
-                        client,
-                        request_id,
-                        operation,
                         signature: Some(signature),
                         ..
-                    } => Some((
-                        envelope.from,
-                        crate::message::client_request_digest(*client, *request_id, operation),
-                        *signature,
-                    )),
+                    } => Some((envelope.from, *digest, *signature)),
                     _ => None,
                 })
                 .collect();
@@ -443,11 +441,10 @@ impl AuthStage {
                 self.stats.bump("signature_batch_failed");
             }
         }
-        self.verifying = true;
-        for envelope in &pending {
+        for (envelope, digest) in &pending {
+            self.verifying = Some(*digest);
             self.on_client_request(now, envelope, out);
         }
-        self.verifying = false;
     }
 
     /// Ignores `client` for a growing period (counted).
