@@ -212,21 +212,22 @@ impl<L: Log> Host<L> {
         }
     }
 
-    /// An envelope from the network, dispatched by message kind.
-    pub fn deliver(&mut self, now: Time, envelope: Arc<Envelope>) {
+    /// An envelope from the network, dispatched by message kind. Returns how many inputs the
+    /// member that handled it refused as proof that their sender is faulty
+    /// ([`crate::stage::Stats::rejected`]): what a cut-off of flooding peers counts
+    /// ([`crate::cutoff`]).
+    pub fn deliver(&mut self, now: Time, envelope: Arc<Envelope>) -> u64 {
         let Some(kind) = stage_for(&envelope.message) else {
-            return self.drop_input("host_dropped_not_for_replica");
+            self.drop_input("host_dropped_not_for_replica");
+            return 0;
         };
         let Some(index) = self.member_of(kind) else {
-            return self.drop_input("host_dropped_stage_not_hosted");
+            self.drop_input("host_dropped_stage_not_hosted");
+            return 0;
         };
+        let before = self.members[index].stage.stats().rejected;
         self.handle(now, index, Input::Message(envelope));
-    }
-
-    /// Inputs the members refused as proof that their sender is faulty, so far
-    /// ([`crate::stage::Stats::rejected`]).
-    pub fn rejected(&self) -> u64 {
-        self.members.iter().map(|m| m.stage.stats().rejected).sum()
+        self.members[index].stage.stats().rejected - before
     }
 
     /// When the next timer is due.

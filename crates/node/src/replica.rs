@@ -575,9 +575,8 @@ async fn event_loop(
                 counters.bump("net_dropped_cut_off");
                 continue;
             }
-            let before = host.rejected();
-            host.deliver(now, envelope);
-            if let Some(cut) = cutoff.observe(peer, now, host.rejected() - before) {
+            let rejected = host.deliver(now, envelope);
+            if let Some(cut) = cutoff.observe(peer, now, rejected) {
                 counters.bump("net_peer_cut_off");
                 tracing::warn!(
                     peer = peer.0,

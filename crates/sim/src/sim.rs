@@ -567,11 +567,7 @@ impl<P: Protocol> Sim<P> {
             None => envelope,
         };
         let mut rejected = 0;
-        self.with_host(r as usize, |host, local, _| {
-            let before = host.rejected();
-            host.deliver(local, envelope);
-            rejected = host.rejected() - before;
-        });
+        self.with_host(r as usize, |host, local, _| rejected = host.deliver(local, envelope));
         let now = self.now;
         if self
             .cut_off_of(r, from)
