@@ -7,12 +7,12 @@ use crate::message::PbftMessage;
 use crate::stage::PbftTimer;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::mem;
 
 use super::log::{Prepared, Slot};
 use super::persist;
 use super::{
-    OrderStage, Snapshot, PRIMARY_HELP_HOLD_FRACTION, QUIET_AGAIN_AFTER, QUIET_AGAIN_AFTER_MAX, WAKE_RETRY_US,
+    OrderStage, Snapshot, PRIMARY_HELP_HOLD_FRACTION, QUIET_AGAIN_AFTER, QUIET_AGAIN_AFTER_MAX,
+    STUCK_SIGNAL_HOLD_FRACTION, WAKE_RETRY_US,
 };
 use crate::config::ClusterConfig;
 use crate::crypto::Digest;
@@ -25,17 +25,18 @@ use crate::stage::{Action, Time, Timer};
 /// phase; a slot that does not commit within the hold brings the primary in for a while.
 #[derive(Debug)]
 pub(super) struct PrimaryVote {
-    /// Slots whose PREPARE this backup sent to the other backups only, with when
-    /// (`send_prepare`). If one has not committed here `PRIMARY_HELP_HOLD_FRACTION` of the
-    /// view-change timeout later, the PREPAREs go to the primary too (`PbftTimer::PrimaryHelp`).
-    /// Committed slots leave it when that timer fires or at a tick (not on the commit path),
-    /// so it holds at most the slots accepted within one hold, all in the window.
-    pub(super) quiet_prepares: BTreeMap<SeqNo, Time>,
+    /// Slots this backup sent its PREPARE for, with when (`send_prepare`), and whether it went to
+    /// the other backups only (quiet). If one has not committed here `PRIMARY_HELP_HOLD_FRACTION`
+    /// of the view-change timeout later, the PREPAREs go to every member, the primary included
+    /// (`PbftTimer::PrimaryHelp`). Committed slots leave it when that timer fires or at a tick
+    /// (not on the commit path), so it holds at most the slots accepted within one hold, all in
+    /// the window.
+    pub(super) waiting_prepares: BTreeMap<SeqNo, (Time, bool)>,
     /// Until this time every PREPARE goes to the primary too: a slot needed the primary's
     /// COMMIT recently (a backup is down, slow or lying).
     pub(super) include_primary_until: Time,
-    /// Whether `PbftTimer::PrimaryHelp` is set.
-    pub(super) primary_help_armed: bool,
+    /// When `PbftTimer::PrimaryHelp` is set to fire, if it is.
+    pub(super) primary_help_armed: Option<Time>,
     /// While the primary is included: consecutive committed slots whose previous slot has every
     /// backup's COMMIT here (`note_backups_complete`).
     pub(super) backups_complete_streak: u64,
@@ -48,9 +49,9 @@ pub(super) struct PrimaryVote {
 impl PrimaryVote {
     pub(super) fn new() -> PrimaryVote {
         PrimaryVote {
-            quiet_prepares: BTreeMap::new(),
+            waiting_prepares: BTreeMap::new(),
             include_primary_until: 0,
-            primary_help_armed: false,
+            primary_help_armed: None,
             backups_complete_streak: 0,
             quiet_again_after: QUIET_AGAIN_AFTER,
             last_quiet_again: None,
@@ -122,6 +123,7 @@ impl OrderStage {
         let view = self.view;
         let slot = self.log.entry(n).or_default();
         slot.accept_digested(n, view, batch.clone(), digest);
+        slot.accepted_at = now;
         // Lazily, like a backup's accept (see `try_accept`).
         persist::write_lazily(out, persist::slot_key(n), &slot.record);
         self.stats.bump("pre_prepare_sent");
@@ -311,6 +313,7 @@ impl OrderStage {
             }
         }
         slot.accept_digested(seqno, view, batch.into_owned(), digest);
+        slot.accepted_at = now;
         slot.prepares.insert(me, (view, digest));
         // Lazily: the PREPARE does not wait for the disk. The prepared certificate is written
         // eagerly after this record in the same log, so a member that sends COMMIT (and every
@@ -334,31 +337,37 @@ impl OrderStage {
     /// and committed predicates are unchanged. If the slot has not committed here after the hold
     /// (`PbftTimer::PrimaryHelp`), the PREPAREs go to the primary too, and so does every PREPARE for
     /// the next view-change timeout: the primary then prepares and its COMMIT completes the quorum
-    /// while a backup is down, slow or silent.
+    /// while a backup is down, slow or silent. A slot that waits out the hold while the primary is
+    /// included has its PREPARE sent to every member again: a backup that committed it without
+    /// the primary (it hears a member this one no longer hears) then brings the primary in too
+    /// (`help_primary_prepare`).
     fn send_prepare(&mut self, now: Time, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
         let view = self.view;
         let message = Message::Pbft(PbftMessage::Prepare { view, seqno, digest });
-        let quiet = self.q.n_order > self.q.order_medium() && now >= self.primary_vote.include_primary_until;
-        if !quiet {
+        if self.q.n_order == self.q.order_medium() {
             return self.send_to_order(out, message);
         }
-        let primary = Principal::Order(self.primary_of(view));
-        let backups = self
-            .other_order_members()
-            .into_iter()
-            .filter(|p| *p != primary)
-            .collect();
-        self.send(out, backups, message, SealFor::Stage(StageKind::Order));
-        self.primary_vote.quiet_prepares.insert(seqno, now);
-        self.stats.bump("prepare_quiet");
-        self.arm_primary_help(now + self.primary_help_hold(), out);
+        let quiet = now >= self.primary_vote.include_primary_until;
+        if quiet {
+            let primary = Principal::Order(self.primary_of(view));
+            let backups = self
+                .other_order_members()
+                .into_iter()
+                .filter(|p| *p != primary)
+                .collect();
+            self.send(out, backups, message, SealFor::Stage(StageKind::Order));
+            self.stats.bump("prepare_quiet");
+        } else {
+            self.send_to_order(out, message);
+        }
+        self.primary_vote.waiting_prepares.insert(seqno, (now, quiet));
+        self.arm_primary_help(now + self.waiting_hold(quiet), out);
     }
 
-    /// Sets `PbftTimer::PrimaryHelp` unless it is already set (it then fires no later than `at`:
-    /// it was set for an older quiet slot).
+    /// Sets `PbftTimer::PrimaryHelp` to fire at `at`, unless it is already set to fire no later.
     fn arm_primary_help(&mut self, at: Time, out: &mut Vec<Action>) {
-        if !self.primary_vote.primary_help_armed {
-            self.primary_vote.primary_help_armed = true;
+        if self.primary_vote.primary_help_armed.is_none_or(|armed| at < armed) {
+            self.primary_vote.primary_help_armed = Some(at);
             out.push(Action::SetTimer {
                 timer: Timer::Pbft(PbftTimer::PrimaryHelp),
                 at,
@@ -399,48 +408,148 @@ impl OrderStage {
         }
     }
 
-    fn primary_help_hold(&self) -> Time {
+    pub(super) fn primary_help_hold(&self) -> Time {
         (self.config.knobs.view_change_timeout_us / PRIMARY_HELP_HOLD_FRACTION).max(1)
     }
 
-    /// `PbftTimer::PrimaryHelp` (and every tick): drops the quiet slots committed here; if one is still
-    /// uncommitted after the hold, sends the PREPARE of every quiet slot to the primary and
-    /// includes the primary in every PREPARE for the next view-change timeout (counted
-    /// `prepare_primary_helped`). Otherwise sets the timer for the oldest one left.
-    pub(super) fn check_quiet_prepares(&mut self, now: Time, out: &mut Vec<Action>) {
-        self.primary_vote.quiet_prepares = self
-            .primary_vote
-            .quiet_prepares
-            .split_off(&self.prefix.last_committed.next());
-        let hold = self.primary_help_hold();
-        let Some((_, &oldest)) = self.primary_vote.quiet_prepares.first_key_value() else {
-            return;
+    /// How long a slot waits for its commit before `check_quiet_prepares` acts on it: the
+    /// primary-help hold if its PREPARE went quiet, the longer stuck-signal hold otherwise.
+    fn waiting_hold(&self, quiet: bool) -> Time {
+        let fraction = if quiet {
+            PRIMARY_HELP_HOLD_FRACTION
+        } else {
+            STUCK_SIGNAL_HOLD_FRACTION
         };
-        if oldest.saturating_add(hold) > now {
-            return self.arm_primary_help(oldest + hold, out);
+        (self.config.knobs.view_change_timeout_us / fraction).max(1)
+    }
+
+    /// `PbftTimer::PrimaryHelp` (and every tick): drops the waiting slots committed here. If a
+    /// quiet one is still uncommitted after the primary-help hold, sends the PREPARE of every
+    /// quiet slot to the primary (counted `prepare_primary_helped`) and includes the primary in
+    /// every PREPARE for the next view-change timeout. The oldest slot due (a quiet one, or one
+    /// without the primary's COMMIT here after the longer stuck-signal hold) also has its PREPARE
+    /// sent to the other backups again (counted `prepare_stuck_signalled`): a backup that committed
+    /// it without the primary (it hears a member this one no longer hears) then brings the primary
+    /// in too (`help_primary_prepare`). Slots due are then forgotten (the tick retransmits them);
+    /// the timer is set for the next one due.
+    pub(super) fn check_quiet_prepares(&mut self, now: Time, out: &mut Vec<Action>) {
+        self.primary_vote.waiting_prepares = self
+            .primary_vote
+            .waiting_prepares
+            .split_off(&self.prefix.last_committed.next());
+        let (quiet_hold, stuck_hold) = (self.waiting_hold(true), self.waiting_hold(false));
+        let due = |&(at, quiet): &(Time, bool)| at.saturating_add(if quiet { quiet_hold } else { stuck_hold }) <= now;
+        let waiting = &self.primary_vote.waiting_prepares;
+        let help = waiting.values().any(|w| w.1 && due(w));
+        let signal = waiting.iter().find(|(_, w)| due(w)).map(|(n, _)| *n);
+        let (view, primary) = (self.view, self.primary_of(self.view));
+        let mut signalled = false;
+        let mut sends = Vec::new();
+        for (&seqno, w) in waiting {
+            let (helping, signalling) = (help && w.1, !signalled && signal.is_some_and(|s| s <= seqno) && due(w));
+            if !helping && !signalling {
+                continue;
+            }
+            let Some(accepted) = self.log.get(&seqno).and_then(|slot| {
+                let accepted = slot.accepted_in(view)?;
+                (w.1 || slot.commits.get(&primary) != Some(&(view, accepted.digest))).then_some(accepted)
+            }) else {
+                continue;
+            };
+            signalled |= signalling;
+            sends.push((seqno, accepted.digest, helping, signalling));
         }
+        let backups: Vec<Principal> = self
+            .other_order_members()
+            .into_iter()
+            .filter(|p| *p != Principal::Order(primary))
+            .collect();
+        for (seqno, digest, helping, signalling) in sends {
+            let message = Message::Pbft(PbftMessage::Prepare { view, seqno, digest });
+            if signalling {
+                self.stats.bump("prepare_stuck_signalled");
+                self.send(out, backups.clone(), message.clone(), SealFor::Stage(StageKind::Order));
+            }
+            if helping {
+                self.stats.bump("prepare_primary_helped");
+                self.send(
+                    out,
+                    vec![Principal::Order(primary)],
+                    message,
+                    SealFor::Stage(StageKind::Order),
+                );
+            }
+        }
+        self.primary_vote
+            .waiting_prepares
+            .retain(|_, w| !(due(w) || help && w.1));
+        if help {
+            self.include_primary(now);
+        }
+        let next = self
+            .primary_vote
+            .waiting_prepares
+            .values()
+            .map(|&(at, quiet)| at.saturating_add(if quiet { quiet_hold } else { stuck_hold }))
+            .min();
+        if let Some(at) = next {
+            self.arm_primary_help(at, out);
+        }
+    }
+
+    /// Includes the primary in every PREPARE for the next view-change timeout, and asks for a
+    /// longer streak before leaving it out again if the last return to quiet PREPAREs was recent.
+    fn include_primary(&mut self, now: Time) {
         let span = self.config.knobs.view_change_timeout_us;
         self.primary_vote.include_primary_until = now.saturating_add(span);
         self.primary_vote.backups_complete_streak = 0;
-        // A stall soon after the last return to quiet PREPAREs: ask for a longer streak next time.
         self.primary_vote.quiet_again_after = match self.primary_vote.last_quiet_again {
             Some(at) if now < at.saturating_add(span) => {
                 (self.primary_vote.quiet_again_after * 2).min(QUIET_AGAIN_AFTER_MAX)
             }
             _ => QUIET_AGAIN_AFTER,
         };
-        let (view, primary) = (self.view, Principal::Order(self.primary_of(self.view)));
-        for seqno in mem::take(&mut self.primary_vote.quiet_prepares).into_keys() {
-            let Some(accepted) = self.log.get(&seqno).and_then(|s| s.accepted_in(view)) else {
+    }
+
+    /// Another backup resent its PREPARE for a slot committed here: it is stuck on it. If this
+    /// backup leaves the primary out and committed the slot without the primary's COMMIT, the
+    /// primary may lack the PREPAREs it needs to prepare (ours went to the backups only), and its
+    /// COMMIT is what the stuck backup waits for (it no longer hears a member this one still
+    /// hears): include the primary for a while and send it our PREPARE for that slot and every
+    /// later one whose COMMIT from the primary is not here (counted `prepare_primary_asked_in`).
+    /// While the primary is included our PREPAREs already reach it, and nothing is sent.
+    fn help_primary_prepare(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) {
+        let (view, primary) = (self.view, self.primary_of(self.view));
+        if self.q.n_order == self.q.order_medium()
+            || self.id == primary
+            || from == primary
+            || now < self.primary_vote.include_primary_until
+        {
+            return;
+        }
+        let Some(slot) = self.log.get(&seqno) else { return };
+        let Some(accepted) = slot.accepted_in(view) else { return };
+        if slot.record.committed.is_none() || slot.commits.get(&primary) == Some(&(view, accepted.digest)) {
+            return;
+        }
+        self.include_primary(now);
+        self.stats.bump("prepare_primary_asked_in");
+        let to = Principal::Order(primary);
+        let mut prepares = Vec::new();
+        for (&n, slot) in self.log.range(seqno..) {
+            let Some(accepted) = slot.accepted_in(view) else {
                 continue;
             };
-            let message = Message::Pbft(PbftMessage::Prepare {
-                view,
-                seqno,
-                digest: accepted.digest,
-            });
-            self.stats.bump("prepare_primary_helped");
-            self.send(out, vec![primary], message, SealFor::Stage(StageKind::Order));
+            if slot.prepares.contains_key(&self.id) && slot.commits.get(&primary) != Some(&(view, accepted.digest)) {
+                prepares.push((n, accepted.digest));
+            }
+        }
+        for (n, digest) in prepares {
+            if let Some(waiting) = self.primary_vote.waiting_prepares.get_mut(&n) {
+                waiting.1 = false;
+            }
+            let message = Message::Pbft(PbftMessage::Prepare { view, seqno: n, digest });
+            self.send(out, vec![to], message, SealFor::Stage(StageKind::Order));
         }
     }
 
@@ -485,6 +594,7 @@ impl OrderStage {
         self.note_conflict(earlier, view, digest, "conflicting_prepare");
         if seqno <= self.prefix.last_committed {
             self.help_slot(from, seqno, out);
+            self.help_primary_prepare(now, from, seqno, out);
         }
         self.check_prepared(now, seqno, out);
     }

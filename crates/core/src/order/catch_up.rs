@@ -16,14 +16,21 @@ impl OrderStage {
     // ---- retransmission and help ----
 
     /// OrderTick in an installed view: the primary resends PRE-PREPAREs to members whose COMMIT it
-    /// has not seen; everyone resends PREPARE / COMMIT for slots not committed here.
-    pub(super) fn retransmit_agreement(&self, out: &mut Vec<Action>) {
+    /// has not seen; everyone resends PREPARE / COMMIT for slots not committed here. Slots accepted
+    /// here less than the primary-help hold ago are still in flight and are left alone: a resent
+    /// PREPARE tells a member that committed the slot that this one is stuck on it
+    /// (`help_primary_prepare`).
+    pub(super) fn retransmit_agreement(&self, now: Time, out: &mut Vec<Action>) {
         let view = self.view;
         let primary = self.is_primary();
+        let settled = now.saturating_sub(self.primary_help_hold());
         for (&seqno, slot) in self.log.range(self.h.next()..) {
             let Some(accepted) = slot.accepted_in(view) else {
                 continue;
             };
+            if slot.accepted_at > settled {
+                continue;
+            }
             let digest = accepted.digest;
             if primary {
                 let missing: Vec<Principal> = self

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::crypto::Digest;
 use crate::ids::{ReplicaId, SeqNo, View};
 use crate::message::{Batch, PrePreparedClaim, PreparedClaim};
+use crate::stage::Time;
 
 /// A mark that does not fit the record it is merged into (recovery treats it as corrupt storage).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,6 +149,9 @@ pub(crate) struct Slot {
     pub commits: BTreeMap<ReplicaId, (View, Digest)>,
     /// `H_n`, once the slot and all before it committed.
     pub history: Option<Digest>,
+    /// When this member accepted the batch in the normal case (volatile; 0 for a batch from a
+    /// NEW-VIEW or the log): the tick retransmits only slots older than the primary-help hold.
+    pub accepted_at: Time,
 }
 
 impl Slot {

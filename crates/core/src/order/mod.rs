@@ -59,6 +59,12 @@ pub const NEXT_BATCH_HOLD_FRACTION: u64 = 200;
 /// 200`: 5 ms by default), for a slot whose PREPARE left the primary out to commit before it
 /// sends that PREPARE to the primary too (PROTOCOL.md step 3, "the primary's vote").
 pub const PRIMARY_HELP_HOLD_FRACTION: u64 = 200;
+/// How long a backup that includes the primary waits, as a fraction of the view-change timeout
+/// (`view_change_timeout_us / 10`: 100 ms by default), for a slot without the primary's COMMIT to
+/// commit before it sends that slot's PREPARE to the other backups again (PROTOCOL.md step 3,
+/// "the primary's vote"): long enough that a slot slowed by load alone does not resend, short
+/// beside the retransmission tick.
+pub const STUCK_SIGNAL_HOLD_FRACTION: u64 = 10;
 /// A backup that includes the primary in its PREPAREs leaves it out again after this many
 /// consecutive commits at which every backup's COMMIT for the slot before had arrived: the stall
 /// was a passing delay, not a backup that is down (which would never complete a slot). Doubled
@@ -455,7 +461,7 @@ impl OrderStage {
         if self.changing {
             self.resend_view_change(out);
         } else {
-            self.retransmit_agreement(out);
+            self.retransmit_agreement(now, out);
             self.propose_heartbeat(now, out);
             self.arm_wake(now, out);
             self.watch_primary(now, out);
@@ -525,7 +531,7 @@ impl Stage for OrderStage {
             Input::Message(envelope) => self.on_message(now, &envelope, out),
             Input::Timer(Timer::Pbft(PbftTimer::OrderTick)) => self.on_tick(now, out),
             Input::Timer(Timer::Pbft(PbftTimer::PrimaryHelp)) => {
-                self.primary_vote.primary_help_armed = false;
+                self.primary_vote.primary_help_armed = None;
                 self.check_quiet_prepares(now, out);
             }
             Input::Timer(Timer::Pbft(PbftTimer::Watch)) => {

@@ -160,7 +160,7 @@ impl OrderStage {
         self.hint_primary(out);
         self.view_change.new_view = None;
         self.buffered.clear();
-        self.primary_vote.quiet_prepares.clear();
+        self.primary_vote.waiting_prepares.clear();
         if self.batch_timer_armed {
             self.batch_timer_armed = false;
             out.push(Action::CancelTimer {

@@ -1279,3 +1279,45 @@ fn one_suspicion_keeps_a_member_in_the_view_and_view_change_join_suspicions_chan
     assert!(c.member(1).is_changing_view());
     assert_eq!(c.member(1).view(), View(1));
 }
+
+/// A backup that no longer hears one peer (it cut the peer off) while the other backups still
+/// do: they commit every slot with that peer's COMMIT, so only the cut-off backup stalls and
+/// asks the primary in, and the primary, one PREPARE short, would never prepare. The stuck
+/// backup's PREPARE after the hold also reaches the other backups; a backup that committed the
+/// slot without the primary's COMMIT then sends the primary its PREPAREs and includes it, so every
+/// slot commits everywhere within a few holds, long before the retransmission tick. When that
+/// backup leaves the primary out again (its streak of complete slots), the stuck one waits the
+/// longer stuck-signal hold once, and the streak doubles each time.
+#[test]
+fn a_backup_that_cut_a_peer_off_alone_is_not_left_behind() {
+    let mut c = Cluster::new(1, 1, small_knobs());
+    let hold = primary_help_hold(&c);
+    let stuck_hold = c.config.knobs.view_change_timeout_us / crate::order::STUCK_SIGNAL_HOLD_FRACTION;
+    let (deaf, peer) = (Principal::Order(ReplicaId(1)), Principal::Order(ReplicaId(3)));
+    c.filter = Box::new(move |from, to, _| !(from == peer && to == deaf));
+    let mut slow = 0;
+    for n in 1..=40u64 {
+        c.submit((n % CLIENTS as u64) as u32);
+        c.run(4 * hold);
+        if c.min_committed_of(&[0, 1, 2, 3]) < SeqNo(n) {
+            slow += 1;
+            c.run(stuck_hold);
+        }
+        assert_eq!(
+            c.min_committed_of(&[0, 1, 2, 3]),
+            SeqNo(n),
+            "batch {n} committed everywhere within the stuck-signal hold and four holds"
+        );
+    }
+    assert!(slow <= 3, "{slow} of 40 batches waited for the stuck-signal hold");
+    assert!(c.stat(1, "prepare_primary_helped") >= 1);
+    assert!(c.stat(1, "prepare_stuck_signalled") >= 1);
+    assert!(
+        c.stat(2, "prepare_primary_asked_in") + c.stat(3, "prepare_primary_asked_in") >= 1,
+        "a backup that committed without the primary brought it in"
+    );
+    let last = c.member(0).last_committed();
+    for i in 0..c.q.n_order {
+        assert_eq!(c.member(i).last_committed(), last, "member {i}");
+    }
+}
