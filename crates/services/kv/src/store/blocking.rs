@@ -182,7 +182,7 @@ fn word(w: &str) -> Bytes {
 
 /// Reads a blocking command (arity already checked); `None` if `argv` is not one.
 fn form(argv: &[Bytes]) -> Option<Form> {
-    let name = std::str::from_utf8(&argv[0]).ok()?.to_ascii_lowercase();
+    let name = std::str::from_utf8(argv.first()?).ok()?.to_ascii_lowercase();
     let a = &argv[1..];
     let last = a.last()?.clone();
     let keys_then = |keys: &[Bytes], end: &str, mpop: &str| {

@@ -211,6 +211,15 @@ fn checkpoints_are_deterministic_and_restore_exactly() {
         vec![Reply::Nil, bulk("1")]
     );
     assert!(c.restore(b"\xff\xff\xff").is_err());
+    // Found by `scripts/fuzz.sh` (checkpoint_restore): a checkpoint whose blocked client waits on
+    // an empty command restored by indexing it.
+    let empty_blocked_argv = b"\x01\x01\x01\x00\x00\x01\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x01\x00\x00";
+    let mut d = RedisStore::new();
+    if d.restore(empty_blocked_argv).is_ok() {
+        let mut again = RedisStore::new();
+        again.restore(&d.checkpoint()).unwrap();
+        assert_eq!(again.checkpoint(), d.checkpoint());
+    }
     // A malformed operation gets an error, not a panic.
     let ctx = BatchContext {
         seqno: SeqNo(3),
