@@ -44,5 +44,4 @@ pub mod kv;
 pub mod objects;
 pub mod order;
 
-#[cfg(test)]
-pub(crate) mod testing;
+pub mod testing;

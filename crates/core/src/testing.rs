@@ -1,4 +1,4 @@
-//! Test fixtures: a cluster configuration with real keys.
+//! Test fixtures: a cluster configuration with real keys (the unit tests' and the fuzz targets').
 
 use std::sync::Arc;
 
@@ -9,9 +9,13 @@ use crate::quorum::Quorums;
 
 /// A configured cluster with every principal's key ring.
 pub struct Fixture {
+    /// The configuration (validated).
     pub config: Arc<ClusterConfig>,
+    /// Its quorums.
     pub quorums: Quorums,
+    /// Each replica's key ring, by id.
     pub replicas: Vec<Arc<KeyRing>>,
+    /// Each client's key ring, by id.
     pub clients: Vec<Arc<KeyRing>>,
 }
 

@@ -1,0 +1,39 @@
+//! What the service fuzz targets share: two replicas executing the same batch must agree, and a
+//! checkpoint must restore to a service with the same checkpoint.
+
+use bytes::Bytes;
+use upright_core::service::{BatchContext, Effects, Service, ServiceRequest};
+
+/// Executes `requests` on both replicas and checks that they return one reply per request and the
+/// same replies and pushes; returns the replies.
+pub fn execute_on_both<S: Service>(
+    a: &mut S,
+    b: &mut S,
+    context: &BatchContext,
+    requests: &[ServiceRequest],
+) -> Vec<Bytes> {
+    let (mut ea, mut eb) = (Effects::default(), Effects::default());
+    let replies = a.execute(context, requests, &mut ea);
+    assert_eq!(replies.len(), requests.len(), "one reply per request");
+    assert_eq!(
+        replies,
+        b.execute(context, requests, &mut eb),
+        "replies are deterministic"
+    );
+    assert_eq!(ea, eb, "pushes are deterministic");
+    replies
+}
+
+/// Checks that both replicas' checkpoints are equal and that one restores, in a fresh service, to
+/// a service with the same checkpoint.
+pub fn checkpoints_agree_and_restore<S: Service>(a: &S, b: &S, fresh: impl Fn() -> S) {
+    let checkpoint = a.checkpoint();
+    assert_eq!(checkpoint, b.checkpoint(), "checkpoints are deterministic");
+    let mut restored = fresh();
+    restored.restore(&checkpoint).expect("a checkpoint restores");
+    assert_eq!(
+        restored.checkpoint(),
+        checkpoint,
+        "a restored service has the same checkpoint"
+    );
+}
