@@ -9,7 +9,7 @@
 //! [`checkers`], [`sim`] (the run), [`report`], [`options`], [`protocol`] (which stage code runs),
 //! [`service`] (which replicated service runs, and its mapping onto the checkers' model),
 //! [`toy`] (a toy protocol that tests the machinery), [`zk`] (ZooKeeper clients for
-//! `--service zk`).
+//! `--service zk`), [`soak`] (`--soak`: seeds across every configuration until the time is up).
 #![warn(missing_docs)]
 
 pub mod attack;
@@ -26,6 +26,7 @@ pub mod report;
 pub mod runtime;
 pub mod service;
 pub mod sim;
+pub mod soak;
 pub mod storage;
 pub mod sweep;
 pub mod toy;

@@ -62,6 +62,101 @@ struct Args {
     /// defences are worth).
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     defences: String,
+    /// Runs seeds across every configuration ((u, r) of (1,0), (1,1), (2,1); every --service;
+    /// with and without --mutate where r > 0) until MINUTES have passed, on --threads threads;
+    /// prints progress, every failing seed's replay command as found, seeds per second and the
+    /// totals by lane and by fault class. Uses --first-seed, --seconds, --clients and --sabotage;
+    /// ignores --seeds, --u, --r, --service and --mutate.
+    #[arg(long, value_name = "MINUTES")]
+    soak: Option<f64>,
+    /// Threads for --soak (default: the machine's cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// With --soak, also append every failing seed's replay command to this file.
+    #[arg(long, value_name = "FILE")]
+    failures: Option<std::path::PathBuf>,
+}
+
+/// `--soak`: seeds across every configuration until the time is up.
+fn run_soak(args: &Args, minutes: f64, sabotage: Option<SabotageMode>) -> ! {
+    use std::io::Write;
+    use std::time::Duration;
+    use upright_sim::soak::{soak, SoakOptions};
+    if !(minutes > 0.0 && minutes.is_finite()) {
+        eprintln!("--soak needs a positive number of minutes, not {minutes}");
+        std::process::exit(2);
+    }
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 {
+        eprintln!("--threads must be at least 1");
+        std::process::exit(2);
+    }
+    let failures_file = args.failures.as_ref().map(|path| {
+        std::sync::Mutex::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap_or_else(|e| {
+                    eprintln!("cannot open --failures {}: {e}", path.display());
+                    std::process::exit(2);
+                }),
+        )
+    });
+    let options = SoakOptions {
+        duration: Duration::from_secs_f64(minutes * 60.0),
+        threads,
+        first_seed: args.first_seed,
+        workload_us: (args.seconds * 1e6) as u64,
+        clients: args.clients,
+        max_seeds: None,
+        sabotage,
+    };
+    println!(
+        "soak: {minutes} min on {threads} threads, from seed {}",
+        args.first_seed
+    );
+    let result = soak(
+        &options,
+        Duration::from_secs(30),
+        |seeds, elapsed| {
+            println!(
+                "soak: {seeds} seeds in {:.0} s ({:.1} seeds/s)",
+                elapsed.as_secs_f64(),
+                seeds as f64 / elapsed.as_secs_f64().max(1e-9)
+            )
+        },
+        |failure| {
+            println!("seed {} ({}): {}", failure.seed, failure.lane.name(), failure.violation);
+            println!("replay: {}", failure.replay);
+            if let Some(file) = &failures_file {
+                let mut file = file.lock().expect("no panic holding it");
+                if let Err(e) = writeln!(file, "{}", failure.replay) {
+                    eprintln!("cannot write --failures: {e}");
+                }
+            }
+        },
+    );
+    for (lane, summary) in &result.lanes {
+        println!(
+            "lane {}: seeds {}, violations {}, ops {}",
+            lane.name(),
+            summary.seeds,
+            summary.violations,
+            summary.ops_completed
+        );
+    }
+    println!("{}", result.total.line(&expected_classes(1)));
+    println!(
+        "soak: {} seeds in {:.1} s ({:.1} seeds/s, {threads} threads), violations: {}",
+        result.total.seeds,
+        result.elapsed.as_secs_f64(),
+        result.seeds_per_second(),
+        result.total.violations
+    );
+    std::process::exit(if result.total.violations > 0 { 1 } else { 0 })
 }
 
 /// `--attack`: each attack over the seeds, one line per attack.
@@ -149,6 +244,9 @@ fn main() {
     std::panic::set_hook(Box::new(|_| {}));
     if args.attack.is_some() {
         run_attacks(&args, defences);
+    }
+    if let Some(minutes) = args.soak {
+        run_soak(&args, minutes, sabotage);
     }
     let mut summary = Summary::default();
     for seed in args.first_seed..args.first_seed + args.seeds {

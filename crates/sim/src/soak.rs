@@ -1,0 +1,181 @@
+//! `upright-sim --soak MINUTES`: seeds across every configuration the simulator runs — each
+//! (u, r) of [`SOAK_CONFIGURATIONS`], each service of [`ServiceKind::ALL`], with and without
+//! message mutation where a replica may be Byzantine — on several threads until the time is up.
+//! Seed number k goes to lane `k mod lanes` as that lane's seed `first_seed + k / lanes`, so a
+//! soak's seeds do not depend on the threads or the machine's speed, only on how many it reached.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::{SabotageMode, ServiceKind, SimOptions, Summary};
+
+/// The (u, r) configurations a soak covers.
+pub const SOAK_CONFIGURATIONS: [(usize, usize); 3] = [(1, 0), (1, 1), (2, 1)];
+
+/// One kind of run of a soak: a configuration, a service, mutation on or off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lane {
+    /// Failures tolerated.
+    pub u: usize,
+    /// Byzantine failures tolerated.
+    pub r: usize,
+    /// The replicated service.
+    pub service: ServiceKind,
+    /// Byzantine replicas mutate what they send (`--mutate`; only with r > 0).
+    pub mutate: bool,
+}
+
+impl Lane {
+    /// Every lane, in the order seeds are dealt to them.
+    pub fn all() -> Vec<Lane> {
+        let mut lanes = Vec::new();
+        for (u, r) in SOAK_CONFIGURATIONS {
+            for service in ServiceKind::ALL {
+                for mutate in [false, true] {
+                    if !mutate || r > 0 {
+                        lanes.push(Lane { u, r, service, mutate });
+                    }
+                }
+            }
+        }
+        lanes
+    }
+
+    /// The lane's name, as the totals print it: `u1r1 redis mutate`.
+    pub fn name(&self) -> String {
+        format!(
+            "u{}r{} {}{}",
+            self.u,
+            self.r,
+            self.service.name(),
+            if self.mutate { " mutate" } else { "" }
+        )
+    }
+}
+
+/// What a soak is told.
+#[derive(Clone, Debug)]
+pub struct SoakOptions {
+    /// How long to start new seeds.
+    pub duration: Duration,
+    /// Threads running seeds.
+    pub threads: usize,
+    /// The first seed of every lane.
+    pub first_seed: u64,
+    /// Virtual microseconds of client workload per seed.
+    pub workload_us: u64,
+    /// Correct clients per seed.
+    pub clients: u32,
+    /// Stop after this many seeds even if time is left (tests).
+    pub max_seeds: Option<u64>,
+    /// A deliberately broken protocol or service in every seed (to see that the checkers catch
+    /// it in every lane it applies to).
+    pub sabotage: Option<SabotageMode>,
+}
+
+/// A failing seed.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// Its lane.
+    pub lane: Lane,
+    /// Its seed.
+    pub seed: u64,
+    /// Its first violation.
+    pub violation: String,
+    /// The command that replays it.
+    pub replay: String,
+}
+
+/// What a soak found.
+#[derive(Debug)]
+pub struct SoakResult {
+    /// Totals over every seed (fault classes, operations, violations).
+    pub total: Summary,
+    /// Totals per lane, in [`Lane::all`]'s order.
+    pub lanes: Vec<(Lane, Summary)>,
+    /// Every failing seed.
+    pub failures: Vec<Failure>,
+    /// Wall time it took.
+    pub elapsed: Duration,
+}
+
+impl SoakResult {
+    /// Seeds per second of wall time.
+    pub fn seeds_per_second(&self) -> f64 {
+        self.total.seeds as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Runs the soak. `progress` is called from one thread about every `every` with the seeds done so
+/// far and the wall time; `on_failure` as each failing seed is found.
+pub fn soak(
+    options: &SoakOptions,
+    every: Duration,
+    mut progress: impl FnMut(u64, Duration),
+    on_failure: impl Fn(&Failure) + Sync,
+) -> SoakResult {
+    let lanes = Lane::all();
+    let next = AtomicU64::new(0);
+    let done = AtomicU64::new(0);
+    let finished = AtomicBool::new(false);
+    let totals = Mutex::new((Summary::default(), vec![Summary::default(); lanes.len()], Vec::new()));
+    let start = Instant::now();
+    let deadline = start + options.duration;
+    std::thread::scope(|scope| {
+        for _ in 0..options.threads.max(1) {
+            scope.spawn(|| loop {
+                if Instant::now() >= deadline {
+                    return;
+                }
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                if options.max_seeds.is_some_and(|max| k >= max) {
+                    return;
+                }
+                let lane = lanes[(k % lanes.len() as u64) as usize];
+                let seed = options.first_seed + k / lanes.len() as u64;
+                let mut opts = SimOptions::new(seed, lane.u, lane.r);
+                opts.service = lane.service;
+                opts.mutate = lane.mutate;
+                opts.workload_us = options.workload_us;
+                opts.clients = options.clients;
+                opts.sabotage = options.sabotage;
+                let report = crate::run(opts.clone());
+                let failure = report.violations.first().map(|v| Failure {
+                    lane,
+                    seed,
+                    violation: v.clone(),
+                    replay: opts.replay_command(),
+                });
+                if let Some(f) = &failure {
+                    on_failure(f);
+                }
+                let mut t = totals.lock().expect("no thread panics holding it");
+                t.0.add(&report);
+                t.1[(k % lanes.len() as u64) as usize].add(&report);
+                t.2.extend(failure);
+                drop(t);
+                done.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        // Progress from this thread while the workers run.
+        let mut last = Instant::now();
+        while !finished.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+            let out_of_seeds = options.max_seeds.is_some_and(|max| done.load(Ordering::Relaxed) >= max);
+            if Instant::now() >= deadline || out_of_seeds {
+                finished.store(true, Ordering::Relaxed);
+            } else if last.elapsed() >= every {
+                last = Instant::now();
+                progress(done.load(Ordering::Relaxed), start.elapsed());
+            }
+        }
+    });
+    let (total, per_lane, failures) = totals.into_inner().expect("no thread panics holding it");
+    SoakResult {
+        total,
+        lanes: lanes.into_iter().zip(per_lane).collect(),
+        failures,
+        elapsed: start.elapsed(),
+    }
+}
