@@ -26,9 +26,9 @@ use crate::stage::{Action, Time, Timer};
 #[derive(Debug)]
 pub(super) struct PrimaryVote {
     /// Slots this backup sent its PREPARE for, with when (`send_prepare`), and whether it went to
-    /// the other backups only (quiet). If one has not committed here `PRIMARY_HELP_HOLD_FRACTION`
-    /// of the view-change timeout later, the PREPAREs go to every member, the primary included
-    /// (`PbftTimer::PrimaryHelp`). Committed slots leave it when that timer fires or at a tick
+    /// the other backups only (quiet). A quiet one not committed here `PRIMARY_HELP_HOLD_FRACTION`
+    /// of the view-change timeout later sends the quiet PREPAREs to the primary, and the oldest
+    /// slot due to the other backups again (`PbftTimer::PrimaryHelp`, `check_quiet_prepares`). Committed slots leave it when that timer fires or at a tick
     /// (not on the commit path), so it holds at most the slots accepted within one hold, all in
     /// the window.
     pub(super) waiting_prepares: BTreeMap<SeqNo, (Time, bool)>,
@@ -337,10 +337,10 @@ impl OrderStage {
     /// and committed predicates are unchanged. If the slot has not committed here after the hold
     /// (`PbftTimer::PrimaryHelp`), the PREPAREs go to the primary too, and so does every PREPARE for
     /// the next view-change timeout: the primary then prepares and its COMMIT completes the quorum
-    /// while a backup is down, slow or silent. A slot that waits out the hold while the primary is
-    /// included has its PREPARE sent to every member again: a backup that committed it without
-    /// the primary (it hears a member this one no longer hears) then brings the primary in too
-    /// (`help_primary_prepare`).
+    /// while a backup is down, slow or silent. A slot sent while the primary is included that
+    /// still lacks the primary's COMMIT after the longer stuck-signal hold has its PREPARE sent to
+    /// the other backups again: one that committed it without the primary (it hears a member
+    /// this one no longer hears) then brings the primary in too (`help_primary_prepare`).
     fn send_prepare(&mut self, now: Time, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
         let view = self.view;
         let message = Message::Pbft(PbftMessage::Prepare { view, seqno, digest });
@@ -438,15 +438,15 @@ impl OrderStage {
             .waiting_prepares
             .split_off(&self.prefix.last_committed.next());
         let (quiet_hold, stuck_hold) = (self.waiting_hold(true), self.waiting_hold(false));
-        let due = |&(at, quiet): &(Time, bool)| at.saturating_add(if quiet { quiet_hold } else { stuck_hold }) <= now;
+        let deadline = |&(at, quiet): &(Time, bool)| at.saturating_add(if quiet { quiet_hold } else { stuck_hold });
+        let due = |w: &(Time, bool)| deadline(w) <= now;
         let waiting = &self.primary_vote.waiting_prepares;
         let help = waiting.values().any(|w| w.1 && due(w));
-        let signal = waiting.iter().find(|(_, w)| due(w)).map(|(n, _)| *n);
         let (view, primary) = (self.view, self.primary_of(self.view));
         let mut signalled = false;
         let mut sends = Vec::new();
         for (&seqno, w) in waiting {
-            let (helping, signalling) = (help && w.1, !signalled && signal.is_some_and(|s| s <= seqno) && due(w));
+            let (helping, signalling) = (help && w.1, !signalled && due(w));
             if !helping && !signalling {
                 continue;
             }
@@ -486,12 +486,7 @@ impl OrderStage {
         if help {
             self.include_primary(now);
         }
-        let next = self
-            .primary_vote
-            .waiting_prepares
-            .values()
-            .map(|&(at, quiet)| at.saturating_add(if quiet { quiet_hold } else { stuck_hold }))
-            .min();
+        let next = self.primary_vote.waiting_prepares.values().map(deadline).min();
         if let Some(at) = next {
             self.arm_primary_help(at, out);
         }
