@@ -4,7 +4,7 @@
 //! Seed number k goes to lane `k mod lanes` as that lane's seed `first_seed + k / lanes`, so a
 //! soak's seeds do not depend on the threads or the machine's speed, only on how many it reached.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -118,7 +118,6 @@ pub fn soak(
     let lanes = Lane::all();
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
-    let finished = AtomicBool::new(false);
     let totals = Mutex::new((Summary::default(), vec![Summary::default(); lanes.len()], Vec::new()));
     let start = Instant::now();
     let deadline = start + options.duration;
@@ -132,7 +131,8 @@ pub fn soak(
                 if options.max_seeds.is_some_and(|max| k >= max) {
                     return;
                 }
-                let lane = lanes[(k % lanes.len() as u64) as usize];
+                let index = (k % lanes.len() as u64) as usize;
+                let lane = lanes[index];
                 let seed = options.first_seed + k / lanes.len() as u64;
                 let mut opts = SimOptions::new(seed, lane.u, lane.r);
                 opts.service = lane.service;
@@ -152,7 +152,7 @@ pub fn soak(
                 }
                 let mut t = totals.lock().expect("no thread panics holding it");
                 t.0.add(&report);
-                t.1[(k % lanes.len() as u64) as usize].add(&report);
+                t.1[index].add(&report);
                 t.2.extend(failure);
                 drop(t);
                 done.fetch_add(1, Ordering::Relaxed);
@@ -160,12 +160,13 @@ pub fn soak(
         }
         // Progress from this thread while the workers run.
         let mut last = Instant::now();
-        while !finished.load(Ordering::Relaxed) {
+        loop {
             std::thread::sleep(Duration::from_millis(50));
             let out_of_seeds = options.max_seeds.is_some_and(|max| done.load(Ordering::Relaxed) >= max);
             if Instant::now() >= deadline || out_of_seeds {
-                finished.store(true, Ordering::Relaxed);
-            } else if last.elapsed() >= every {
+                break;
+            }
+            if last.elapsed() >= every {
                 last = Instant::now();
                 progress(done.load(Ordering::Relaxed), start.elapsed());
             }
