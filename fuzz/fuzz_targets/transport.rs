@@ -3,6 +3,8 @@
 //! buffered frame reader with a small bound.
 #![no_main]
 
+use std::sync::OnceLock;
+
 use libfuzzer_sys::fuzz_target;
 use upright_node::transport::{FrameReader, Hello, HelloList};
 
@@ -12,7 +14,9 @@ const FRAME_MAX: usize = 512;
 fuzz_target!(|data: &[u8]| {
     let _ = upright_core::codec::from_bytes::<Hello>(data);
     let _ = upright_core::codec::from_bytes::<HelloList>(data);
-    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    // One runtime for every input (building one is most of a small input's time).
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let runtime = RUNTIME.get_or_init(|| tokio::runtime::Builder::new_current_thread().build().expect("runtime"));
     runtime.block_on(async {
         let mut reader = FrameReader::new(data, FRAME_MAX);
         let mut taken = 0usize;
