@@ -39,6 +39,11 @@ pub(crate) struct Transfer {
     stored: Option<StoredCheckpoint>,
     /// The paged phase, once the small part is in (`paged.rs`).
     pub(super) pages: Option<PageSync>,
+    /// Whether the manifest or a chunk was accepted since the last retry tick.
+    progressed: bool,
+    /// A newer checkpoint agreed by LOAD-CPs while this transfer made progress: loaded when
+    /// this one stalls (its peers may have dropped it), else asked for again after it completes.
+    newer: Option<(SeqNo, Digest)>,
 }
 
 impl Transfer {
@@ -61,9 +66,24 @@ impl ExecStage {
         if !self.load_votes.offer(from, seqno, digest, self.q.load_checkpoint()) {
             return;
         }
-        if self.transfer.as_ref().is_some_and(|t| t.seqno >= seqno) {
-            return;
+        if let Some(t) = self.transfer.as_mut() {
+            if t.seqno >= seqno {
+                return;
+            }
+            // A transfer that is getting its chunks goes on: restarting it for every newer
+            // checkpoint never finishes one while the cluster checkpoints faster than the state
+            // moves (found by --twins). The paged phase restarts (its pages are kept).
+            if t.pages.is_none() && (t.progressed || t.manifest.is_some()) {
+                self.stats.bump("state_transfer_newer_deferred");
+                t.newer = Some((seqno, digest));
+                return;
+            }
         }
+        self.start_transfer(seqno, digest, out);
+    }
+
+    /// Starts loading checkpoint `seqno` (agreed by LOAD-CPs) from the execution peers.
+    fn start_transfer(&mut self, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
         let n_exec = self.q.n_exec as u32;
         let peers: Vec<ReplicaId> = (1..n_exec).map(|k| ReplicaId((self.id.0 + k) % n_exec)).collect();
         if peers.is_empty() {
@@ -83,6 +103,8 @@ impl ExecStage {
             cursor: 0,
             stored: None,
             pages: None,
+            progressed: false,
+            newer: None,
         };
         self.transfer = Some(transfer);
         self.request_manifest(out);
@@ -132,6 +154,13 @@ impl ExecStage {
             return;
         }
         let Some(t) = &mut self.transfer else { return };
+        if let Some((seqno, digest)) = t.newer.filter(|_| !t.progressed) {
+            // Nothing arrived since the last tick: the peers may no longer keep this checkpoint.
+            self.stats.bump("state_transfer_moved_to_newer");
+            self.start_transfer(seqno, digest, out);
+            return;
+        }
+        t.progressed = false;
         t.cursor = (t.cursor + 1) % t.peers.len();
         if t.manifest.is_none() {
             self.request_manifest(out);
@@ -174,6 +203,7 @@ impl ExecStage {
             return;
         }
         t.manifest = Some((total_bytes, chunk_digests.to_vec()));
+        t.progressed = true;
         t.chunks = vec![None; chunk_digests.len()];
         self.stats.bump("state_manifest_accepted");
         self.request_chunks(out);
@@ -211,6 +241,7 @@ impl ExecStage {
             return;
         }
         t.chunks[i] = Some(data.clone());
+        t.progressed = true;
         t.received += 1;
         self.stats.add("state_transfer_bytes", data.len() as u64);
         t.in_flight.remove(&index);

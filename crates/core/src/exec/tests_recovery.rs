@@ -547,3 +547,110 @@ fn the_newest_checkpoint_token_is_resent_with_last_executed_when_idle() {
         .iter()
         .any(|(_, m)| matches!(m, Message::LastExecuted { seqno } if *seqno == SeqNo(9))));
 }
+
+/// LOAD-CP for `(seqno, digest)` from a quorum of order members (0 and 2) to exec 1.
+fn load_checkpoint(net: &Net, b: &mut ExecStage, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
+    for i in [0, 2] {
+        let load = Message::LoadCheckpoint {
+            seqno,
+            exec_state: digest,
+        };
+        let input = net.input(
+            Principal::Order(ReplicaId(i)),
+            load,
+            SealFor::One(Principal::Exec(ReplicaId(1))),
+        );
+        b.handle(10, input, out);
+    }
+}
+
+/// Exec 0's manifest of checkpoint `seqno`, as exec 1 receives it.
+fn manifest_of(net: &Net, a: &mut ExecStage, seqno: SeqNo, digest: Digest) -> Input {
+    let ask = Message::FetchState {
+        seqno,
+        state_digest: digest,
+        chunk: None,
+    };
+    let mut answer = Vec::new();
+    let input = net.input(
+        Principal::Exec(ReplicaId(1)),
+        ask,
+        SealFor::One(Principal::Exec(ReplicaId(0))),
+    );
+    a.handle(10, input, &mut answer);
+    let Some(Action::Send { envelope, .. }) = answer.pop() else {
+        panic!("exec 0 serves its manifest")
+    };
+    Input::Message(envelope)
+}
+
+fn loaded(log: &[Action], seqno: SeqNo) -> bool {
+    log.iter()
+        .any(|a| matches!(a, Action::Note(Event::StateLoaded { seqno: s, .. }) if *s == seqno))
+}
+
+/// Exec 0 with checkpoints 4 and 8, and exec 1 loading 4 with its manifest in; returns exec 1's
+/// chunk requests and the two checkpoints.
+#[allow(clippy::type_complexity)]
+fn loading_the_older_of_two(net: &Net) -> (ExecStage, ExecStage, Vec<Action>, [(SeqNo, Digest); 2]) {
+    let batches = workload();
+    let mut a = net.kv_stage(0);
+    let cps = checkpointed(&run(net, &mut a, &batches[..8]));
+    let (old, old_digest) = cps[0];
+    let mut b = net.kv_stage(1);
+    load_checkpoint(net, &mut b, old, old_digest, &mut Vec::new());
+    let mut requests = Vec::new();
+    b.handle(10, manifest_of(net, &mut a, old, old_digest), &mut requests);
+    assert!(!sent(&requests).is_empty(), "chunks asked for");
+    (a, b, requests, [cps[0], cps[1]])
+}
+
+/// A transfer that is getting its chunks goes on when a newer checkpoint is agreed: restarting
+/// on every newer LOAD-CP never finished one while the cluster checkpointed faster than the
+/// state moved (an execution member lagged for good and its clients starved; found by
+/// `upright-sim --twins`, seeds 44, 81, 138 and 837 of `--u 1 --r 1` before the twins' sides
+/// could put both copies together).
+#[test]
+fn a_transfer_that_gets_its_chunks_is_not_restarted_for_a_newer_checkpoint() {
+    let net = Net::new(state_transfer_knobs());
+    let (mut a, mut b, requests, [(old, _), (new, new_digest)]) = loading_the_older_of_two(&net);
+    let mut newer = Vec::new();
+    load_checkpoint(&net, &mut b, new, new_digest, &mut newer);
+    assert!(sent(&newer).is_empty(), "no second transfer: {:?}", sent(&newer));
+    assert_eq!(b.transfer.as_ref().map(|t| t.seqno()), Some(old));
+    assert_eq!(b.stats().get("state_transfer_newer_deferred"), 1);
+    let log = pump(&net, &mut a, &mut b, requests, 20);
+    assert!(loaded(&log, old));
+    assert_eq!(b.last_executed().0, old);
+    assert_eq!(b.stats().get("state_transfer_started"), 1);
+}
+
+/// ... but one whose peers stop answering (they may have dropped its checkpoint) moves to the
+/// newer checkpoint at the first retry tick with nothing received since the previous one.
+#[test]
+fn a_stalled_transfer_moves_to_the_newer_checkpoint() {
+    let net = Net::new(state_transfer_knobs());
+    // The chunk requests are lost.
+    let (mut a, mut b, _, [(old, _), (new, new_digest)]) = loading_the_older_of_two(&net);
+    load_checkpoint(&net, &mut b, new, new_digest, &mut Vec::new());
+    // The manifest arrived since the transfer began: the first tick retries the same checkpoint.
+    let mut retry = Vec::new();
+    b.handle(300_000, Input::Timer(Timer::ExecRetry), &mut retry);
+    assert_eq!(b.transfer.as_ref().map(|t| t.seqno()), Some(old));
+    // Nothing since: the next tick moves on.
+    let mut moved = Vec::new();
+    b.handle(600_000, Input::Timer(Timer::ExecRetry), &mut moved);
+    assert_eq!(b.transfer.as_ref().map(|t| t.seqno()), Some(new));
+    assert_eq!(b.stats().get("state_transfer_moved_to_newer"), 1);
+    assert!(sent(&moved)
+        .iter()
+        .any(|(_, m)| matches!(m, Message::FetchState { seqno, chunk: None, .. } if *seqno == new)));
+    // Exec 2 lies about the manifest; the next tick asks exec 0, which serves the newer one.
+    let mut log = pump(&net, &mut a, &mut b, moved, 600_000);
+    let mut retry = Vec::new();
+    b.handle(900_000, Input::Timer(Timer::ExecRetry), &mut retry);
+    log.extend(pump(&net, &mut a, &mut b, retry, 900_000));
+    assert!(loaded(&log, new));
+    assert!(!loaded(&log, old));
+    assert_eq!(b.last_executed().0, new);
+}
