@@ -56,6 +56,10 @@ pub enum Sabotage {
     /// Execution members install pages fetched during a state transfer without checking them
     /// against the certified tree: a Byzantine peer can then plant a state nobody executed.
     UncheckedPages,
+    /// Order members count the primary's vote once for each distinct PRE-PREPARE they received
+    /// from it for a slot in the view, instead of once: a faulty primary that proposes twice is
+    /// counted twice.
+    CountProposalsTwice,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.

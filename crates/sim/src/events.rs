@@ -20,6 +20,9 @@ pub enum Event {
         from: Principal,
         /// The recipient.
         to: Principal,
+        /// The replica process it arrives at, if `to` is a member (a twin's copy, or replica
+        /// `to.replica()`).
+        process: u32,
         /// The message.
         envelope: Arc<Envelope>,
         /// Digest of the encoded envelope (for the trace hash).
@@ -47,6 +50,8 @@ pub enum Event {
     Fault(usize),
     /// A correct client's think time is over: invoke its next operation.
     ClientWake(u32),
+    /// The twins' next round of sides (`--twins`, [`crate::twins`]).
+    TwinsRound,
     /// A replica with [`crate::SimOptions::cpu_us_per_message`] is free: it handles the next
     /// message that waited for it.
     CpuFree(u32),

@@ -274,6 +274,9 @@ pub struct FaultPlan {
     pub byzantine: BTreeMap<u32, Behaviour>,
     /// The Byzantine client, if one runs.
     pub byzantine_client: Option<ClientBehaviour>,
+    /// The replica that runs as two correct copies sharing its identity (`--twins`,
+    /// [`crate::twins`]); it is one of the `r` faulty replicas.
+    pub twin: Option<u32>,
 }
 
 /// Largest clock offset of a replica.
@@ -304,13 +307,14 @@ impl FaultPlan {
             skew: vec![0; shape.n_replicas],
             byzantine: BTreeMap::new(),
             byzantine_client: None,
+            twin: None,
         }
     }
 
     /// Draws a plan: each fault class is switched on with some probability, so that over many
     /// seeds every class is injected often, alone and in combination.
     pub fn draw(rng: &mut ChaCha8Rng, shape: PlanShape) -> FaultPlan {
-        FaultPlan::draw_with(rng, shape, |rng, shape| {
+        FaultPlan::draw_with(rng, shape, 0, |rng, shape| {
             if shape.r > 0 && rng.random_bool(0.5) {
                 draw_byzantine(rng, shape)
             } else {
@@ -322,7 +326,7 @@ impl FaultPlan {
     /// [`FaultPlan::draw`] with every Byzantine replica (1 to `r` of them, anywhere, the view-0
     /// primary among them half the time) mutating what it sends (`--mutate`).
     pub fn draw_mutating(rng: &mut ChaCha8Rng, shape: PlanShape) -> FaultPlan {
-        FaultPlan::draw_with(rng, shape, |rng, shape| {
+        FaultPlan::draw_with(rng, shape, 0, |rng, shape| {
             let mut out = BTreeMap::new();
             if shape.r == 0 {
                 return out;
@@ -338,9 +342,27 @@ impl FaultPlan {
         })
     }
 
+    /// [`FaultPlan::draw`] with the one faulty replica a twin (`--twins`; the view-0 primary
+    /// half the time) instead of a Byzantine behaviour; none when `r = 0`.
+    pub fn draw_twins(rng: &mut ChaCha8Rng, shape: PlanShape) -> FaultPlan {
+        let twin = (shape.r > 0).then(|| {
+            if rng.random_bool(0.5) {
+                0
+            } else {
+                rng.random_range(0..shape.n_replicas as u32)
+            }
+        });
+        // The twin spends one fault of the budget.
+        let mut plan = FaultPlan::draw_with(rng, shape, twin.is_some() as usize, |_, _| BTreeMap::new());
+        plan.twin = twin;
+        plan
+    }
+
+    /// A plan whose Byzantine replicas `byzantine` draws; `twins` more replicas are faulty.
     fn draw_with(
         rng: &mut ChaCha8Rng,
         shape: PlanShape,
+        twins: usize,
         byzantine: impl FnOnce(&mut ChaCha8Rng, PlanShape) -> BTreeMap<u32, Behaviour>,
     ) -> FaultPlan {
         let mut plan = FaultPlan::quiet(shape);
@@ -366,7 +388,7 @@ impl FaultPlan {
         plan.byzantine_client = rng
             .random_bool(0.3)
             .then(|| *ClientBehaviour::ALL.choose(rng).expect("non-empty"));
-        plan.steps = draw_episodes(rng, shape, plan.byzantine.len());
+        plan.steps = draw_episodes(rng, shape, plan.byzantine.len() + twins);
         plan
     }
 
@@ -463,6 +485,38 @@ mod tests {
                 }
             }
             assert_eq!(seen_byz > 0, r > 0);
+        }
+    }
+
+    #[test]
+    fn a_twin_spends_one_fault_of_the_budget() {
+        for (u, r, n, n_exec) in [(1, 0, 3, 3), (1, 1, 4, 3), (2, 1, 6, 5)] {
+            let shape = PlanShape {
+                u,
+                r,
+                n_replicas: n,
+                n_exec,
+                heal_at: 2_000_000,
+            };
+            let mut primary = 0;
+            for seed in 0..300 {
+                let plan = FaultPlan::draw_twins(&mut ChaCha8Rng::seed_from_u64(seed), shape);
+                assert!(plan.byzantine.is_empty(), "no hand-written behaviour beside the twin");
+                assert_eq!(plan.twin.is_some(), r > 0);
+                primary += (plan.twin == Some(0)) as u32;
+                for (_, step) in &plan.steps {
+                    if let FaultStep::Crash(v) | FaultStep::Partition(v) = step {
+                        let twins = plan.twin.is_some() as usize;
+                        assert!(v.len() + twins <= u, "seed {seed}: {step:?} beside the twin");
+                    }
+                }
+            }
+            if r > 0 {
+                assert!(
+                    (130..=220).contains(&primary),
+                    "the view-0 primary about half the time: {primary}"
+                );
+            }
         }
     }
 }

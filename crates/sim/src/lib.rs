@@ -5,7 +5,7 @@
 //! progress after the faults heal.
 //!
 //! Layout: [`events`] (queue and timers), [`network`], [`storage`], [`faults`] (fault plan and
-//! budget), [`byzantine`] (Byzantine behaviours), [`mutate`] (message mutation), [`workload`] and [`history`] (clients),
+//! budget), [`byzantine`] (Byzantine behaviours), [`mutate`] (message mutation), [`twins`] (a faulty replica as two correct copies), [`workload`] and [`history`] (clients),
 //! [`checkers`], [`sim`] (the run), [`report`], [`options`], [`protocol`] (which stage code runs),
 //! [`service`] (which replicated service runs, and its mapping onto the checkers' model),
 //! [`toy`] (a toy protocol that tests the machinery), [`zk`] (ZooKeeper clients for
@@ -30,6 +30,7 @@ pub mod soak;
 pub mod storage;
 pub mod sweep;
 pub mod toy;
+pub mod twins;
 pub mod workload;
 pub mod zk;
 

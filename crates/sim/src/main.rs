@@ -22,8 +22,8 @@ struct Args {
     r: usize,
     /// Run a deliberately broken protocol or service: short-quorum, skip-mac, early-execute,
     /// weak-read-quorum, weak-serializable-quorum, weak-push-quorum, corrupt-service,
-    /// unchecked-pages (with --service paged-kv), lying-disk or unordered-events (with
-    /// --service zk).
+    /// unchecked-pages (with --service paged-kv), lying-disk, unordered-events (with
+    /// --service zk) or count-proposals-twice (with --mutate).
     #[arg(long)]
     sabotage: Option<String>,
     /// Virtual seconds of client workload per seed.
@@ -49,6 +49,11 @@ struct Args {
     /// with their own keys; every seed with r > 0 has 1 to r of them.
     #[arg(long)]
     mutate: bool,
+    /// The faulty replica runs as two correct copies sharing its identity and keys (Twins): each
+    /// round of the fault phase puts every other process on one copy's side (and, half the time,
+    /// cuts the two sides apart); every seed with r > 0 has one.
+    #[arg(long, conflicts_with = "mutate")]
+    twins: bool,
     /// Prints every named Byzantine behaviour (replicas', then the client's), one per line, and
     /// exits.
     #[arg(long)]
@@ -63,10 +68,11 @@ struct Args {
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     defences: String,
     /// Runs seeds across every configuration ((u, r) of (1,0), (1,1), (2,1); every --service;
-    /// with and without --mutate where r > 0) until MINUTES have passed, on --threads threads;
+    /// with a random Byzantine behaviour, with --mutate and with --twins where r > 0) until
+    /// MINUTES have passed, on --threads threads;
     /// prints progress, every failing seed's replay command as found, seeds per second and the
     /// totals by lane and by fault class. Uses --first-seed, --seconds, --clients and --sabotage;
-    /// ignores --seeds, --u, --r, --service and --mutate.
+    /// ignores --seeds, --u, --r, --service, --mutate and --twins.
     #[arg(long, value_name = "MINUTES")]
     soak: Option<f64>,
     /// Threads for --soak (default: the machine's cores).
@@ -255,6 +261,7 @@ fn main() {
         opts.clients = args.clients;
         opts.sabotage = sabotage;
         opts.mutate = args.mutate;
+        opts.twins = args.twins;
         opts.defences = defences;
         opts.service = upright_sim::ServiceKind::parse(&args.service).expect("clap checked the name");
         let report = upright_sim::run(opts.clone());
@@ -283,7 +290,15 @@ fn main() {
         }
         summary.add(&report);
     }
-    println!("{}", summary.line(&expected_classes(args.r.max(1))));
+    let classes = if args.twins {
+        // No hand-written behaviour runs beside the twin.
+        let mut classes = upright_sim::faults::BENIGN_CLASSES.to_vec();
+        classes.extend(["twins", "twins_round", "twins_partition", "twins_cut"]);
+        classes
+    } else {
+        expected_classes(args.r.max(1))
+    };
+    println!("{}", summary.line(&classes));
     if summary.violations > 0 {
         std::process::exit(1);
     }

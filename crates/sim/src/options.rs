@@ -34,11 +34,15 @@ pub enum SabotageMode {
     /// events its session was sent before it: a client can see a watched node change before the
     /// event.
     UnorderedEvents,
+    /// Order members count the primary once for each distinct batch it proposed for a slot
+    /// (`Sabotage::CountProposalsTwice`): a mutating primary (`--mutate`), which now and then
+    /// sends an altered PRE-PREPARE beside the honest one, is counted twice.
+    CountProposalsTwice,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 10] = [
+    pub const ALL: [SabotageMode; 11] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -49,6 +53,7 @@ impl SabotageMode {
         SabotageMode::UncheckedPages,
         SabotageMode::LyingDisk,
         SabotageMode::UnorderedEvents,
+        SabotageMode::CountProposalsTwice,
     ];
 
     /// Its command-line name.
@@ -64,6 +69,7 @@ impl SabotageMode {
             SabotageMode::UncheckedPages => "unchecked-pages",
             SabotageMode::LyingDisk => "lying-disk",
             SabotageMode::UnorderedEvents => "unordered-events",
+            SabotageMode::CountProposalsTwice => "count-proposals-twice",
         }
     }
 
@@ -84,6 +90,7 @@ impl SabotageMode {
             SabotageMode::WeakPushQuorum => Some(Sabotage::WeakPushQuorum),
             SabotageMode::CorruptService | SabotageMode::LyingDisk | SabotageMode::UnorderedEvents => None,
             SabotageMode::UncheckedPages => Some(Sabotage::UncheckedPages),
+            SabotageMode::CountProposalsTwice => Some(Sabotage::CountProposalsTwice),
         }
     }
 }
@@ -117,6 +124,9 @@ pub struct SimOptions {
     /// Every Byzantine replica mutates what it sends ([`crate::mutate`]), and every seed with
     /// `r > 0` has one.
     pub mutate: bool,
+    /// The faulty replica runs as two correct copies sharing its identity ([`crate::twins`]),
+    /// and every seed with `r > 0` has one.
+    pub twins: bool,
     /// One attack and nothing else ([`crate::attack`]).
     pub attack: Option<crate::attack::Attack>,
     /// The order stage watches the primary beyond PBFT's timer (`knobs.watch_primary`).
@@ -152,6 +162,7 @@ impl SimOptions {
             sabotage: None,
             service: ServiceKind::Kv,
             mutate: false,
+            twins: false,
             attack: None,
             defences: true,
             client_signatures: seed % 4 == 3,
@@ -208,6 +219,9 @@ impl SimOptions {
         }
         if self.mutate {
             cmd.push_str(" --mutate");
+        }
+        if self.twins {
+            cmd.push_str(" --twins");
         }
         if let Some(attack) = self.attack {
             // The attack's own workload comes with it.

@@ -32,6 +32,7 @@ use crate::protocol::Protocol;
 use crate::report::{SimReport, Tallies};
 use crate::service::ServiceKind;
 use crate::storage::{SimLog, SimPageStore, SimPages};
+use crate::twins::{Node, Twins};
 use crate::workload::Workload;
 use crate::zk::{Next, ZkClients};
 
@@ -65,6 +66,8 @@ pub const FLUSH_DEFER_US_MAX: Time = 5_000;
 /// One replica process: the runtime's host over the simulated disk while it is up; only the
 /// disk while it is down.
 struct ReplicaNode {
+    /// The identity it runs as (its index, but for a twin's second copy).
+    id: u32,
     host: Option<Host<SimLog>>,
     /// The members' logs while the replica is down (what survived the crash).
     disk: Vec<(StageKind, SimLog)>,
@@ -106,7 +109,10 @@ pub struct Sim<P: Protocol> {
     config: Arc<ClusterConfig>,
     quorums: Quorums,
     replica_keys: Vec<Arc<KeyRing>>,
+    /// Replica processes: replica `i` at index `i`, and a twin's second copy last.
     replicas: Vec<ReplicaNode>,
+    /// The twin's copies and the current round's sides (`--twins`).
+    twins: Option<Twins>,
     clients: Vec<Box<dyn Stage>>,
     correct_clients: Vec<u32>,
     byz_client: Option<u32>,
@@ -249,13 +255,18 @@ impl<P: Protocol> Sim<P> {
                 )
             })
             .collect();
+        let twins = plan.twin.map(|t| Twins::new(t, n, opts.clients as usize + 1));
+        // The twin's second copy runs on a clock of its own.
+        let processes: Vec<u32> = (0..n as u32).chain(twins.as_ref().map(|t| t.identity)).collect();
         Sim {
-            replicas: (0..n)
-                .map(|i| ReplicaNode {
+            replicas: processes
+                .iter()
+                .map(|&i| ReplicaNode {
+                    id: i,
                     host: None,
                     disk: Vec::new(),
                     pages: Arc::default(),
-                    skew: plan.skew[i],
+                    skew: plan.skew[i as usize],
                     wake_generation: 0,
                     wake_at: None,
                 })
@@ -281,14 +292,19 @@ impl<P: Protocol> Sim<P> {
             ops_by_client: vec![0; opts.clients as usize],
             byzantine,
             unflushed: BTreeMap::new(),
-            busy_until: vec![0; n],
-            cpu_queue: (0..n).map(|_| FairQueues::new(CPU_INBOX_PER_SENDER_MAX)).collect(),
-            cut_off: (0..n)
+            busy_until: vec![0; processes.len()],
+            cpu_queue: processes
+                .iter()
+                .map(|_| FairQueues::new(CPU_INBOX_PER_SENDER_MAX))
+                .collect(),
+            cut_off: processes
+                .iter()
                 .map(|_| config.knobs.peer_cut_off.then(upright_core::cutoff::CutOff::default))
                 .collect(),
             trace_events: std::env::var_os("UPRIGHT_SIM_TRACE").is_some(),
             clients,
             errors,
+            twins,
             plan,
             replica_keys,
             config,
@@ -313,6 +329,9 @@ impl<P: Protocol> Sim<P> {
         }
         match opts.sabotage {
             _ if !opts.faults => FaultPlan::quiet(shape),
+            // The fault generator asked for comes first, sabotage or not.
+            _ if opts.twins => FaultPlan::draw_twins(rng, shape),
+            _ if opts.mutate => FaultPlan::draw_mutating(rng, shape),
             Some(SabotageMode::LyingDisk) => {
                 // A quiet run but for one power loss in the middle of the workload.
                 let mut plan = FaultPlan::quiet(shape);
@@ -336,6 +355,7 @@ impl<P: Protocol> Sim<P> {
                             | SabotageMode::CorruptService
                             | SabotageMode::LyingDisk
                             | SabotageMode::UnorderedEvents
+                            | SabotageMode::CountProposalsTwice
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -350,13 +370,13 @@ impl<P: Protocol> Sim<P> {
                     | SabotageMode::CorruptService
                     | SabotageMode::UncheckedPages
                     | SabotageMode::LyingDisk
-                    | SabotageMode::UnorderedEvents => {
+                    | SabotageMode::UnorderedEvents
+                    | SabotageMode::CountProposalsTwice => {
                         unreachable!("guarded above")
                     }
                 };
                 FaultPlan::with_byzantine(shape, [(0, behaviour)].into_iter().collect())
             }
-            _ if opts.mutate => FaultPlan::draw_mutating(rng, shape),
             _ => FaultPlan::draw(rng, shape),
         }
     }
@@ -400,6 +420,10 @@ impl<P: Protocol> Sim<P> {
             self.push(at, Event::Fault(i));
         }
         self.network.faults = self.plan.network;
+        if self.twins.is_some() {
+            self.counts.bump("twins");
+            self.push(0, Event::TwinsRound);
+        }
         // A lagging execution member during the fault phase: always under weak-read-quorum (so
         // the sabotage has stale state to read from), and always when an execution member serves
         // wrong state, then a correct one (so that some transfer may ask the liar).
@@ -441,6 +465,7 @@ impl<P: Protocol> Sim<P> {
             Event::Deliver {
                 from,
                 to,
+                process,
                 envelope,
                 digest,
             } => {
@@ -451,7 +476,7 @@ impl<P: Protocol> Sim<P> {
                 match to {
                     Principal::Client(c) => self.client_input(c.0, Input::Message(envelope)),
                     _ => {
-                        let r = to.replica().expect("member").0;
+                        let r = process;
                         let from = from.process();
                         if !self.replicas[r as usize].up() || self.cut_off_drops(r, from) {
                             return;
@@ -532,6 +557,7 @@ impl<P: Protocol> Sim<P> {
                 }
             }
             Event::Fault(i) => self.apply_fault(i),
+            Event::TwinsRound => self.twins_round(),
             Event::ClientWake(c) => self.wake(c),
         }
     }
@@ -540,7 +566,9 @@ impl<P: Protocol> Sim<P> {
     /// ([`upright_core::cutoff`], with `knobs.peer_cut_off`), with that cut-off.
     fn cut_off_of(&mut self, r: u32, from: Process) -> Option<(ReplicaId, &mut upright_core::cutoff::CutOff)> {
         match from {
-            Process::Replica(peer) if peer.0 != r => self.cut_off[r as usize].as_mut().map(|c| (peer, c)),
+            Process::Replica(peer) if peer.0 != self.replicas[r as usize].id => {
+                self.cut_off[r as usize].as_mut().map(|c| (peer, c))
+            }
             _ => None,
         }
     }
@@ -621,9 +649,10 @@ impl<P: Protocol> Sim<P> {
         }
     }
 
+    /// The members replica process `r` hosts.
     fn kinds(&self, r: usize) -> Vec<StageKind> {
         let mut out = vec![StageKind::Auth, StageKind::Order];
-        if r < self.quorums.n_exec {
+        if (self.replicas[r].id as usize) < self.quorums.n_exec {
             out.push(StageKind::Exec);
         }
         out
@@ -653,7 +682,7 @@ impl<P: Protocol> Sim<P> {
     }
 
     fn restart(&mut self, r: usize) {
-        let id = ReplicaId(r as u32);
+        let id = ReplicaId(self.replicas[r].id);
         let mut disk = std::mem::take(&mut self.replicas[r].disk);
         let mut members = Vec::new();
         for kind in self.kinds(r) {
@@ -665,10 +694,13 @@ impl<P: Protocol> Sim<P> {
             let p = kind.member(id);
             let page_store: Option<Box<dyn PageStore>> =
                 (kind == StageKind::Exec).then(|| Box::new(SimPageStore(self.replicas[r].pages.clone())) as _);
-            match self
-                .protocol
-                .stage(&self.config, p, &self.replica_keys[r], log.durable(), page_store)
-            {
+            match self.protocol.stage(
+                &self.config,
+                p,
+                &self.replica_keys[id.0 as usize],
+                log.durable(),
+                page_store,
+            ) {
                 Ok(stage) => members.push(Member { kind, stage, log }),
                 Err(e) => self.errors.push(format!("simulator: {p:?} refused to start: {e}")),
             }
@@ -733,7 +765,7 @@ impl<P: Protocol> Sim<P> {
             .map(|at| at.saturating_sub(self.replicas[r].skew).max(self.now));
         self.replicas[r].host = Some(host);
         for (from, to, envelope) in routed.sends {
-            self.send(from, to, envelope);
+            self.send(Some(r as u32), from, to, envelope);
         }
         let node = &mut self.replicas[r];
         if let Some(at) = next.filter(|_| next != node.wake_at) {
@@ -763,7 +795,10 @@ impl<P: Protocol> Sim<P> {
     fn is_correct(&self, p: Principal) -> bool {
         match p {
             Principal::Client(c) => Some(c.0) != self.byz_client,
-            _ => !self.byzantine.contains_key(&p.replica().expect("member").0),
+            _ => {
+                let r = p.replica().expect("member").0;
+                !self.byzantine.contains_key(&r) && self.twins.as_ref().is_none_or(|t| t.identity != r)
+            }
         }
     }
 
@@ -773,7 +808,7 @@ impl<P: Protocol> Sim<P> {
             match action {
                 // A client stage keeps nothing on disk.
                 Action::Persist { .. } | Action::PersistLazily { .. } => {}
-                Action::Send { to, envelope } => self.send(p, to, envelope),
+                Action::Send { to, envelope } => self.send(None, p, to, envelope),
                 Action::SetTimer { timer, at } => {
                     let generation = self.timers.set(p, timer);
                     let at = at.max(self.now);
@@ -884,7 +919,9 @@ impl<P: Protocol> Sim<P> {
         out
     }
 
-    fn send(&mut self, from: Principal, to: Vec<Principal>, envelope: Arc<Envelope>) {
+    /// Sends `envelope` from `from` (hosted by replica process `process`, if a member) to each
+    /// of `to` through the network (and a Byzantine sender's filter, and the twins' sides).
+    fn send(&mut self, process: Option<u32>, from: Principal, to: Vec<Principal>, envelope: Arc<Envelope>) {
         let byz_replica = from.replica().and_then(|r| self.byzantine.get_mut(&r.0));
         let outgoing = if let Some(byz) = byz_replica {
             byz.outgoing(&mut self.rng, from, to, envelope, &mut self.counts)
@@ -925,16 +962,62 @@ impl<P: Protocol> Sim<P> {
         for o in outgoing {
             let digest = Digest::of(&wire::encode(&o.envelope));
             for to in o.to {
-                for delay in self.network.route(&mut self.rng, from, to, &mut self.counts) {
-                    let event = Event::Deliver {
-                        from,
-                        to,
-                        envelope: o.envelope.clone(),
-                        digest,
-                    };
-                    self.push(self.now + o.extra_delay + delay, event);
+                let processes = self.twin_route(process, from, to);
+                if processes.is_empty() {
+                    self.counts.bump("twins_cut");
+                }
+                for process in processes {
+                    for delay in self.network.route(&mut self.rng, from, to, &mut self.counts) {
+                        let event = Event::Deliver {
+                            from,
+                            to,
+                            process,
+                            envelope: o.envelope.clone(),
+                            digest,
+                        };
+                        self.push(self.now + o.extra_delay + delay, event);
+                    }
                 }
             }
+        }
+    }
+
+    /// The replica processes a message from `from` (at replica process `process`) to `to`
+    /// arrives at (for a client recipient: one entry, unused, if it arrives): replica
+    /// `to.replica()`, or under `--twins` what the round's sides let through.
+    fn twin_route(&self, process: Option<u32>, from: Principal, to: Principal) -> Vec<u32> {
+        let usual = to.replica().map_or(0, |r| r.0);
+        let Some(twins) = &self.twins else {
+            return vec![usual];
+        };
+        let src = Twins::node(from, process.or(from.replica().map(|r| r.0)).unwrap_or(0));
+        let targets = match to {
+            Principal::Client(c) => vec![(Node::Client(c.0), 0)],
+            _ => twins
+                .destinations(src, usual)
+                .into_iter()
+                .map(|p| (Node::Replica(p), p))
+                .collect(),
+        };
+        targets
+            .into_iter()
+            .filter(|(dest, _)| twins.connected(src, *dest))
+            .map(|(_, p)| p)
+            .collect()
+    }
+
+    /// A new round of the twins' sides (until the faults heal, then the last one).
+    fn twins_round(&mut self) {
+        let heal_at = self.plan.heal_at;
+        let healed = self.now >= heal_at;
+        let Some(twins) = self.twins.as_mut() else { return };
+        if twins.new_round(&mut self.rng, healed) {
+            self.counts.bump("twins_partition");
+        }
+        if !healed {
+            self.counts.bump("twins_round");
+            let next = self.now + Twins::round_length(&mut self.rng);
+            self.push(next.min(heal_at), Event::TwinsRound);
         }
     }
 
@@ -1079,12 +1162,11 @@ impl<P: Protocol> Sim<P> {
         let mut stage_stats: Vec<_> = self
             .replicas
             .iter()
-            .enumerate()
-            .flat_map(|(r, n)| {
+            .flat_map(|n| {
                 let members = n.host.as_ref().map_or(&[][..], |h| h.members());
                 members
                     .iter()
-                    .map(move |m| (m.kind.member(ReplicaId(r as u32)), m.stage.stats().counters.clone()))
+                    .map(move |m| (m.kind.member(ReplicaId(n.id)), m.stage.stats().counters.clone()))
             })
             .collect();
         stage_stats.extend(self.clients.iter().map(|s| (s.principal(), s.stats().counters.clone())));

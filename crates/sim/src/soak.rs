@@ -1,6 +1,7 @@
 //! `upright-sim --soak MINUTES`: seeds across every configuration the simulator runs — each
-//! (u, r) of [`SOAK_CONFIGURATIONS`], each service of [`ServiceKind::ALL`], with and without
-//! message mutation where a replica may be Byzantine — on several threads until the time is up.
+//! (u, r) of [`SOAK_CONFIGURATIONS`], each service of [`ServiceKind::ALL`], and where a replica
+//! may be Byzantine each way of drawing it (a random behaviour, message mutation, twins) — on
+//! several threads until the time is up.
 //! Seed number k goes to lane `k mod lanes` as that lane's seed `first_seed + k / lanes`, so a
 //! soak's seeds do not depend on the threads or the machine's speed, only on how many it reached.
 
@@ -13,7 +14,7 @@ use crate::{SabotageMode, ServiceKind, SimOptions, Summary};
 /// The (u, r) configurations a soak covers.
 pub const SOAK_CONFIGURATIONS: [(usize, usize); 3] = [(1, 0), (1, 1), (2, 1)];
 
-/// One kind of run of a soak: a configuration, a service, mutation on or off.
+/// One kind of run of a soak: a configuration, a service, how the faulty replica is drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lane {
     /// Failures tolerated.
@@ -24,6 +25,8 @@ pub struct Lane {
     pub service: ServiceKind,
     /// Byzantine replicas mutate what they send (`--mutate`; only with r > 0).
     pub mutate: bool,
+    /// The faulty replica runs as two correct copies (`--twins`; only with r > 0).
+    pub twins: bool,
 }
 
 impl Lane {
@@ -32,9 +35,15 @@ impl Lane {
         let mut lanes = Vec::new();
         for (u, r) in SOAK_CONFIGURATIONS {
             for service in ServiceKind::ALL {
-                for mutate in [false, true] {
-                    if !mutate || r > 0 {
-                        lanes.push(Lane { u, r, service, mutate });
+                for (mutate, twins) in [(false, false), (true, false), (false, true)] {
+                    if !(mutate || twins) || r > 0 {
+                        lanes.push(Lane {
+                            u,
+                            r,
+                            service,
+                            mutate,
+                            twins,
+                        });
                     }
                 }
             }
@@ -42,15 +51,14 @@ impl Lane {
         lanes
     }
 
-    /// The lane's name, as the totals print it: `u1r1 redis mutate`.
+    /// The lane's name, as the totals print it: `u1r1 redis mutate`, `u2r1 zk twins`.
     pub fn name(&self) -> String {
-        format!(
-            "u{}r{} {}{}",
-            self.u,
-            self.r,
-            self.service.name(),
-            if self.mutate { " mutate" } else { "" }
-        )
+        let drawn = match (self.mutate, self.twins) {
+            (true, _) => " mutate",
+            (_, true) => " twins",
+            _ => "",
+        };
+        format!("u{}r{} {}{drawn}", self.u, self.r, self.service.name())
     }
 }
 
@@ -137,6 +145,7 @@ pub fn soak(
                 let mut opts = SimOptions::new(seed, lane.u, lane.r);
                 opts.service = lane.service;
                 opts.mutate = lane.mutate;
+                opts.twins = lane.twins;
                 opts.workload_us = options.workload_us;
                 opts.clients = options.clients;
                 opts.sabotage = options.sabotage;

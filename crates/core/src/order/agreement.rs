@@ -14,7 +14,7 @@ use super::{
     OrderStage, Snapshot, PRIMARY_HELP_HOLD_FRACTION, QUIET_AGAIN_AFTER, QUIET_AGAIN_AFTER_MAX,
     STUCK_SIGNAL_HOLD_FRACTION, WAKE_RETRY_US,
 };
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, Sabotage};
 use crate::crypto::Digest;
 use crate::ids::{Principal, ReplicaId, SeqNo, StageKind, View};
 use crate::message::{batch_digest, history_digest, Batch, Message, SealFor};
@@ -211,6 +211,9 @@ impl OrderStage {
         let next = self.next_accept();
         if seqno < next {
             self.stats.bump("dup_pre_prepare");
+            if self.sabotage() == Some(Sabotage::CountProposalsTwice) {
+                self.note_proposal(now, seqno, batch, out);
+            }
             return self.help_slot(from, seqno, out);
         }
         if seqno > next {
@@ -221,7 +224,32 @@ impl OrderStage {
             return;
         }
         if self.try_accept(now, seqno, Cow::Borrowed(batch), out) {
+            if self.sabotage() == Some(Sabotage::CountProposalsTwice) {
+                self.note_proposal(now, seqno, batch, out);
+            }
             self.drain_buffer(now, out);
+        }
+    }
+
+    /// Sabotage only (`Sabotage::CountProposalsTwice`): remembers each distinct batch the primary
+    /// proposed for an accepted slot, each of which then counts as one more vote of the primary.
+    fn note_proposal(&mut self, now: Time, seqno: SeqNo, batch: &Batch, out: &mut Vec<Action>) {
+        let view = self.view;
+        let Some(slot) = self.log.get_mut(&seqno).filter(|s| s.accepted_in(view).is_some()) else {
+            return;
+        };
+        if slot.proposals.insert(batch.digest()) && slot.proposals.len() > 1 {
+            self.stats.bump("sabotage_primary_counted_again");
+            self.check_prepared(now, seqno, out);
+            self.check_committed(now, seqno, out);
+        }
+    }
+
+    /// Sabotage only: the primary's extra votes for `slot` under `Sabotage::CountProposalsTwice`.
+    fn counted_again(&self, slot: &Slot) -> usize {
+        match self.sabotage() {
+            Some(Sabotage::CountProposalsTwice) => slot.proposals.len().saturating_sub(1),
+            _ => 0,
         }
     }
 
@@ -631,9 +659,11 @@ impl OrderStage {
     /// the batch is already in its record), then sends COMMIT.
     pub(super) fn check_prepared(&mut self, now: Time, seqno: SeqNo, out: &mut Vec<Action>) {
         let (view, me, quorum, primary) = (self.view, self.id, self.agreement_quorum(), self.primary_of(self.view));
+        let again = self.log.get(&seqno).map_or(0, |slot| self.counted_again(slot));
         let Some(slot) = self.log.get_mut(&seqno) else { return };
         let Some(accepted) = slot.accepted_in(view) else { return };
-        if slot.prepared_in(view) || Slot::count(&slot.prepares, view, accepted.digest, Some(primary)) < quorum {
+        if slot.prepared_in(view) || Slot::count(&slot.prepares, view, accepted.digest, Some(primary)) + again < quorum
+        {
             return;
         }
         let digest = accepted.digest;
@@ -652,9 +682,10 @@ impl OrderStage {
     /// Committed: `order_medium` COMMITs for the accepted batch in the current view.
     pub(super) fn check_committed(&mut self, now: Time, seqno: SeqNo, out: &mut Vec<Action>) {
         let (view, quorum) = (self.view, self.agreement_quorum());
+        let again = self.log.get(&seqno).map_or(0, |slot| self.counted_again(slot));
         let Some(slot) = self.log.get_mut(&seqno) else { return };
         let Some(accepted) = slot.accepted_in(view) else { return };
-        if slot.record.committed.is_some() || Slot::count(&slot.commits, view, accepted.digest, None) < quorum {
+        if slot.record.committed.is_some() || Slot::count(&slot.commits, view, accepted.digest, None) + again < quorum {
             return;
         }
         slot.record.committed = Some(view);

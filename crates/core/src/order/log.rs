@@ -8,7 +8,7 @@
 //! (prepared, committed) are written as a small [`SlotMark`] that recovery merges into the record
 //! ([`SlotRecord::merge`]), so a batch with its matrix signatures is serialised once per slot.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -149,6 +149,9 @@ pub(crate) struct Slot {
     pub commits: BTreeMap<ReplicaId, (View, Digest)>,
     /// `H_n`, once the slot and all before it committed.
     pub history: Option<Digest>,
+    /// Distinct batches the current view's primary proposed for this slot, as this member
+    /// received them (volatile; kept under `Sabotage::CountProposalsTwice` only).
+    pub proposals: BTreeSet<Digest>,
     /// When this member accepted the batch in the normal case (volatile; 0 for a batch from a
     /// NEW-VIEW or the log): the tick retransmits only slots older than the primary-help hold.
     pub accepted_at: Time,
@@ -225,6 +228,7 @@ impl Slot {
     pub fn clear_votes(&mut self) {
         self.prepares.clear();
         self.commits.clear();
+        self.proposals.clear();
     }
 }
 
