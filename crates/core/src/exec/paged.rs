@@ -392,6 +392,7 @@ impl ExecStage {
             match ps.sync.on_children(&paged.tree, *node, children) {
                 Ok(()) => {
                     ps.asked.remove(&Item::Node(*node));
+                    t.progressed = true;
                 }
                 Err(SyncError::Mismatch) => wrong.push(Item::Node(*node)),
                 Err(SyncError::LateMismatch) => late_wrong += 1,
@@ -408,6 +409,7 @@ impl ExecStage {
             match verdict {
                 Ok(()) => {
                     ps.asked.remove(&Item::Page(*index));
+                    t.progressed = true;
                     pages.set(*index, bytes.clone());
                     paged.tree.set(*index, page_digest(*index, bytes));
                     ps.installed.insert(*index);

@@ -39,8 +39,9 @@ pub(crate) struct Transfer {
     stored: Option<StoredCheckpoint>,
     /// The paged phase, once the small part is in (`paged.rs`).
     pub(super) pages: Option<PageSync>,
-    /// Whether the manifest or a chunk was accepted since the last retry tick.
-    progressed: bool,
+    /// Whether the manifest, a chunk, a tree node or a page was accepted since the last retry
+    /// tick.
+    pub(super) progressed: bool,
     /// A newer checkpoint agreed by LOAD-CPs while this transfer made progress: loaded when
     /// this one stalls (its peers may have dropped it), else asked for again after it completes.
     newer: Option<(SeqNo, Digest)>,
@@ -70,10 +71,10 @@ impl ExecStage {
             if t.seqno >= seqno {
                 return;
             }
-            // A transfer that is getting its chunks goes on: restarting it for every newer
-            // checkpoint never finishes one while the cluster checkpoints faster than the state
-            // moves (found by --twins). The paged phase restarts (its pages are kept).
-            if t.pages.is_none() && (t.progressed || t.manifest.is_some()) {
+            // A transfer that is getting its chunks or pages goes on: restarting it for every
+            // newer checkpoint never finishes one while the cluster checkpoints faster than the
+            // state moves (found by --twins).
+            if t.progressed || t.manifest.is_some() {
                 self.stats.bump("state_transfer_newer_deferred");
                 t.newer = Some((seqno, digest));
                 return;
@@ -149,10 +150,6 @@ impl ExecStage {
 
     /// Retry tick: ask the next peer for the manifest or for every outstanding chunk.
     pub(super) fn retry_transfer(&mut self, out: &mut Vec<Action>) {
-        if self.installing_pages() {
-            self.retry_pages(out);
-            return;
-        }
         let Some(t) = &mut self.transfer else { return };
         if let Some((seqno, digest)) = t.newer.filter(|_| !t.progressed) {
             // Nothing arrived since the last tick: the peers may no longer keep this checkpoint.
@@ -161,6 +158,11 @@ impl ExecStage {
             return;
         }
         t.progressed = false;
+        if self.installing_pages() {
+            self.retry_pages(out);
+            return;
+        }
+        let Some(t) = &mut self.transfer else { return };
         t.cursor = (t.cursor + 1) % t.peers.len();
         if t.manifest.is_none() {
             self.request_manifest(out);

@@ -80,6 +80,19 @@ fn load_from_two_orders(net: &Net, b: &mut ExecStage, seqno: SeqNo, digest: Dige
     out
 }
 
+/// Retry ticks from `first` on (each 300 ms apart, every message pumped) until `b` loaded a
+/// checkpoint, at most 19 of them.
+fn retry_until_loaded(net: &Net, a: &mut ExecStage, b: &mut ExecStage, log: &mut Vec<Action>, first: u64) {
+    for tick in first..first + 19 {
+        if log.iter().any(|a| matches!(a, Action::Note(Event::StateLoaded { .. }))) {
+            return;
+        }
+        let mut out = Vec::new();
+        b.handle(tick * 300_000, Input::Timer(Timer::ExecRetry), &mut out);
+        log.extend(pump(net, a, b, out, tick * 300_000));
+    }
+}
+
 fn run(net: &Net, stage: &mut ExecStage, batches: &[TestBatch]) -> Vec<Action> {
     batches.iter().flat_map(|b| net.deliver(stage, b)).collect()
 }
@@ -143,14 +156,7 @@ fn a_member_behind_fetches_only_the_differing_pages_despite_a_lying_peer() {
     let out = load_from_two_orders(&net, &mut b, seqno, digest);
     let mut log = pump(&net, &mut a, &mut b, out, 10);
     // Retries move every outstanding item away from the liar.
-    for tick in 1..20 {
-        if log.iter().any(|a| matches!(a, Action::Note(Event::StateLoaded { .. }))) {
-            break;
-        }
-        let mut out = Vec::new();
-        b.handle(tick * 300_000, Input::Timer(Timer::ExecRetry), &mut out);
-        log.extend(pump(&net, &mut a, &mut b, out, tick * 300_000));
-    }
+    retry_until_loaded(&net, &mut a, &mut b, &mut log, 1);
     assert!(
         log.iter().any(
             |a| matches!(a, Action::Note(Event::StateLoaded { seqno: s, state_digest: d }) if *s == seqno && *d == digest)
@@ -355,4 +361,61 @@ fn after_an_unrestorable_transfer_nothing_executes_on_the_installed_pages() {
     assert_eq!(b.last_executed().0, SeqNo(4));
     // Batch 5 is next for b, but its pages are checkpoint 12's: it is not executed.
     assert!(executed(&run(&net, &mut b, &batches[4..5])).is_empty());
+}
+
+/// A paged transfer that is getting its pages goes on when a newer checkpoint is agreed (as an
+/// unpaged one does, `tests_recovery.rs`): restarting it for every newer LOAD-CP left a member
+/// behind for good in `upright-sim --twins --service paged-kv` (seeds 43, 73, 260, 476 of a
+/// session-28 soak).
+#[test]
+fn a_paged_transfer_that_gets_its_pages_is_not_restarted_for_a_newer_checkpoint() {
+    let net = Net::new(knobs());
+    let (batches, _) = workload();
+    let mut a = object_stage(&net, 0, &Storage::new());
+    let cps = checkpointed(&run(&net, &mut a, &batches[..12]));
+    let (older, older_digest) = cps[cps.len() - 2];
+    let (newest, newest_digest) = cps[cps.len() - 1];
+    let mut b = object_stage(&net, 1, &Storage::new());
+    run(&net, &mut b, &batches[..2]);
+    let out = load_from_two_orders(&net, &mut b, older, older_digest);
+    // The manifest is asked of the lying exec 2 first: the transfer waits for a retry.
+    let mut log = pump(&net, &mut a, &mut b, out, 10);
+    // Only exec 0 answers (the liar's share waits for a retry tick) until the paged phase begins.
+    let mut tick = 1;
+    while !b.installing_pages() && tick < 20 {
+        let mut out = Vec::new();
+        b.handle(tick * 300_000, Input::Timer(Timer::ExecRetry), &mut out);
+        tick += 1;
+        let mut queue: std::collections::VecDeque<Action> = out.into();
+        while let Some(action) = queue.pop_front() {
+            let Action::Send { to, envelope } = action else {
+                continue;
+            };
+            if !to.contains(&Principal::Exec(ReplicaId(0))) || b.installing_pages() {
+                continue;
+            }
+            let mut answer = Vec::new();
+            a.handle(tick * 300_000, Input::Message(envelope), &mut answer);
+            for reply in answer {
+                if let Action::Send { envelope, .. } = reply {
+                    let mut more = Vec::new();
+                    b.handle(tick * 300_000, Input::Message(envelope), &mut more);
+                    queue.extend(more);
+                }
+            }
+        }
+    }
+    assert!(b.installing_pages(), "in the paged phase: {:?}", b.stats());
+    let newer = load_from_two_orders(&net, &mut b, newest, newest_digest);
+    assert!(super::tests::sent(&newer).is_empty(), "no second transfer");
+    assert_eq!(b.stats().get("state_transfer_newer_deferred"), 1);
+    assert_eq!(b.transfer.as_ref().map(|t| t.seqno()), Some(older));
+    retry_until_loaded(&net, &mut a, &mut b, &mut log, tick);
+    assert!(
+        log.iter()
+            .any(|a| matches!(a, Action::Note(Event::StateLoaded { seqno, .. }) if *seqno == older)),
+        "{:?}",
+        b.stats()
+    );
+    assert_eq!(b.stats().get("state_transfer_started"), 1);
 }
