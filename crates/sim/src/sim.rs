@@ -256,7 +256,7 @@ impl<P: Protocol> Sim<P> {
             })
             .collect();
         let twins = plan.twin.map(|t| Twins::new(t, n, opts.clients as usize + 1));
-        // The twin's second copy runs on a clock of its own.
+        // The twin's second copy runs with its identity's clock offset.
         let processes: Vec<u32> = (0..n as u32).chain(twins.as_ref().map(|t| t.identity)).collect();
         Sim {
             replicas: processes

@@ -211,9 +211,7 @@ impl OrderStage {
         let next = self.next_accept();
         if seqno < next {
             self.stats.bump("dup_pre_prepare");
-            if self.sabotage() == Some(Sabotage::CountProposalsTwice) {
-                self.note_proposal(now, seqno, batch, out);
-            }
+            self.note_proposal(now, seqno, batch, out);
             return self.help_slot(from, seqno, out);
         }
         if seqno > next {
@@ -224,9 +222,7 @@ impl OrderStage {
             return;
         }
         if self.try_accept(now, seqno, Cow::Borrowed(batch), out) {
-            if self.sabotage() == Some(Sabotage::CountProposalsTwice) {
-                self.note_proposal(now, seqno, batch, out);
-            }
+            self.note_proposal(now, seqno, batch, out);
             self.drain_buffer(now, out);
         }
     }
@@ -234,6 +230,9 @@ impl OrderStage {
     /// Sabotage only (`Sabotage::CountProposalsTwice`): remembers each distinct batch the primary
     /// proposed for an accepted slot, each of which then counts as one more vote of the primary.
     fn note_proposal(&mut self, now: Time, seqno: SeqNo, batch: &Batch, out: &mut Vec<Action>) {
+        if self.sabotage() != Some(Sabotage::CountProposalsTwice) {
+            return;
+        }
         let view = self.view;
         let Some(slot) = self.log.get_mut(&seqno).filter(|s| s.accepted_in(view).is_some()) else {
             return;
@@ -246,8 +245,8 @@ impl OrderStage {
     }
 
     /// Sabotage only: the primary's extra votes for `slot` under `Sabotage::CountProposalsTwice`.
-    fn counted_again(&self, slot: &Slot) -> usize {
-        match self.sabotage() {
+    fn counted_again(sabotage: Option<Sabotage>, slot: &Slot) -> usize {
+        match sabotage {
             Some(Sabotage::CountProposalsTwice) => slot.proposals.len().saturating_sub(1),
             _ => 0,
         }
@@ -659,8 +658,9 @@ impl OrderStage {
     /// the batch is already in its record), then sends COMMIT.
     pub(super) fn check_prepared(&mut self, now: Time, seqno: SeqNo, out: &mut Vec<Action>) {
         let (view, me, quorum, primary) = (self.view, self.id, self.agreement_quorum(), self.primary_of(self.view));
-        let again = self.log.get(&seqno).map_or(0, |slot| self.counted_again(slot));
+        let sabotage = self.sabotage();
         let Some(slot) = self.log.get_mut(&seqno) else { return };
+        let again = Self::counted_again(sabotage, slot);
         let Some(accepted) = slot.accepted_in(view) else { return };
         if slot.prepared_in(view) || Slot::count(&slot.prepares, view, accepted.digest, Some(primary)) + again < quorum
         {
@@ -682,8 +682,9 @@ impl OrderStage {
     /// Committed: `order_medium` COMMITs for the accepted batch in the current view.
     pub(super) fn check_committed(&mut self, now: Time, seqno: SeqNo, out: &mut Vec<Action>) {
         let (view, quorum) = (self.view, self.agreement_quorum());
-        let again = self.log.get(&seqno).map_or(0, |slot| self.counted_again(slot));
+        let sabotage = self.sabotage();
         let Some(slot) = self.log.get_mut(&seqno) else { return };
+        let again = Self::counted_again(sabotage, slot);
         let Some(accepted) = slot.accepted_in(view) else { return };
         if slot.record.committed.is_some() || Slot::count(&slot.commits, view, accepted.digest, None) + again < quorum {
             return;
