@@ -18,7 +18,9 @@
 //! co-located execution member (which executed it) reported the pending one ordered with
 //! BATCH-COMPLETE, or after `knobs.auth_retransmit_interval_us` (a member that falls behind must not
 //! block a correct client forever; the order stage still orders a client's requests strictly in
-//! sequence, so this cannot let a client get ahead). Both reporters share this member's process,
+//! sequence, so this cannot let a client get ahead); after only the backup delay while the
+//! co-located order member is out of a view (it reports no commits then). A deferred request is
+//! handled again on the member's own timer when that wait ends. Both reporters share this member's process,
 //! so they are correct exactly when it is: one report is enough, and no BATCH-COMPLETE crosses
 //! the network (PROTOCOL.md step 7).
 
@@ -78,6 +80,9 @@ pub struct AuthStage {
     /// While one of them is handled again: its request digest (its seal was checked on arrival,
     /// its signature is checked here, not deferred).
     verifying: Option<Digest>,
+    /// When the AuthTick timer is armed for (the earliest of the backup delay of `later`'s
+    /// oldest item and the end of a deferred request's wait), if it is.
+    tick_at: Option<Time>,
     stats: Stats,
 }
 
@@ -118,6 +123,7 @@ impl AuthStage {
             later: std::collections::VecDeque::new(),
             unverified: Vec::new(),
             verifying: None,
+            tick_at: None,
             stats: Stats::default(),
         };
         // Keys sort by (client, request id), so each client's bodies come oldest first. Only the
@@ -209,12 +215,6 @@ impl AuthStage {
                 if primary != self.id {
                     to.push(Principal::Order(self.id));
                 }
-                if self.later.is_empty() {
-                    out.push(Action::SetTimer {
-                        timer: Timer::AuthTick,
-                        at: now.saturating_add(self.backup_delay_us()),
-                    });
-                }
                 self.later.extend(items.iter().map(|item| (now, item.clone())));
                 to
             }
@@ -261,6 +261,7 @@ impl AuthStage {
     }
 
     fn on_tick(&mut self, now: Time, out: &mut Vec<Action>) {
+        self.tick_at = None;
         while self
             .later
             .front()
@@ -268,12 +269,76 @@ impl AuthStage {
         {
             self.send_later(now, out);
         }
-        if let Some((at, _)) = self.later.front() {
-            out.push(Action::SetTimer {
-                timer: Timer::AuthTick,
-                at: at.saturating_add(self.backup_delay_us()),
-            });
+        self.resume_deferred(now, out);
+        self.arm_tick(out);
+    }
+
+    /// How long a client's forwarded request must be pending here before a newer one is accepted
+    /// without a report that it was ordered: `knobs.auth_retransmit_interval_us` while the
+    /// co-located order member is in an installed view (it reports every commit); the backup delay
+    /// while it is not (PrimaryHint): a member changing view learns no commits, and one whose view
+    /// change the others did not join (a faulty replica can draw it into one) stays out until they
+    /// change view too. Holding every client's next request for the long interval then cost each
+    /// request that needed this member's row the whole interval (docs/PROTOCOL.md step 2).
+    fn new_request_pace(&self) -> u64 {
+        if self.primary.is_some() {
+            self.config.knobs.auth_retransmit_interval_us
+        } else {
+            self.backup_delay_us()
         }
+    }
+
+    /// When the earliest deferred request may be accepted (its client's pending request has been
+    /// pending for [`AuthStage::new_request_pace`]).
+    fn deferred_due(&self) -> Option<Time> {
+        let pace = self.new_request_pace();
+        self.deferred
+            .keys()
+            .filter_map(|client| {
+                self.clients
+                    .get(*client)
+                    .last_sent()
+                    .map(|l| l.forwarded_at.saturating_add(pace))
+            })
+            .min()
+    }
+
+    /// Handles again the deferred requests whose clients may send a new one now (without waiting
+    /// for the client's retransmission).
+    fn resume_deferred(&mut self, now: Time, out: &mut Vec<Action>) {
+        let pace = self.new_request_pace();
+        let due: Vec<ClientId> = self
+            .deferred
+            .keys()
+            .filter(|c| self.clients.get(**c).may_accept_new(now, pace))
+            .copied()
+            .collect();
+        for client in due {
+            if let Some(deferred) = self.deferred.remove(&client) {
+                self.stats.bump("deferred_request_resumed_paced");
+                self.on_client_request(now, &deferred, out);
+            }
+        }
+    }
+
+    /// Arms AuthTick for the earliest thing due: the oldest `later` item's backup delay or a
+    /// deferred request's wait.
+    fn arm_tick(&mut self, out: &mut Vec<Action>) {
+        let later = self
+            .later
+            .front()
+            .map(|(at, _)| at.saturating_add(self.backup_delay_us()));
+        let Some(due) = later.into_iter().chain(self.deferred_due()).min() else {
+            return;
+        };
+        if self.tick_at.is_some_and(|at| at <= due) {
+            return;
+        }
+        self.tick_at = Some(due);
+        out.push(Action::SetTimer {
+            timer: Timer::AuthTick,
+            at: due,
+        });
     }
 
     /// One AUTH-REQ carrying `items` to `to`.
@@ -337,6 +402,7 @@ impl AuthStage {
             return;
         }
         let interval = self.config.knobs.auth_retransmit_interval_us;
+        let pace = self.new_request_pace();
         let state = self.clients.get(*client);
         if let Some(last) = state.last_sent() {
             if *request_id <= last.request_id {
@@ -363,7 +429,7 @@ impl AuthStage {
                 }
                 return;
             }
-            if !state.may_accept_new(now, interval) {
+            if !state.may_accept_new(now, pace) {
                 self.stats.bump("deferred_pending_request");
                 let newer = self.deferred.get(client).is_none_or(|d| match &d.message {
                     Message::ClientRequest { request_id: old, .. } => old <= request_id,
@@ -499,13 +565,13 @@ impl AuthStage {
         if !self.own_process_sent(envelope, &[Principal::Order(self.id), Principal::Exec(self.id)]) {
             return;
         }
-        let interval = self.config.knobs.auth_retransmit_interval_us;
+        let pace = self.new_request_pace();
         for (client, request_id) in requests {
             let Some(state) = self.clients.find_mut(*client) else {
                 continue;
             };
             state.mark_ordered(*request_id);
-            if state.may_accept_new(now, interval) {
+            if state.may_accept_new(now, pace) {
                 if let Some(deferred) = self.deferred.remove(client) {
                     self.stats.bump("deferred_request_resumed");
                     self.on_client_request(now, &deferred, out);
@@ -581,6 +647,7 @@ impl Stage for AuthStage {
     fn flush(&mut self, now: Time, out: &mut Vec<Action>) {
         self.verify_signatures(now, out);
         self.send_outgoing(now, out);
+        self.arm_tick(out);
     }
 
     fn stats(&self) -> &Stats {

@@ -281,7 +281,7 @@ fn one_pending_request_per_client_until_the_co_located_order_or_exec_member_repo
     let mut auth = stage(&f, 0, &Storage::new());
     assert!(sent_auth_request(&run(&mut auth, 0, request(&f, 0, 1, b"a"))).is_some());
     assert!(
-        run(&mut auth, 1, request(&f, 0, 2, b"b")).is_empty(),
+        auth_requests(&run(&mut auth, 1, request(&f, 0, 2, b"b"))).is_empty(),
         "request 1 still pending"
     );
     // Other processes' members are not believed, however many report it.
@@ -295,7 +295,10 @@ fn one_pending_request_per_client_until_the_co_located_order_or_exec_member_repo
     forged.from = Principal::Order(ReplicaId(0));
     run(&mut auth, 2, Arc::new(forged));
     assert_eq!(auth.stats().get("dropped_bad_seal"), 1);
-    assert!(run(&mut auth, 3, request(&f, 0, 2, b"b")).is_empty(), "still pending");
+    assert!(
+        auth_requests(&run(&mut auth, 3, request(&f, 0, 2, b"b"))).is_empty(),
+        "still pending"
+    );
     // The deferred request 2 is forwarded as soon as the co-located order member reports request 1
     // ordered.
     let resumed = run(&mut auth, 4, completed(&f, Principal::Order(ReplicaId(0)), 0, 0, 1));
@@ -307,7 +310,7 @@ fn one_pending_request_per_client_until_the_co_located_order_or_exec_member_repo
         .iter()
         .all(|a| !matches!(a, Action::Persist { .. })));
     // The co-located execution member's report alone is enough too.
-    assert!(run(&mut auth, 6, request(&f, 0, 3, b"c")).is_empty());
+    assert!(auth_requests(&run(&mut auth, 6, request(&f, 0, 3, b"c"))).is_empty());
     let resumed = run(&mut auth, 7, completed(&f, Principal::Exec(ReplicaId(0)), 0, 0, 2));
     assert_eq!(
         sent_auth_request(&resumed).expect("forwarded").1.request_id,
@@ -321,9 +324,80 @@ fn pending_request_is_superseded_after_the_retransmission_interval() {
     let interval = knobs.auth_retransmit_interval_us;
     let f = fixture(1, 1, 1, knobs);
     let mut auth = stage(&f, 0, &Storage::new());
+    // The co-located order member is in an installed view: it reports what it commits.
+    run(&mut auth, 0, hint(&f, 0, 0, 0, true));
     run(&mut auth, 0, request(&f, 0, 1, b"a"));
-    assert!(run(&mut auth, interval - 1, request(&f, 0, 2, b"b")).is_empty());
+    assert!(auth_requests(&run(&mut auth, interval - 1, request(&f, 0, 2, b"b"))).is_empty());
     assert!(sent_auth_request(&run(&mut auth, interval, request(&f, 0, 2, b"b"))).is_some());
+}
+
+/// One host round that starts with AuthTick: the timer, then the flush hook.
+fn tick_round(stage: &mut AuthStage, now: Time) -> Vec<Action> {
+    let mut out = timer(stage, now);
+    stage.flush(now, &mut out);
+    out
+}
+
+/// When the last AuthTick timer `actions` set is due, if they set one.
+fn armed(actions: &[Action]) -> Option<Time> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::SetTimer {
+                timer: Timer::AuthTick,
+                at,
+            } => Some(*at),
+            _ => None,
+        })
+        .last()
+}
+
+/// Twins seed 38 (`upright-sim --twins --service zk`): a correct order member drawn into a view
+/// change the others did not join learned no commits for seconds, and its authentication member
+/// held each client's next request for the whole retransmission interval; a client that needed
+/// its row waited that long for every request. While the order member is out of a view, a
+/// deferred request goes after the backup delay; in either case on the member's own timer, not
+/// the client's next retransmission.
+#[test]
+fn while_the_order_member_is_out_of_a_view_a_deferred_request_goes_after_the_backup_delay() {
+    let knobs = Knobs::default();
+    let (interval, delay) = (
+        knobs.auth_retransmit_interval_us,
+        knobs.view_change_timeout_us / BACKUP_DELAY_FRACTION,
+    );
+    let f = fixture(1, 1, 1, knobs);
+    let mut auth = stage(&f, 0, &Storage::new());
+    run(&mut auth, 0, hint(&f, 0, 0, 0, true));
+    assert_eq!(
+        armed(&run(&mut auth, 0, request(&f, 0, 1, b"a"))),
+        Some(delay),
+        "for the backups"
+    );
+    // In an installed view: deferred until reported ordered or the interval's end, when the
+    // member's timer (armed once the backups got request 1) sends it without a retransmission.
+    assert!(auth_requests(&run(&mut auth, 10, request(&f, 0, 2, b"b"))).is_empty());
+    let backups = tick_round(&mut auth, delay);
+    assert_eq!(auth_requests(&backups).len(), 1, "request 1 to the backups");
+    assert_eq!(armed(&backups), Some(interval));
+    assert!(auth_requests(&tick_round(&mut auth, interval - 1)).is_empty());
+    let resumed = tick_round(&mut auth, interval);
+    assert_eq!(sent_auth_request(&resumed).expect("resumed").1.request_id, RequestId(2));
+    assert_eq!(auth.stats().get("deferred_request_resumed_paced"), 1);
+
+    // The order member leaves the view (and learns no commits): the next request waits only
+    // the backup delay after the pending one was forwarded, and goes to every order member.
+    run(&mut auth, interval + 1, hint(&f, 0, 0, 1, false));
+    assert!(auth_requests(&run(&mut auth, interval + 2, request(&f, 0, 3, b"c"))).is_empty());
+    let due = interval + delay;
+    assert!(auth_requests(&tick_round(&mut auth, due - 1)).is_empty());
+    let resumed = tick_round(&mut auth, due);
+    let sent = auth_requests(&resumed);
+    let (to, items) = sent.last().expect("resumed");
+    assert_eq!(items[0].entry.request_id, RequestId(3));
+    assert_eq!(*to, ClusterConfig::order_members(&f.quorums).collect::<Vec<_>>());
+    assert_eq!(auth.stats().get("deferred_request_resumed_paced"), 2);
+    // Within the delay the next one is still held.
+    assert!(auth_requests(&run(&mut auth, due + 1, request(&f, 0, 4, b"d"))).is_empty());
 }
 
 #[test]
@@ -445,7 +519,7 @@ fn bodies_of_three_checkpoint_intervals_survive_a_restart_and_older_ones_are_del
     }
     assert!(run(&mut restarted, 0, fetch(3)).is_empty(), "body 3 was evicted");
     // The newest request is pending again after the restart.
-    assert!(run(&mut restarted, 1, request(&f, 0, 11, b"x")).is_empty());
+    assert!(auth_requests(&run(&mut restarted, 1, request(&f, 0, 11, b"x"))).is_empty());
 }
 
 #[test]
