@@ -111,13 +111,17 @@ impl Entry {
     }
 }
 
-/// The READDIR cookie of a name: 63 bits of its BLAKE3 hash, never 0 or 1 (0 starts a listing;
-/// the listing's "." and ".." take 1 and 2 is the first real one at the earliest).
+/// The READDIR cookies of a listing's "." and "..": a name's cookie is above both (and 0
+/// starts a listing).
+pub const DOT_COOKIE: u64 = 1;
+pub const DOTDOT_COOKIE: u64 = 2;
+
+/// The READDIR cookie of a name: 63 bits of its BLAKE3 hash, above [`DOTDOT_COOKIE`].
 pub fn name_hash(name: &str) -> u64 {
     let digest = blake3::hash(name.as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest.as_bytes()[..8]);
-    (u64::from_be_bytes(first) >> 1).max(2)
+    (u64::from_be_bytes(first) >> 1).max(DOTDOT_COOKIE + 1)
 }
 
 /// What an inode holds besides its attributes.

@@ -5,5 +5,6 @@
 
 pub mod fs;
 pub mod nfs3;
+pub mod procedures;
 pub mod rpc;
 pub mod xdr;
