@@ -182,6 +182,9 @@ pub const GATEWAY_POOL: u32 = redis_gateway::POOL;
 /// zk-bench --workload set` (1 KiB setData): 1 member served 1,487/s at 16 clients and 1,494/s
 /// at 64; 16 members 6,610/s and 6,316/s; 64 members 6,473/s and 11,093/s (docs/PERFORMANCE.md).
 pub const ZK_GATEWAY_POOL: u32 = 64;
+/// Upright clients of the NFS gateway's pool in the demo (each operation packs the calls of
+/// every connection waiting, so a few suffice for many outstanding RPCs).
+pub const NFS_GATEWAY_POOL: u32 = 4;
 
 /// Settings of the demo's Redis gateway.
 pub struct Gateway {
@@ -211,15 +214,22 @@ pub async fn run(
     let Gateway { port, pool: pool_size } = gateway;
     let redis = service == "redis";
     let zk = service == "zk";
+    let fs = service == "fs";
     // Bind the gateway's port first so a busy port fails before anything starts.
     let listener = if redis {
         Some(redis_gateway::bind(port).await?)
     } else if zk {
         Some(zk_gateway::bind(port).await?)
+    } else if fs {
+        Some(nfs_gateway::bind(port).await?)
     } else {
         None
     };
-    let clients = if redis || zk { clients.max(pool_size) } else { clients };
+    let clients = if redis || zk || fs {
+        clients.max(pool_size)
+    } else {
+        clients
+    };
     let temp = tempfile::Builder::new()
         .prefix("upright-demo-")
         .tempdir()
@@ -231,6 +241,8 @@ pub async fn run(
         "Redis-compatible KV service"
     } else if zk {
         "ZooKeeper-compatible coordination service"
+    } else if fs {
+        "NFSv3 file system (BFS)"
     } else {
         "in-memory KV service"
     };
@@ -263,6 +275,8 @@ pub async fn run(
         redis_gateway::probe()
     } else if zk {
         upright_zk::service::Command::Touch { sessions: Vec::new() }.encode()
+    } else if fs {
+        nfs_gateway::probe()
     } else {
         put(b"demo-ready", b"1")
     };
@@ -298,6 +312,9 @@ pub async fn run(
         if zk {
             tokio::spawn(upright_zk::gateway::serve(listener, pool));
             zk_gateway::announce(port, pool_size, &exe, &dir);
+        } else if fs {
+            tokio::spawn(upright_fs::gateway::serve(listener, pool));
+            nfs_gateway::announce(port, pool_size, &exe, &dir);
         } else {
             tokio::spawn(upright_kv::gateway::serve(listener, pool));
             redis_gateway::announce(port, pool_size, &exe, &dir);
@@ -494,6 +511,47 @@ mod zk_gateway {
         println!("  zkCli.sh -server 127.0.0.1:{port} create /hello world");
         println!("  python3 -c \"from kazoo.client import KazooClient as K; z=K('127.0.0.1:{port}'); z.start(); print(z.get('/hello'))\"");
         println!("  echo ruok | nc 127.0.0.1 {port}");
+        println!("  {exe} status --config {}/cluster.toml", dir.display());
+        println!("press Ctrl-C to stop");
+    }
+}
+
+mod nfs_gateway {
+    use std::path::Path;
+
+    use bytes::Bytes;
+    use upright_fs::nfs3::proc3;
+    use upright_fs::rpc::Credential;
+    use upright_node::files::FileError;
+
+    /// Binds the gateway's loopback port.
+    pub async fn bind(port: u16) -> Result<tokio::net::TcpListener, FileError> {
+        tokio::net::TcpListener::bind(("127.0.0.1", port)).await.map_err(|e| {
+            FileError(format!(
+                "cannot listen on 127.0.0.1:{port} for NFS clients ({e}); is an NFS server running? choose another with --port"
+            ))
+        })
+    }
+
+    /// The readiness probe: GETATTR of the root, ordered.
+    pub fn probe() -> Bytes {
+        let fs = upright_fs::fs::FileSystem::new();
+        let root = upright_fs::procedures::root_handle(&fs).expect("a new file system has its root");
+        let mut args = upright_fs::xdr::Writer::new();
+        args.opaque(&root);
+        let call = upright_fs::procedures::operation(proc3::GETATTR, &Credential::anonymous(), &args.finish());
+        upright_fs::service::encode_calls(&[call])
+    }
+
+    /// Tells the user how to connect.
+    pub fn announce(port: u16, pool: u32, exe: &str, dir: &Path) {
+        println!("NFS version 3 (and MOUNT, same port) on 127.0.0.1:{port}, exporting / from the BFT cluster");
+        println!("  gateway: {pool} upright client(s); changes are ordered by agreement; reads go to every execution replica (read-only path) and fall back to agreement when the answers differ");
+        println!("try, in another terminal (Debian: apt install libnfs-utils):");
+        println!("  echo hello > /tmp/hello.txt");
+        println!("  nfs-cp /tmp/hello.txt 'nfs://127.0.0.1/hello.txt?nfsport={port}&mountport={port}&version=3'");
+        println!("  nfs-ls 'nfs://127.0.0.1/?nfsport={port}&mountport={port}&version=3'");
+        println!("  nfs-cat 'nfs://127.0.0.1/hello.txt?nfsport={port}&mountport={port}&version=3'");
         println!("  {exe} status --config {}/cluster.toml", dir.display());
         println!("press Ctrl-C to stop");
     }

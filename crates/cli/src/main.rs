@@ -92,10 +92,11 @@ enum Command {
         #[arg(long)]
         key: Option<PathBuf>,
         /// The replicated service: `kv` (the core's in-memory KV), `redis` (the Redis-compatible
-        /// store of upright-kv), `zk` (the ZooKeeper-compatible service of upright-zk) or
-        /// `objects` (a paged test service of `--objects` generated objects, for the
-        /// state-transfer benchmark). Every replica of a cluster must run the same one.
-        #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "zk", "objects"])]
+        /// store of upright-kv), `zk` (the ZooKeeper-compatible service of upright-zk), `fs` (the
+        /// NFSv3 file system of upright-fs) or `objects` (a paged test service of `--objects`
+        /// generated objects, for the state-transfer benchmark). Every replica of a cluster must
+        /// run the same one.
+        #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "zk", "fs", "objects"])]
         service: String,
         /// `--service objects`: how many objects.
         #[arg(long, default_value_t = 1_000_000)]
@@ -163,6 +164,27 @@ enum Command {
               value_parser = clap::value_parser!(u32).range(1..=i64::from(upright_node::gateway::clients::POOL_MAX)))]
         pool: u32,
     },
+    /// Serve NFS version 3 clients (the Linux kernel client, libnfs and its nfs-ls / nfs-cp /
+    /// nfs-cat, Python NFS clients) from a running cluster whose replicas run `--service fs`;
+    /// runs until Ctrl-C or SIGTERM. MOUNT is served on the same port, so a client needs no
+    /// portmapper (libnfs: `nfs://127.0.0.1/?nfsport=P&mountport=P&version=3`). The gateway is a
+    /// client of the cluster: run it beside the applications it serves.
+    Nfs {
+        /// Client config of the pool's first member (client-<c>.toml from `upright init`); a pool
+        /// of N also uses client-<c+1>.toml .. client-<c+N-1>.toml beside it. Each member keeps its
+        /// request id in client-<id>.last-request-id beside its file. Two gateways of one cluster
+        /// need distinct client identities.
+        #[arg(long)]
+        client: PathBuf,
+        /// Address to serve NFS and MOUNT clients on (host:port).
+        #[arg(long, default_value = "127.0.0.1:2049")]
+        listen: String,
+        /// Upright clients in the gateway's pool (operations in flight at once; each packs the
+        /// calls of many connections).
+        #[arg(long, default_value_t = 4,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(upright_node::gateway::clients::POOL_MAX)))]
+        pool: u32,
+    },
     /// Start a local 4-replica cluster (u = r = 1) on this host; runs until Ctrl-C.
     Demo {
         /// Run a client workload with a replica SIGKILLed and restarted, report, and exit.
@@ -175,12 +197,14 @@ enum Command {
         #[arg(long, default_value_t = 4)]
         clients: u32,
         /// Loopback port of the gateway: Redis protocol with `--service redis` (default 6379),
-        /// ZooKeeper protocol with `--service zk` (default 2181).
+        /// ZooKeeper protocol with `--service zk` (default 2181), NFS version 3 and MOUNT with
+        /// `--service fs` (default 2049).
         #[arg(long)]
         port: Option<u16>,
         /// The replicated service: `redis` (Redis-compatible, served on --port), `zk`
-        /// (ZooKeeper-compatible, served on --port) or `kv`. `--smoke` always uses `kv`.
-        #[arg(long, default_value = "redis", value_parser = ["kv", "redis", "zk"])]
+        /// (ZooKeeper-compatible, served on --port), `fs` (an NFSv3 file system exporting `/`,
+        /// served on --port) or `kv`. `--smoke` always uses `kv`.
+        #[arg(long, default_value = "redis", value_parser = ["kv", "redis", "zk", "fs"])]
         service: String,
         /// Upright clients in the gateway's pool (operations in flight at once). Default: 1 for
         /// redis, whose gateway packs many connections' commands into one operation; 64 for zk,
@@ -253,6 +277,10 @@ fn main() -> ExitCode {
             init_logging("warn");
             single_thread_runtime().block_on(zk(&client, &listen, pool))
         }
+        Command::Nfs { client, listen, pool } => {
+            init_logging("warn");
+            single_thread_runtime().block_on(nfs(&client, &listen, pool))
+        }
         Command::Demo {
             smoke,
             seconds,
@@ -266,11 +294,15 @@ fn main() -> ExitCode {
             init_logging("warn");
             let service = if smoke { "kv" } else { service.as_str() };
             let gateway = demo::Gateway {
-                port: port.unwrap_or(if service == "zk" { 2181 } else { 6379 }),
-                pool: gateway_pool.unwrap_or(if service == "zk" {
-                    demo::ZK_GATEWAY_POOL
-                } else {
-                    demo::GATEWAY_POOL
+                port: port.unwrap_or(match service {
+                    "zk" => 2181,
+                    "fs" => 2049,
+                    _ => 6379,
+                }),
+                pool: gateway_pool.unwrap_or(match service {
+                    "zk" => demo::ZK_GATEWAY_POOL,
+                    "fs" => demo::NFS_GATEWAY_POOL,
+                    _ => demo::GATEWAY_POOL,
                 }),
             };
             // One thread, like a replica: the Redis gateway is one event loop. With two workers,
@@ -485,6 +517,12 @@ fn replica(
                 tracing::warn!("TESTING: this replica corrupts its replies and pushed events (Byzantine stand-in)");
             }
             upright_zk::replica::service(corrupt)
+        } else if service == "fs" {
+            let corrupt = upright_kv::replica::corrupt_requested(id);
+            if corrupt {
+                tracing::warn!("TESTING: this replica corrupts its replies (Byzantine stand-in)");
+            }
+            upright_fs::replica::service(corrupt)
         } else if service == "objects" {
             tracing::info!(
                 objects,
@@ -707,6 +745,42 @@ async fn zk(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileErro
     println!("press Ctrl-C to stop");
     tokio::select! {
         result = upright_zk::gateway::serve(listener, handles) => {
+            result.map_err(|e| FileError(format!("the gateway stopped: {e}")))?;
+        }
+        _ = stop_requested() => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `upright nfs`: the NFS gateway against the cluster of `client`'s file.
+async fn nfs(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileError> {
+    use upright_node::gateway::clients::{self, RequestIds};
+    let members = clients::load(client, pool)?;
+    let cluster = &members[0].1.cluster;
+    let (name, replicas) = (cluster.config.cluster_name.clone(), cluster.file.replicas.len());
+    let (u, r) = (cluster.config.u, cluster.config.r);
+    let first = members[0].1.id.0;
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+        FileError(format!(
+            "cannot listen on {listen} for NFS clients ({e}); is an NFS server running? choose another with --listen"
+        ))
+    })?;
+    let addr = listener.local_addr().map_err(|e| FileError(e.to_string()))?;
+    let handles = clients::start(members, RequestIds::Durable)?;
+    println!("NFS version 3 and MOUNT version 3 on {addr}, served by cluster {name:?} ({replicas} replicas, u = {u}, r = {r})");
+    println!(
+        "  gateway: {pool} upright client(s) (clients {first}..{}); a result is accepted only from matching replies of enough replicas, so a lying replica cannot change it",
+        first + pool - 1
+    );
+    println!(
+        "  libnfs: nfs://{}/?nfsport={}&mountport={}&version=3",
+        addr.ip(),
+        addr.port(),
+        addr.port()
+    );
+    println!("press Ctrl-C to stop");
+    tokio::select! {
+        result = upright_fs::gateway::serve(listener, handles) => {
             result.map_err(|e| FileError(format!("the gateway stopped: {e}")))?;
         }
         _ = stop_requested() => {}

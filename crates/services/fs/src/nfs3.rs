@@ -86,6 +86,7 @@ pub enum Status {
 pub const MNT3_OK: u32 = 0;
 pub const MNT3ERR_NOENT: u32 = 2;
 pub const MNT3ERR_ACCES: u32 = 13;
+pub const MNT3ERR_SERVERFAULT: u32 = 10006;
 
 /// `ftype3`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

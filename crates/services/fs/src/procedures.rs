@@ -26,6 +26,12 @@ pub const COOKIE_VERIFIER: [u8; 8] = [0; 8];
 pub const CAPACITY_BYTES: u64 = 1 << 44;
 /// Most links to one file.
 pub const LINK_MAX: u32 = 32_000;
+/// Not an NFS procedure: the gateway's MOUNT asks the file system for the handle of a directory
+/// path (`dirpath`), so a client may mount any directory, as libnfs does for
+/// `nfs://HOST/dir/file` (export `/dir`). Read-only; the result is a status and, if it is
+/// NFS3_OK, the handle.
+pub const MOUNT_RESOLVE: u32 = 0x4d4e_5400;
+
 /// `stable_how` FILE_SYNC.
 const FILE_SYNC: u32 = 2;
 
@@ -69,6 +75,7 @@ pub fn is_read_only(procedure: u32) -> bool {
             | proc3::FSSTAT
             | proc3::FSINFO
             | proc3::PATHCONF
+            | MOUNT_RESOLVE
     )
 }
 
@@ -134,7 +141,7 @@ pub fn execute(fs: &mut FileSystem, now_us: u64, op: &[u8]) -> Reply {
     let Ok(credential) = Credential::decode(&mut r) else {
         return Reply::GarbageArgs;
     };
-    if procedure >= proc3::COUNT {
+    if procedure >= proc3::COUNT && procedure != MOUNT_RESOLVE {
         return Reply::ProcUnavail;
     }
     let mut call = Call {
@@ -153,7 +160,11 @@ pub fn execute(fs: &mut FileSystem, now_us: u64, op: &[u8]) -> Reply {
 pub fn execute_read_only(fs: &FileSystem, op: &[u8]) -> Option<Reply> {
     let procedure = Reader::new(op).u32().ok()?;
     if !is_read_only(procedure) {
-        return None;
+        return if procedure >= proc3::COUNT {
+            Some(Reply::ProcUnavail)
+        } else {
+            None
+        };
     }
     // Read-only procedures take `&mut` only for the shared code path; they change nothing, and
     // their result does not depend on the time.
@@ -273,6 +284,7 @@ impl ReadCall<'_> {
             proc3::FSSTAT => self.fsstat(r),
             proc3::FSINFO => self.fsinfo(r),
             proc3::PATHCONF => self.pathconf(r),
+            MOUNT_RESOLVE => self.resolve_path(r),
             _ => unreachable!("only read-only procedures come here"),
         };
         match result {
@@ -293,6 +305,29 @@ impl ReadCall<'_> {
     fn fail_bare(&mut self, status: Status) -> Failure {
         self.out.u32(status as u32);
         Failure::Answered
+    }
+
+    /// [`MOUNT_RESOLVE`]: walks `dirpath` from the root as LOOKUPs would (search permission on
+    /// every directory on the way); the end must be a directory.
+    fn resolve_path(&mut self, r: &mut Reader<'_>) -> Result<(), Failure> {
+        let path = r.string(crate::nfs3::PATH_MAX)?;
+        let (mut id, mut inode) = (ROOT, self.fs.inode(ROOT).map_err(|s| self.fail_bare(s))?);
+        for name in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+            if inode.kind != FileType::Directory {
+                return Err(self.fail_bare(Status::NotDir));
+            }
+            if !permits(self.cred, &inode, X) {
+                return Err(self.fail_bare(Status::Acces));
+            }
+            id = self.fs.lookup(&inode, name).map_err(|s| self.fail_bare(s))?;
+            inode = self.fs.inode(id).map_err(|s| self.fail_bare(s))?;
+        }
+        if inode.kind != FileType::Directory {
+            return Err(self.fail_bare(Status::NotDir));
+        }
+        self.out.u32(Status::Ok as u32);
+        encode_handle(self.out, id, &inode);
+        Ok(())
     }
 
     fn getattr(&mut self, r: &mut Reader<'_>) -> Result<(), Failure> {
