@@ -1,0 +1,207 @@
+//! `upright nfs` the way a user runs it: `upright init`, four `upright replica --service fs`
+//! processes (replica 2 a Byzantine stand-in that lies in every reply) and the gateway; Debian's
+//! libnfs-utils (`nfs-cp`, `nfs-ls`, `nfs-cat`), which nobody here wrote, copy a tree of files in
+//! and back out byte for byte while replica 3 is SIGKILLed and restarted.
+//!
+//! Needs libnfs-utils (`.ci/run` installs it); skipped, loudly, without it. libnfs-utils has no
+//! mkdir, so the test makes the tree's directories with MKDIR calls of its own.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use upright_fs::nfs3::{proc3, SetAttributes, MOUNT_PROGRAM, NFS_PROGRAM};
+use upright_fs::xdr::{Reader, Writer};
+
+#[path = "common/cluster.rs"]
+mod cluster;
+use cluster::Proc;
+
+fn replica(dir: &Path, config: &str, id: u32) -> Proc {
+    let log = std::fs::File::create(dir.join(format!("replica-{id}.log"))).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_upright"));
+    c.args([
+        "replica",
+        "--config",
+        config,
+        "--id",
+        &id.to_string(),
+        "--service",
+        "fs",
+    ])
+    .env("UPRIGHT_TEST_CORRUPT_REPLICA", "2")
+    .stdin(Stdio::null())
+    .stdout(log.try_clone().unwrap())
+    .stderr(log);
+    Proc(c.spawn().unwrap())
+}
+
+fn gateway(dir: &Path, port: u16) -> Proc {
+    let log = std::fs::File::create(dir.join("gateway.log")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_upright"))
+        .args(["nfs", "--client"])
+        .arg(dir.join("client-0.toml"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start upright nfs");
+    Proc(child)
+}
+
+/// One RPC call over `stream` (AUTH_SYS as root); the reply's result after the header.
+fn rpc(stream: &mut TcpStream, xid: u32, program: u32, procedure: u32, args: &[u8]) -> Vec<u8> {
+    let mut cred = Writer::new();
+    cred.u32(0).string("test").u32(0).u32(0).u32(0);
+    let cred = cred.finish();
+    let mut w = Writer::new();
+    w.u32(xid).u32(0).u32(2).u32(program).u32(3).u32(procedure);
+    w.u32(1).opaque(&cred).u32(0).opaque(&[]).raw(args);
+    let record = w.finish();
+    stream.write_all(&upright_fs::rpc::frame(&record)).unwrap();
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header).unwrap();
+    let mut reply = vec![0u8; (u32::from_be_bytes(header) & 0x7fff_ffff) as usize];
+    stream.read_exact(&mut reply).unwrap();
+    let mut r = Reader::new(&reply);
+    assert_eq!(r.u32().unwrap(), xid);
+    // REPLY, MSG_ACCEPTED, verifier, SUCCESS.
+    assert_eq!((r.u32().unwrap(), r.u32().unwrap()), (1, 0));
+    r.u32().unwrap();
+    r.opaque(400).unwrap();
+    assert_eq!(r.u32().unwrap(), 0, "accepted: SUCCESS");
+    r.rest().to_vec()
+}
+
+/// MKDIR `name` in `dir` (mode 0777); the new directory's handle.
+fn mkdir(stream: &mut TcpStream, xid: u32, dir: &[u8], name: &str) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.opaque(dir).string(name);
+    SetAttributes {
+        mode: Some(0o777),
+        ..SetAttributes::default()
+    }
+    .encode(&mut w);
+    let result = rpc(stream, xid, NFS_PROGRAM, proc3::MKDIR, &w.finish());
+    let mut r = Reader::new(&result);
+    assert_eq!(r.u32().unwrap(), 0, "MKDIR {name}: NFS3_OK");
+    assert!(r.bool().unwrap());
+    r.opaque(64).unwrap().to_vec()
+}
+
+/// Deterministic contents (not all zeros, different per file).
+fn contents(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn url(port: u16, path: &str) -> String {
+    format!("nfs://127.0.0.1/{path}?nfsport={port}&mountport={port}&version=3")
+}
+
+fn run(program: &str, args: &[&str]) -> std::process::Output {
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn libnfs_utils_copy_a_tree_in_and_out_byte_for_byte_with_a_replica_killed_and_another_lying() {
+    if Command::new("nfs-cp").output().is_err() {
+        eprintln!("\n\n*** SKIPPED upright nfs gateway test: apt-get install libnfs-utils ***\n\n");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let base = cluster::free_base(24_100, 1);
+    let config = cluster::init(dir, base);
+    let mut replicas: Vec<Proc> = (0..4).map(|id| replica(dir, &config, id)).collect();
+    let port = base + 300;
+    let _gateway = gateway(dir, port);
+
+    // The tree's directories, made through the gateway (MNT gives the root's handle).
+    let mut stream = (0..100)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            TcpStream::connect(("127.0.0.1", port)).ok()
+        })
+        .expect("the gateway listens");
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut mnt = Writer::new();
+    mnt.string("/");
+    let result = rpc(&mut stream, 1, MOUNT_PROGRAM, 1, &mnt.finish());
+    let mut r = Reader::new(&result);
+    assert_eq!(r.u32().unwrap(), 0, "MNT3_OK");
+    let root = r.opaque(64).unwrap().to_vec();
+    let a = mkdir(&mut stream, 2, &root, "a");
+    mkdir(&mut stream, 3, &a, "b");
+
+    // Files of the sizes that matter: empty, one byte, around a 4 KiB block and a 64 KiB page,
+    // and a few MiB.
+    let sizes = [0usize, 1, 4095, 65_536, 65_537, 300_000, 3_000_000];
+    let local = dir.join("local");
+    std::fs::create_dir(&local).unwrap();
+    let mut files = Vec::new();
+    for (i, size) in sizes.iter().enumerate() {
+        let remote = match i % 3 {
+            0 => format!("/f{i}.bin"),
+            1 => format!("/a/f{i}.bin"),
+            _ => format!("/a/b/f{i}.bin"),
+        };
+        let path = local.join(format!("f{i}.bin"));
+        std::fs::write(&path, contents(*size, i as u64)).unwrap();
+        files.push((path, remote));
+    }
+    // Replica 3 is down for the first half of the copies and back for the rest.
+    drop(replicas.remove(3));
+    for (i, (path, remote)) in files.iter().enumerate() {
+        if i == files.len() / 2 {
+            replicas.push(replica(dir, &config, 3));
+        }
+        let out = run("nfs-cp", &[path.to_str().unwrap(), &url(port, &format!("/{remote}"))]);
+        assert!(String::from_utf8_lossy(&out.stdout).contains("copied"), "{out:?}");
+    }
+    // Back out, byte for byte.
+    let back = dir.join("back");
+    std::fs::create_dir(&back).unwrap();
+    for (path, remote) in &files {
+        let copy = back.join(path.file_name().unwrap());
+        run("nfs-cp", &[&url(port, &format!("/{remote}")), copy.to_str().unwrap()]);
+        assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(path).unwrap(), "{remote}");
+    }
+    let cat = run("nfs-cat", &[&url(port, "//a/f1.bin")]);
+    assert_eq!(cat.stdout, contents(1, 1));
+    // nfs-ls sees every name, recursively, with its size.
+    let ls = run("nfs-ls", &["-R", &url(port, "")]);
+    let listing = String::from_utf8_lossy(&ls.stdout);
+    for (i, (_, remote)) in files.iter().enumerate() {
+        let name = remote.rsplit('/').next().unwrap();
+        let line = listing
+            .lines()
+            .find(|l| l.ends_with(name))
+            .unwrap_or_else(|| panic!("{name} not listed:\n{listing}"));
+        assert!(line.contains(&format!(" {} ", sizes[i])), "{line}");
+    }
+    let log = std::fs::read_to_string(dir.join("replica-2.log")).unwrap();
+    assert!(log.contains("corrupts its replies"), "{log}");
+}
