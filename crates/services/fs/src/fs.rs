@@ -18,15 +18,19 @@ use crate::xdr::{Reader, Writer, XdrError};
 pub const BLOCK_BYTES: u64 = 64 * 1024;
 /// Data-page indices an inode holds itself; further ones are in indirect pages.
 pub const DIRECT_MAX: usize = 1024;
-/// Data-page indices per indirect page (8 bytes each, one 64 KiB page).
-pub const PER_INDIRECT: usize = 8192;
+/// Data-page indices per indirect page: 8 bytes each after the page's tag and count, within
+/// one page of at most `PAGE_BYTES_MAX` (64 KiB).
+pub const PER_INDIRECT: usize = (upright_core::limits::PAGE_BYTES_MAX - 8) / 8;
 /// Indirect pages an inode lists (its own page stays under 64 KiB): files up to
-/// `(DIRECT_MAX + INDIRECT_MAX * PER_INDIRECT) * BLOCK_BYTES`, about 3.6 TiB.
+/// `(DIRECT_MAX + INDIRECT_MAX * PER_INDIRECT) * BLOCK_BYTES`, about 3 TiB.
 pub const INDIRECT_MAX: usize = 6000;
 /// Largest file size this file system stores.
 pub const FILE_BYTES_MAX: u64 = (DIRECT_MAX as u64 + INDIRECT_MAX as u64 * PER_INDIRECT as u64) * BLOCK_BYTES;
 /// Encoded bytes of directory entries an inode holds inline, and an entry page at most.
 pub const ENTRIES_BYTES_MAX: usize = 48 * 1024;
+/// Most entry pages a directory lists in its inode (16 bytes each): about 3,000 pages of 24-48
+/// KiB of entries, a million entries or more.
+pub const ENTRY_PAGES_MAX: usize = ENTRIES_BYTES_MAX / 16;
 /// Longest symlink target.
 pub const SYMLINK_MAX: usize = crate::nfs3::PATH_MAX;
 /// Length of a file handle: file id and generation.
@@ -246,7 +250,7 @@ impl Inode {
                 let entries = match r.u32()? {
                     0 => Entries::Inline(decode_entries(&mut r)?),
                     1 => {
-                        let n = bounded(r.u32()?, ENTRIES_BYTES_MAX / 16)?;
+                        let n = bounded(r.u32()?, ENTRY_PAGES_MAX)?;
                         Entries::Paged(
                             (0..n)
                                 .map(|_| Ok((r.u64()?, r.u64()?)))
@@ -795,6 +799,11 @@ impl FileSystem {
                     while mid > 1 && items[mid].hash == items[mid - 1].hash {
                         mid -= 1;
                     }
+                }
+                if list.len() >= ENTRY_PAGES_MAX {
+                    // The inode lists no more entry pages (it must stay within one page).
+                    dir.size -= 1;
+                    return Err(Status::NoSpc);
                 }
                 let upper = items.split_off(mid);
                 let mut sb = self.superblock()?;

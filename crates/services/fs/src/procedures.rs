@@ -807,9 +807,13 @@ impl Call<'_> {
             .fs
             .create_inode(inode)
             .map_err(|s| self.fail_wcc(s, Some((dir_id, before))))?;
-        self.fs
-            .add_entry(&mut dir, name, id)
-            .map_err(|s| self.fail_wcc(s, Some((dir_id, before))))?;
+        if let Err(s) = self.fs.add_entry(&mut dir, name, id) {
+            // No room for the name (the directory is full): the new inode goes again.
+            if let Ok(orphan) = self.fs.inode(id) {
+                let _ = self.fs.free_inode(id, &orphan);
+            }
+            return Err(self.fail_wcc(s, Some((dir_id, before))));
+        }
         if is_dir {
             dir.nlink += 1;
         }

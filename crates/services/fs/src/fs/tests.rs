@@ -215,3 +215,35 @@ fn the_same_calls_give_the_same_pages_and_damaged_pages_are_errors_not_panics() 
     assert_eq!(restored.read(&f1, 1_000, 2_000).unwrap(), (pattern(2_000, 1), true));
     assert_eq!(restored.lookup(&root, "f7"), Err(Status::NoEnt));
 }
+
+/// Every page within `PAGE_BYTES_MAX`: the 1 GiB file of the real-client test first made an
+/// indirect page of 8,192 indices, 8 bytes over, and every replica panicked on it.
+#[test]
+fn a_file_past_a_full_indirect_page_keeps_every_page_within_the_limit() {
+    let mut fs = FileSystem::new();
+    let id = fs.create_inode(file(0o644)).unwrap();
+    let mut inode = fs.inode(id).unwrap();
+    // One byte in the last block of the first indirect page and one in the next page's first.
+    let last_of_first = (DIRECT_MAX + PER_INDIRECT - 1) as u64 * BLOCK_BYTES;
+    fs.write(&mut inode, last_of_first, b"x").unwrap();
+    fs.write(&mut inode, last_of_first + BLOCK_BYTES, b"y").unwrap();
+    // Fill the first indirect page's every slot (sparse blocks: one byte each).
+    for block in DIRECT_MAX..DIRECT_MAX + PER_INDIRECT {
+        fs.write(&mut inode, block as u64 * BLOCK_BYTES, b"z").unwrap();
+    }
+    fs.put_inode(id, &inode);
+    let Body::File { indirect, .. } = &fs.inode(id).unwrap().body else {
+        panic!("a file")
+    };
+    assert_eq!(indirect.len(), 2);
+    for i in 0..fs.pages().len() {
+        let len = fs.pages().get(i).unwrap().len();
+        assert!(len <= upright_core::limits::PAGE_BYTES_MAX, "page {i}: {len} bytes");
+    }
+    assert_eq!(
+        fs.read(&fs.inode(id).unwrap(), last_of_first + BLOCK_BYTES, 1)
+            .unwrap()
+            .0,
+        b"y"
+    );
+}
