@@ -722,8 +722,16 @@ async fn redis(client: &Path, listen: &str, pool: u32, users: Option<&Path>) -> 
     Ok(ExitCode::SUCCESS)
 }
 
-/// `upright zk`: the ZooKeeper-protocol gateway against the cluster of `client`'s file.
-async fn zk(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileError> {
+/// A standalone gateway's start: its pool's clients and its bound listener, with the banner's
+/// first two lines printed (`what` names the protocol; `clients` says who to stop first when
+/// the port is taken).
+async fn start_gateway(
+    client: &Path,
+    listen: &str,
+    pool: u32,
+    what: &str,
+    clients_hint: &str,
+) -> Result<(tokio::net::TcpListener, Vec<upright_node::client::ClientHandle>), FileError> {
     use upright_node::gateway::clients::{self, RequestIds};
     let members = clients::load(client, pool)?;
     let cluster = &members[0].1.cluster;
@@ -732,19 +740,24 @@ async fn zk(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileErro
     let first = members[0].1.id.0;
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
         FileError(format!(
-            "cannot listen on {listen} for ZooKeeper clients ({e}); choose another with --listen"
+            "cannot listen on {listen} for {clients_hint} ({e}); choose another with --listen"
         ))
     })?;
     let addr = listener.local_addr().map_err(|e| FileError(e.to_string()))?;
     let handles = clients::start(members, RequestIds::Durable)?;
-    println!("ZooKeeper protocol on {addr}, served by cluster {name:?} ({replicas} replicas, u = {u}, r = {r})");
+    println!("{what} on {addr}, served by cluster {name:?} ({replicas} replicas, u = {u}, r = {r})");
     println!(
         "  gateway: {pool} upright client(s) (clients {first}..{}); a result is accepted only from matching replies of enough replicas, so a lying replica cannot change it",
         first + pool - 1
     );
+    Ok((listener, handles))
+}
+
+/// Serves until the gateway fails or Ctrl-C / SIGTERM.
+async fn run_gateway(serve: impl std::future::Future<Output = std::io::Result<()>>) -> Result<ExitCode, FileError> {
     println!("press Ctrl-C to stop");
     tokio::select! {
-        result = upright_zk::gateway::serve(listener, handles) => {
+        result = serve => {
             result.map_err(|e| FileError(format!("the gateway stopped: {e}")))?;
         }
         _ = stop_requested() => {}
@@ -752,40 +765,30 @@ async fn zk(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileErro
     Ok(ExitCode::SUCCESS)
 }
 
+/// `upright zk`: the ZooKeeper-protocol gateway against the cluster of `client`'s file.
+async fn zk(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileError> {
+    let (listener, handles) = start_gateway(client, listen, pool, "ZooKeeper protocol", "ZooKeeper clients").await?;
+    run_gateway(upright_zk::gateway::serve(listener, handles)).await
+}
+
 /// `upright nfs`: the NFS gateway against the cluster of `client`'s file.
 async fn nfs(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileError> {
-    use upright_node::gateway::clients::{self, RequestIds};
-    let members = clients::load(client, pool)?;
-    let cluster = &members[0].1.cluster;
-    let (name, replicas) = (cluster.config.cluster_name.clone(), cluster.file.replicas.len());
-    let (u, r) = (cluster.config.u, cluster.config.r);
-    let first = members[0].1.id.0;
-    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
-        FileError(format!(
-            "cannot listen on {listen} for NFS clients ({e}); is an NFS server running? choose another with --listen"
-        ))
-    })?;
+    let (listener, handles) = start_gateway(
+        client,
+        listen,
+        pool,
+        "NFS version 3 and MOUNT version 3",
+        "NFS clients (is an NFS server running?)",
+    )
+    .await?;
     let addr = listener.local_addr().map_err(|e| FileError(e.to_string()))?;
-    let handles = clients::start(members, RequestIds::Durable)?;
-    println!("NFS version 3 and MOUNT version 3 on {addr}, served by cluster {name:?} ({replicas} replicas, u = {u}, r = {r})");
     println!(
-        "  gateway: {pool} upright client(s) (clients {first}..{}); a result is accepted only from matching replies of enough replicas, so a lying replica cannot change it",
-        first + pool - 1
-    );
-    println!(
-        "  libnfs: nfs://{}/?nfsport={}&mountport={}&version=3",
+        "  libnfs: nfs://{}//FILE?nfsport={}&mountport={}&version=3",
         addr.ip(),
         addr.port(),
         addr.port()
     );
-    println!("press Ctrl-C to stop");
-    tokio::select! {
-        result = upright_fs::gateway::serve(listener, handles) => {
-            result.map_err(|e| FileError(format!("the gateway stopped: {e}")))?;
-        }
-        _ = stop_requested() => {}
-    }
-    Ok(ExitCode::SUCCESS)
+    run_gateway(upright_fs::gateway::serve(listener, handles)).await
 }
 
 /// Waits for Ctrl-C (SIGINT) or SIGTERM (`kill`, a service manager stopping the demo or a bench):

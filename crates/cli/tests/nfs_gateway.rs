@@ -26,22 +26,7 @@ mod cluster;
 use cluster::Proc;
 
 fn replica(dir: &Path, config: &str, id: u32) -> Proc {
-    let log = std::fs::File::create(dir.join(format!("replica-{id}.log"))).unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_upright"));
-    c.args([
-        "replica",
-        "--config",
-        config,
-        "--id",
-        &id.to_string(),
-        "--service",
-        "fs",
-    ])
-    .env("UPRIGHT_TEST_CORRUPT_REPLICA", "2")
-    .stdin(Stdio::null())
-    .stdout(log.try_clone().unwrap())
-    .stderr(log);
-    Proc(c.spawn().unwrap())
+    cluster::replica(dir, config, id, "fs")
 }
 
 fn gateway(dir: &Path, port: u16) -> Proc {
@@ -96,6 +81,45 @@ fn mkdir(stream: &mut TcpStream, xid: u32, dir: &[u8], name: &str) -> Vec<u8> {
     assert_eq!(r.u32().unwrap(), 0, "MKDIR {name}: NFS3_OK");
     assert!(r.bool().unwrap());
     r.opaque(64).unwrap().to_vec()
+}
+
+/// Entries of the large directory.
+const MANY: u32 = 10_000;
+
+/// CREATE (UNCHECKED) `entry-00000` .. in `dir`, all outstanding at once; checks every reply.
+fn create_many(stream: &TcpStream, dir: &[u8], n: u32) {
+    let mut reader = stream.try_clone().unwrap();
+    let replies = std::thread::spawn(move || {
+        for i in 0..n {
+            let mut header = [0u8; 4];
+            reader.read_exact(&mut header).unwrap();
+            let mut reply = vec![0u8; (u32::from_be_bytes(header) & 0x7fff_ffff) as usize];
+            reader.read_exact(&mut reply).unwrap();
+            let mut r = Reader::new(&reply);
+            assert_eq!(r.u32().unwrap(), 10_000 + i, "replies come in call order");
+            assert_eq!(&reply[20..24], &[0, 0, 0, 0], "CREATE {i}: accepted");
+            let rest = &reply[24..];
+            assert_eq!(&rest[..4], &[0, 0, 0, 0], "CREATE {i}: NFS3_OK");
+        }
+    });
+    let mut writer = stream.try_clone().unwrap();
+    let mut cred = Writer::new();
+    cred.u32(0).string("test").u32(0).u32(0).u32(0);
+    let cred = cred.finish();
+    for i in 0..n {
+        let mut w = Writer::new();
+        w.u32(10_000 + i)
+            .u32(0)
+            .u32(2)
+            .u32(NFS_PROGRAM)
+            .u32(3)
+            .u32(proc3::CREATE);
+        w.u32(1).opaque(&cred).u32(0).opaque(&[]);
+        w.opaque(dir).string(&format!("entry-{i:05}")).u32(0);
+        SetAttributes::default().encode(&mut w);
+        writer.write_all(&upright_fs::rpc::frame(&w.finish())).unwrap();
+    }
+    replies.join().unwrap();
 }
 
 /// Deterministic contents (not all zeros, different per file).
@@ -161,6 +185,10 @@ fn libnfs_utils_copy_a_tree_in_and_out_byte_for_byte_with_a_replica_killed_and_a
     let root = r.opaque(64).unwrap().to_vec();
     let a = mkdir(&mut stream, 2, &root, "a");
     mkdir(&mut stream, 3, &a, "b");
+    // A directory of 10,000 entries for the Python client to list (made here with every CREATE
+    // outstanding at once, so the gateway packs them into a few operations).
+    let many = mkdir(&mut stream, 4, &root, "many");
+    create_many(&stream, &many, MANY);
 
     // Files of the sizes that matter: empty, one byte, around a 4 KiB block and a 64 KiB page,
     // and a few MiB.
@@ -230,7 +258,7 @@ fn libnfs_utils_copy_a_tree_in_and_out_byte_for_byte_with_a_replica_killed_and_a
         let out = Command::new("timeout")
             .args(["1200", "python3"])
             .arg(script)
-            .args([port.to_string(), BIG_FILE_MIB.to_string()])
+            .args([port.to_string(), BIG_FILE_MIB.to_string(), MANY.to_string()])
             .output()
             .expect("run python3");
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -16,22 +16,7 @@ mod cluster;
 use cluster::Proc;
 
 fn replica(dir: &Path, config: &str, id: u32) -> Proc {
-    let log = std::fs::File::create(dir.join(format!("replica-{id}.log"))).unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_upright"));
-    c.args([
-        "replica",
-        "--config",
-        config,
-        "--id",
-        &id.to_string(),
-        "--service",
-        "zk",
-    ])
-    .env("UPRIGHT_TEST_CORRUPT_REPLICA", "2")
-    .stdin(Stdio::null())
-    .stdout(log.try_clone().unwrap())
-    .stderr(log);
-    Proc(c.spawn().unwrap())
+    cluster::replica(dir, config, id, "zk")
 }
 
 /// Starts `upright zk` with client identity `client` and waits for its banner.

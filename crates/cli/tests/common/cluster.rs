@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 
 /// A child process that is SIGKILLed when dropped.
 pub struct Proc(pub Child);
@@ -57,4 +57,26 @@ pub fn init(dir: &Path, base: u16) -> String {
         .unwrap();
     assert!(out.status.success(), "upright init: {out:?}");
     dir.join("cluster.toml").display().to_string()
+}
+
+/// `upright replica --id ID --service SERVICE` of the cluster at `config`, logging to
+/// `replica-<id>.log` in `dir`; replica 2 is the Byzantine stand-in that lies in every reply
+/// (`UPRIGHT_TEST_CORRUPT_REPLICA`).
+pub fn replica(dir: &Path, config: &str, id: u32, service: &str) -> Proc {
+    let log = std::fs::File::create(dir.join(format!("replica-{id}.log"))).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_upright"));
+    c.args([
+        "replica",
+        "--config",
+        config,
+        "--id",
+        &id.to_string(),
+        "--service",
+        service,
+    ])
+    .env("UPRIGHT_TEST_CORRUPT_REPLICA", "2")
+    .stdin(Stdio::null())
+    .stdout(log.try_clone().unwrap())
+    .stderr(log);
+    Proc(c.spawn().unwrap())
 }
