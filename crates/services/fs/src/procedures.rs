@@ -134,16 +134,10 @@ impl From<XdrError> for Failure {
 
 /// Runs one operation; `now_us` is the agreed time. Read-only procedures change nothing.
 pub fn execute(fs: &mut FileSystem, now_us: u64, op: &[u8]) -> Reply {
-    let mut r = Reader::new(op);
-    let Ok(procedure) = r.u32() else {
-        return Reply::GarbageArgs;
+    let (procedure, credential, mut r) = match header(op) {
+        Ok(header) => header,
+        Err(reply) => return reply,
     };
-    let Ok(credential) = Credential::decode(&mut r) else {
-        return Reply::GarbageArgs;
-    };
-    if procedure >= proc3::COUNT && procedure != MOUNT_RESOLVE {
-        return Reply::ProcUnavail;
-    }
     let mut call = Call {
         fs,
         now: Time::from_micros(now_us),
@@ -156,22 +150,28 @@ pub fn execute(fs: &mut FileSystem, now_us: u64, op: &[u8]) -> Reply {
     }
 }
 
-/// Answers a read-only operation from the current state, or `None` if it writes.
+/// An operation's procedure and caller, and a reader at its arguments; or the answer to an
+/// operation whose header does not decode or names no procedure of ours.
+fn header(op: &[u8]) -> Result<(u32, Credential, Reader<'_>), Reply> {
+    let mut r = Reader::new(op);
+    let procedure = r.u32().map_err(|_| Reply::GarbageArgs)?;
+    let credential = Credential::decode(&mut r).map_err(|_| Reply::GarbageArgs)?;
+    if procedure >= proc3::COUNT && procedure != MOUNT_RESOLVE {
+        return Err(Reply::ProcUnavail);
+    }
+    Ok((procedure, credential, r))
+}
+
+/// Answers a read-only operation from the current state, or `None` if it writes. The answer is
+/// the one [`execute`] gives (a read-only procedure's result does not depend on the time).
 pub fn execute_read_only(fs: &FileSystem, op: &[u8]) -> Option<Reply> {
     let procedure = Reader::new(op).u32().ok()?;
-    if !is_read_only(procedure) {
-        return if procedure >= proc3::COUNT {
-            Some(Reply::ProcUnavail)
-        } else {
-            None
-        };
+    if procedure < proc3::COUNT && !is_read_only(procedure) {
+        return None;
     }
-    // Read-only procedures take `&mut` only for the shared code path; they change nothing, and
-    // their result does not depend on the time.
-    let mut r = Reader::new(op);
-    let _ = r.u32();
-    let Ok(credential) = Credential::decode(&mut r) else {
-        return Some(Reply::GarbageArgs);
+    let (procedure, credential, mut r) = match header(op) {
+        Ok(header) => header,
+        Err(reply) => return Some(reply),
     };
     let mut out = Writer::with_capacity(256);
     let result = ReadCall {
@@ -1050,12 +1050,7 @@ impl Call<'_> {
             .fs
             .resolve(to_handle)
             .map_err(|s| self.fail_rename(s, Some((from_id, &from_dir)), None))?;
-        let both = |f: &Inode, t: &Inode| (Some((from_id, f.clone())), Some((to_id, t.clone())));
-        let (fa, ta) = both(&from_dir, &to_dir);
-        let fail = |call: &mut Self, s: Status| {
-            let (f, t) = (fa.as_ref().map(|(i, n)| (*i, n)), ta.as_ref().map(|(i, n)| (*i, n)));
-            call.fail_rename(s, f, t)
-        };
+        let fail = |call: &mut Self, s: Status| call.fail_rename(s, Some((from_id, &from_dir)), Some((to_id, &to_dir)));
         if from_dir.kind != FileType::Directory || to_dir.kind != FileType::Directory {
             return Err(fail(self, Status::NotDir));
         }

@@ -472,6 +472,9 @@ fn bad_calls_get_rpc_errors_and_writes_never_take_the_read_only_path() {
     );
     assert_eq!(execute(&mut fs, 0, &[1, 2]), Reply::GarbageArgs);
     assert!(execute_read_only(&fs, &operation(proc3::WRITE, &cred(0), &[])).is_none());
+    // Both paths answer a call without a credential alike, whatever its procedure.
+    assert_eq!(execute_read_only(&fs, &[0, 0, 0, 99]), Some(Reply::GarbageArgs));
+    assert_eq!(execute(&mut fs, 0, &[0, 0, 0, 99]), Reply::GarbageArgs);
     for reply in [
         Reply::ProcUnavail,
         Reply::GarbageArgs,
