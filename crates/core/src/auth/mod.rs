@@ -216,6 +216,7 @@ impl AuthStage {
                     to.push(Principal::Order(self.id));
                 }
                 self.later.extend(items.iter().map(|item| (now, item.clone())));
+                self.arm_at(now.saturating_add(self.backup_delay_us()), out);
                 to
             }
             _ => ClusterConfig::order_members(&self.quorums).collect(),
@@ -322,15 +323,21 @@ impl AuthStage {
     }
 
     /// Arms AuthTick for the earliest thing due: the oldest `later` item's backup delay or a
-    /// deferred request's wait.
+    /// deferred request's wait (all of them: after a tick, and when the wait changes).
     fn arm_tick(&mut self, out: &mut Vec<Action>) {
         let later = self
             .later
             .front()
             .map(|(at, _)| at.saturating_add(self.backup_delay_us()));
-        let Some(due) = later.into_iter().chain(self.deferred_due()).min() else {
-            return;
-        };
+        if let Some(due) = later.into_iter().chain(self.deferred_due()).min() {
+            self.arm_at(due, out);
+        }
+    }
+
+    /// Arms AuthTick for `due` unless it is armed for then or earlier (the tick re-arms for
+    /// whatever is left): called as each item waits for the backups and each request is
+    /// deferred, so no host round looks through every deferred request.
+    fn arm_at(&mut self, due: Time, out: &mut Vec<Action>) {
         if self.tick_at.is_some_and(|at| at <= due) {
             return;
         }
@@ -360,7 +367,7 @@ impl AuthStage {
         });
     }
 
-    fn on_primary_hint(&mut self, envelope: &Envelope) {
+    fn on_primary_hint(&mut self, envelope: &Envelope, out: &mut Vec<Action>) {
         let Message::PrimaryHint { view, installed } = envelope.message else {
             unreachable!("dispatched on message kind");
         };
@@ -368,7 +375,12 @@ impl AuthStage {
         if !self.own_process_sent(envelope, &[Principal::Order(self.id)]) {
             return;
         }
+        let was_installed = self.primary.is_some();
         self.primary = installed.then(|| self.quorums.primary(view));
+        if self.primary.is_some() != was_installed {
+            // The deferred requests' wait changed (AuthStage::new_request_pace).
+            self.arm_tick(out);
+        }
     }
 
     fn on_client_request(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
@@ -435,9 +447,11 @@ impl AuthStage {
                     Message::ClientRequest { request_id: old, .. } => old <= request_id,
                     _ => true,
                 });
+                let due = last.forwarded_at.saturating_add(pace);
                 if newer {
                     self.deferred.insert(*client, envelope.clone());
                 }
+                self.arm_at(due, out);
                 return;
             }
         }
@@ -639,7 +653,7 @@ impl Stage for AuthStage {
             Message::ClientRequest { .. } => self.on_client_request(now, &envelope, out),
             Message::BatchComplete { .. } => self.on_batch_complete(now, &envelope, out),
             Message::Fetch { .. } => self.on_fetch(&envelope, out),
-            Message::PrimaryHint { .. } => self.on_primary_hint(&envelope),
+            Message::PrimaryHint { .. } => self.on_primary_hint(&envelope, out),
             _ => self.stats.bump("dropped_unexpected_message"),
         }
     }
@@ -647,7 +661,6 @@ impl Stage for AuthStage {
     fn flush(&mut self, now: Time, out: &mut Vec<Action>) {
         self.verify_signatures(now, out);
         self.send_outgoing(now, out);
-        self.arm_tick(out);
     }
 
     fn stats(&self) -> &Stats {

@@ -646,16 +646,7 @@ fn with_a_known_primary_a_request_goes_to_it_at_once_and_to_the_others_only_if_s
     let actions = run(&mut auth, 10, request(&f, 0, 1, b"put x"));
     let (to, entry, _) = sent_auth_request(&actions).unwrap();
     assert_eq!(to, order(&[1, 2]), "the primary and the co-located order member");
-    let tick = actions
-        .iter()
-        .find_map(|a| match a {
-            Action::SetTimer {
-                timer: Timer::AuthTick,
-                at,
-            } => Some(*at),
-            _ => None,
-        })
-        .expect("a timer for the rest");
+    let tick = armed(&actions).expect("a timer for the rest");
     let delay = f.config.knobs.view_change_timeout_us / BACKUP_DELAY_FRACTION;
     assert_eq!(tick, 10 + delay);
     // Early tick: nothing is due yet.
