@@ -9,7 +9,7 @@
 //! [`checkers`], [`sim`] (the run), [`report`], [`options`], [`protocol`] (which stage code runs),
 //! [`service`] (which replicated service runs, and its mapping onto the checkers' model),
 //! [`toy`] (a toy protocol that tests the machinery), [`zk`] (ZooKeeper clients for
-//! `--service zk`), [`soak`] (`--soak`: seeds across every configuration until the time is up).
+//! `--service zk`), [`fs`] (NFS clients for `--service fs`), [`soak`] (`--soak`: seeds across every configuration until the time is up).
 #![warn(missing_docs)]
 
 pub mod attack;
@@ -17,6 +17,7 @@ pub mod byzantine;
 pub mod checkers;
 pub mod events;
 pub mod faults;
+pub mod fs;
 pub mod history;
 pub mod mutate;
 pub mod network;

@@ -34,9 +34,10 @@ struct Args {
     clients: u32,
     /// The replicated service: `kv` (the core's in-memory KV), `redis` (the Redis-compatible
     /// store `upright replica --service redis` runs, driven by Redis commands), `paged-kv` (the
-    /// KV with its state in pages: checkpoints and state transfers by difference) or `zk`
-    /// (upright-zk, driven by ZooKeeper sessions: expiring sessions, ephemerals, watches, multi).
-    #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "paged-kv", "zk"])]
+    /// KV with its state in pages: checkpoints and state transfers by difference), `zk`
+    /// (upright-zk, driven by ZooKeeper sessions: expiring sessions, ephemerals, watches, multi)
+    /// or `fs` (upright-fs, driven by NFSv3 calls: each key a chain of immutable version files).
+    #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "paged-kv", "zk", "fs"])]
     service: String,
     /// Print every violation (otherwise the first of each failing seed).
     #[arg(long)]

@@ -52,6 +52,10 @@ pub struct Tallies {
     pub sessions_expired: u64,
     /// ZooKeeper watch events the clients received (`--service zk` only).
     pub watch_events: u64,
+    /// NFS commits that lost the race for their version and found again (`--service fs` only).
+    pub version_conflicts: u64,
+    /// Model operations the correct clients completed.
+    pub ops_completed: u64,
 }
 
 impl Tallies {
@@ -67,6 +71,8 @@ impl Tallies {
         self.pages_transferred += other.pages_transferred;
         self.sessions_expired += other.sessions_expired;
         self.watch_events += other.watch_events;
+        self.version_conflicts += other.version_conflicts;
+        self.ops_completed += other.ops_completed;
     }
 
     /// `, read_only_delivered: N, ...`: the end of the summary line.
@@ -88,6 +94,10 @@ impl Tallies {
                 self.sessions_expired, self.watch_events
             ));
         }
+        if self.version_conflicts > 0 {
+            line.push_str(&format!(", version_conflicts: {}", self.version_conflicts));
+        }
+        line.push_str(&format!(", ops_completed: {}", self.ops_completed));
         line
     }
 }

@@ -46,15 +46,18 @@ pub enum ServiceKind {
     /// upright-zk ([`upright_zk::service::ZkService`]), driven by ZooKeeper requests of
     /// sessions ([`crate::zk`]).
     Zk,
+    /// upright-fs ([`upright_fs::service::FsService`]), driven by NFSv3 calls ([`crate::fs`]).
+    Fs,
 }
 
 impl ServiceKind {
     /// Every kind.
-    pub const ALL: [ServiceKind; 4] = [
+    pub const ALL: [ServiceKind; 5] = [
         ServiceKind::Kv,
         ServiceKind::Redis,
         ServiceKind::PagedKv,
         ServiceKind::Zk,
+        ServiceKind::Fs,
     ];
 
     /// Its command-line name.
@@ -64,6 +67,7 @@ impl ServiceKind {
             ServiceKind::Redis => "redis",
             ServiceKind::PagedKv => "paged-kv",
             ServiceKind::Zk => "zk",
+            ServiceKind::Fs => "fs",
         }
     }
 
@@ -82,27 +86,30 @@ impl ServiceKind {
             (ServiceKind::PagedKv, false) => Arc::new(|| Box::new(PagedKv::new())),
             (ServiceKind::PagedKv, true) => Arc::new(|| Box::new(PagedKv::corrupt())),
             (ServiceKind::Zk, corrupt) => crate::zk::factory(corrupt),
+            (ServiceKind::Fs, corrupt) => crate::fs::factory(corrupt),
         }
     }
 
     /// The operation's bytes, in one of its equivalent forms (drawn with `rng`). For `zk`, whose
     /// clients carry out each operation in steps ([`crate::zk::ZkClients`]), a write of no live
-    /// session (what the Byzantine client sends).
+    /// session, and for `fs` (likewise, [`crate::fs::FsClients`]) a file and a directory of its
+    /// own (what the Byzantine client sends).
     pub fn encode(self, op: &KvOperation, rng: &mut ChaCha8Rng) -> Bytes {
         match self {
             ServiceKind::Kv | ServiceKind::PagedKv => op.encode(),
             ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, rng.random_range(0..FORMS))),
             ServiceKind::Zk => crate::zk::stray_request(&op.encode()),
+            ServiceKind::Fs => crate::fs::stray_request(&op.encode()),
         }
     }
 
     /// The model's reply to `op` from the service's result; `None` if the result does not fit
-    /// (always for `zk`, whose clients make the model's reply themselves).
+    /// (always for `zk` and `fs`, whose clients make the model's reply themselves).
     pub fn decode(self, op: &KvOperation, result: &[u8]) -> Option<KvReply> {
         match self {
             ServiceKind::Kv | ServiceKind::PagedKv => KvReply::decode(result),
             ServiceKind::Redis => redis_reply(op, &upright_kv::decode_replies(result)?),
-            ServiceKind::Zk => None,
+            ServiceKind::Zk | ServiceKind::Fs => None,
         }
     }
 }
@@ -583,7 +590,7 @@ mod tests {
                 let operation = match kind {
                     ServiceKind::Kv | ServiceKind::PagedKv => kind.encode(op, &mut rng),
                     ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, form as u32)),
-                    ServiceKind::Zk => unreachable!("zk's clients are tested in crate::zk"),
+                    ServiceKind::Zk | ServiceKind::Fs => unreachable!("their clients are tested in their modules"),
                 };
                 let context = BatchContext {
                     seqno: SeqNo(i as u64 + 1),

@@ -26,6 +26,7 @@ use crate::checkers::pushes::Pushes;
 use crate::checkers::{durability, linearizability, liveness, serializable};
 use crate::events::{Event, EventQueue, Timers};
 use crate::faults::{Behaviour, ClientBehaviour, FaultCounts, FaultPlan, FaultStep, PlanShape};
+use crate::fs::FsClients;
 use crate::network::Network;
 use crate::options::{SabotageMode, SimOptions};
 use crate::protocol::Protocol;
@@ -140,6 +141,8 @@ pub struct Sim<P: Protocol> {
     workload: Workload,
     /// `--service zk`: the clients' ZooKeeper sessions, which carry out each model operation.
     zk: Option<ZkClients>,
+    /// `--service fs`: the clients' NFS calls, which carry out each model operation.
+    fs: Option<FsClients>,
     agreement: Agreement,
     pushes: Pushes,
     trace: blake3::Hasher,
@@ -280,6 +283,7 @@ impl<P: Protocol> Sim<P> {
             workload: Workload::new(opts.keys),
             zk: (opts.service == ServiceKind::Zk)
                 .then(|| ZkClients::new(opts.sabotage != Some(SabotageMode::UnorderedEvents))),
+            fs: (opts.service == ServiceKind::Fs).then(FsClients::new),
             counts: FaultCounts::default(),
             agreement: Agreement::default(),
             pushes: Pushes::default(),
@@ -1077,9 +1081,10 @@ impl<P: Protocol> Sim<P> {
             ReadPath::Ordered
         };
         let serializable = path == ReadPath::Serializable;
-        let (operation, path) = match self.zk.as_mut() {
-            Some(zk) => zk.begin(c, op.clone(), path, &mut self.rng),
-            None => (self.opts.service.encode(&op, &mut self.rng), path),
+        let (operation, path) = match (self.zk.as_mut(), self.fs.as_mut()) {
+            (Some(zk), _) => zk.begin(c, op.clone(), path, &mut self.rng),
+            (_, Some(fs)) => fs.begin(c, op.clone(), path, &mut self.rng),
+            _ => (self.opts.service.encode(&op, &mut self.rng), path),
         };
         self.workload.invoke(c, op, self.now, final_read, serializable);
         self.client_input(c, Input::Invoke { operation, path });
@@ -1090,6 +1095,10 @@ impl<P: Protocol> Sim<P> {
             self.byz_client_busy = false;
         } else if let Some(zk) = self.zk.as_mut() {
             let next = zk.deliver(c, &result, &mut self.rng);
+            self.zk_next(c, next);
+            return;
+        } else if let Some(fs) = self.fs.as_mut() {
+            let next = fs.deliver(c, &result, &mut self.rng);
             self.zk_next(c, next);
             return;
         } else if self
@@ -1127,7 +1136,7 @@ impl<P: Protocol> Sim<P> {
         self.push(self.now + pause, Event::ClientWake(c));
     }
 
-    /// Carries out a ZooKeeper client's next step.
+    /// Carries out a ZooKeeper or NFS client's next step.
     fn zk_next(&mut self, c: u32, next: Next) {
         match next {
             Next::Invoke(operation, path) => self.client_input(c, Input::Invoke { operation, path }),
@@ -1154,6 +1163,9 @@ impl<P: Protocol> Sim<P> {
         violations.extend(self.pushes.check(&self.correct_clients, self.opts.heal_at()));
         if let Some(zk) = &self.zk {
             violations.extend(zk.violations().iter().cloned());
+        }
+        if let Some(fs) = &self.fs {
+            violations.extend(fs.violations().iter().cloned());
         }
         if self.errors.is_empty() {
             // A run stopped by a panic cannot make progress; the panic is the finding.
@@ -1193,6 +1205,8 @@ impl<P: Protocol> Sim<P> {
             pages_transferred: stat_total("state_transfer_pages"),
             sessions_expired: self.zk.as_ref().map_or(0, |zk| zk.sessions_expired),
             watch_events: self.zk.as_ref().map_or(0, |zk| zk.watch_events),
+            version_conflicts: self.fs.as_ref().map_or(0, |fs| fs.conflicts),
+            ops_completed: self.ops_completed,
         };
         SimReport {
             tallies,
