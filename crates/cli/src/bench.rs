@@ -254,13 +254,13 @@ async fn run_attacks(args: &BenchArgs, options: &BenchOptions, attacks: &str) ->
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-/// Runs the NO-REP server of a `u = r = 0` cluster config until interrupted.
-pub async fn norep(config: &Path) -> Result<ExitCode, FileError> {
+/// Runs the NO-REP server of a `u = r = 0` cluster config with `service` until interrupted.
+pub async fn norep(config: &Path, service: upright_core::stages::ServiceFactory) -> Result<ExitCode, FileError> {
     let cluster = Cluster::load(config)?;
     let keys = files::load_replica_keys(&cluster, 0, &cluster.key_path(0))?;
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    upright_node::norep::run_norep_server(cluster, keys, shutdown).await?;
+    upright_node::norep::run_norep_server(cluster, keys, service(), shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }

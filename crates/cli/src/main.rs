@@ -226,11 +226,16 @@ enum Command {
     /// Load any ZooKeeper service (upright-zk or Apache ZooKeeper) with closed-loop clients:
     /// creates, setData, getData or a 90/10 mix; throughput and p50/p99 latency.
     ZkBench(zk_bench::ZkBenchArgs),
-    /// Run the unreplicated NO-REP baseline server of a u = r = 0 config (used by `bench`).
+    /// Run the unreplicated NO-REP baseline server of a u = r = 0 config (used by `bench`, and
+    /// by scripts/nfs-bench.sh with `--service fs`): the service in memory, no agreement.
     Norep {
         /// Cluster config with u = r = 0.
         #[arg(long)]
         config: PathBuf,
+        /// The service, as for `upright replica --service`: `kv`, `redis` or `fs` (NO-REP sends no
+        /// pushes and sets no agreed-time wake-ups, so not `zk`).
+        #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "fs"])]
+        service: String,
     },
 }
 
@@ -331,9 +336,9 @@ fn main() -> ExitCode {
             init_logging("warn");
             runtime().block_on(zk_bench::run(args))
         }
-        Command::Norep { config } => {
+        Command::Norep { config, service } => {
             init_logging("info");
-            runtime().block_on(bench::norep(&config))
+            runtime().block_on(bench::norep(&config, replica_service(&service, 0, 0, 1)))
         }
     };
     match result {
@@ -505,34 +510,7 @@ fn replica(
         id,
         keys,
         storage,
-        service: if service == "redis" {
-            let corrupt = upright_kv::replica::corrupt_requested(id);
-            if corrupt {
-                tracing::warn!("TESTING: this replica corrupts its stored values and replies (Byzantine stand-in)");
-            }
-            upright_kv::replica::service(corrupt)
-        } else if service == "zk" {
-            let corrupt = upright_kv::replica::corrupt_requested(id);
-            if corrupt {
-                tracing::warn!("TESTING: this replica corrupts its replies and pushed events (Byzantine stand-in)");
-            }
-            upright_zk::replica::service(corrupt)
-        } else if service == "fs" {
-            let corrupt = upright_kv::replica::corrupt_requested(id);
-            if corrupt {
-                tracing::warn!("TESTING: this replica corrupts its replies (Byzantine stand-in)");
-            }
-            upright_fs::replica::service(corrupt)
-        } else if service == "objects" {
-            tracing::info!(
-                objects,
-                object_bytes,
-                "service: generated objects (a paged test service)"
-            );
-            Arc::new(move || Box::new(upright_core::objects::ObjectStore::new(objects, object_bytes)))
-        } else {
-            upright_core::stages::kv_service()
-        },
+        service: replica_service(service, id, objects, object_bytes),
         stages: None,
         wrap: None,
     };
@@ -720,6 +698,39 @@ async fn redis(client: &Path, listen: &str, pool: u32, users: Option<&Path>) -> 
         _ = stop_requested() => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The service a replica (or the NO-REP server) runs, by its `--service` name; replica `id`
+/// corrupts its replies when the testing variable asks it to.
+fn replica_service(service: &str, id: u32, objects: u64, object_bytes: usize) -> upright_core::stages::ServiceFactory {
+    if service == "redis" {
+        let corrupt = upright_kv::replica::corrupt_requested(id);
+        if corrupt {
+            tracing::warn!("TESTING: this replica corrupts its stored values and replies (Byzantine stand-in)");
+        }
+        upright_kv::replica::service(corrupt)
+    } else if service == "zk" {
+        let corrupt = upright_kv::replica::corrupt_requested(id);
+        if corrupt {
+            tracing::warn!("TESTING: this replica corrupts its replies and pushed events (Byzantine stand-in)");
+        }
+        upright_zk::replica::service(corrupt)
+    } else if service == "fs" {
+        let corrupt = upright_kv::replica::corrupt_requested(id);
+        if corrupt {
+            tracing::warn!("TESTING: this replica corrupts its replies (Byzantine stand-in)");
+        }
+        upright_fs::replica::service(corrupt)
+    } else if service == "objects" {
+        tracing::info!(
+            objects,
+            object_bytes,
+            "service: generated objects (a paged test service)"
+        );
+        Arc::new(move || Box::new(upright_core::objects::ObjectStore::new(objects, object_bytes)))
+    } else {
+        upright_core::stages::kv_service()
+    }
 }
 
 /// A standalone gateway's start: its pool's clients and its bound listener, with the banner's

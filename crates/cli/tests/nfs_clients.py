@@ -13,6 +13,10 @@ import time
 
 import libnfs
 
+# The benchmark's readers and writers (scripts/nfs_bench.py) serve here too.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "scripts"))
+from nfs_bench import read_file as read, write_file  # noqa: E402
+
 PORT = int(sys.argv[1])
 BIG_MIB = int(sys.argv[2])
 MANY = int(sys.argv[3])
@@ -26,21 +30,7 @@ def url(uid=None):
 
 
 def write(nfs, path, data, mode="wb+"):
-    f = nfs.open(path, mode=mode)
-    f.write(bytearray(data))
-    f.close()
-
-
-def read(nfs, path):
-    f = nfs.open(path, mode="rb")
-    out = bytearray()
-    while True:
-        chunk = f.read(1 << 20)
-        if not chunk:
-            break
-        out += chunk
-    f.close()
-    return bytes(out)
+    write_file(nfs, path, data, mode)
 
 
 def fails(what, call):

@@ -276,3 +276,93 @@ fn libnfs_utils_copy_a_tree_in_and_out_byte_for_byte_with_a_replica_killed_and_a
 
 /// The big file of the PyPI libnfs part (the issue asks for 1 GiB).
 const BIG_FILE_MIB: u32 = 1024;
+
+/// NO-REP, the benchmark's baseline: `upright norep --service fs` (the same file system,
+/// unreplicated) behind the same gateway serves libnfs-utils, and `scripts/nfs_bench.py` (the
+/// benchmark's workload, which checks every byte it reads back) runs against it to the end.
+#[test]
+fn the_no_rep_file_system_serves_nfs_clients_and_the_benchmark_workload() {
+    if Command::new("nfs-cp").output().is_err() {
+        eprintln!("\n\n*** SKIPPED upright norep --service fs test: apt-get install libnfs-utils ***\n\n");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let base = cluster::free_base(24_150, 1);
+    let init = Command::new(env!("CARGO_BIN_EXE_upright"))
+        .args([
+            "init",
+            "--replicas",
+            "1",
+            "--u",
+            "0",
+            "--r",
+            "0",
+            "--hosts",
+            "127.0.0.1",
+        ])
+        .args(["--clients", "4", "--base-port", &base.to_string(), "--out"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "upright init: {init:?}");
+    let log = std::fs::File::create(dir.join("norep.log")).unwrap();
+    let _norep = Proc(
+        Command::new(env!("CARGO_BIN_EXE_upright"))
+            .args(["norep", "--service", "fs", "--config"])
+            .arg(dir.join("cluster.toml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let port = base + 300;
+    let _gateway = gateway(dir, port);
+    let ready = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(ready, "the gateway listens");
+
+    let local = dir.join("in.bin");
+    let data = contents(300_000, 7);
+    std::fs::write(&local, &data).unwrap();
+    run("nfs-cp", &[local.to_str().unwrap(), &url(port, "/in.bin")]);
+    let back = dir.join("back.bin");
+    run("nfs-cp", &[&url(port, "/in.bin"), back.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&back).unwrap(), data, "nothing read differs");
+
+    if !Command::new("python3")
+        .args(["-c", "import libnfs"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        eprintln!("\n\n*** SKIPPED the benchmark workload: python3 -m pip install libnfs ***\n\n");
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/nfs_bench.py");
+    let out = Command::new("timeout")
+        .args([
+            "300",
+            "python3",
+            script,
+            "--files",
+            "50",
+            "--transactions",
+            "100",
+            "--json",
+        ])
+        .arg(dir.join("bench.json"))
+        .arg(format!("NO-REP={}", url(port, "")))
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("| andrew total |") && stdout.contains("| postmark total |"),
+        "nfs_bench.py: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = std::fs::read_to_string(dir.join("bench.json")).unwrap();
+    assert!(json.contains("\"transactions\": 100"), "{json}");
+}

@@ -1,6 +1,7 @@
-//! NO-REP: the benchmark baseline. One unreplicated server process runs the same KV service behind
-//! the same transport and the same client code, without agreement, authentication stage, execution
-//! quorum or logs.
+//! NO-REP: the benchmark baseline. One unreplicated server process runs the same service (the KV
+//! of `upright bench`, or any service a replica runs: `upright norep --service fs` is BFS's
+//! NO-REP) behind the same transport and the same client code, without agreement, authentication
+//! stage, execution quorum or logs. Its state is in memory.
 //!
 //! The server uses a cluster config with `u = r = 0` (one replica), so the ordinary client sends
 //! each request to that one server and accepts its single reply (`r + 1 = 1` matching replies):
@@ -16,7 +17,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use upright_core::crypto::{KeyRing, SecretKeys};
 use upright_core::ids::{ClientId, Principal, Process, ReplicaId, RequestId, SeqNo};
-use upright_core::kv::KvService;
 use upright_core::message::{Envelope, Message, ReplyBody, SealFor};
 use upright_core::service::{BatchContext, Effects, Service, ServiceRequest};
 
@@ -24,10 +24,12 @@ use crate::files::{endpoint, Cluster, FileError};
 use crate::replica::{client_frame_max, Clock, INPUTS_PER_ROUND_MAX};
 use crate::transport::{serve, ClientRoutes, Counters, Inbox, Listener};
 
-/// Runs the NO-REP server of `cluster` (which must have `u = r = 0`) until `shutdown` completes.
+/// Runs the NO-REP server of `cluster` (which must have `u = r = 0`) with `service` until
+/// `shutdown` completes.
 pub async fn run_norep_server(
     cluster: Cluster,
     secret: SecretKeys,
+    service: Box<dyn Service + Send>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), FileError> {
     if cluster.file.u != 0 || cluster.file.r != 0 {
@@ -60,7 +62,7 @@ pub async fn run_norep_server(
     let mut server = NoRep {
         keys,
         quorums: config.validate().map_err(|e| FileError(e.to_string()))?,
-        service: KvService::new(),
+        service,
         last: BTreeMap::new(),
         seqno: 0,
         clock: Clock::new(),
@@ -89,7 +91,7 @@ pub async fn run_norep_server(
 struct NoRep {
     keys: Arc<KeyRing>,
     quorums: upright_core::quorum::Quorums,
-    service: KvService,
+    service: Box<dyn Service + Send>,
     /// Per client: the last executed request id and its reply (bounded by the configured clients).
     last: BTreeMap<ClientId, (RequestId, Bytes)>,
     seqno: u64,

@@ -60,7 +60,8 @@ pub fn operation(procedure: u32, credential: &Credential, args: &[u8]) -> Bytes 
 }
 
 /// Whether a procedure changes nothing (it may take the read-only path). READ leaves atime as it
-/// is (as a `noatime` mount does), so it is one of them.
+/// is (as a `noatime` mount does), and COMMIT has nothing to do (every WRITE is FILE_SYNC), so
+/// they are among them.
 pub fn is_read_only(procedure: u32) -> bool {
     matches!(
         procedure,
@@ -75,6 +76,7 @@ pub fn is_read_only(procedure: u32) -> bool {
             | proc3::FSSTAT
             | proc3::FSINFO
             | proc3::PATHCONF
+            | proc3::COMMIT
             | MOUNT_RESOLVE
     )
 }
@@ -284,6 +286,7 @@ impl ReadCall<'_> {
             proc3::FSSTAT => self.fsstat(r),
             proc3::FSINFO => self.fsinfo(r),
             proc3::PATHCONF => self.pathconf(r),
+            proc3::COMMIT => self.commit(r),
             MOUNT_RESOLVE => self.resolve_path(r),
             _ => unreachable!("only read-only procedures come here"),
         };
@@ -305,6 +308,33 @@ impl ReadCall<'_> {
     fn fail_bare(&mut self, status: Status) -> Failure {
         self.out.u32(status as u32);
         Failure::Answered
+    }
+
+    /// Writes a failure that carries `wcc_data` of one object.
+    fn fail_wcc(&mut self, status: Status, object: Option<(u64, &Inode)>) -> Failure {
+        self.out.u32(status as u32);
+        wcc(self.out, object.map(|(_, i)| i), object);
+        Failure::Answered
+    }
+
+    /// COMMIT: every WRITE is FILE_SYNC once it is agreed, so there is nothing to commit; the
+    /// answer is the file's attributes and the constant verifier (read-only: it changes nothing).
+    fn commit(&mut self, r: &mut Reader<'_>) -> Result<(), Failure> {
+        let handle = read_handle(r)?;
+        let (_offset, _count) = (r.u64()?, r.u32()?);
+        let (id, inode) = self.fs.resolve(handle).map_err(|s| self.fail_wcc(s, None))?;
+        if inode.kind != FileType::Regular {
+            let status = if inode.kind == FileType::Directory {
+                Status::IsDir
+            } else {
+                Status::Inval
+            };
+            return Err(self.fail_wcc(status, Some((id, &inode))));
+        }
+        self.out.u32(Status::Ok as u32);
+        wcc(self.out, Some(&inode), Some((id, &inode)));
+        self.out.fixed(&WRITE_VERIFIER);
+        Ok(())
     }
 
     /// [`MOUNT_RESOLVE`]: walks `dirpath` from the root as LOOKUPs would (search permission on
@@ -587,7 +617,6 @@ impl Call<'_> {
             proc3::RMDIR => self.remove(r, true),
             proc3::RENAME => self.rename(r),
             proc3::LINK => self.link(r),
-            proc3::COMMIT => self.commit(r),
             _ => unreachable!("the procedure number was checked"),
         };
         match result {
@@ -721,24 +750,6 @@ impl Call<'_> {
         self.out.u32(Status::Ok as u32);
         wcc(&mut self.out, Some(&inode), Some((id, &after)));
         self.out.u32(count).u32(FILE_SYNC).fixed(&WRITE_VERIFIER);
-        Ok(())
-    }
-
-    fn commit(&mut self, r: &mut Reader<'_>) -> Result<(), Failure> {
-        let handle = read_handle(r)?;
-        let (_offset, _count) = (r.u64()?, r.u32()?);
-        let (id, inode) = self.fs.resolve(handle).map_err(|s| self.fail_wcc(s, None))?;
-        if inode.kind != FileType::Regular {
-            let status = if inode.kind == FileType::Directory {
-                Status::IsDir
-            } else {
-                Status::Inval
-            };
-            return Err(self.fail_wcc(status, Some((id, &inode))));
-        }
-        self.out.u32(Status::Ok as u32);
-        wcc(&mut self.out, Some(&inode), Some((id, &inode)));
-        self.out.fixed(&WRITE_VERIFIER);
         Ok(())
     }
 

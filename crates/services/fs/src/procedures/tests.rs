@@ -491,3 +491,28 @@ fn bad_calls_get_rpc_errors_and_writes_never_take_the_read_only_path() {
     post_op_attr(&mut r);
     assert!(r.u32().unwrap() >= 64 * 1024);
 }
+
+#[test]
+fn commit_takes_the_read_only_path_and_answers_as_the_ordered_one() {
+    let mut fs = FileSystem::new();
+    let root = root(&fs);
+    let file = create(&mut fs, ALICE, &root, "f", 0o644).unwrap();
+    assert_eq!(write(&mut fs, ALICE, &file, 0, b"data"), Status::Ok);
+    assert!(is_read_only(proc3::COMMIT));
+    for (handle, status) in [(&file, Status::Ok), (&root, Status::IsDir)] {
+        let mut w = args();
+        w.opaque(handle).u64(0).u32(0);
+        let op = operation(proc3::COMMIT, &cred(ALICE), &w.finish());
+        let quick = execute_read_only(&fs, &op).expect("COMMIT is read-only");
+        assert_eq!(Some(quick.clone()), Some(execute(&mut fs, 9_000_000, &op)));
+        let Reply::Result(result) = quick else {
+            panic!("COMMIT decodes")
+        };
+        let mut r = Reader::new(&result);
+        assert_eq!(status_of(r.u32().unwrap()), status);
+        if status == Status::Ok {
+            skip_wcc(&mut r);
+            assert_eq!(r.fixed(8).unwrap(), &WRITE_VERIFIER[..]);
+        }
+    }
+}
