@@ -247,3 +247,33 @@ fn a_file_past_a_full_indirect_page_keeps_every_page_within_the_limit() {
         b"y"
     );
 }
+
+#[test]
+fn a_file_past_four_gib_keeps_its_blocks_apart_and_its_holes_read_zeros() {
+    const GIB: u64 = 1 << 30;
+    const { assert!(FILE_BYTES_MAX >= 4 * GIB) };
+    let mut fs = FileSystem::new();
+    let id = fs.create_inode(file(0o644)).unwrap();
+    let mut inode = fs.inode(id).unwrap();
+    // A block in the direct range, one around 2 GiB, and one straddling two blocks past 4 GiB.
+    let writes = [(0, 1), (2 * GIB + 5, 2), (4 * GIB + BLOCK_BYTES - 100, 3)];
+    for &(offset, seed) in &writes {
+        fs.write(&mut inode, offset, &pattern(1_000, seed)).unwrap();
+    }
+    assert_eq!(inode.size, 4 * GIB + BLOCK_BYTES + 900);
+    fs.put_inode(id, &inode);
+    let inode = fs.inode(id).unwrap();
+    for &(offset, seed) in &writes {
+        let (read, _) = fs.read(&inode, offset, 1_000).unwrap();
+        assert_eq!(read, pattern(1_000, seed), "at {offset}");
+    }
+    let (hole, _) = fs.read(&inode, 3 * GIB, 4_096).unwrap();
+    assert_eq!(hole, vec![0; 4_096], "a hole reads zeros");
+    let (tail, eof) = fs.read(&inode, inode.size - 10, 100).unwrap();
+    assert_eq!((tail.len(), eof), (10, true));
+    // The superblock, two inodes, four data pages (the last write spans two) and the two
+    // indirect pages that reach them: the file system grew by what was written, not by the
+    // file's size.
+    let (files, pages, _) = fs.usage().unwrap();
+    assert_eq!((files, pages), (2, 1 + 2 + 4 + 2));
+}
