@@ -32,7 +32,7 @@ use upright_core::stage::{Action, Input, ReadPath, Stage, Time, Timer};
 
 use crate::files::{endpoint, ClientSetup, FileError};
 use crate::replica::Clock;
-use crate::transport::{dial_clients, Counters, Dialer, HelloList, Inbox, CLIENTS_PER_CONNECTION_MAX};
+use crate::transport::{dial_clients, Counters, Dialer, Inbox, CLIENTS_PER_CONNECTION_MAX};
 
 /// Largest frame a client accepts (a reply plus envelope overhead).
 const REPLY_FRAME_MAX: usize = upright_core::limits::MESSAGE_BYTES_MAX;
@@ -345,8 +345,16 @@ fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>,
         .collect::<Result<Vec<_>, FileError>>()?;
     let mut replicas = BTreeMap::new();
     for (to, addr) in addrs {
-        let hellos = HelloList::new(group.iter().map(|(_, p)| p.keys.as_ref()), name, to);
-        let dialer = dial_clients(addr, to, &hellos, inboxes.clone(), REPLY_FRAME_MAX, counters.clone());
+        let keys = group.iter().map(|(_, p)| p.keys.clone()).collect();
+        let dialer = dial_clients(
+            addr,
+            to,
+            keys,
+            name.clone(),
+            inboxes.clone(),
+            REPLY_FRAME_MAX,
+            counters.clone(),
+        );
         replicas.insert(to, dialer);
     }
     let mut handles = Vec::with_capacity(group.len());

@@ -25,7 +25,7 @@ use crate::host::{Host, Member, Router};
 use crate::metrics::{serve_http, Status};
 use crate::storage::{Recovery, StageLog, StorageOptions};
 use crate::timeline;
-use crate::transport::{dial_peer, serve, ClientRoutes, Counters, Dialer, Hello, Inbox, Listener, PeerLinks};
+use crate::transport::{dial_peer, serve, ClientRoutes, Counters, Dialer, Inbox, Listener, PeerLinks};
 
 /// Most inbound envelopes handled between two flushes (bounds the group-commit batch).
 pub const INPUTS_PER_ROUND_MAX: usize = 256;
@@ -430,12 +430,12 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
         if peer.id < spec.id {
             peers.insert(id, links.register(Process::Replica(id), counters.clone()));
         } else if peer.id > spec.id {
-            let hello = Hello::new(&keys, &name, Process::Replica(id));
             let addr = endpoint(&peer.replica_addr)?;
             let dialer = dial_peer(
                 addr,
-                hello,
                 keys.clone(),
+                name.clone(),
+                Process::Replica(id),
                 inbox.clone(),
                 MESSAGE_BYTES_MAX,
                 counters.clone(),

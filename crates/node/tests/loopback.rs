@@ -20,7 +20,7 @@ use upright_node::files::{self, ClientFile, Cluster};
 use upright_node::metrics::http_get;
 use upright_node::replica::{run_replica, ReplicaSpec, StageFactory};
 use upright_node::storage::StorageOptions;
-use upright_node::transport::{write_frame, Hello, HelloList};
+use upright_node::transport::{read_frame, write_frame, Hello, HelloList, Nonce};
 
 type Seen = Arc<Mutex<BTreeSet<(u32, u32, u64, u32)>>>; // (at replica, client, request, from auth)
 
@@ -147,21 +147,21 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
         &files::load_replica_keys(&cluster, 3, &cluster.key_path(3)).unwrap(),
     );
     let replica_addr = files::resolve(&cluster.file.replica(0).unwrap().replica_addr).unwrap();
-    let hello = upright_core::codec::to_bytes(&Hello::new(&ring3, "loopback", Process::Replica(ReplicaId(0))));
+    let hello = |challenge| {
+        let hello = Hello::new(&ring3, "loopback", Process::Replica(ReplicaId(0)), challenge, [7; 32]);
+        upright_core::codec::to_bytes(&hello)
+    };
     // 1. Garbage instead of a hello.
     let mut s = tokio::net::TcpStream::connect(replica_addr).await.unwrap();
     s.write_all(&[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]).await.unwrap();
     // 2. A valid hello, then an oversized frame header.
-    let mut s2 = tokio::net::TcpStream::connect(replica_addr).await.unwrap();
-    write_frame(&mut s2, &hello).await.unwrap();
+    let (mut s2, recorded) = greeted(replica_addr, hello).await;
     s2.write_all(&u32::MAX.to_be_bytes()).await.unwrap();
     // 3. A valid hello, then a garbage frame.
-    let mut s3 = tokio::net::TcpStream::connect(replica_addr).await.unwrap();
-    write_frame(&mut s3, &hello).await.unwrap();
+    let (mut s3, _) = greeted(replica_addr, hello).await;
     write_frame(&mut s3, b"\x01not an envelope").await.unwrap();
     // 4. A valid hello, then a message claiming to come from another replica.
-    let mut s4 = tokio::net::TcpStream::connect(replica_addr).await.unwrap();
-    write_frame(&mut s4, &hello).await.unwrap();
+    let (mut s4, _) = greeted(replica_addr, hello).await;
     let forged = Envelope::new(
         Principal::Order(ReplicaId(1)),
         Message::LastExecuted {
@@ -179,9 +179,14 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
         &ClientFile::load(&dir.path().join("client-1.toml")).unwrap().keys,
     );
     let client_addr = files::resolve(&cluster.file.replica(0).unwrap().client_addr).unwrap();
-    let mut s5 = tokio::net::TcpStream::connect(client_addr).await.unwrap();
-    let hello_c = HelloList::new([&ring_c1], "loopback", ReplicaId(0)).encode();
-    write_frame(&mut s5, &hello_c).await.unwrap();
+    let (mut s5, _) = greeted(client_addr, |challenge| {
+        HelloList::new([&ring_c1], "loopback", ReplicaId(0), challenge).encode()
+    })
+    .await;
+    // 6. Replica 3's recorded hello (connection 2's) replayed on a new connection.
+    let mut s6 = tokio::net::TcpStream::connect(replica_addr).await.unwrap();
+    let _challenge = read_frame(&mut s6, 32).await.unwrap();
+    write_frame(&mut s6, &recorded).await.unwrap();
     let forged_request = Envelope::new(
         Principal::Client(ClientId(1)),
         Message::ClientRequest {
@@ -202,6 +207,11 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
     tokio::time::sleep(Duration::from_millis(700)).await;
 
     assert!(counter(&cluster, 0, "net_closed_bad_hello").await >= 1);
+    assert_eq!(
+        counter(&cluster, 0, "net_hello_stale_challenge").await,
+        1,
+        "the replayed hello"
+    );
     assert_eq!(counter(&cluster, 0, "net_closed_oversized").await, 1);
     assert_eq!(counter(&cluster, 0, "net_closed_garbage").await, 1);
     assert_eq!(counter(&cluster, 0, "net_dropped_wrong_sender").await, 1);
@@ -222,4 +232,14 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
     .unwrap();
     assert!(status.contains("replica=0"), "{status}");
     drop((s, s2, s3, s4, s5));
+}
+
+/// A connection to `addr` that read the listener's challenge and wrote `hello(challenge)`; the
+/// stream and the hello written.
+async fn greeted(addr: std::net::SocketAddr, hello: impl FnOnce(Nonce) -> Vec<u8>) -> (tokio::net::TcpStream, Vec<u8>) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let challenge: Nonce = read_frame(&mut s, 32).await.unwrap().try_into().unwrap();
+    let bytes = hello(challenge);
+    write_frame(&mut s, &bytes).await.unwrap();
+    (s, bytes)
 }

@@ -26,7 +26,7 @@ use super::load::{self, Measurement, Workload};
 use super::report::{json_string, ms, nice_max, Plot};
 use super::{bench_knobs, start, BenchOptions, Running, Target};
 use crate::files::{endpoint, ClientFile, FileError};
-use crate::transport::{dial_clients, Counters, Dialer, HelloList, Inbox};
+use crate::transport::{dial_clients, Counters, Dialer, Inbox};
 
 /// Attacking clients of a client attack.
 pub const ATTACKERS: u32 = 8;
@@ -383,12 +383,12 @@ impl Attackers {
         let mut dialers: Vec<Dialer> = Vec::new();
         for entry in &cluster.file.replicas {
             let to = ReplicaId(entry.id);
-            let hellos = HelloList::new(attackers.iter().map(|a| a.keys.as_ref()), name, to);
             let addr = endpoint(&entry.client_addr)?;
             dialers.push(dial_clients(
                 addr,
                 to,
-                &hellos,
+                attackers.iter().map(|a| a.keys.clone()).collect(),
+                name.clone(),
                 inboxes.clone(),
                 upright_core::limits::MESSAGE_BYTES_MAX,
                 counters.clone(),

@@ -1,5 +1,5 @@
-//! Connections: dialing with reconnect and backoff, accepting with a checked hello, reading frames
-//! into the inbox, writing from a bounded queue.
+//! Connections: dialing with reconnect and backoff, accepting with a fresh challenge and a checked
+//! hello that answers it, reading frames into the inbox, writing from a bounded queue.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -13,7 +13,10 @@ use upright_core::ids::{ClientId, Process};
 
 use super::endpoint::{Endpoint, Listener, ReadHalf, Stream, WriteHalf};
 use super::mux::{ClientFrame, ClientRoutes, HelloList, HELLO_LIST_BYTES_MAX};
-use super::{read_frame, write_frame, write_tagged_frame, Counters, FrameReader, Hello, Inbox, HELLO_BYTES_MAX};
+use super::{
+    fresh_nonce, read_frame, write_frame, write_tagged_frame, Counters, FrameReader, Hello, Inbox, Nonce,
+    HELLO_BYTES_MAX,
+};
 
 /// Most frames waiting to be written to one peer.
 pub const OUTBOUND_QUEUE_MAX: usize = 4096;
@@ -23,7 +26,7 @@ const WRITE_BATCH_FRAMES_MAX: usize = 1024;
 const WRITE_BUFFER_BYTES: usize = 64 << 10;
 /// Most simultaneous inbound connections per listener.
 pub const CONNECTIONS_MAX: usize = 1024;
-/// Time a new connection has to present its hello.
+/// Time a new connection has to present its hello (and a dialled one its challenge).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -112,29 +115,33 @@ impl PeerLinks {
     }
 }
 
-/// Dials peer replica `hello.to` at `addr` (and redials on failure) presenting `hello`, and writes
-/// our frames to it; the peer answers with its own hello on the same connection and then writes
-/// its frames to us there ([`PeerLinks`]), which go into `inbox`.
+/// Dials peer replica `peer` at `addr` (and redials on failure), answering each connection's
+/// challenge with a hello from `keys.me()`, and writes our frames to it; the peer answers with its
+/// own hello (answering our nonce) on the same connection and then writes its frames to us there
+/// ([`PeerLinks`]), which go into `inbox`.
 pub fn dial_peer(
     addr: Endpoint,
-    hello: Hello,
     keys: Arc<KeyRing>,
+    cluster_name: String,
+    peer: Process,
     inbox: Arc<Inbox>,
     max_frame: usize,
     counters: Arc<Counters>,
 ) -> Dialer {
-    let hello_bytes = upright_core::codec::to_bytes(&hello);
-    let (cluster_name, peer) = (hello.cluster_name, hello.to);
     let reader_counters = counters.clone();
+    let (hello_keys, hello_cluster) = (keys.clone(), cluster_name.clone());
     dial_with(
         addr,
-        hello_bytes,
-        move |reader| {
+        move |challenge: &Nonce, nonce: &Nonce| {
+            let hello = Hello::new(&hello_keys, &hello_cluster, peer, *challenge, *nonce);
+            upright_core::codec::to_bytes(&hello)
+        },
+        move |reader, nonce| {
             let (keys, cluster_name) = (keys.clone(), cluster_name.clone());
             let (inbox, counters) = (inbox.clone(), reader_counters.clone());
             tokio::spawn(read_from_peer(
                 reader,
-                peer,
+                Greeted { peer, nonce },
                 keys,
                 cluster_name,
                 inbox,
@@ -146,19 +153,26 @@ pub fn dial_peer(
     )
 }
 
-/// The dialling side's reader: the peer's hello (it must name the peer we dialled and be meant for
-/// us), then its frames.
+/// Whom a dialled connection reaches and the nonce our hello sent it.
+struct Greeted {
+    peer: Process,
+    nonce: Nonce,
+}
+
+/// The dialling side's reader: the peer's hello (it must name the peer we dialled, be meant for
+/// us and answer our nonce), then its frames.
 async fn read_from_peer(
     mut reader: ReadHalf,
-    peer: Process,
+    greeted: Greeted,
     keys: Arc<KeyRing>,
     cluster_name: String,
     inbox: Arc<Inbox>,
     max_frame: usize,
     counters: Arc<Counters>,
 ) {
+    let Greeted { peer, nonce } = greeted;
     let checked = match read_hello_frame(&mut reader, HELLO_BYTES_MAX).await {
-        Ok(body) => checked_hello(&body, &keys, &cluster_name).and_then(|hello| match hello.from == peer {
+        Ok(body) => checked_hello(&body, &keys, &cluster_name, &nonce).and_then(|hello| match hello.from == peer {
             true => Ok(()),
             false => Err("net_closed_bad_hello"),
         }),
@@ -179,33 +193,38 @@ async fn read_hello_frame(reader: &mut ReadHalf, bound: usize) -> Result<Vec<u8>
     }
 }
 
-/// A replica hello, decoded and checked (right cluster, meant for us, MAC from its sender).
-fn checked_hello(body: &[u8], keys: &KeyRing, cluster_name: &str) -> Result<Hello, &'static str> {
+/// A replica hello, decoded and checked (right cluster, meant for us, answering `challenge`, MAC
+/// from its sender).
+fn checked_hello(body: &[u8], keys: &KeyRing, cluster_name: &str, challenge: &Nonce) -> Result<Hello, &'static str> {
     let hello = upright_core::codec::from_bytes::<Hello>(body).map_err(|_| "net_closed_bad_hello")?;
-    hello.check(keys, cluster_name)?;
+    hello.check(keys, cluster_name, challenge)?;
     Ok(hello)
 }
 
-/// Dials `addr` (and redials on failure), writes `hello_bytes` as the first frame of every
-/// connection, then writes the queued frames; `read` spawns the task that reads the connection
+/// The challenge an accepting side writes first, within [`HELLO_TIMEOUT`].
+async fn read_challenge(reader: &mut ReadHalf) -> Result<Nonce, &'static str> {
+    let body = read_hello_frame(reader, std::mem::size_of::<Nonce>()).await?;
+    body.try_into().map_err(|_| "net_closed_bad_challenge")
+}
+
+/// Dials `addr` (and redials on failure); on every connection reads the accepting side's
+/// challenge, writes `hello(challenge, nonce)` (with a fresh `nonce` of ours) as the first frame,
+/// then writes the queued frames; `read(reader, nonce)` spawns the task that reads the connection
 /// (its end closes the connection, which is then redialled).
-pub(super) fn dial_with<F>(addr: Endpoint, hello_bytes: Vec<u8>, read: F, counters: Arc<Counters>) -> Dialer
+pub(super) fn dial_with<H, F>(addr: Endpoint, hello: H, read: F, counters: Arc<Counters>) -> Dialer
 where
-    F: Fn(ReadHalf) -> JoinHandle<()> + Send + 'static,
+    H: Fn(&Nonce, &Nonce) -> Vec<u8> + Send + 'static,
+    F: Fn(ReadHalf, Nonce) -> JoinHandle<()> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE_MAX);
-    tokio::spawn(run_dial(addr, hello_bytes, rx, read, counters.clone()));
+    tokio::spawn(run_dial(addr, hello, rx, read, counters.clone()));
     Dialer { tx, counters }
 }
 
-async fn run_dial<F>(
-    addr: Endpoint,
-    hello_bytes: Vec<u8>,
-    mut rx: mpsc::Receiver<Queued>,
-    read: F,
-    counters: Arc<Counters>,
-) where
-    F: Fn(ReadHalf) -> JoinHandle<()> + Send + 'static,
+async fn run_dial<H, F>(addr: Endpoint, hello: H, mut rx: mpsc::Receiver<Queued>, read: F, counters: Arc<Counters>)
+where
+    H: Fn(&Nonce, &Nonce) -> Vec<u8> + Send + 'static,
+    F: Fn(ReadHalf, Nonce) -> JoinHandle<()> + Send + 'static,
 {
     let mut backoff = BACKOFF_MIN;
     loop {
@@ -218,15 +237,25 @@ async fn run_dial<F>(
                 continue;
             }
         };
-        let (reader, writer) = stream.into_split();
+        let (mut reader, writer) = stream.into_split();
+        let challenge = match read_challenge(&mut reader).await {
+            Ok(challenge) => challenge,
+            Err(reason) => {
+                counters.bump(reason);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        let nonce = fresh_nonce();
         let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
-        if write_frame(&mut writer, &hello_bytes).await.is_err() || writer.flush().await.is_err() {
+        if write_frame(&mut writer, &hello(&challenge, &nonce)).await.is_err() || writer.flush().await.is_err() {
             tokio::time::sleep(backoff).await;
             continue;
         }
         backoff = BACKOFF_MIN;
         counters.bump("net_connects");
-        let mut reading = read(reader);
+        let mut reading = read(reader, nonce);
         loop {
             tokio::select! {
                 frame = rx.recv() => {
@@ -426,8 +455,9 @@ struct Listening {
 
 impl Listening {
     /// Reads and checks the first frame: one hello (replica listener) or a hello list (client
-    /// listener). The error names the counter to bump; the connection is then closed.
-    async fn greet(&self, reader: &mut ReadHalf) -> Result<Peers, &'static str> {
+    /// listener), answering `challenge`. With the peers, the dialler's nonce (for our hello to
+    /// answer). The error names the counter to bump; the connection is then closed.
+    async fn greet(&self, reader: &mut ReadHalf, challenge: &Nonce) -> Result<(Peers, Nonce), &'static str> {
         let bound = if self.routes.is_some() {
             HELLO_LIST_BYTES_MAX
         } else {
@@ -435,21 +465,26 @@ impl Listening {
         };
         let body = read_hello_frame(reader, bound).await?;
         if self.routes.is_some() {
-            let clients = HelloList::check(&body, &self.keys, &self.cluster_name, self.admit)?;
-            return Ok(Peers::Clients(clients));
+            let clients = HelloList::check(&body, &self.keys, &self.cluster_name, self.admit, challenge)?;
+            return Ok((Peers::Clients(clients), [0; 32]));
         }
-        let hello = checked_hello(&body, &self.keys, &self.cluster_name)?;
+        let hello = checked_hello(&body, &self.keys, &self.cluster_name, challenge)?;
         if !(self.admit)(hello.from) {
             return Err("net_closed_wrong_listener");
         }
-        Ok(Peers::One(hello.from))
+        Ok((Peers::One(hello.from), hello.nonce))
     }
 }
 
 async fn accept_one(stream: Stream, context: &Listening) {
-    let (mut reader, writer) = stream.into_split();
-    let peers = match context.greet(&mut reader).await {
-        Ok(peers) => peers,
+    let (mut reader, mut writer) = stream.into_split();
+    // A fresh challenge first: the dialler's hello must answer it, so a recorded hello is no use.
+    let challenge = fresh_nonce();
+    if write_frame(&mut writer, &challenge).await.is_err() || writer.flush().await.is_err() {
+        return;
+    }
+    let (peers, nonce) = match context.greet(&mut reader, &challenge).await {
+        Ok(greeted) => greeted,
         Err(reason) => {
             context.counters.bump(reason);
             return;
@@ -469,7 +504,7 @@ async fn accept_one(stream: Stream, context: &Listening) {
     // A peer replica that dials us also carries our frames to it.
     let link = match (&context.links, &peers, writer) {
         (Some(links), Peers::One(peer), Some(writer)) => {
-            let hello = Hello::new(&context.keys, &context.cluster_name, *peer);
+            let hello = Hello::new(&context.keys, &context.cluster_name, *peer, nonce, [0; 32]);
             let hello_bytes = upright_core::codec::to_bytes(&hello);
             links.attach(*peer, writer, hello_bytes, context.counters.clone())
         }

@@ -1,9 +1,13 @@
 //! Transport: length-prefixed frames carrying `upright_core::codec` envelopes, over TCP or, between
 //! processes of one host, Unix-domain sockets ([`Endpoint`]; the same frames and checks on both).
 //!
-//! Each connection starts with a hello naming the sending process and the intended receiver,
-//! MACed with their pairwise key, so a connection is tied to its peers; every envelope that
-//! arrives on it must come from a principal of one of them (else it is dropped and counted).
+//! Each connection starts with a challenge: the accepting side writes a fresh random nonce as the
+//! first frame. The dialling side answers with a hello naming itself and the intended receiver,
+//! MACed with their pairwise key over that nonce (and its own fresh nonce, which the accepting
+//! replica's hello answers in turn), so a connection is tied to its peers and a recorded hello
+//! cannot open another one (it answers an old challenge: refused, counted
+//! `net_hello_stale_challenge`). Every envelope that arrives on a connection must come from a
+//! principal of one of its peers (else it is dropped and counted).
 //! A replica pair shares one connection for both directions: the lower id dials
 //! ([`dial_peer`]) and presents its [`Hello`], the higher id answers with its own hello and writes
 //! its frames to the lower id on that connection ([`PeerLinks`]; the newest connection from a peer
@@ -44,6 +48,16 @@ pub use mux::{
 /// Largest hello frame.
 pub const HELLO_BYTES_MAX: usize = 1024;
 
+/// A connection's challenge (or a dialler's nonce): 32 random bytes, fresh for each connection.
+pub type Nonce = [u8; 32];
+
+/// A fresh random nonce.
+pub fn fresh_nonce() -> Nonce {
+    let mut nonce = [0u8; 32];
+    getrandom::fill(&mut nonce).expect("the operating system's random numbers");
+    nonce
+}
+
 /// Named counters shared by the transport tasks (exported as metrics).
 #[derive(Default)]
 pub struct Counters {
@@ -82,6 +96,12 @@ pub struct Hello {
     pub from: Process,
     /// Whom it means to reach.
     pub to: Process,
+    /// The nonce this hello answers: the accepting side's challenge (in a dialler's hello), or
+    /// the dialler's `nonce` (in the hello a replica answers with).
+    pub challenge: Nonce,
+    /// The dialler's fresh nonce, for the accepting replica's hello to answer (zeros in that
+    /// answer).
+    pub nonce: Nonce,
     /// MAC with the pairwise key of `from` and `to` over the fields above.
     pub mac: Mac,
 }
@@ -94,39 +114,49 @@ pub fn key_principal(process: Process) -> Principal {
     }
 }
 
-fn hello_digest(cluster_name: &str, from: Process, to: Process) -> Digest {
+fn hello_digest(cluster_name: &str, from: Process, to: Process, challenge: &Nonce, nonce: &Nonce) -> Digest {
     Digest::of_parts(
-        "upright hello v1",
-        &[&upright_core::codec::to_bytes(&(cluster_name, from, to))],
+        "upright hello v2",
+        &[&upright_core::codec::to_bytes(&(
+            cluster_name,
+            from,
+            to,
+            challenge,
+            nonce,
+        ))],
     )
 }
 
 impl Hello {
-    /// A hello from `keys.me()` to `to`.
-    pub fn new(keys: &KeyRing, cluster_name: &str, to: Process) -> Hello {
+    /// A hello from `keys.me()` to `to` answering `challenge`, with the dialler's `nonce`.
+    pub fn new(keys: &KeyRing, cluster_name: &str, to: Process, challenge: Nonce, nonce: Nonce) -> Hello {
         let from = keys.me();
+        let digest = hello_digest(cluster_name, from, to, &challenge, &nonce);
         Hello {
             cluster_name: cluster_name.to_string(),
             from,
             to,
-            mac: keys.mac_for(key_principal(to), &hello_digest(cluster_name, from, to)),
+            challenge,
+            nonce,
+            mac: keys.mac_for(key_principal(to), &digest),
         }
     }
 
-    /// Checks a received hello: right cluster, meant for us, MAC from the claimed sender.
-    pub fn check(&self, keys: &KeyRing, cluster_name: &str) -> Result<(), &'static str> {
+    /// Checks a received hello: right cluster, meant for us, answering `challenge` (the nonce we
+    /// sent on this connection), MAC from the claimed sender.
+    pub fn check(&self, keys: &KeyRing, cluster_name: &str, challenge: &Nonce) -> Result<(), &'static str> {
         if self.cluster_name != cluster_name {
             return Err("net_hello_wrong_cluster");
         }
         if self.to != keys.me() {
             return Err("net_hello_wrong_receiver");
         }
-        keys.verify_mac(
-            key_principal(self.from),
-            &hello_digest(&self.cluster_name, self.from, self.to),
-            &self.mac,
-        )
-        .map_err(|_| "net_hello_bad_mac")
+        if self.challenge != *challenge {
+            return Err("net_hello_stale_challenge");
+        }
+        let digest = hello_digest(&self.cluster_name, self.from, self.to, &self.challenge, &self.nonce);
+        keys.verify_mac(key_principal(self.from), &digest, &self.mac)
+            .map_err(|_| "net_hello_bad_mac")
     }
 }
 
@@ -166,13 +196,27 @@ mod tests {
         let (config, secrets) = config();
         let ring = |i: u32| KeyRing::new(&config, Process::Replica(ReplicaId(i)), &secrets[i as usize]);
         let (r0, r1, r2) = (ring(0), ring(1), ring(2));
-        let hello = Hello::new(&r0, "hello", Process::Replica(ReplicaId(1)));
-        assert_eq!(hello.check(&r1, "hello"), Ok(()));
-        assert_eq!(hello.check(&r1, "other"), Err("net_hello_wrong_cluster"));
-        assert_eq!(hello.check(&r2, "hello"), Err("net_hello_wrong_receiver"));
+        let (challenge, nonce) = (fresh_nonce(), fresh_nonce());
+        assert_ne!(challenge, nonce);
+        let hello = Hello::new(&r0, "hello", Process::Replica(ReplicaId(1)), challenge, nonce);
+        assert_eq!(hello.check(&r1, "hello", &challenge), Ok(()));
+        assert_eq!(hello.check(&r1, "other", &challenge), Err("net_hello_wrong_cluster"));
+        assert_eq!(hello.check(&r2, "hello", &challenge), Err("net_hello_wrong_receiver"));
+        // A recorded hello answers an old challenge, not the one a new connection gets.
+        assert_eq!(
+            hello.check(&r1, "hello", &fresh_nonce()),
+            Err("net_hello_stale_challenge")
+        );
         let mut forged = hello.clone();
         forged.from = Process::Replica(ReplicaId(3));
-        assert_eq!(forged.check(&r1, "hello"), Err("net_hello_bad_mac"));
+        assert_eq!(forged.check(&r1, "hello", &challenge), Err("net_hello_bad_mac"));
+        // The challenge and the nonce are under the MAC.
+        let mut forged = hello.clone();
+        forged.nonce = fresh_nonce();
+        assert_eq!(forged.check(&r1, "hello", &challenge), Err("net_hello_bad_mac"));
+        let mut forged = hello.clone();
+        forged.challenge = [0; 32];
+        assert_eq!(forged.check(&r1, "hello", &[0; 32]), Err("net_hello_bad_mac"));
     }
 
     #[test]

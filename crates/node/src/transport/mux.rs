@@ -1,7 +1,8 @@
 //! Client multiplexing: all clients of one process share one connection per replica.
 //!
-//! The first frame on a client connection is a [`HelloList`]: one [`Hello`] per client the
-//! connection carries, each MACed with that client's own key, as a lone client's would be. The
+//! The first frame a client connection sends (in answer to the replica's challenge) is a
+//! [`HelloList`]: one [`Hello`] per client the connection carries, each MACed with that client's
+//! own key over the challenge, as a lone client's would be. The
 //! replica registers every client of the list in its [`ClientRoutes`] and accepts on the
 //! connection only envelopes from those clients (each queued in the inbox under its own client,
 //! so per-client bounds and turns hold). Frames the replica writes back carry the client's id as a
@@ -21,7 +22,7 @@ use upright_core::ids::{ClientId, Process, ReplicaId};
 use upright_core::message::Envelope;
 
 use super::conn::{dial_with, Frame};
-use super::{Counters, Dialer, Endpoint, FrameReader, Hello, Inbox, ReadHalf};
+use super::{Counters, Dialer, Endpoint, FrameReader, Hello, Inbox, Nonce, ReadHalf};
 
 /// Most clients one connection may carry (the length of a hello list).
 pub const CLIENTS_PER_CONNECTION_MAX: usize = 1024;
@@ -38,12 +39,18 @@ pub(super) type ClientFrame = (ClientId, Frame);
 pub struct HelloList(pub Vec<Hello>);
 
 impl HelloList {
-    /// The hellos of the clients whose key rings are `clients`, to replica `to`.
-    pub fn new<'a>(clients: impl IntoIterator<Item = &'a KeyRing>, cluster_name: &str, to: ReplicaId) -> HelloList {
+    /// The hellos of the clients whose key rings are `clients`, to replica `to`, answering
+    /// `challenge` (replicas answer client connections with no hello, so no nonce of ours).
+    pub fn new<'a>(
+        clients: impl IntoIterator<Item = &'a KeyRing>,
+        cluster_name: &str,
+        to: ReplicaId,
+        challenge: Nonce,
+    ) -> HelloList {
         HelloList(
             clients
                 .into_iter()
-                .map(|keys| Hello::new(keys, cluster_name, Process::Replica(to)))
+                .map(|keys| Hello::new(keys, cluster_name, Process::Replica(to), challenge, [0; 32]))
                 .collect(),
         )
     }
@@ -54,13 +61,15 @@ impl HelloList {
     }
 
     /// Checks a received hello list: at least one and at most [`CLIENTS_PER_CONNECTION_MAX`]
-    /// hellos, each valid ([`Hello::check`]), from a client `admit` accepts, no client twice. Any
-    /// bad hello refuses the whole connection; the error names the counter to bump.
+    /// hellos, each valid and answering `challenge` ([`Hello::check`]), from a client `admit`
+    /// accepts, no client twice. Any bad hello refuses the whole connection; the error names the
+    /// counter to bump.
     pub fn check(
         body: &[u8],
         keys: &KeyRing,
         cluster_name: &str,
         admit: fn(Process) -> bool,
+        challenge: &Nonce,
     ) -> Result<BTreeSet<ClientId>, &'static str> {
         let HelloList(hellos) = upright_core::codec::from_bytes(body).map_err(|_| "net_closed_bad_hello")?;
         if hellos.is_empty() || hellos.len() > CLIENTS_PER_CONNECTION_MAX {
@@ -68,7 +77,7 @@ impl HelloList {
         }
         let mut clients = BTreeSet::new();
         for hello in &hellos {
-            hello.check(keys, cluster_name)?;
+            hello.check(keys, cluster_name, challenge)?;
             let Process::Client(client) = hello.from else {
                 return Err("net_closed_wrong_listener");
             };
@@ -128,20 +137,25 @@ impl ClientRoutes {
     }
 }
 
-/// Dials replica `replica`'s client listener at `addr` (and redials on failure, presenting the
-/// whole list again) for the clients whose hellos are `hellos`. The returned dialer is shared by
-/// all of them (their envelopes name their sender). Frames read back are split by their client-id
-/// prefix and queued in that client's inbox in `inboxes`, as coming from `replica`.
+/// Dials replica `replica`'s client listener at `addr` (and redials on failure, answering each
+/// connection's challenge with a new list) for the clients whose key rings are `clients`. The
+/// returned dialer is shared by all of them (their envelopes name their sender). Frames read back
+/// are split by their client-id prefix and queued in that client's inbox in `inboxes`, as coming
+/// from `replica`.
 pub fn dial_clients(
     addr: Endpoint,
     replica: ReplicaId,
-    hellos: &HelloList,
+    clients: Vec<Arc<KeyRing>>,
+    cluster_name: String,
     inboxes: Arc<BTreeMap<ClientId, Arc<Inbox>>>,
     max_frame: usize,
     counters: Arc<Counters>,
 ) -> Dialer {
     let reading = counters.clone();
-    let read = move |reader| {
+    let hellos = move |challenge: &Nonce, _: &Nonce| {
+        HelloList::new(clients.iter().map(|k| k.as_ref()), &cluster_name, replica, *challenge).encode()
+    };
+    let read = move |reader, _: Nonce| {
         tokio::spawn(demux_loop(
             reader,
             Process::Replica(replica),
@@ -150,7 +164,7 @@ pub fn dial_clients(
             reading.clone(),
         ))
     };
-    dial_with(addr, hellos.encode(), read, counters)
+    dial_with(addr, hellos, read, counters)
 }
 
 /// One frame read from a client connection.

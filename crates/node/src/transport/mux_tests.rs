@@ -14,7 +14,7 @@ use upright_core::message::{Message, Seal};
 
 use super::*;
 use crate::transport::{
-    dial_peer, read_frame, serve, write_frame, write_tagged_frame, Listener, PeerLinks, HELLO_BYTES_MAX,
+    dial_peer, fresh_nonce, read_frame, serve, write_frame, write_tagged_frame, Listener, PeerLinks, HELLO_BYTES_MAX,
 };
 
 const NAME: &str = "mux";
@@ -154,6 +154,19 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
+/// The challenge an accepting side writes first on `stream`.
+async fn challenge_of(stream: &mut TcpStream) -> Nonce {
+    read_frame(stream, 32).await.unwrap().try_into().expect("32 bytes")
+}
+
+/// A connection to the client listener at `addr` presenting `list(challenge)`.
+async fn present(addr: SocketAddr, list: impl FnOnce(Nonce) -> HelloList) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let challenge = challenge_of(&mut s).await;
+    write_frame(&mut s, &list(challenge).encode()).await.unwrap();
+    s
+}
+
 /// Whether the peer closed `stream` (reads hit the end within the deadline).
 async fn closed(stream: &mut TcpStream) -> bool {
     let mut buf = [0u8; 64];
@@ -167,22 +180,33 @@ async fn closed(stream: &mut TcpStream) -> bool {
 async fn a_bad_mac_in_one_hello_closes_the_whole_connection() {
     let keys = Keys::new();
     let server = server(&keys).await;
-    let mut forged = Hello::new(&keys.client(3), NAME, Process::Replica(ReplicaId(0)));
-    forged.from = Process::Client(ClientId(2)); // claims client 2, MACed with client 3's key
-    let mut list = HelloList::new([&keys.client(1)], NAME, ReplicaId(0));
-    list.0.push(forged);
-    let mut s = TcpStream::connect(server.addr).await.unwrap();
-    write_frame(&mut s, &list.encode()).await.unwrap();
+    let mut s = present(server.addr, |challenge| {
+        let mut forged = Hello::new(
+            &keys.client(3),
+            NAME,
+            Process::Replica(ReplicaId(0)),
+            challenge,
+            [0; 32],
+        );
+        forged.from = Process::Client(ClientId(2)); // claims client 2, MACed with client 3's key
+        let mut list = HelloList::new([&keys.client(1)], NAME, ReplicaId(0), challenge);
+        list.0.push(forged);
+        list
+    })
+    .await;
     assert!(closed(&mut s).await);
     assert_eq!(server.counters.get("net_hello_bad_mac"), 1);
     assert!(!server.routes.is_connected(ClientId(1)) && !server.routes.is_connected(ClientId(2)));
 
     // A replica's hello, an empty list and a client listed twice are refused as well.
-    let replica = HelloList::new([&keys.replica(1)], NAME, ReplicaId(0));
-    let twice = HelloList::new([&keys.client(1), &keys.client(1)], NAME, ReplicaId(0));
-    for list in [replica, HelloList(vec![]), twice] {
-        let mut s = TcpStream::connect(server.addr).await.unwrap();
-        write_frame(&mut s, &list.encode()).await.unwrap();
+    let (r1, c1) = (keys.replica(1), keys.client(1));
+    let lists: [&dyn Fn(Nonce) -> HelloList; 3] = [
+        &|ch| HelloList::new([&r1], NAME, ReplicaId(0), ch),
+        &|_| HelloList(vec![]),
+        &|ch| HelloList::new([&c1, &c1], NAME, ReplicaId(0), ch),
+    ];
+    for list in lists {
+        let mut s = present(server.addr, list).await;
         assert!(closed(&mut s).await);
     }
     assert_eq!(server.counters.get("net_closed_wrong_listener"), 1);
@@ -194,9 +218,8 @@ async fn a_bad_mac_in_one_hello_closes_the_whole_connection() {
 async fn a_client_not_in_the_hello_list_cannot_inject() {
     let keys = Keys::new();
     let server = server(&keys).await;
-    let list = HelloList::new([&keys.client(1), &keys.client(2)], NAME, ReplicaId(0));
-    let mut s = TcpStream::connect(server.addr).await.unwrap();
-    write_frame(&mut s, &list.encode()).await.unwrap();
+    let (c1, c2) = (keys.client(1), keys.client(2));
+    let mut s = present(server.addr, |ch| HelloList::new([&c1, &c2], NAME, ReplicaId(0), ch)).await;
     write_frame(&mut s, &envelope(Principal::Client(ClientId(3)), 30))
         .await
         .unwrap();
@@ -239,12 +262,11 @@ async fn replies_reach_the_right_client_of_a_shared_connection() {
         .map(|c| (ClientId(c), Arc::new(Inbox::new(counters.clone()))))
         .collect();
     let inboxes = Arc::new(inboxes);
-    let (c1, c2) = (keys.client(1), keys.client(2));
-    let hellos = HelloList::new([&c1, &c2], NAME, ReplicaId(0));
     let dialer = dial_clients(
         Endpoint::Tcp(server.addr),
         ReplicaId(0),
-        &hellos,
+        vec![Arc::new(keys.client(1)), Arc::new(keys.client(2))],
+        NAME.into(),
         inboxes.clone(),
         1 << 16,
         counters.clone(),
@@ -281,18 +303,21 @@ async fn the_client_side_drops_unknown_ids_and_foreign_senders_and_closes_on_gar
     let counters = Arc::new(Counters::default());
     let inbox = Arc::new(Inbox::new(counters.clone()));
     let inboxes = Arc::new(BTreeMap::from([(ClientId(1), inbox.clone())]));
-    let hellos = HelloList::new([&keys.client(1)], NAME, ReplicaId(0));
     let _dialer = dial_clients(
         Endpoint::Tcp(addr),
         ReplicaId(0),
-        &hellos,
+        vec![Arc::new(keys.client(1))],
+        NAME.into(),
         inboxes,
         1 << 16,
         counters.clone(),
     );
+    let admit = |p| matches!(p, Process::Client(_));
     let (mut s, _) = listener.accept().await.unwrap();
+    let challenge = fresh_nonce();
+    write_frame(&mut s, &challenge).await.unwrap();
     let first = read_frame(&mut s, HELLO_LIST_BYTES_MAX).await.unwrap();
-    let clients = HelloList::check(&first, &keys.replica(0), NAME, |p| matches!(p, Process::Client(_))).unwrap();
+    let clients = HelloList::check(&first, &keys.replica(0), NAME, admit, &challenge).unwrap();
     assert_eq!(clients, BTreeSet::from([ClientId(1)]));
     let tag = |c: u32| c.to_le_bytes();
     let exec = |r: u32| envelope(Principal::Exec(ReplicaId(r)), 5);
@@ -306,9 +331,16 @@ async fn the_client_side_drops_unknown_ids_and_foreign_senders_and_closes_on_gar
     write_frame(&mut s, &[1, 0, 0]).await.unwrap(); // shorter than a tag
     s.flush().await.unwrap();
     eventually("the close", || counters.get("net_closed_garbage") == 1).await;
-    // It redials and presents the whole list again.
+    // It redials and presents the whole list again, answering the new connection's challenge
+    // (the old list would not do there).
     let (mut again, _) = listener.accept().await.unwrap();
-    assert_eq!(read_frame(&mut again, HELLO_LIST_BYTES_MAX).await.unwrap(), first);
+    let challenge = fresh_nonce();
+    write_frame(&mut again, &challenge).await.unwrap();
+    let list = read_frame(&mut again, HELLO_LIST_BYTES_MAX).await.unwrap();
+    let clients = HelloList::check(&list, &keys.replica(0), NAME, admit, &challenge).unwrap();
+    assert_eq!(clients, BTreeSet::from([ClientId(1)]));
+    let stale = HelloList::check(&first, &keys.replica(0), NAME, admit, &challenge);
+    assert_eq!(stale, Err("net_hello_stale_challenge"));
 }
 
 /// Replica 1's replica listener with a link registered for replica 0: its inbox, counters, and the
@@ -326,11 +358,11 @@ async fn linked_replica(keys: &Keys, at: Endpoint) -> (Endpoint, Arc<Inbox>, Arc
 fn replica_0_dials_1(keys: &Keys, addr: Endpoint) -> (Arc<Inbox>, Arc<Counters>, Dialer) {
     let counters = Arc::new(Counters::default());
     let inbox = Arc::new(Inbox::new(counters.clone()));
-    let hello = Hello::new(&keys.replica(0), NAME, Process::Replica(ReplicaId(1)));
     let dialer = dial_peer(
         addr,
-        hello,
         Arc::new(keys.replica(0)),
+        NAME.into(),
+        Process::Replica(ReplicaId(1)),
         inbox.clone(),
         1 << 16,
         counters.clone(),
@@ -384,8 +416,17 @@ async fn the_dialler_checks_the_peer_hello_and_the_newest_connection_takes_the_l
     let addr = listener.local_addr().unwrap();
     let impostor = tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
-        let _ = read_frame(&mut s, HELLO_BYTES_MAX).await.unwrap();
-        let wrong = Hello::new(&keys.replica(2), NAME, Process::Replica(ReplicaId(0)));
+        write_frame(&mut s, &fresh_nonce()).await.unwrap();
+        let theirs: Hello =
+            upright_core::codec::from_bytes(&read_frame(&mut s, HELLO_BYTES_MAX).await.unwrap()).unwrap();
+        // It answers the dialler's nonce, but as replica 2.
+        let wrong = Hello::new(
+            &keys.replica(2),
+            NAME,
+            Process::Replica(ReplicaId(0)),
+            theirs.nonce,
+            [0; 32],
+        );
         write_frame(&mut s, &upright_core::codec::to_bytes(&wrong))
             .await
             .unwrap();
@@ -404,16 +445,21 @@ async fn the_dialler_checks_the_peer_hello_and_the_newest_connection_takes_the_l
     // a partition) takes the link; frames go out on it.
     let (addr, _, counters_1, to_0) = linked_replica(&keys, tcp_any()).await;
     let addr = tcp(&addr);
-    let hello = upright_core::codec::to_bytes(&Hello::new(&keys.replica(0), NAME, Process::Replica(ReplicaId(1))));
-    let mut first = TcpStream::connect(addr).await.unwrap();
-    write_frame(&mut first, &hello).await.unwrap();
+    let r0 = keys.replica(0);
+    let (mut first, hello, nonce) = replica_0_greets(&r0, addr).await;
     let answer: Hello =
         upright_core::codec::from_bytes(&read_frame(&mut first, HELLO_BYTES_MAX).await.unwrap()).unwrap();
     assert_eq!(answer.from, Process::Replica(ReplicaId(1)));
-    answer.check(&keys.replica(0), NAME).unwrap();
+    answer.check(&r0, NAME, &nonce).unwrap();
     eventually("first link", || counters_1.get("net_links") == 1).await;
-    let mut second = TcpStream::connect(addr).await.unwrap();
-    write_frame(&mut second, &hello).await.unwrap();
+    // A recorded hello does not open another connection: it answers the first one's challenge.
+    let mut replayed = TcpStream::connect(addr).await.unwrap();
+    let _ = challenge_of(&mut replayed).await;
+    write_frame(&mut replayed, &hello).await.unwrap();
+    assert!(closed(&mut replayed).await, "a replayed hello is refused");
+    assert_eq!(counters_1.get("net_hello_stale_challenge"), 1);
+    assert_eq!(counters_1.get("net_links"), 1, "the link stays where it was");
+    let (mut second, _, _) = replica_0_greets(&r0, addr).await;
     let _ = read_frame(&mut second, HELLO_BYTES_MAX).await.unwrap();
     eventually("second link", || counters_1.get("net_links") == 2).await;
     to_0.send(Arc::new(envelope(Principal::Order(ReplicaId(1)), 5)));
@@ -422,6 +468,17 @@ async fn the_dialler_checks_the_peer_hello_and_the_newest_connection_takes_the_l
         .expect("a frame on the newest connection")
         .unwrap();
     assert_eq!(seqno(&upright_core::wire::decode(&frame).unwrap()), 5);
+}
+
+/// A connection from replica 0 (keys `r0`) to replica 1's listener at `addr`, greeted: the
+/// stream, the hello it sent (answering the connection's challenge) and the nonce in it.
+async fn replica_0_greets(r0: &KeyRing, addr: SocketAddr) -> (TcpStream, Vec<u8>, Nonce) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let challenge = challenge_of(&mut s).await;
+    let nonce = fresh_nonce();
+    let hello = upright_core::codec::to_bytes(&Hello::new(r0, NAME, Process::Replica(ReplicaId(1)), challenge, nonce));
+    write_frame(&mut s, &hello).await.unwrap();
+    (s, hello, nonce)
 }
 
 /// Frames that waited longer than [`crate::transport::QUEUED_AGE_MAX`] for their peer (down or
