@@ -143,6 +143,8 @@ pub fn start_local_cluster_with(
         fsync: Default::default(),
         idle_spin_us,
         unix_dir: (transport == Transport::Unix && unix_paths_fit(dir)).then(|| dir.to_path_buf()),
+        metrics_host: Default::default(),
+        metrics_token: false,
     };
     files::init_cluster(&plan, dir)?;
     let exe = std::env::current_exe().map_err(|e| FileError(format!("cannot find own executable: {e}")))?;

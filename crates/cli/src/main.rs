@@ -76,6 +76,15 @@ enum Command {
         /// Replica i listens on base+i (replicas), base+100+i (clients), base+200+i (metrics).
         #[arg(long, default_value_t = 7000)]
         base_port: u16,
+        /// Host the metrics and status endpoints listen on (default: 127.0.0.1, so only the
+        /// replica's own machine can read them); `replica` for each replica's own host, or an
+        /// address such as 0.0.0.0, to let a monitoring host in (preferably with --metrics-token).
+        #[arg(long)]
+        metrics_host: Option<String>,
+        /// Write a token (keys/metrics.token) that the metrics and status endpoints then require
+        /// (`Authorization: Bearer <token>`; `upright status` sends it).
+        #[arg(long)]
+        metrics_token: bool,
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
@@ -144,6 +153,8 @@ enum Command {
         /// --client's pool.
         #[arg(long)]
         users: Option<PathBuf>,
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Serve ZooKeeper clients (kazoo, zkCli.sh, the C and Java clients) from a running cluster
     /// whose replicas run `--service zk`; runs until Ctrl-C or SIGTERM. The gateway is a client of
@@ -163,6 +174,8 @@ enum Command {
         #[arg(long, default_value_t = 1,
               value_parser = clap::value_parser!(u32).range(1..=i64::from(upright_node::gateway::clients::POOL_MAX)))]
         pool: u32,
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Serve NFS version 3 clients (the Linux kernel client, libnfs and its nfs-ls / nfs-cp /
     /// nfs-cat, Python NFS clients) from a running cluster whose replicas run `--service fs`;
@@ -184,6 +197,8 @@ enum Command {
         #[arg(long, default_value_t = 4,
               value_parser = clap::value_parser!(u32).range(1..=i64::from(upright_node::gateway::clients::POOL_MAX)))]
         pool: u32,
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Start a local 4-replica cluster (u = r = 1) on this host; runs until Ctrl-C.
     Demo {
@@ -239,6 +254,36 @@ enum Command {
     },
 }
 
+/// A gateway's TLS settings (both or neither).
+#[derive(clap::Args, Debug, Default)]
+struct TlsArgs {
+    /// Serve clients over TLS with this PEM certificate chain (leaf first); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// `listener`, with TLS on its connections if a certificate was given (and a line saying so).
+    fn listener(
+        &self,
+        listener: tokio::net::TcpListener,
+    ) -> Result<upright_node::gateway::tls::GatewayListener, FileError> {
+        use upright_node::gateway::tls::{GatewayListener, Tls};
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                let tls = Tls::load(cert, key)?;
+                println!("  TLS: clients must connect with TLS; certificate {}", cert.display());
+                Some(tls)
+            }
+            _ => None,
+        };
+        Ok(GatewayListener::new(listener, tls))
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -256,8 +301,18 @@ fn main() -> ExitCode {
             clients,
             name,
             base_port,
+            metrics_host,
+            metrics_token,
             out,
-        } => init(replicas, u, r, hosts, clients, name, base_port, &out),
+        } => init(
+            (replicas, u, r),
+            hosts,
+            clients,
+            name,
+            base_port,
+            (metrics_host, metrics_token),
+            &out,
+        ),
         Command::Replica {
             config,
             id,
@@ -273,18 +328,29 @@ fn main() -> ExitCode {
             listen,
             pool,
             users,
+            tls,
         } => {
             init_logging("warn");
             // One thread, as in the demo: the gateway is one event loop.
-            single_thread_runtime().block_on(redis(&client, &listen, pool, users.as_deref()))
+            single_thread_runtime().block_on(redis(&client, &listen, pool, users.as_deref(), &tls))
         }
-        Command::Zk { client, listen, pool } => {
+        Command::Zk {
+            client,
+            listen,
+            pool,
+            tls,
+        } => {
             init_logging("warn");
-            single_thread_runtime().block_on(zk(&client, &listen, pool))
+            single_thread_runtime().block_on(zk(&client, &listen, pool, &tls))
         }
-        Command::Nfs { client, listen, pool } => {
+        Command::Nfs {
+            client,
+            listen,
+            pool,
+            tls,
+        } => {
             init_logging("warn");
-            single_thread_runtime().block_on(nfs(&client, &listen, pool))
+            single_thread_runtime().block_on(nfs(&client, &listen, pool, &tls))
         }
         Command::Demo {
             smoke,
@@ -409,13 +475,12 @@ fn hex_of(bytes: &[u8]) -> String {
 
 #[allow(clippy::too_many_arguments)]
 fn init(
-    replicas: usize,
-    u: usize,
-    r: usize,
+    (replicas, u, r): (usize, usize, usize),
     hosts: Vec<String>,
     clients: u32,
     name: String,
     base_port: u16,
+    (metrics_host, metrics_token): (Option<String>, bool),
     out: &Path,
 ) -> Result<ExitCode, FileError> {
     if replicas != 2 * u + r + 1 {
@@ -441,6 +506,11 @@ fn init(
         fsync: Default::default(),
         idle_spin_us: upright_node::spin::IDLE_SPIN_DEFAULT_US,
         unix_dir: None,
+        metrics_host: metrics_host
+            .as_deref()
+            .map(files::MetricsHost::parse)
+            .unwrap_or_default(),
+        metrics_token,
     };
     let cluster = files::init_cluster(&plan, out)?;
     println!(
@@ -455,6 +525,13 @@ fn init(
     }
     for c in 0..clients {
         println!("wrote {}/client-{c}.toml (secret: client {c} only)", out.display());
+    }
+    if cluster.file.metrics_token_file.is_some() {
+        println!(
+            "wrote {}/{} (secret: every replica's machine and whoever reads the metrics)",
+            out.display(),
+            files::METRICS_TOKEN_FILE
+        );
     }
     println!(
         "run replica i with: upright replica --config {}/cluster.toml --id i",
@@ -561,12 +638,13 @@ async fn status(config: &Path) -> Result<ExitCode, FileError> {
         "replica", "health", "view", "committed", "executed", "stable_cp", "exec_cp"
     );
     let n_exec = cluster.config.validate().map_err(|e| FileError(e.to_string()))?.n_exec;
+    let token = cluster.metrics_token()?;
     let mut up = 0;
     for entry in &cluster.file.replicas {
         // Replicas past the first n_exec host no execution member: nothing to show there.
         let hosts_exec = (entry.id as usize) < n_exec;
         let addr = files::resolve(&entry.metrics_addr)?;
-        match upright_node::metrics::http_get(addr, "/status").await {
+        match upright_node::metrics::http_get(addr, "/status", token.as_deref()).await {
             Ok(body) => {
                 up += 1;
                 let kv = upright_node::metrics::parse_key_values(&body);
@@ -619,7 +697,13 @@ async fn kv(client: &Path, args: &[String]) -> Result<ExitCode, FileError> {
 }
 
 /// `upright redis`: the Redis-protocol gateway against the cluster of `client`'s file.
-async fn redis(client: &Path, listen: &str, pool: u32, users: Option<&Path>) -> Result<ExitCode, FileError> {
+async fn redis(
+    client: &Path,
+    listen: &str,
+    pool: u32,
+    users: Option<&Path>,
+    tls: &TlsArgs,
+) -> Result<ExitCode, FileError> {
     use upright_node::gateway::clients::{self, RequestIds};
     let members = clients::load(client, pool)?;
     let cluster = &members[0].1.cluster;
@@ -690,6 +774,7 @@ async fn redis(client: &Path, listen: &str, pool: u32, users: Option<&Path>) -> 
             first + pool - 1
         );
     }
+    let listener = tls.listener(listener)?;
     println!("press Ctrl-C to stop");
     tokio::select! {
         result = upright_kv::gateway::serve_users(listener, gateway_users) => {
@@ -777,13 +862,14 @@ async fn run_gateway(serve: impl std::future::Future<Output = std::io::Result<()
 }
 
 /// `upright zk`: the ZooKeeper-protocol gateway against the cluster of `client`'s file.
-async fn zk(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileError> {
+async fn zk(client: &Path, listen: &str, pool: u32, tls: &TlsArgs) -> Result<ExitCode, FileError> {
     let (listener, handles) = start_gateway(client, listen, pool, "ZooKeeper protocol", "ZooKeeper clients").await?;
+    let listener = tls.listener(listener)?;
     run_gateway(upright_zk::gateway::serve(listener, handles)).await
 }
 
 /// `upright nfs`: the NFS gateway against the cluster of `client`'s file.
-async fn nfs(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileError> {
+async fn nfs(client: &Path, listen: &str, pool: u32, tls: &TlsArgs) -> Result<ExitCode, FileError> {
     let (listener, handles) = start_gateway(
         client,
         listen,
@@ -799,6 +885,7 @@ async fn nfs(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileErr
         addr.port(),
         addr.port()
     );
+    let listener = tls.listener(listener)?;
     run_gateway(upright_fs::gateway::serve(listener, handles)).await
 }
 

@@ -75,6 +75,9 @@ impl TestCluster {
             fsync: Default::default(),
             idle_spin_us: upright_node::spin::IDLE_SPIN_DEFAULT_US,
             unix_dir: None,
+            // The test reads every replica's metrics, one of them in another network namespace.
+            metrics_host: files::MetricsHost::Replica,
+            metrics_token: false,
         };
         let cluster = files::init_cluster(&plan, dir.path()).unwrap();
         let mut c = TestCluster {
@@ -152,7 +155,7 @@ impl TestCluster {
 
     async fn status(&self, id: u32) -> Option<std::collections::BTreeMap<String, String>> {
         let addr = files::resolve(&self.cluster.file.replica(id).unwrap().metrics_addr).unwrap();
-        http_get(addr, "/status").await.ok().map(|b| parse_key_values(&b))
+        http_get(addr, "/status", None).await.ok().map(|b| parse_key_values(&b))
     }
 
     async fn executed(&self, id: u32) -> u64 {
@@ -413,7 +416,7 @@ fn stopped_replica_catches_up_from_buffered_messages_after_it_continues() {
 /// A transport counter of replica `id` from its `/metrics` (0 if absent or unreachable).
 async fn net_counter(c: &TestCluster, id: u32, name: &str) -> u64 {
     let addr = files::resolve(&c.cluster.file.replica(id).unwrap().metrics_addr).unwrap();
-    let metrics = http_get(addr, "/metrics").await.unwrap_or_default();
+    let metrics = http_get(addr, "/metrics", None).await.unwrap_or_default();
     let needle = format!("name=\"{name}\"}} ");
     metrics
         .lines()
@@ -533,7 +536,7 @@ fn hostile_peer_changes_nothing() {
         attack.await.unwrap();
         assert_all_readable(&c, &client, &acked).await;
         let addr = files::resolve(&c.cluster.file.replica(0).unwrap().metrics_addr).unwrap();
-        let metrics = http_get(addr, "/metrics").await.unwrap();
+        let metrics = http_get(addr, "/metrics", None).await.unwrap();
         assert!(metrics.contains("net_closed_bad_hello"), "{metrics}");
     });
 }
@@ -580,7 +583,7 @@ fn pushed_messages_arrive_once_in_order_despite_a_replica_forging_them() {
         let log = std::fs::read_to_string(c.path().join("replica-1.log")).unwrap();
         assert!(log.contains("forges every message its service pushes"), "{log}");
         let addr = files::resolve(&c.cluster.file.replica(1).unwrap().metrics_addr).unwrap();
-        let metrics = http_get(addr, "/metrics").await.unwrap_or_default();
+        let metrics = http_get(addr, "/metrics", None).await.unwrap_or_default();
         let forged: u64 = metrics
             .lines()
             .find_map(|l| {

@@ -139,21 +139,7 @@ fn url(port: u16, path: &str) -> String {
     format!("nfs://127.0.0.1/{path}?nfsport={port}&mountport={port}&version=3")
 }
 
-fn run(program: &str, args: &[&str]) -> std::process::Output {
-    let out = Command::new("timeout")
-        .arg("120")
-        .arg(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+use cluster::run;
 
 #[test]
 fn libnfs_utils_copy_a_tree_in_and_out_byte_for_byte_with_a_replica_killed_and_another_lying() {

@@ -40,7 +40,8 @@ pub struct ReplicaEntry {
     pub replica_addr: String,
     /// Listener for clients.
     pub client_addr: String,
-    /// Plain-HTTP metrics and status endpoint.
+    /// Plain-HTTP metrics and status endpoint (`upright init` puts it on loopback unless told
+    /// otherwise: it tells whoever reaches it the replica's progress and counters).
     pub metrics_addr: String,
     /// X25519 public key, hex.
     pub x25519: String,
@@ -82,6 +83,11 @@ pub struct ClusterFile {
     /// Protocol knobs (all defaults if absent).
     #[serde(default)]
     pub knobs: Option<Knobs>,
+    /// A file (relative paths are relative to this file) holding the token the metrics and
+    /// status endpoints require (`Authorization: Bearer <token>`); none: they answer anyone who
+    /// can reach them. Keep the file as secret as the replicas' keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_token_file: Option<String>,
     /// Replicas, by id.
     pub replicas: Vec<ReplicaEntry>,
     /// Authorised clients.
@@ -187,6 +193,22 @@ impl ClusterFile {
 }
 
 impl Cluster {
+    /// The metrics token the cluster file names (`metrics_token_file`), if any: an error if the
+    /// file is named but cannot be read or holds no token.
+    pub fn metrics_token(&self) -> Result<Option<String>, FileError> {
+        let Some(file) = &self.file.metrics_token_file else {
+            return Ok(None);
+        };
+        let path = self.base.join(file);
+        let text = fs::read_to_string(&path)
+            .map_err(|e| FileError(format!("cannot read the metrics token {}: {e}", path.display())))?;
+        let token = text.trim();
+        if token.is_empty() || token.contains(char::is_whitespace) {
+            return err(format!("{}: not a metrics token (one word expected)", path.display()));
+        }
+        Ok(Some(token.to_string()))
+    }
+
     /// Reads and validates `cluster.toml`.
     pub fn load(path: &Path) -> Result<Cluster, FileError> {
         let text = fs::read_to_string(path).map_err(|e| FileError(format!("cannot read {}: {e}", path.display())))?;
@@ -396,7 +418,36 @@ pub struct InitPlan {
     /// this directory (`replica-<i>.sock`, `clients-<i>.sock`) instead of TCP ports; metrics stay
     /// on TCP.
     pub unix_dir: Option<PathBuf>,
+    /// The host the metrics endpoints listen on.
+    pub metrics_host: MetricsHost,
+    /// Whether to write a metrics token (`keys/metrics.token`) that the endpoints then require.
+    pub metrics_token: bool,
 }
+
+/// Where the metrics endpoints listen (`upright init --metrics-host`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum MetricsHost {
+    /// 127.0.0.1: only the replica's own machine can read them.
+    #[default]
+    Loopback,
+    /// Each replica's own host (from `--hosts`).
+    Replica,
+    /// This host or address for every replica (e.g. `0.0.0.0`).
+    Host(String),
+}
+
+impl MetricsHost {
+    /// `--metrics-host`: `replica`, or a host.
+    pub fn parse(text: &str) -> MetricsHost {
+        match text {
+            "replica" => MetricsHost::Replica,
+            host => MetricsHost::Host(host.to_string()),
+        }
+    }
+}
+
+/// Where `upright init` writes the metrics token, relative to the cluster file.
+pub const METRICS_TOKEN_FILE: &str = "keys/metrics.token";
 
 /// Writes `cluster.toml`, `keys/replica-<i>.key` and `client-<c>.toml` into `out`.
 pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
@@ -441,7 +492,11 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
             id: i as u32,
             replica_addr,
             client_addr,
-            metrics_addr: format!("{host}:{mp}"),
+            metrics_addr: match &plan.metrics_host {
+                MetricsHost::Loopback => format!("127.0.0.1:{mp}"),
+                MetricsHost::Replica => format!("{host}:{mp}"),
+                MetricsHost::Host(metrics) => format!("{metrics}:{mp}"),
+            },
             x25519,
             ed25519,
         });
@@ -468,6 +523,7 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         fsync: plan.fsync,
         idle_spin_us: plan.idle_spin_us,
         knobs: plan.knobs.clone(),
+        metrics_token_file: plan.metrics_token.then(|| METRICS_TOKEN_FILE.to_string()),
         replicas,
         clients,
     };
@@ -478,6 +534,15 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
     for (i, keys) in replica_keys.iter().enumerate() {
         let process = Process::Replica(ReplicaId(i as u32));
         write_key_file(&cluster.key_path(i as u32), &plan.cluster_name, process, keys)?;
+    }
+    if plan.metrics_token {
+        let mut token = [0u8; 32];
+        getrandom::fill(&mut token).map_err(|e| FileError(format!("no random numbers for the metrics token: {e}")))?;
+        let path = out.join(METRICS_TOKEN_FILE);
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(|e| FileError(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        write_private(&path, &format!("{}\n", hex::encode(token)))?;
     }
     for (c, keys) in client_keys.iter().enumerate() {
         let client = ClientFile {
@@ -509,6 +574,8 @@ mod tests {
             fsync: FsyncPolicy::Always,
             idle_spin_us: crate::spin::IDLE_SPIN_DEFAULT_US,
             unix_dir: None,
+            metrics_host: Default::default(),
+            metrics_token: false,
         }
     }
 
@@ -556,6 +623,60 @@ mod tests {
         assert_eq!(client.id, ClientId(1));
         let text = fs::read_to_string(dir.path().join("client-1.toml")).unwrap();
         assert_eq!(text.matches("secret").count(), 1, "only the client's own secret");
+    }
+
+    #[test]
+    fn metrics_stay_on_loopback_unless_told_and_a_token_file_is_private_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let spread = InitPlan {
+            hosts: (1..=4).map(|i| format!("10.0.0.{i}")).collect(),
+            ..plan()
+        };
+        let cluster = init_cluster(&spread, dir.path()).unwrap();
+        let entry = cluster.file.replica(1).unwrap();
+        assert_eq!(entry.client_addr, "10.0.0.2:7101");
+        assert_eq!(entry.metrics_addr, "127.0.0.1:7201");
+        assert_eq!(cluster.metrics_token().unwrap(), None);
+        let text = fs::read_to_string(dir.path().join("cluster.toml")).unwrap();
+        assert!(!text.contains("metrics_token_file"), "{text}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let exposed = InitPlan {
+            metrics_host: MetricsHost::Host("0.0.0.0".into()),
+            metrics_token: true,
+            ..spread
+        };
+        init_cluster(&exposed, dir.path()).unwrap();
+        let cluster = Cluster::load(&dir.path().join("cluster.toml")).unwrap();
+        assert_eq!(cluster.file.replica(3).unwrap().metrics_addr, "0.0.0.0:7203");
+        let own = InitPlan {
+            metrics_host: MetricsHost::parse("replica"),
+            hosts: (1..=4).map(|i| format!("10.0.0.{i}")).collect(),
+            ..plan()
+        };
+        let elsewhere = tempfile::tempdir().unwrap();
+        let each = init_cluster(&own, elsewhere.path()).unwrap();
+        assert_eq!(each.file.replica(2).unwrap().metrics_addr, "10.0.0.3:7202");
+        let path = dir.path().join(METRICS_TOKEN_FILE);
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let token = cluster.metrics_token().unwrap().expect("a token");
+        assert_eq!(token.len(), 64);
+        assert_eq!(fs::read_to_string(&path).unwrap().trim(), token);
+        let client = fs::read_to_string(dir.path().join("client-0.toml")).unwrap();
+        assert!(!client.contains(&token), "clients never get the token");
+        // A named token file that is missing or empty is an error, not an open endpoint.
+        fs::write(&path, "\n").unwrap();
+        assert!(cluster
+            .metrics_token()
+            .unwrap_err()
+            .to_string()
+            .contains("not a metrics token"));
+        fs::remove_file(&path).unwrap();
+        assert!(cluster
+            .metrics_token()
+            .unwrap_err()
+            .to_string()
+            .contains("cannot read the metrics token"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! What a replica reports: a status snapshot published by the event loop, rendered as Prometheus
 //! text (`GET /metrics`) or as `key=value` lines (`GET /status`, read by `upright status`), served
-//! over plain HTTP.
+//! over plain HTTP, on loopback unless the cluster file says otherwise, and only to requests that
+//! carry the cluster's metrics token (`Authorization: Bearer <token>`) when it has one.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -181,29 +182,62 @@ pub fn prometheus_label<'a>(series: &'a str, key: &str) -> Option<&'a str> {
         .and_then(|rest| rest.split('"').next())
 }
 
-/// Serves `GET /metrics` and `GET /status` from the published snapshot.
-pub async fn serve_http(listener: TcpListener, status: Arc<Mutex<Status>>) {
+/// Most bytes of a request head the endpoint reads.
+const REQUEST_HEAD_BYTES_MAX: usize = 4096;
+
+/// Whether the request head `request` carries `Authorization: Bearer <token>` (header name in any
+/// case; the token compared in constant time).
+fn authorized(request: &str, token: &str) -> bool {
+    request.lines().skip(1).any(|line| {
+        let Some((name, value)) = line.split_once(':') else {
+            return false;
+        };
+        let Some(given) = value.trim().strip_prefix("Bearer ") else {
+            return false;
+        };
+        name.trim().eq_ignore_ascii_case("authorization")
+            && given.len() == token.len()
+            && given.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    })
+}
+
+/// Serves `GET /metrics` and `GET /status` from the published snapshot; with `token`, only to
+/// requests that carry it (others get 401).
+pub async fn serve_http(listener: TcpListener, status: Arc<Mutex<Status>>, token: Option<String>) {
+    let token: Option<Arc<str>> = token.map(Arc::from);
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             continue;
         };
         let status = status.clone();
+        let token = token.clone();
         tokio::spawn(async move {
-            let mut buf = vec![0u8; 2048];
-            let n = match tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await {
-                Ok(Ok(n)) => n,
-                _ => return,
+            // The request head, however it was split, up to its blank line (or 4 KiB, or 2 s).
+            let mut buf = Vec::with_capacity(1024);
+            let head = async {
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < REQUEST_HEAD_BYTES_MAX {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
             };
-            let request = String::from_utf8_lossy(&buf[..n]);
+            if tokio::time::timeout(Duration::from_secs(2), head).await.is_err() || buf.is_empty() {
+                return;
+            }
+            let request = String::from_utf8_lossy(&buf);
             let path = request.split_whitespace().nth(1).unwrap_or("/");
-            let snapshot = status.lock().expect("status lock").clone();
+            let allowed = token.as_deref().is_none_or(|t| authorized(&request, t));
             let (code, body) = match path {
-                "/metrics" => ("200 OK", snapshot.prometheus()),
-                "/status" | "/" => ("200 OK", snapshot.key_values()),
+                _ if !allowed => ("401 Unauthorized", "a metrics token is required\n".to_string()),
+                "/metrics" => ("200 OK", status.lock().expect("status lock").clone().prometheus()),
+                "/status" | "/" => ("200 OK", status.lock().expect("status lock").clone().key_values()),
                 _ => ("404 Not Found", "not found\n".to_string()),
             };
+            let challenge = if allowed { "" } else { "WWW-Authenticate: Bearer\r\n" };
             let response = format!(
-                "HTTP/1.1 {code}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {code}\r\n{challenge}Content-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             );
             let _ = stream.write_all(response.as_bytes()).await;
@@ -211,28 +245,71 @@ pub async fn serve_http(listener: TcpListener, status: Arc<Mutex<Status>>) {
     }
 }
 
-/// Fetches `path` from a metrics endpoint (used by `upright status` and tests).
-pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+/// Fetches `path` from a metrics endpoint (used by `upright status` and tests), presenting
+/// `token` if given; a status other than 200 is an error naming it.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> std::io::Result<String> {
     let mut stream = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
         .await
         .map_err(|_| std::io::Error::other("connect timed out"))??;
+    let authorization = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: upright\r\nConnection: close\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: upright\r\n{authorization}Connection: close\r\n\r\n").as_bytes(),
+        )
         .await?;
     let mut out = Vec::new();
     tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut out))
         .await
         .map_err(|_| std::io::Error::other("read timed out"))??;
     let text = String::from_utf8_lossy(&out).to_string();
-    Ok(text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default())
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(std::io::Error::other(format!("the endpoint answered {status:?}")));
+    }
+    Ok(body.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_token_is_taken_only_from_an_authorization_bearer_header() {
+        let head = |h: &str| format!("GET /status HTTP/1.1\r\nHost: x\r\n{h}\r\n\r\n");
+        assert!(authorized(&head("Authorization: Bearer abc123"), "abc123"));
+        assert!(authorized(&head("authorization:   Bearer abc123"), "abc123"));
+        assert!(!authorized(&head("Authorization: Bearer abc124"), "abc123"));
+        assert!(!authorized(&head("Authorization: Bearer abc12"), "abc123"));
+        assert!(!authorized(&head("Authorization: Basic abc123"), "abc123"));
+        assert!(!authorized(&head("X-Token: Bearer abc123"), "abc123"));
+        // The request line is not a header.
+        assert!(!authorized(
+            "GET /Authorization:Bearer abc123 HTTP/1.1\r\n\r\n",
+            "abc123"
+        ));
+    }
+
+    #[tokio::test]
+    async fn with_a_token_the_endpoint_answers_only_requests_that_carry_it() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let status = Arc::new(Mutex::new(Status {
+            replica: 3,
+            health: "ok".into(),
+            ..Status::default()
+        }));
+        tokio::spawn(serve_http(listener, status, Some("s3cret".into())));
+        let refused = http_get(addr, "/status", None).await.unwrap_err().to_string();
+        assert!(refused.contains("401"), "{refused}");
+        assert!(http_get(addr, "/metrics", Some("wrong!")).await.is_err());
+        let body = http_get(addr, "/status", Some("s3cret")).await.unwrap();
+        assert!(body.contains("health=ok"), "{body}");
+        let metrics = http_get(addr, "/metrics", Some("s3cret")).await.unwrap();
+        assert!(metrics.contains("upright_view{replica=\"3\"}"), "{metrics}");
+    }
 
     #[test]
     fn prometheus_samples_and_labels_are_read_from_the_text() {

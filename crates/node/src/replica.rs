@@ -420,6 +420,14 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
     let replica_listener = bind(&entry.replica_addr, "replicas").await?;
     let client_listener = bind(&entry.client_addr, "clients").await?;
     let metrics_listener = bind_tcp(&entry.metrics_addr, "metrics").await?;
+    let metrics_token = cluster.metrics_token()?;
+    let metrics_on_loopback = metrics_listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
+    if metrics_token.is_none() && !metrics_on_loopback {
+        tracing::warn!(
+            metrics = %entry.metrics_addr,
+            "the metrics endpoint is reachable beyond this host and needs no token: set metrics_token_file in cluster.toml (upright init --metrics-token writes one)"
+        );
+    }
     let name = config.cluster_name.clone();
     // One connection per replica pair, dialled by the lower id and carrying both directions
     // (transport::PeerLinks): the queues for lower ids exist before the listener runs.
@@ -472,7 +480,7 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
         health: "starting".into(),
         ..Status::default()
     }));
-    tokio::spawn(serve_http(metrics_listener, status.clone()));
+    tokio::spawn(serve_http(metrics_listener, status.clone(), metrics_token));
     tracing::info!(
         replica = spec.id,
         replicas = %entry.replica_addr,

@@ -106,7 +106,7 @@ async fn wait_forwarded(seen: &Seen, client: u32, request_id: u64) {
 
 async fn counter(cluster: &Cluster, id: u32, name: &str) -> u64 {
     let addr = files::resolve(&cluster.file.replica(id).unwrap().metrics_addr).unwrap();
-    let text = http_get(addr, "/metrics").await.unwrap();
+    let text = http_get(addr, "/metrics", None).await.unwrap();
     text.lines()
         .filter(|l| l.contains(&format!("name=\"{name}\"")))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
@@ -227,6 +227,7 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
     let status = http_get(
         files::resolve(&cluster.file.replica(0).unwrap().metrics_addr).unwrap(),
         "/status",
+        None,
     )
     .await
     .unwrap();

@@ -37,6 +37,11 @@ pub fn free_base(from: u16, extra: u16) -> u16 {
 /// `upright init` of four replicas (u = r = 1) and four clients on 127.0.0.1 from `base` into
 /// `dir`; the path of its cluster.toml.
 pub fn init(dir: &Path, base: u16) -> String {
+    init_with(dir, base, &[]).0
+}
+
+/// [`init`] with `extra` arguments; the path of its cluster.toml and what it printed.
+pub fn init_with(dir: &Path, base: u16, extra: &[&str]) -> (String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_upright"))
         .args([
             "init",
@@ -51,12 +56,31 @@ pub fn init(dir: &Path, base: u16) -> String {
             "--clients",
             "4",
         ])
+        .args(extra)
         .args(["--base-port", &base.to_string(), "--out"])
         .arg(dir)
         .output()
         .unwrap();
     assert!(out.status.success(), "upright init: {out:?}");
-    dir.join("cluster.toml").display().to_string()
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    (dir.join("cluster.toml").display().to_string(), printed)
+}
+
+/// Runs `program` with `args` (at most 120 s) and checks that it succeeded; its output.
+pub fn run(program: &str, args: &[&str]) -> std::process::Output {
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// `upright replica --id ID --service SERVICE` of the cluster at `config`, logging to

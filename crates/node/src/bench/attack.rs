@@ -326,9 +326,10 @@ async fn measure(
     }
     let mut events = DefenceEvents::default();
     let config = crate::files::Cluster::load(&cluster.processes.dir.join("cluster.toml"))?;
+    let token = config.metrics_token()?;
     for entry in &config.file.replicas {
         let addr = crate::files::resolve(&entry.metrics_addr)?;
-        let text = crate::metrics::http_get(addr, "/metrics")
+        let text = crate::metrics::http_get(addr, "/metrics", token.as_deref())
             .await
             .map_err(|e| FileError(format!("cannot read replica {}'s metrics: {e}", entry.id)))?;
         events.add_metrics(&text);

@@ -119,6 +119,8 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
         fsync: target.fsync,
         idle_spin_us: target.idle_spin_us,
         unix_dir: None,
+        metrics_host: Default::default(),
+        metrics_token: false,
     };
     files::init_cluster(&plan, dir)?;
     let config = dir.join("cluster.toml").display().to_string();

@@ -155,7 +155,11 @@ pub fn measure_checkpoint(objects: u64, object_bytes: usize) -> (f64, f64) {
 async fn status(cluster: &Cluster, id: u32) -> Option<std::collections::BTreeMap<String, String>> {
     let entry = cluster.file.replicas.iter().find(|r| r.id == id)?;
     let addr = files::resolve(&entry.metrics_addr).ok()?;
-    http_get(addr, "/status").await.ok().map(|body| parse_key_values(&body))
+    let token = cluster.metrics_token().ok()?;
+    http_get(addr, "/status", token.as_deref())
+        .await
+        .ok()
+        .map(|body| parse_key_values(&body))
 }
 
 /// What each replica reports about its progress, recovery and catch-up (for a failed run):
@@ -182,6 +186,7 @@ async fn diagnosis(cluster: &Cluster) -> String {
         "view_change",
         "stable",
     ];
+    let token = cluster.metrics_token().ok().flatten();
     let mut o = String::new();
     for entry in &cluster.file.replicas {
         let Some(kv) = status(cluster, entry.id).await else {
@@ -200,7 +205,7 @@ async fn diagnosis(cluster: &Cluster) -> String {
         }
         // The transport's nonzero counters (drops and closes by reason), from the metrics page.
         if let Ok(metrics) = files::resolve(&entry.metrics_addr) {
-            if let Ok(text) = http_get(metrics, "/metrics").await {
+            if let Ok(text) = http_get(metrics, "/metrics", token.as_deref()).await {
                 let net = prometheus_samples(&text).filter(|(s, v)| s.starts_with("upright_net_counter{") && *v > 0);
                 for (series, value) in net {
                     if let Some(name) = prometheus_label(series, "name") {

@@ -96,6 +96,8 @@ mod tests {
             fsync: Default::default(),
             idle_spin_us: 0,
             unix_dir: None,
+            metrics_host: Default::default(),
+            metrics_token: false,
         };
         init_cluster(&plan, dir.path()).unwrap();
         dir

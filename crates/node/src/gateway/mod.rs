@@ -9,6 +9,7 @@
 //!   the result is split back into answers.
 //! - [`clients`]: the pool's client identities, loaded from the files `upright init` writes, each
 //!   with a request-id lease so that a restarted gateway never reuses a request id.
+//! - [`tls`]: the listening side: TCP, or TLS (rustls) when the gateway has a certificate.
 //!
 //! Trust model: a gateway is a client of the cluster. It accepts a result only with `r + 1`
 //! matching replies (a read-only result only when every execution replica agrees), so a lying
@@ -17,6 +18,7 @@
 
 pub mod clients;
 pub mod pool;
+pub mod tls;
 
 use bytes::Bytes;
 

@@ -35,6 +35,8 @@ pub fn make_cluster(dir: &Path, name: &str) -> Cluster {
         fsync: Default::default(),
         idle_spin_us: upright_node::spin::IDLE_SPIN_DEFAULT_US,
         unix_dir: None,
+        metrics_host: Default::default(),
+        metrics_token: false,
     };
     files::init_cluster(&plan, dir).unwrap()
 }

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use upright_node::client::ClientHandle;
+use upright_node::gateway::tls::{Accepted as Incoming, GatewayListener, WriteHalf};
 use upright_node::gateway::{Pool, Protocol, Queue};
 
 use crate::nfs3::{
@@ -85,7 +85,8 @@ struct Shared {
 
 /// Serves NFS and MOUNT clients on `listener` through `clients` (upright client identities of a
 /// cluster running [`crate::service::FsService`]) until the listener fails.
-pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io::Result<()> {
+pub async fn serve(listener: impl Into<GatewayListener>, clients: Vec<ClientHandle>) -> std::io::Result<()> {
+    let listener = listener.into();
     let root = procedures::root_handle(&crate::fs::FileSystem::new()).expect("a new file system has its root");
     let shared = Arc::new(Shared {
         pool: Pool::start(clients, OPERATION_TIMEOUT),
@@ -93,12 +94,11 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
         connections: AtomicU64::new(0),
     });
     loop {
-        let (stream, _) = listener.accept().await?;
+        let stream = listener.accept().await?;
         if shared.connections.load(Ordering::Relaxed) >= CONNECTIONS_MAX {
             drop(stream);
             continue;
         }
-        let _ = stream.set_nodelay(true);
         shared.connections.fetch_add(1, Ordering::Relaxed);
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -108,8 +108,10 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
     }
 }
 
-async fn connection(stream: TcpStream, shared: &Arc<Shared>) {
-    let (mut read, write) = stream.into_split();
+async fn connection(accepted: Incoming, shared: &Arc<Shared>) {
+    let Ok((mut read, write)) = accepted.open().await else {
+        return;
+    };
     let queue: Arc<Queue<Nfs>> = Arc::new(Queue::default());
     let (owed_tx, owed_rx) = mpsc::channel(IN_FLIGHT_MAX);
     let writer = tokio::spawn(write_replies(write, owed_rx, queue.clone()));
@@ -249,11 +251,7 @@ fn mount(procedure: u32, args: &[u8]) -> Option<Bytes> {
 
 /// Writes what the connection owes, in order: local replies at once, the cluster's when they
 /// come.
-async fn write_replies(
-    mut write: tokio::net::tcp::OwnedWriteHalf,
-    mut owed: mpsc::Receiver<Owed>,
-    queue: Arc<Queue<Nfs>>,
-) {
+async fn write_replies(mut write: WriteHalf, mut owed: mpsc::Receiver<Owed>, queue: Arc<Queue<Nfs>>) {
     while let Some(next) = owed.recv().await {
         let record = match next {
             Owed::Local(record) => record,
@@ -276,6 +274,10 @@ async fn write_replies(
             }
         };
         if write.write_all(&rpc::frame(&record)).await.is_err() {
+            return;
+        }
+        // Flushed when nothing else is owed yet (a TLS record then goes out).
+        if owed.is_empty() && write.flush().await.is_err() {
             return;
         }
     }

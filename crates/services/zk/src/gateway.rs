@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Notify};
 use upright_node::client::{ClientHandle, PushEvent};
+use upright_node::gateway::tls::{Accepted, GatewayListener, ReadHalf};
 
 use crate::jute::{Reader, MAX_BUFFER};
 use crate::proto::op;
@@ -155,7 +155,8 @@ impl Shared {
 
 /// Serves ZooKeeper clients on `listener` through `clients` (one or more upright client
 /// identities of the cluster) until the listener fails.
-pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io::Result<()> {
+pub async fn serve(listener: impl Into<GatewayListener>, clients: Vec<ClientHandle>) -> std::io::Result<()> {
+    let listener = listener.into();
     assert!(!clients.is_empty(), "the gateway needs an upright client");
     let shared = Arc::new(Shared {
         clients,
@@ -171,7 +172,7 @@ pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io
     }
     tokio::spawn(touch_sessions(shared.clone()));
     loop {
-        let (stream, _) = listener.accept().await?;
+        let stream = listener.accept().await?;
         let id = shared.connections.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(connection(stream, id, shared.clone()));
     }
@@ -237,7 +238,7 @@ fn frame(bytes: &[u8]) -> Bytes {
 }
 
 /// Reads one length-prefixed frame; `None` at the end of the stream or on a bad length.
-async fn read_frame(read: &mut tokio::net::tcp::OwnedReadHalf, first: Option<[u8; 4]>) -> Option<Vec<u8>> {
+async fn read_frame(read: &mut ReadHalf, first: Option<[u8; 4]>) -> Option<Vec<u8>> {
     let len = match first {
         Some(b) => i32::from_be_bytes(b),
         None => read.read_i32().await.ok()?,
@@ -267,9 +268,10 @@ fn four_letter_word(word: &[u8; 4], shared: &Shared) -> Option<String> {
 }
 
 /// Serves one client connection.
-async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
-    let _ = stream.set_nodelay(true);
-    let (mut read, mut write) = stream.into_split();
+async fn connection(accepted: Accepted, id: u64, shared: Arc<Shared>) {
+    let Ok((mut read, mut write)) = accepted.open().await else {
+        return;
+    };
     let mut first = [0u8; 4];
     if read.read_exact(&mut first).await.is_err() {
         return;
@@ -277,6 +279,7 @@ async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
     if first.iter().all(u8::is_ascii_lowercase) {
         if let Some(text) = four_letter_word(&first, &shared) {
             let _ = write.write_all(text.as_bytes()).await;
+            let _ = write.flush().await;
         }
         let _ = write.shutdown().await;
         return;
@@ -301,7 +304,8 @@ async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
     let granted = Reader::new(answer.bytes.get(8..).unwrap_or_default())
         .long()
         .unwrap_or(0);
-    if write.write_all(&frame(&answer.bytes)).await.is_err() || granted == 0 {
+    let written = write.write_all(&frame(&answer.bytes)).await.is_ok() && write.flush().await.is_ok();
+    if !written || granted == 0 {
         let _ = write.shutdown().await;
         return;
     }
@@ -328,6 +332,17 @@ async fn connection(stream: TcpStream, id: u64, shared: Arc<Shared>) {
     let writer = tokio::spawn(async move {
         while let Some(bytes) = out_rx.recv().await {
             if write.write_all(&bytes).await.is_err() {
+                break;
+            }
+            // What else is queued goes out before the flush (one TLS record, one write).
+            let mut failed = false;
+            while let Ok(more) = out_rx.try_recv() {
+                if write.write_all(&more).await.is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            if failed || write.flush().await.is_err() {
                 break;
             }
         }

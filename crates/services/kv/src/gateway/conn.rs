@@ -7,9 +7,8 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc::{self, error::TryRecvError, error::TrySendError};
+use upright_node::gateway::tls::{Accepted, ReadHalf, WriteHalf};
 
 use super::blocked::{Wait, POLL};
 use super::local::{self, Session};
@@ -117,9 +116,14 @@ impl Batch {
     }
 }
 
-pub(super) async fn run(stream: TcpStream, id: u64, shared: Arc<Shared>) {
-    let _ = stream.set_nodelay(true);
-    let (mut read, write) = stream.into_split();
+pub(super) async fn run(accepted: Accepted, id: u64, shared: Arc<Shared>) {
+    let (mut read, write) = match accepted.open().await {
+        Ok(halves) => halves,
+        Err(e) => {
+            tracing::debug!("gateway connection {id} not set up: {e}");
+            return;
+        }
+    };
     let queue = Arc::new(Queue::default());
     let (tx, rx) = mpsc::channel(PENDING_MAX);
     // The writer says here when it has answered a blocking command.
@@ -336,7 +340,7 @@ enum Streamed {
 async fn stream_staged(
     spec: &'static command::CommandSpec,
     proto: u8,
-    read: &mut tokio::net::tcp::OwnedReadHalf,
+    read: &mut ReadHalf,
     buf: &mut BytesMut,
     batch: &mut Batch,
     shared: &Shared,
@@ -396,11 +400,7 @@ async fn stream_staged(
 
 /// Waits until the writer has answered the blocking command, reading ahead (without running)
 /// what the client sends meanwhile; `false` if the connection closed first.
-async fn wait_for_answer(
-    read: &mut tokio::net::tcp::OwnedReadHalf,
-    buf: &mut BytesMut,
-    resume: &mut mpsc::Receiver<()>,
-) -> bool {
+async fn wait_for_answer(read: &mut ReadHalf, buf: &mut BytesMut, resume: &mut mpsc::Receiver<()>) -> bool {
     loop {
         let room = buf.len() < BLOCKED_READ_AHEAD_MAX;
         if room {
@@ -857,7 +857,7 @@ fn client_unblock(a: &[Bytes], shared: &Shared) -> Result<Vec<Bytes>, Reply> {
 /// Writes the answers in order: everything ready is encoded into one buffer and written with one
 /// call; it waits (after writing what it has) only for a reply the cluster has not given yet.
 async fn write_answers(
-    mut write: OwnedWriteHalf,
+    mut write: WriteHalf,
     mut rx: mpsc::Receiver<Pending>,
     queue: Arc<Queue>,
     shared: Arc<Shared>,
@@ -1035,7 +1035,7 @@ async fn fetch_large(reply: Reply, shared: &Shared) -> Reply {
 
 /// The cluster's next reply for this connection, writing what is ready first if it has to
 /// wait; `None` if the client went away.
-async fn next_cluster_reply(write: &mut OwnedWriteHalf, out: &mut Vec<u8>, queue: &Queue) -> Option<Reply> {
+async fn next_cluster_reply(write: &mut WriteHalf, out: &mut Vec<u8>, queue: &Queue) -> Option<Reply> {
     if let Some(reply) = queue.try_reply() {
         return Some(reply);
     }
@@ -1070,9 +1070,10 @@ async fn blocking_answer(queue: &Arc<Queue>, shared: &Shared, token: &Bytes, wai
     (!wait.closed.load(Relaxed)).then_some(reply)
 }
 
-async fn flush(write: &mut OwnedWriteHalf, out: &mut Vec<u8>) -> std::io::Result<()> {
+async fn flush(write: &mut WriteHalf, out: &mut Vec<u8>) -> std::io::Result<()> {
     if !out.is_empty() {
         write.write_all(out).await?;
+        write.flush().await?;
         upright_node::timeline::event("gateway-write", out.len() as u64, 0, 0);
         out.clear();
     }

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::net::TcpListener;
 use upright_node::client::{ClientHandle, PushEvent};
+use upright_node::gateway::tls::GatewayListener;
 use upright_node::gateway::{Pool, Protocol};
 
 use crate::command::CommandSpec;
@@ -158,13 +158,14 @@ impl Shared {
 /// Serves Redis clients on `listener` until the task is dropped, with one pool member per
 /// upright client handle (each handle must be a distinct client identity), to anyone (the
 /// `default` user, no password, every command).
-pub async fn serve(listener: TcpListener, clients: Vec<ClientHandle>) -> std::io::Result<()> {
+pub async fn serve(listener: impl Into<GatewayListener>, clients: Vec<ClientHandle>) -> std::io::Result<()> {
     serve_users(listener, vec![users::GatewayUser::open(clients)]).await
 }
 
 /// Serves Redis clients on `listener` until the task is dropped, for `users` (AUTH selects one;
 /// each needs at least one upright client, and no two users may share one).
-pub async fn serve_users(listener: TcpListener, users: Vec<users::GatewayUser>) -> std::io::Result<()> {
+pub async fn serve_users(listener: impl Into<GatewayListener>, users: Vec<users::GatewayUser>) -> std::io::Result<()> {
+    let listener = listener.into();
     assert!(
         !users.is_empty() && users.iter().all(|u| !u.clients.is_empty()),
         "every gateway user needs at least one upright client"
@@ -199,7 +200,7 @@ pub async fn serve_users(listener: TcpListener, users: Vec<users::GatewayUser>) 
         buffered: std::sync::atomic::AtomicUsize::new(0),
     });
     loop {
-        let (stream, _) = match listener.accept().await {
+        let stream = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!("gateway accept failed: {e}");
