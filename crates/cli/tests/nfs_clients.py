@@ -8,6 +8,7 @@ user reaches through it, as two users. Run by crates/cli/tests/nfs_gateway.rs:
 Prints "nfs clients: ok" when every check passed; raises otherwise."""
 import errno
 import os
+import stat
 import sys
 import time
 
@@ -88,6 +89,14 @@ assert read(alice, "/t/bob") == b"bob's note"
 bob.mkdir("/t/bobdir")
 assert libnfs.nfs_chmod(bob._nfs, "/t/bobdir", 0o755) == 0
 fails("alice creates in bob's 0755 directory", lambda: write(alice, "/t/bobdir/x", b"x"))
+# ACCESS, MKNOD and SETATTR of owner and group, which libnfs reaches directly.
+assert libnfs.nfs_access(alice._nfs, "/t/alice", os.R_OK | os.W_OK) == 0
+assert libnfs.nfs_access(bob._nfs, "/t/alice", os.R_OK) == -errno.EACCES, "ACCESS denies bob"
+assert libnfs.nfs_mknod(ctx, "/t/fifo", stat.S_IFIFO | 0o644, 0) == 0
+assert stat.S_ISFIFO(root.lstat("/t/fifo")["mode"])
+assert libnfs.nfs_chown(ctx, "/t/bob", 1000, 100) == 0, "root gives bob's file to alice"
+assert (root.stat("/t/bob")["uid"], root.stat("/t/bob")["gid"]) == (1000, 100)
+assert libnfs.nfs_chown(bob._nfs, "/t/bobdir", 1000, 1001) == -errno.EPERM, "bob cannot give away"
 
 # A directory of MANY entries, listed whole (libnfs reads it with READDIRPLUS, page by page).
 t = time.time()

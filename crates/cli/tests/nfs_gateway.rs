@@ -4,9 +4,10 @@
 //! and back out byte for byte while replica 3 is SIGKILLed and restarted.
 //!
 //! Then PyPI's libnfs (`nfs_clients.py`) exercises what a file system user does: rename over an
-//! existing file, hard links, symlinks, truncation, permissions as two users, a directory of
-//! 10,000 entries and a 1 GiB file written and read back, while replica 3 is SIGKILLed and
-//! restarted again.
+//! existing file, hard links, symlinks, truncation, permissions as two users (ACCESS, chmod,
+//! chown), MKNOD of a FIFO, a directory of 10,000 entries and a 1 GiB file written and read
+//! back, while replica 3 is SIGKILLed and restarted again. The procedures that binding cannot
+//! reach (NULL, FSSTAT, PATHCONF, plain READDIR, MOUNT's EXPORT and UMNT) are called here.
 //!
 //! Needs libnfs-utils and PyPI's libnfs (`.ci/run` installs both); each part is skipped, loudly,
 //! without its client. libnfs-utils has no mkdir, so the test makes the tree's directories with
@@ -18,7 +19,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use upright_fs::nfs3::{proc3, SetAttributes, MOUNT_PROGRAM, NFS_PROGRAM};
+use upright_fs::nfs3::{proc3, Attributes, SetAttributes, MOUNT_PROGRAM, NFS_PROGRAM};
 use upright_fs::xdr::{Reader, Writer};
 
 #[path = "common/cluster.rs"]
@@ -171,6 +172,41 @@ fn libnfs_utils_copy_a_tree_in_and_out_byte_for_byte_with_a_replica_killed_and_a
     let root = r.opaque(64).unwrap().to_vec();
     let a = mkdir(&mut stream, 2, &root, "a");
     mkdir(&mut stream, 3, &a, "b");
+    // The procedures PyPI's libnfs cannot call by itself (it has no statvfs or pathconf, and
+    // lists directories with READDIRPLUS): NULL of both programs, FSSTAT, FSINFO, PATHCONF,
+    // READDIR, and MOUNT's EXPORT and UMNT; each answers NFS3_OK (or MNT3_OK).
+    assert!(rpc(&mut stream, 20, NFS_PROGRAM, proc3::NULL, &[]).is_empty());
+    assert!(rpc(&mut stream, 21, MOUNT_PROGRAM, 0, &[]).is_empty());
+    let mut on_root = Writer::new();
+    on_root.opaque(&root);
+    let on_root = on_root.finish();
+    for (xid, procedure) in [(22, proc3::FSSTAT), (23, proc3::FSINFO), (24, proc3::PATHCONF)] {
+        let result = rpc(&mut stream, xid, NFS_PROGRAM, procedure, &on_root);
+        assert_eq!(Reader::new(&result).u32().unwrap(), 0, "procedure {procedure}: NFS3_OK");
+    }
+    let mut readdir = Writer::new();
+    readdir.opaque(&a).u64(0).fixed(&[0; 8]).u32(4096);
+    let result = rpc(&mut stream, 25, NFS_PROGRAM, proc3::READDIR, &readdir.finish());
+    let mut r = Reader::new(&result);
+    assert_eq!(r.u32().unwrap(), 0, "READDIR: NFS3_OK");
+    r.optional(Attributes::decode).unwrap();
+    r.fixed(8).unwrap();
+    let mut names = Vec::new();
+    while r.bool().unwrap() {
+        r.u64().unwrap();
+        names.push(r.string(255).unwrap().to_string());
+        r.u64().unwrap();
+    }
+    assert!(r.bool().unwrap(), "READDIR of /a reaches its end");
+    assert!(names.iter().any(|n| n == "b"), "READDIR of /a: {names:?}");
+    let exports = rpc(&mut stream, 26, MOUNT_PROGRAM, 5, &[]);
+    assert!(String::from_utf8_lossy(&exports).contains('/'), "EXPORT lists /");
+    let mut umnt = Writer::new();
+    umnt.string("/");
+    assert!(
+        rpc(&mut stream, 27, MOUNT_PROGRAM, 3, &umnt.finish()).is_empty(),
+        "UMNT"
+    );
     // A directory of 10,000 entries for the Python client to list (made here with every CREATE
     // outstanding at once, so the gateway packs them into a few operations).
     let many = mkdir(&mut stream, 4, &root, "many");
