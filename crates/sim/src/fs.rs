@@ -118,6 +118,22 @@ struct Client {
     task: Option<Task>,
 }
 
+impl Client {
+    /// `version` of `key` exists, with `handle`: remember it if it is the newest seen.
+    fn learn(&mut self, key: &Bytes, version: u64, handle: &[u8]) {
+        let known = self.newest.entry(key.clone()).or_insert((0, Vec::new()));
+        if version > known.0 {
+            *known = (version, handle.to_vec());
+        }
+    }
+
+    /// The name of client `client`'s next temporary file.
+    fn next_tmp(&mut self, client: u32) -> String {
+        self.tmps += 1;
+        format!("t{client}.{}", self.tmps)
+    }
+}
+
 /// The NFS clients of one run and what they found.
 pub struct FsClients {
     clients: BTreeMap<u32, Client>,
@@ -326,13 +342,8 @@ impl FsClients {
                     return Err("more replies than calls".into());
                 }
                 let (version, handle) = newest;
-                if task.path != ReadPath::Serializable {
-                    if let Some(h) = &handle {
-                        let known = c.newest.entry(key.clone()).or_insert((0, Vec::new()));
-                        if version > known.0 {
-                            *known = (version, h.clone());
-                        }
-                    }
+                if let (true, Some(h)) = (task.path != ReadPath::Serializable, &handle) {
+                    c.learn(&key, version, h);
                 }
                 if !ended {
                     After::Step(Step::Find {
@@ -418,10 +429,7 @@ impl FsClients {
                 }
                 let tmp = task.tmp.take().ok_or("a commit without a temporary file")?;
                 if link == Status::Ok as u32 {
-                    let known = c.newest.entry(key.clone()).or_insert((0, Vec::new()));
-                    if version > known.0 {
-                        *known = (version, tmp.1);
-                    }
+                    c.learn(&key, version, &tmp.1);
                     let reply = match &task.op {
                         KvOperation::Append { .. } => KvReply::Value(Some(data)),
                         _ => KvReply::Done,
@@ -433,11 +441,10 @@ impl FsClients {
                 }
                 // Another client committed this version first: find again, from it.
                 self.conflicts += 1;
-                c.tmps += 1;
                 After::Step(Step::Find {
                     base: version,
                     read: None,
-                    create: Some(format!("t{client}.{}", c.tmps)),
+                    create: Some(c.next_tmp(client)),
                 })
             }
         };
@@ -523,10 +530,7 @@ fn after_newest(task: &Task, version: u64, data: Option<Vec<u8>>) -> Result<Afte
 fn find_from_newest(c: &mut Client, task: &Task, client: u32, rng: &mut ChaCha8Rng) -> Step {
     let key = task.op.key();
     let (base, handle) = c.newest.get(key).cloned().unwrap_or((0, Vec::new()));
-    let create = (!task.op.is_read_only()).then(|| {
-        c.tmps += 1;
-        format!("t{client}.{}", c.tmps)
-    });
+    let create = (!task.op.is_read_only()).then(|| c.next_tmp(client));
     Step::Find {
         base,
         read: (base > 0 && rng.random_bool(0.8)).then_some(handle),

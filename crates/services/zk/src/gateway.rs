@@ -334,15 +334,8 @@ async fn connection(accepted: Accepted, id: u64, shared: Arc<Shared>) {
             if write.write_all(&bytes).await.is_err() {
                 break;
             }
-            // What else is queued goes out before the flush (one TLS record, one write).
-            let mut failed = false;
-            while let Ok(more) = out_rx.try_recv() {
-                if write.write_all(&more).await.is_err() {
-                    failed = true;
-                    break;
-                }
-            }
-            if failed || write.flush().await.is_err() {
+            // Flushed when nothing else is queued yet (a TLS record then goes out).
+            if out_rx.is_empty() && write.flush().await.is_err() {
                 break;
             }
         }
