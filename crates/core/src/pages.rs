@@ -30,12 +30,17 @@ pub trait PageStore: Send {
     fn committed(&self) -> (u64, Vec<u32>);
     /// The committed version of page `index` (empty if it has none).
     fn read(&self, index: u64) -> std::io::Result<Bytes>;
+    /// The record committed with the pages (empty if none, or if it cannot be read back intact:
+    /// the caller then treats the pages as no checkpoint's).
+    fn committed_record(&self) -> Bytes;
     /// Writes the next version of page `index` (invisible until [`PageStore::commit`]; each page
     /// at most once per commit).
     fn write(&mut self, index: u64, bytes: &[u8]) -> std::io::Result<()>;
-    /// Makes the pages written since the last commit, and the page count `len`, the committed
-    /// state of checkpoint `seqno`, durably.
-    fn commit(&mut self, seqno: u64, len: u64) -> std::io::Result<()>;
+    /// Makes the pages written since the last commit, the page count `len` and `record` (the
+    /// checkpoint's own record, which describes the pages) the committed state of checkpoint
+    /// `seqno`, durably and atomically: after a crash either all of it or the previous commit
+    /// is what [`PageStore::committed`] and [`PageStore::committed_record`] return.
+    fn commit(&mut self, seqno: u64, len: u64, record: &[u8]) -> std::io::Result<()>;
 }
 
 /// One page: in memory (changed since it was last stored, or no store), or in the store with its
@@ -191,7 +196,7 @@ impl Pages {
                     *slot = Slot::Stored(bytes.len() as u32);
                 }
             }
-            store.commit(0, self.live.len() as u64)?;
+            store.commit(0, self.live.len() as u64, &[])?;
             None
         };
         self.frozen_len = self.live.len() as u64;
@@ -202,6 +207,11 @@ impl Pages {
     /// Whether the pages live in a store.
     pub fn has_store(&self) -> bool {
         self.store.is_some()
+    }
+
+    /// The record the store committed with its pages (`None` without a store).
+    pub fn store_record(&self) -> Option<Bytes> {
+        self.store.as_ref().map(|s| s.committed_record())
     }
 
     /// Number of pages.
@@ -368,9 +378,10 @@ impl Pages {
     }
 
     /// With a store: writes the pages in memory among `indices` (the ones the last
-    /// [`Pages::freeze`] reported) and commits them as checkpoint `seqno`; they then count
+    /// [`Pages::freeze`] reported) and commits them as checkpoint `seqno` with the checkpoint's
+    /// `record` (see [`PageStore::commit`]); they then count
     /// against the cache like any stored page. Without a store: nothing.
-    pub fn write_back(&mut self, indices: &[u64], seqno: u64) -> std::io::Result<()> {
+    pub fn write_back(&mut self, indices: &[u64], seqno: u64, record: &[u8]) -> std::io::Result<()> {
         let Some(store) = self.store.as_mut() else {
             return Ok(());
         };
@@ -383,7 +394,7 @@ impl Pages {
                 written.push((index, bytes.clone()));
             }
         }
-        store.commit(seqno, self.live.len() as u64)?;
+        store.commit(seqno, self.live.len() as u64, record)?;
         let mut cache = self.cache.borrow_mut();
         for (index, bytes) in written {
             // Only now, committed, is the page the store's.
@@ -526,7 +537,10 @@ mod tests {
             self.pending.insert(index, Bytes::copy_from_slice(bytes));
             Ok(())
         }
-        fn commit(&mut self, seqno: u64, len: u64) -> std::io::Result<()> {
+        fn committed_record(&self) -> Bytes {
+            Bytes::new()
+        }
+        fn commit(&mut self, seqno: u64, len: u64, _record: &[u8]) -> std::io::Result<()> {
             self.committed.append(&mut self.pending);
             self.committed.retain(|i, _| *i < len);
             (self.len, self.seqno) = (len, seqno);
@@ -576,7 +590,7 @@ mod tests {
             older.truncate(2);
             let cp = PageCheckpoint::take(&mut tree, &mut pages);
             let indices: Vec<u64> = cp.changed.iter().map(|(i, _)| *i).collect();
-            pages.write_back(&indices, round + 1).unwrap();
+            pages.write_back(&indices, round + 1, &[]).unwrap();
             let now: Vec<Bytes> = (0..pages.len()).map(|i| pages.get(i).unwrap()).collect();
             snapshots.push_front((now, tree.clone()));
             snapshots.truncate(3);

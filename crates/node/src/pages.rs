@@ -7,9 +7,13 @@
 //!   PAGE_BYTES_MAX`), a sparse file: only the bytes of written pages take disk space. A
 //!   checkpoint writes a changed page into the slot its committed version does not use, so the
 //!   committed version stays intact until the checkpoint commits.
-//! - `journal`: records `WRITE(index, copy, len)` and `COMMIT(seqno, pages)`, each with a CRC-32.
-//!   A commit syncs `data`, appends the checkpoint's records and syncs the journal: the commit
-//!   record is what makes a checkpoint's pages the committed ones. Opening replays the journal up
+//! - `record.0`, `record.1`: the checkpoint record committed with the pages (header: seqno,
+//!   length, CRC-32 of the bytes; then the bytes), alternately, so that the committed one stays
+//!   intact while the next is written.
+//! - `journal`: records `WRITE(index, copy, len)` and `COMMIT(seqno, pages, record)` (`record`:
+//!   0 none, 1 or 2 the record file), each with a CRC-32. A commit writes and syncs the record
+//!   file, syncs `data`, appends the checkpoint's records and syncs the journal: the commit
+//!   record is what makes a checkpoint's pages and record the committed ones. Opening replays the journal up
 //!   to its last intact commit and cuts off anything after it (a torn or uncommitted tail).
 //!   When the journal grows past [`JOURNAL_REWRITE_BYTES`] and four times what the committed
 //!   state needs, it is rewritten (one record per page, then the commit) into a new file that
@@ -32,7 +36,7 @@ pub const JOURNAL_REWRITE_BYTES: u64 = 64 << 20;
 
 const WRITE: u8 = 1;
 const COMMIT: u8 = 2;
-/// kind, then 17 bytes (index 8, copy 1, len 4, padding 4 | seqno 8, pages 8, padding 1), CRC.
+/// kind, then 17 bytes (index 8, len 8, copy 1 | seqno 8, pages 8, record file 1), CRC.
 const RECORD_BYTES: usize = 1 + 17 + 4;
 
 /// Pages on disk with their journal.
@@ -44,6 +48,9 @@ pub struct FilePageStore {
     /// Per committed page: (slot copy, length).
     committed: Vec<(u8, u32)>,
     seqno: u64,
+    /// The committed record's file (0: none; 1: `record.0`; 2: `record.1`).
+    record_file: u8,
+    records: [File; 2],
     /// Written since the last commit: (index, copy, length).
     pending: Vec<(u64, u8, u32)>,
     rewrite_bytes: u64,
@@ -64,9 +71,12 @@ fn write_record(index: u64, copy: u8, len: u32) -> [u8; RECORD_BYTES] {
     record(WRITE, index, len as u64, copy)
 }
 
-fn commit_record(seqno: u64, pages: u64) -> [u8; RECORD_BYTES] {
-    record(COMMIT, seqno, pages, 0)
+fn commit_record(seqno: u64, pages: u64, record_file: u8) -> [u8; RECORD_BYTES] {
+    record(COMMIT, seqno, pages, record_file)
 }
+
+/// Header of a record file: seqno, length, CRC-32 of the bytes.
+const RECORD_HEADER_BYTES: usize = 8 + 8 + 4;
 
 /// What a COMMIT does to the committed table, at commit time and when the journal is replayed:
 /// the page count becomes `pages` and each write's slot and length become its page's.
@@ -99,11 +109,15 @@ impl FilePageStore {
                 .open(dir.join(name))
         };
         let data = open("data")?;
+        let records = [open("record.0")?, open("record.1")?];
+        // The record files' names are durable before any commit names them.
+        sync_dir(dir)?;
         let mut journal = open("journal")?;
         let mut bytes = Vec::new();
         journal.read_to_end(&mut bytes)?;
         let mut committed: Vec<(u8, u32)> = Vec::new();
         let mut seqno = 0;
+        let mut record_file = 0;
         let mut since_commit: Vec<(u64, u8, u32)> = Vec::new();
         let mut good_end = 0usize;
         for (n, rec) in bytes.chunks_exact(RECORD_BYTES).enumerate() {
@@ -119,6 +133,7 @@ impl FilePageStore {
                     let pages = usize::try_from(b).map_err(|_| invalid(format!("page count {b} in the journal")))?;
                     apply_commit(&mut committed, since_commit.drain(..), pages);
                     seqno = a;
+                    record_file = if rec[17] <= 2 { rec[17] } else { 0 };
                     good_end = (n + 1) * RECORD_BYTES;
                 }
                 kind => return Err(invalid(format!("journal record {n} has kind {kind}"))),
@@ -135,6 +150,8 @@ impl FilePageStore {
             journal_bytes: good_end as u64,
             committed,
             seqno,
+            record_file,
+            records,
             pending: Vec::new(),
             rewrite_bytes: JOURNAL_REWRITE_BYTES,
         })
@@ -159,7 +176,11 @@ impl FilePageStore {
                 out.extend_from_slice(&write_record(index as u64, *copy, *len));
             }
         }
-        out.extend_from_slice(&commit_record(self.seqno, self.committed.len() as u64));
+        out.extend_from_slice(&commit_record(
+            self.seqno,
+            self.committed.len() as u64,
+            self.record_file,
+        ));
         let mut file = File::create(&path)?;
         file.write_all(&out)?;
         file.sync_all()?;
@@ -198,6 +219,35 @@ impl PageStore for FilePageStore {
         Ok(Bytes::from(buf))
     }
 
+    fn committed_record(&self) -> Bytes {
+        let Some(file) = self.record_file.checked_sub(1).map(|k| &self.records[k as usize]) else {
+            return Bytes::new();
+        };
+        let mut header = [0u8; RECORD_HEADER_BYTES];
+        if file.read_exact_at(&mut header, 0).is_err() {
+            return Bytes::new();
+        }
+        let seqno = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
+        let len = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+        let crc = u32::from_le_bytes(header[16..].try_into().expect("4 bytes"));
+        let Some(len) = usize::try_from(len)
+            .ok()
+            .filter(|l| *l <= usize::MAX - RECORD_HEADER_BYTES)
+        else {
+            return Bytes::new();
+        };
+        // A length the file cannot hold is a torn or corrupted header.
+        let on_disk = file.metadata().map_or(0, |m| m.len());
+        if seqno != self.seqno || on_disk < (RECORD_HEADER_BYTES + len) as u64 {
+            return Bytes::new();
+        }
+        let mut bytes = vec![0u8; len];
+        if file.read_exact_at(&mut bytes, RECORD_HEADER_BYTES as u64).is_err() || crc32fast::hash(&bytes) != crc {
+            return Bytes::new();
+        }
+        Bytes::from(bytes)
+    }
+
     fn write(&mut self, index: u64, bytes: &[u8]) -> io::Result<()> {
         if bytes.len() > PAGE_BYTES_MAX {
             return Err(invalid(format!("page {index} has {} bytes", bytes.len())));
@@ -211,18 +261,35 @@ impl PageStore for FilePageStore {
         Ok(())
     }
 
-    fn commit(&mut self, seqno: u64, len: u64) -> io::Result<()> {
+    fn commit(&mut self, seqno: u64, len: u64, record: &[u8]) -> io::Result<()> {
         let pages = usize::try_from(len).map_err(|_| invalid(format!("page count {len}")))?;
+        let record_file = if record.is_empty() {
+            0
+        } else {
+            // The file the committed record does not use.
+            let file = if self.record_file == 1 { 2 } else { 1 };
+            let mut out = Vec::with_capacity(RECORD_HEADER_BYTES + record.len());
+            out.extend_from_slice(&seqno.to_le_bytes());
+            out.extend_from_slice(&(record.len() as u64).to_le_bytes());
+            out.extend_from_slice(&crc32fast::hash(record).to_le_bytes());
+            out.extend_from_slice(record);
+            let f = &self.records[file as usize - 1];
+            f.set_len(0)?;
+            f.write_all_at(&out, 0)?;
+            f.sync_data()?;
+            file
+        };
         self.data.sync_data()?;
         let mut records = Vec::with_capacity((self.pending.len() + 1) * RECORD_BYTES);
         for (index, copy, bytes) in &self.pending {
             records.extend_from_slice(&write_record(*index, *copy, *bytes));
         }
-        records.extend_from_slice(&commit_record(seqno, len));
+        records.extend_from_slice(&commit_record(seqno, len, record_file));
         self.append(&records)?;
         self.journal.sync_data()?;
         apply_commit(&mut self.committed, self.pending.drain(..), pages);
         self.seqno = seqno;
+        self.record_file = record_file;
         let needed = (self.committed.len() as u64 + 1) * RECORD_BYTES as u64;
         if self.journal_bytes > self.rewrite_bytes && self.journal_bytes > 4 * needed {
             self.rewrite_journal()?;
@@ -247,7 +314,7 @@ mod tests {
         assert_eq!(store.committed(), (0, vec![]));
         store.write(0, b"zero").unwrap();
         store.write(3, b"three").unwrap();
-        store.commit(8, 4).unwrap();
+        store.commit(8, 4, &[]).unwrap();
         store.write(0, b"ZERO!").unwrap();
         assert_eq!(
             store.read(0).unwrap(),
@@ -260,7 +327,7 @@ mod tests {
         assert_eq!(store.read(0).unwrap(), b("zero"));
         assert_eq!(store.read(3).unwrap(), b("three"));
         store.write(0, b"ZERO!").unwrap();
-        store.commit(16, 2).unwrap();
+        store.commit(16, 2, &[]).unwrap();
         let store = FilePageStore::open(dir.path()).unwrap();
         assert_eq!(
             store.committed(),
@@ -270,24 +337,65 @@ mod tests {
         assert_eq!(store.read(0).unwrap(), b("ZERO!"));
     }
 
+    /// Cuts the last `bytes` off the journal in `dir` (a crash before they reached the disk).
+    fn cut_journal(dir: &Path, bytes: u64) {
+        let journal = dir.join("journal");
+        let len = std::fs::metadata(&journal).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&journal)
+            .unwrap()
+            .set_len(len - bytes)
+            .unwrap();
+    }
+
+    #[test]
+    fn the_record_is_committed_with_the_pages_and_survives_a_torn_next_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = FilePageStore::open(dir.path()).unwrap();
+        assert_eq!(store.committed_record(), Bytes::new());
+        store.write(0, b"a").unwrap();
+        store.commit(4, 1, b"record of 4").unwrap();
+        assert_eq!(store.committed_record(), b("record of 4"));
+        store.write(0, b"b").unwrap();
+        store.commit(8, 1, b"record of 8").unwrap();
+        drop(store);
+        let mut store = FilePageStore::open(dir.path()).unwrap();
+        assert_eq!((store.committed().0, store.committed_record()), (8, b("record of 8")));
+        // The next commit's record is written, but its COMMIT never reaches the journal (a
+        // crash in between): the committed record is still 8's, in the other file.
+        store.write(0, b"c").unwrap();
+        store.commit(12, 1, b"record of 12").unwrap();
+        drop(store);
+        cut_journal(dir.path(), 2 * RECORD_BYTES as u64);
+        let store = FilePageStore::open(dir.path()).unwrap();
+        assert_eq!((store.committed().0, store.committed_record()), (8, b("record of 8")));
+        assert_eq!(store.read(0).unwrap(), b("b"));
+        // A record file whose bytes no longer match its CRC is no record.
+        drop(store);
+        let file = std::fs::read(dir.path().join("record.1")).unwrap();
+        let name = if file.ends_with(b"record of 8") {
+            "record.1"
+        } else {
+            "record.0"
+        };
+        let f = OpenOptions::new().write(true).open(dir.path().join(name)).unwrap();
+        f.write_all_at(b"X", RECORD_HEADER_BYTES as u64).unwrap();
+        let store = FilePageStore::open(dir.path()).unwrap();
+        assert_eq!(store.committed_record(), Bytes::new());
+    }
+
     #[test]
     fn a_torn_journal_tail_is_cut_off_at_the_last_commit() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = FilePageStore::open(dir.path()).unwrap();
         store.write(1, b"one").unwrap();
-        store.commit(1, 2).unwrap();
+        store.commit(1, 2, &[]).unwrap();
         store.write(1, b"uno").unwrap();
-        store.commit(2, 2).unwrap();
+        store.commit(2, 2, &[]).unwrap();
         drop(store);
-        let journal = dir.path().join("journal");
-        let len = std::fs::metadata(&journal).unwrap().len();
         // Tear the last commit record in half.
-        OpenOptions::new()
-            .write(true)
-            .open(&journal)
-            .unwrap()
-            .set_len(len - 10)
-            .unwrap();
+        cut_journal(dir.path(), 10);
         let store = FilePageStore::open(dir.path()).unwrap();
         assert_eq!(store.committed(), (1, vec![0, 3]));
         assert_eq!(
@@ -307,11 +415,16 @@ mod tests {
         let commits = 4096 / (2 * RECORD_BYTES as u64) + 2;
         for seqno in 1..=commits {
             store.write(0, format!("v{seqno}").as_bytes()).unwrap();
-            store.commit(seqno, 1).unwrap();
+            store.commit(seqno, 1, format!("r{seqno}").as_bytes()).unwrap();
         }
         assert!(store.journal_bytes() < 4096, "rewritten: {}", store.journal_bytes());
         let store = FilePageStore::open(dir.path()).unwrap();
         assert_eq!(store.committed().0, commits);
+        assert_eq!(
+            store.committed_record(),
+            b(&format!("r{commits}")),
+            "the rewrite kept the record"
+        );
         assert_eq!(store.read(0).unwrap(), b(&format!("v{commits}")));
     }
 
@@ -337,11 +450,12 @@ mod tests {
             "the stored version is the checkpointed one"
         );
         let changed = pages.freeze();
-        pages.write_back(&changed, 8).unwrap();
+        pages.write_back(&changed, 8, b"record of 8").unwrap();
         drop(pages);
         let mut again = Pages::new();
         let store = FilePageStore::open(dir.path()).unwrap();
         assert_eq!(again.attach_store(Box::new(store), 64 * 1024).unwrap(), Some(8));
+        assert_eq!(again.store_record(), Some(b("record of 8")));
         assert_eq!(again.len(), 256);
         assert_eq!(again.get(7).unwrap(), b("seven"));
         assert_eq!(again.get(200).unwrap(), page(200));
@@ -356,9 +470,9 @@ mod tests {
         let far = 40_000u64;
         assert!(FilePageStore::offset(far, 1) > 4 << 30);
         store.write(far, b"first").unwrap();
-        store.commit(1, far + 1).unwrap();
+        store.commit(1, far + 1, &[]).unwrap();
         store.write(far, b"second").unwrap();
-        store.commit(2, far + 1).unwrap();
+        store.commit(2, far + 1, &[]).unwrap();
         let store = FilePageStore::open(dir.path()).unwrap();
         assert_eq!(store.read(far).unwrap(), b("second"));
         assert_eq!(store.committed().1.len() as u64, far + 1);

@@ -96,6 +96,7 @@ pub struct SimPages {
     committed: BTreeMap<u64, Bytes>,
     len: u64,
     seqno: u64,
+    record: Bytes,
     pending: Vec<(u64, Bytes)>,
 }
 
@@ -123,6 +124,10 @@ impl PageStore for SimPageStore {
         Ok(p.committed.get(&index).cloned().unwrap_or_default())
     }
 
+    fn committed_record(&self) -> Bytes {
+        self.0.lock().expect("not poisoned").record.clone()
+    }
+
     fn write(&mut self, index: u64, bytes: &[u8]) -> std::io::Result<()> {
         self.0
             .lock()
@@ -132,8 +137,9 @@ impl PageStore for SimPageStore {
         Ok(())
     }
 
-    fn commit(&mut self, seqno: u64, len: u64) -> std::io::Result<()> {
+    fn commit(&mut self, seqno: u64, len: u64, record: &[u8]) -> std::io::Result<()> {
         let mut p = self.0.lock().expect("not poisoned");
+        p.record = Bytes::copy_from_slice(record);
         for (index, bytes) in std::mem::take(&mut p.pending) {
             p.committed.insert(index, bytes);
         }

@@ -94,7 +94,7 @@ impl StoredCheckpoint {
     }
 
     /// The storage record: `(digest, blob)`.
-    fn record(&self) -> Bytes {
+    pub(super) fn record(&self) -> Bytes {
         Bytes::from(codec::to_bytes(&(self.digest, &self.blob)))
     }
 }
@@ -178,14 +178,17 @@ impl CheckpointStore {
 impl ExecStage {
     /// Takes the checkpoint at `last_executed`: persist, then CP-TOKEN to every order member.
     pub(super) fn take_checkpoint(&mut self, out: &mut Vec<Action>) {
-        let (pages, page_root, page_bytes) = match (self.paged.as_mut(), self.service.pages_mut()) {
+        let page_cp = match (self.paged.as_mut(), self.service.pages_mut()) {
             (Some(paged), Some(pages)) => {
                 let cp = paged.checkpoint(pages, self.last_executed, out);
                 self.stats.add("checkpoint_pages_changed", cp.changed.len() as u64);
-                (cp.pages, cp.root, cp.bytes)
+                Some(cp)
             }
-            _ => (0, Digest::default(), 0),
+            _ => None,
         };
+        let (pages, page_root, page_bytes) = page_cp
+            .as_ref()
+            .map_or((0, Digest::default(), 0), |cp| (cp.pages, cp.root, cp.bytes));
         let checkpoint = ExecCheckpoint {
             pages,
             page_root,
@@ -200,6 +203,9 @@ impl ExecStage {
         let blob = Bytes::from(codec::to_bytes(&checkpoint));
         let stored = StoredCheckpoint::new(checkpoint.seqno, blob, self.config.knobs.state_chunk_bytes);
         let (seqno, digest) = (stored.seqno, stored.digest);
+        if let (Some(cp), Some(paged), Some(pages)) = (page_cp, self.paged.as_mut(), self.service.pages_mut()) {
+            paged.store_checkpoint(pages, seqno, &cp, &stored.record(), out);
+        }
         self.install_checkpoint(stored, out);
         self.stats.bump("checkpoints_taken");
         out.push(Action::Note(Event::Checkpointed {
@@ -252,9 +258,11 @@ impl ExecStage {
     /// Loads the newest stored checkpoint that verifies and restores; corrupted ones are ignored.
     pub(super) fn recover(&mut self, storage: &Storage, page_store: Option<Box<dyn crate::pages::PageStore>>) {
         let chunk_bytes = self.config.knobs.state_chunk_bytes;
+        let mut store_checkpoint = None;
         if let (Some(pages), Some(store)) = (self.service.pages_mut(), page_store) {
-            if let Err(e) = pages.attach_store(store, crate::limits::PAGE_CACHE_BYTES) {
-                panic!("page store: cannot take the service's pages: {e}");
+            match pages.attach_store(store, crate::limits::PAGE_CACHE_BYTES) {
+                Ok(committed) => store_checkpoint = committed.filter(|&seqno| seqno > 0).map(SeqNo),
+                Err(e) => panic!("page store: cannot take the service's pages: {e}"),
             }
         }
         if let Some(pages) = self.service.pages_mut() {
@@ -267,6 +275,15 @@ impl ExecStage {
             _ => (0, Digest::default()),
         };
         let mut valid = Vec::new();
+        // The page store's own copy of its checkpoint's record (committed with the pages, so
+        // present even when a power loss took the storage write).
+        if let (Some(seqno), Some(pages)) = (store_checkpoint, self.service.pages()) {
+            let record = pages.store_record().unwrap_or_default();
+            match verify_record(seqno, &record, chunk_bytes) {
+                Some(pair) => valid.push(pair),
+                None => self.stats.bump("store_checkpoint_record_missing"),
+            }
+        }
         for (key, record) in storage.range(CHECKPOINT_KEY_PREFIX.to_string()..) {
             if !key.starts_with(CHECKPOINT_KEY_PREFIX) {
                 break;
@@ -277,6 +294,8 @@ impl ExecStage {
             };
             self.checkpoints.on_disk.insert(seqno);
             match verify_record(seqno, record, chunk_bytes) {
+                // The same checkpoint as the store's record.
+                Some(_) if store_checkpoint == Some(seqno) && !valid.is_empty() => {}
                 Some(pair) => valid.push(pair),
                 None => self.stats.bump("stored_checkpoint_corrupt"),
             }
@@ -304,6 +323,16 @@ impl ExecStage {
             if self.checkpoints.kept.len() < CHECKPOINTS_KEPT {
                 self.checkpoints.kept.insert(stored.seqno, stored);
             }
+        }
+        let checkpoint_pages = |p: &PagedState| p.has_stored_pages() || store_checkpoint.is_some();
+        if let Some(paged) = self.paged.as_mut().filter(|p| !restored && checkpoint_pages(p)) {
+            // The stored pages are some checkpoint's, not the service's initial ones, and no
+            // stored checkpoint describes them (a torn write, or a store whose record was lost):
+            // executing from batch 1 on them would make a state no correct member has. Nothing is
+            // executed or read until a transfer installs a certified checkpoint (the order
+            // stage's LOAD-CP).
+            paged.mark_partial();
+            self.stats.bump("stored_pages_without_checkpoint");
         }
     }
 }

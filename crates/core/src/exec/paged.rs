@@ -169,17 +169,52 @@ impl PagedState {
         self.tree.children_at(&older, node)
     }
 
+    /// With a page store: commits the pages `cp` changed, with the checkpoint's storage `record`,
+    /// as checkpoint `seqno`, before the record's storage write and CP-TOKEN. The store commits
+    /// pages and record together, so that a restart after any crash finds a record describing
+    /// the stored pages (with the record only in storage, a power loss between the store's commit
+    /// and the storage sync left pages no record described: soak seed 200037).
+    ///
+    /// # Panics
+    /// If the page store fails to write (a disk error: the checkpoint cannot be made durable).
+    pub fn store_checkpoint(
+        &mut self,
+        pages: &mut Pages,
+        seqno: SeqNo,
+        cp: &PageCheckpoint,
+        record: &[u8],
+        out: &mut Vec<Action>,
+    ) {
+        if !pages.has_store() {
+            return;
+        }
+        let indices: Vec<u64> = cp.changed.iter().map(|(i, _)| *i).collect();
+        if let Err(e) = pages.write_back(&indices, seqno.0, record) {
+            panic!("page store: cannot write checkpoint {}: {e}", seqno.0);
+        }
+        // Records from a data directory written without a store are superseded.
+        for index in std::mem::take(&mut self.stored) {
+            out.push(Action::Persist {
+                key: page_key(index),
+                value: None,
+            });
+        }
+    }
+
+    /// Whether some page has a storage record (the pages are a checkpoint's, not the service's
+    /// initial ones).
+    pub fn has_stored_pages(&self) -> bool {
+        !self.stored.is_empty()
+    }
+
     /// Marks the pages as no batch's state (see [`ExecStage::state_is_partial`]).
     pub fn mark_partial(&mut self) {
         self.diverged = true;
     }
 
-    /// Checkpoints the pages as of checkpoint `seqno`: hashes the changed ones into the tree and
-    /// persists them (into the page store if the pages have one, committed before the
-    /// checkpoint's record and CP-TOKEN; otherwise as storage records).
-    ///
-    /// # Panics
-    /// If the page store fails to write (a disk error: the checkpoint cannot be made durable).
+    /// Checkpoints the pages as of checkpoint `seqno`: hashes the changed ones into the tree and,
+    /// without a page store, persists them as storage records (with one,
+    /// [`PagedState::store_checkpoint`] writes them once the checkpoint's record is made).
     pub fn checkpoint(&mut self, pages: &mut Pages, seqno: SeqNo, out: &mut Vec<Action>) -> PageCheckpoint {
         let previous = match self.newest {
             Some(newest) if !self.diverged => Some((newest, OlderTree::capture(&self.tree, &pages.changed_indices()))),
@@ -200,17 +235,7 @@ impl PagedState {
         }
         self.newest = Some(seqno);
         if pages.has_store() {
-            let indices: Vec<u64> = cp.changed.iter().map(|(i, _)| *i).collect();
-            if let Err(e) = pages.write_back(&indices, seqno.0) {
-                panic!("page store: cannot write checkpoint {}: {e}", seqno.0);
-            }
-            // Records from a data directory written without a store are superseded.
-            for index in std::mem::take(&mut self.stored) {
-                out.push(Action::Persist {
-                    key: page_key(index),
-                    value: None,
-                });
-            }
+            // Written back by `store_checkpoint` with the checkpoint's record.
             self.diverged = false;
             return cp;
         }
@@ -459,7 +484,9 @@ impl ExecStage {
         }
         // Persist every page now differing from storage: the installed ones, plus the live
         // changes since our last checkpoint that the certified tree kept (freeze reports both).
-        paged.checkpoint(pages, ps.checkpoint.seqno, out);
+        let cp = paged.checkpoint(pages, ps.checkpoint.seqno, out);
+        let record = t.stored.as_ref().expect("small part verified").record();
+        paged.store_checkpoint(pages, ps.checkpoint.seqno, &cp, &record, out);
         self.stats.add("state_transfer_pages", ps.installed.len() as u64);
         self.complete_transfer(ps.checkpoint, out);
     }

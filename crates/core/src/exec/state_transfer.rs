@@ -36,7 +36,7 @@ pub(crate) struct Transfer {
     /// Peer asked for the manifest / first choice for chunks; advances on every retry.
     cursor: usize,
     /// The verified small part, kept until the pages are in place.
-    stored: Option<StoredCheckpoint>,
+    pub(super) stored: Option<StoredCheckpoint>,
     /// The paged phase, once the small part is in (`paged.rs`).
     pub(super) pages: Option<PageSync>,
     /// Whether the manifest, a chunk, a tree node or a page was accepted since the last retry
