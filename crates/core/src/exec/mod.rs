@@ -294,7 +294,7 @@ impl ExecStage {
                     chunk_digests,
                 },
                 Principal::Exec(r),
-            ) if r != self.id => self.on_state_manifest(*seqno, *total_bytes, chunk_digests, out),
+            ) if r != self.id => self.on_state_manifest(r, *seqno, *total_bytes, chunk_digests, out),
             (
                 Message::StateChunk {
                     seqno,

@@ -45,6 +45,9 @@ pub(crate) struct Transfer {
     /// A newer checkpoint agreed by LOAD-CPs while this transfer made progress: loaded when
     /// this one stalls (its peers may have dropped it), else asked for again after it completes.
     newer: Option<(SeqNo, Digest)>,
+    /// Per peer, the newer checkpoint it offered instead of this one (the manifest of its newest:
+    /// it no longer keeps this one).
+    offers: BTreeMap<ReplicaId, (SeqNo, Digest)>,
 }
 
 impl Transfer {
@@ -56,6 +59,13 @@ impl Transfer {
     fn peer(&self, offset: usize) -> Principal {
         Principal::Exec(self.peers[(self.cursor + offset) % self.peers.len()])
     }
+}
+
+/// The digest of the checkpoint a manifest describes, if its chunk count fits its size.
+fn manifest_digest(seqno: SeqNo, total_bytes: u64, chunk_digests: &[Digest], chunk_bytes: usize) -> Option<Digest> {
+    let count = chunk_count(total_bytes, chunk_bytes);
+    (count == chunk_digests.len() as u64 && count <= STATE_CHUNKS_MAX as u64)
+        .then(|| state_digest(seqno, total_bytes, chunk_digests))
 }
 
 impl ExecStage {
@@ -106,6 +116,7 @@ impl ExecStage {
             pages: None,
             progressed: false,
             newer: None,
+            offers: BTreeMap::new(),
         };
         self.transfer = Some(transfer);
         self.request_manifest(out);
@@ -182,25 +193,30 @@ impl ExecStage {
 
     pub(super) fn on_state_manifest(
         &mut self,
+        from: ReplicaId,
         seqno: SeqNo,
         total_bytes: u64,
         chunk_digests: &[Digest],
         out: &mut Vec<Action>,
     ) {
         let chunk_bytes = self.config.knobs.state_chunk_bytes;
-        let Some(t) = &mut self.transfer else {
+        let Some(t) = &self.transfer else {
             self.stats.bump("state_manifest_unexpected");
             return;
         };
+        let Some(digest) = manifest_digest(seqno, total_bytes, chunk_digests, chunk_bytes) else {
+            self.stats.bump("state_manifest_bad");
+            return;
+        };
+        if seqno > t.seqno && t.manifest.is_none() && !self.newer_offer_moves(from, seqno, digest, out) {
+            return;
+        }
+        let Some(t) = &mut self.transfer else { return };
         if t.seqno != seqno || t.manifest.is_some() {
             self.stats.bump("state_manifest_unexpected");
             return;
         }
-        let count = chunk_count(total_bytes, chunk_bytes);
-        if count != chunk_digests.len() as u64
-            || count > STATE_CHUNKS_MAX as u64
-            || state_digest(seqno, total_bytes, chunk_digests) != t.digest
-        {
+        if digest != t.digest {
             self.stats.bump("state_manifest_bad");
             return;
         }
@@ -209,6 +225,30 @@ impl ExecStage {
         t.chunks = vec![None; chunk_digests.len()];
         self.stats.bump("state_manifest_accepted");
         self.request_chunks(out);
+    }
+
+    /// A peer answered the manifest request with the manifest of a newer checkpoint `(seqno,
+    /// digest)`: it no longer keeps the one asked for (after a restart a paged member can serve
+    /// only its newest). When `r + 1` peers offer the same checkpoint, at least one of them is
+    /// correct, and a correct member's checkpoint is the state of the agreed batches up to it:
+    /// load that one instead (PBFT's state transfer accepts a newer checkpoint on `f + 1`
+    /// matching replies likewise); returns whether the transfer moved to it. Without this a
+    /// member that fell behind the stable checkpoint waited for it forever once every peer had
+    /// restarted past it (soak seed 200189: `upright-sim --seeds 1 --first-seed 200189 --u 2
+    /// --r 1 --service fs --mutate`).
+    fn newer_offer_moves(&mut self, from: ReplicaId, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) -> bool {
+        let quorum = self.q.load_checkpoint();
+        let Some(t) = &mut self.transfer else { return false };
+        // One offer per peer (its latest), so a faulty peer holds at most one entry.
+        t.offers.insert(from, (seqno, digest));
+        self.stats.bump("state_transfer_newer_offered");
+        let agreeing = t.offers.values().filter(|o| **o == (seqno, digest)).count();
+        if agreeing < quorum {
+            return false;
+        }
+        self.stats.bump("state_transfer_moved_to_offered");
+        self.start_transfer(seqno, digest, out);
+        true
     }
 
     pub(super) fn on_state_chunk(
@@ -332,6 +372,18 @@ impl ExecStage {
     ) {
         let Some(stored) = self.checkpoints.get(seqno, digest) else {
             self.stats.bump("fetch_state_unknown");
+            // Asked for the manifest of a checkpoint we no longer keep: offer our newest, if it
+            // is newer and its state can be served (see `on_newer_offer`).
+            let newest = self.checkpoints.newest().filter(|n| n.seqno > seqno && chunk.is_none());
+            if let Some(newest) = newest.filter(|_| !self.state_is_partial()) {
+                let message = Message::StateManifest {
+                    seqno: newest.seqno,
+                    total_bytes: newest.blob.len() as u64,
+                    chunk_digests: newest.chunk_digests.clone(),
+                };
+                self.stats.bump("fetch_state_newer_offered");
+                self.send_each(std::iter::once(Principal::Exec(from)), &message, out);
+            }
             return;
         };
         let message = match chunk {

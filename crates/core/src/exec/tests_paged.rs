@@ -252,6 +252,52 @@ fn a_power_loss_after_the_store_commit_restores_from_the_stores_record() {
     assert!(executed(&run(&net, &mut fresh, &batches[..3])).is_empty());
 }
 
+/// A member asked to load a checkpoint its peers no longer keep (they restarted from their page
+/// stores, which hold only the newest) loads the newer one `r + 1` peers offer instead; one offer
+/// alone (a faulty peer's, as far as it knows) moves nothing.
+#[test]
+fn a_member_loads_a_newer_checkpoint_that_r_plus_1_peers_offer() {
+    let net = Net::new(knobs());
+    let (batches, _) = workload();
+    let disk = DiskStore::default();
+    let mut a = stage_on_disk(&net, &Storage::new(), &disk);
+    let cps = checkpointed(&run(&net, &mut a, &batches));
+    assert_eq!(cps.iter().map(|c| c.0 .0).collect::<Vec<_>>(), [4, 8, 12]);
+    // a restarts: only checkpoint 12, from the store, is kept.
+    let mut a = stage_on_disk(&net, &Storage::new(), &disk);
+    assert_eq!(a.last_executed().0, SeqNo(12));
+    let mut b = object_stage(&net, 1, &Storage::new());
+    let out = load_from_two_orders(&net, &mut b, cps[0].0, cps[0].1);
+    let mut log = pump(&net, &mut a, &mut b, out, 10);
+    retry_until_loaded(&net, &mut a, &mut b, &mut log, 1);
+    assert!(a.stats().get("fetch_state_newer_offered") >= 1);
+    assert!(b.stats().get("state_transfer_newer_offered") >= 1);
+    assert_eq!(b.stats().get("state_transfer_moved_to_offered"), 0, "one peer's offer");
+    assert_eq!(b.last_executed().0, SeqNo(0));
+    // A second peer offers the same checkpoint: b loads it.
+    let newest = a.checkpoints.newest().unwrap().clone();
+    let offer = Message::StateManifest {
+        seqno: newest.seqno,
+        total_bytes: newest.blob.len() as u64,
+        chunk_digests: newest.chunk_digests.clone(),
+    };
+    let mut out = Vec::new();
+    let from = Principal::Exec(ReplicaId(2));
+    b.handle(
+        30_000_000,
+        net.input(from, offer, SealFor::One(Principal::Exec(ReplicaId(1)))),
+        &mut out,
+    );
+    assert_eq!(b.stats().get("state_transfer_moved_to_offered"), 1);
+    let mut log = pump(&net, &mut a, &mut b, out, 30_000_000);
+    retry_until_loaded(&net, &mut a, &mut b, &mut log, 101);
+    assert!(log
+        .iter()
+        .any(|x| matches!(x, Action::Note(Event::StateLoaded { seqno, state_digest })
+        if (*seqno, *state_digest) == cps[2])));
+    assert_eq!(b.last_executed(), a.last_executed());
+}
+
 #[test]
 fn a_member_behind_fetches_only_the_differing_pages_despite_a_lying_peer() {
     let net = Net::new(knobs());

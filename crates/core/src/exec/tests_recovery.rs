@@ -350,8 +350,17 @@ fn serving_state_rejects_unknown_checkpoints_and_chunks() {
     };
     let mut out = Vec::new();
     a.handle(1, ask(seqno, Digest::of(b"other"), None), &mut out);
+    assert!(sent(&out).is_empty(), "no newer checkpoint to offer");
     a.handle(1, ask(SeqNo(3), digest, None), &mut out);
     assert_eq!(a.stats().get("fetch_state_unknown"), 2);
+    // An older checkpoint than any kept: our newest is offered instead.
+    let offered = sent(&out);
+    assert!(
+        matches!(&offered[..], [(_, Message::StateManifest { seqno: s, .. })] if *s == seqno),
+        "{offered:?}"
+    );
+    assert_eq!(a.stats().get("fetch_state_newer_offered"), 1);
+    out.clear();
     a.handle(1, ask(seqno, digest, Some(100_000)), &mut out);
     assert_eq!(a.stats().get("fetch_state_bad_chunk"), 1);
     assert!(sent(&out).is_empty());
