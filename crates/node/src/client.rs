@@ -372,7 +372,7 @@ fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>,
             state_file: prepared.state_file,
             persisted: prepared.last,
             waiting: VecDeque::new(),
-            timer: None,
+            timers: BTreeMap::new(),
             clock: Clock::new(),
         };
         tokio::spawn(task.run(rx, prepared.replay));
@@ -393,7 +393,8 @@ struct ClientTask {
     state_file: Option<PathBuf>,
     persisted: RequestId,
     waiting: VecDeque<oneshot::Sender<Bytes>>,
-    timer: Option<Time>,
+    /// The stage's armed timers (retransmission, push resume, key refresh).
+    timers: BTreeMap<Timer, Time>,
     clock: Clock,
 }
 
@@ -428,7 +429,8 @@ impl ClientTask {
         tokio::pin!(sleep);
         let mut armed = false;
         loop {
-            match self.timer.map(|at| self.clock.instant_of(at)) {
+            let next = self.timers.values().min().copied();
+            match next.map(|at| self.clock.instant_of(at)) {
                 Some(wake) if !armed || sleep.deadline() != wake => {
                     sleep.as_mut().reset(wake);
                     armed = true;
@@ -455,10 +457,13 @@ impl ClientTask {
                 _ = self.inbox.notified() => {}
                 _ = &mut sleep, if armed => {
                     armed = false;
-                    self.timer = None;
                     let now = self.clock.now();
-                    if self.step(now, Input::Timer(Timer::ClientRetransmit)).is_err() {
-                        return;
+                    let due: Vec<Timer> = self.timers.iter().filter(|(_, at)| **at <= now).map(|(t, _)| *t).collect();
+                    for timer in due {
+                        self.timers.remove(&timer);
+                        if self.step(now, Input::Timer(timer)).is_err() {
+                            return;
+                        }
                     }
                 }
             }
@@ -496,8 +501,12 @@ impl ClientTask {
                         }
                     }
                 }
-                Action::SetTimer { at, .. } => self.timer = Some(at),
-                Action::CancelTimer { .. } => self.timer = None,
+                Action::SetTimer { timer, at } => {
+                    self.timers.insert(timer, at);
+                }
+                Action::CancelTimer { timer } => {
+                    self.timers.remove(&timer);
+                }
                 Action::Deliver { request_id, result } => {
                     crate::timeline::event("client-deliver", u64::from(self.client.id().0), request_id.0, 0);
                     self.note_answered(request_id);
