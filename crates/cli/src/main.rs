@@ -85,6 +85,11 @@ enum Command {
         /// (`Authorization: Bearer <token>`; `upright status` sends it).
         #[arg(long)]
         metrics_token: bool,
+        /// Key refresh (PBFT's T_k): every replica and client starts new session keys this often
+        /// (a signed NEW-KEY to its peers) and refuses the old ones 2 s later. 0: the long-term
+        /// keys stay in use. Written to cluster.toml as `key_refresh_us`.
+        #[arg(long, default_value_t = 0)]
+        key_refresh_secs: u64,
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
@@ -303,13 +308,14 @@ fn main() -> ExitCode {
             base_port,
             metrics_host,
             metrics_token,
+            key_refresh_secs,
             out,
         } => init(
             (replicas, u, r),
             hosts,
             clients,
             name,
-            base_port,
+            (base_port, key_refresh_secs),
             (metrics_host, metrics_token),
             &out,
         ),
@@ -479,7 +485,7 @@ fn init(
     hosts: Vec<String>,
     clients: u32,
     name: String,
-    base_port: u16,
+    (base_port, key_refresh_secs): (u16, u64),
     (metrics_host, metrics_token): (Option<String>, bool),
     out: &Path,
 ) -> Result<ExitCode, FileError> {
@@ -502,7 +508,10 @@ fn init(
         clients,
         base_port,
         ports: None,
-        knobs: None,
+        knobs: (key_refresh_secs > 0).then(|| upright_core::config::Knobs {
+            key_refresh_us: key_refresh_secs.saturating_mul(1_000_000),
+            ..Default::default()
+        }),
         fsync: Default::default(),
         idle_spin_us: upright_node::spin::IDLE_SPIN_DEFAULT_US,
         unix_dir: None,

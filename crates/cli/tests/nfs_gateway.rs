@@ -30,20 +30,6 @@ fn replica(dir: &Path, config: &str, id: u32) -> Proc {
     cluster::replica(dir, config, id, "fs")
 }
 
-fn gateway(dir: &Path, port: u16) -> Proc {
-    let log = std::fs::File::create(dir.join("gateway.log")).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_upright"))
-        .args(["nfs", "--client"])
-        .arg(dir.join("client-0.toml"))
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start upright nfs");
-    Proc(child)
-}
-
 /// One RPC call over `stream` (AUTH_SYS as root); the reply's result after the header.
 fn rpc(stream: &mut TcpStream, xid: u32, program: u32, procedure: u32, args: &[u8]) -> Vec<u8> {
     let mut cred = Writer::new();
@@ -154,7 +140,7 @@ fn libnfs_utils_copy_a_tree_in_and_out_byte_for_byte_with_a_replica_killed_and_a
     let config = cluster::init(dir, base);
     let mut replicas: Vec<Proc> = (0..4).map(|id| replica(dir, &config, id)).collect();
     let port = base + 300;
-    let _gateway = gateway(dir, port);
+    let _gateway = cluster::gateway(dir, "nfs", port);
 
     // The tree's directories, made through the gateway (MNT gives the root's handle).
     let mut stream = (0..100)
@@ -340,7 +326,7 @@ fn the_no_rep_file_system_serves_nfs_clients_and_the_benchmark_workload() {
             .unwrap(),
     );
     let port = base + 300;
-    let _gateway = gateway(dir, port);
+    let _gateway = cluster::gateway(dir, "nfs", port);
     let ready = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(100));
         TcpStream::connect(("127.0.0.1", port)).is_ok()

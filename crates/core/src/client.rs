@@ -7,6 +7,7 @@
 //! outstanding wait in a bounded queue ([`CLIENT_QUEUE_MAX`]); further ones are refused with
 //! [`Action::Deliver`] never coming (the host checks [`Client::can_invoke`] first).
 
+mod keys;
 mod pushes;
 mod read_only;
 
@@ -71,6 +72,9 @@ pub struct Client {
     read_only_pause_us: u64,
     /// Pushed messages: acceptance, order, gaps.
     pushes: PushInbox,
+    /// Key refresh (`client/keys.rs`).
+    key_schedule: crate::session::Schedule,
+    key_repair: crate::session::KeyRepair,
     stats: Stats,
 }
 
@@ -127,6 +131,8 @@ impl Client {
             read_only_paused_until: 0,
             read_only_pause_us: READ_ONLY_PAUSE_INITIAL_US,
             pushes: PushInbox::default(),
+            key_schedule: crate::session::Schedule::default(),
+            key_repair: Default::default(),
             stats: Stats::default(),
         })
     }
@@ -216,6 +222,12 @@ impl Client {
 
     fn retransmit(&mut self, now: Time, out: &mut Vec<Action>) {
         let max = self.config.knobs.client_retransmit_max_us;
+        if self.outstanding.is_none() {
+            return;
+        }
+        // Maybe our hello and every NEW-KEY since were lost (sent before the connections were
+        // up): ask the replicas for their keys again.
+        self.hello_again(out);
         let Some(outstanding) = self.outstanding.as_mut() else {
             return;
         };
@@ -226,6 +238,16 @@ impl Client {
         self.preferred_start = (self.preferred_start + 1) % self.quorums.n_auth;
         self.wide_remaining = WIDE_AFTER_RETRANSMIT;
         let to = ClusterConfig::auth_members(&self.quorums).collect();
+        if self.config.knobs.key_refresh_us > 0 {
+            // Sealed afresh: the keys of the first send may be retired by now.
+            outstanding.envelope = Arc::new(Envelope::seal(
+                &self.keys,
+                &self.quorums,
+                Principal::Client(self.id),
+                outstanding.envelope.message.clone(),
+                SealFor::Stage(crate::ids::StageKind::Auth),
+            ));
+        }
         out.push(Action::Send {
             to,
             envelope: outstanding.envelope.clone(),
@@ -238,6 +260,9 @@ impl Client {
     }
 
     fn on_message(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
+        if matches!(envelope.message, Message::NewKey { .. }) {
+            return self.on_new_key(envelope, out);
+        }
         let exec = match envelope.from {
             Principal::Exec(r) if (r.0 as usize) < self.quorums.n_exec => r,
             _ => {
@@ -248,12 +273,12 @@ impl Client {
         match &envelope.message {
             Message::Reply { .. } => self.on_reply(now, exec, envelope, out),
             Message::Push { seq, payload } => {
-                if self.sealed_for_me(envelope) {
+                if self.sealed_for_me(envelope, out) {
                     self.on_push(now, exec, *seq, payload, out);
                 }
             }
             Message::PushGap { next, resume_at } => {
-                if self.sealed_for_me(envelope) {
+                if self.sealed_for_me(envelope, out) {
                     self.on_push_gap(exec, *next, *resume_at, out);
                 }
             }
@@ -278,12 +303,15 @@ impl Client {
     }
 
     /// Whether the envelope's seal verifies for this client (a bad one is counted).
-    fn sealed_for_me(&mut self, envelope: &Envelope) -> bool {
+    fn sealed_for_me(&mut self, envelope: &Envelope, out: &mut Vec<Action>) -> bool {
         let ok = envelope
             .open(&self.keys, Principal::Client(self.id), self.config.knobs.sabotage)
             .is_ok();
         if !ok {
             self.stats.bump("dropped_bad_seal");
+            let me = Principal::Client(self.id);
+            self.key_repair
+                .after_bad_seal(&self.keys, &self.quorums, me, envelope, out);
         }
         ok
     }
@@ -305,7 +333,7 @@ impl Client {
             self.stats.bump(reason);
             return;
         }
-        if !self.sealed_for_me(envelope) {
+        if !self.sealed_for_me(envelope, out) {
             return;
         }
         self.pushes_owed(now, *pushes_sent, out);
@@ -402,7 +430,7 @@ impl Stage for Client {
 
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
         match input {
-            Input::Start => {}
+            Input::Start => self.start_keys(now, out),
             Input::Invoke { operation, path } => {
                 if !self.can_invoke() || operation.len() > self.config.knobs.request_bytes_max {
                     self.stats.bump("invoke_refused");
@@ -415,6 +443,7 @@ impl Stage for Client {
             Input::Timer(Timer::ClientRetransmit) if self.read_only.is_some() => self.read_only_timeout(now, out),
             Input::Timer(Timer::ClientRetransmit) => self.retransmit(now, out),
             Input::Timer(Timer::PushResume) => self.push_resume(now, out),
+            Input::Timer(Timer::KeyRefresh) => self.key_timer(now, out),
             Input::Timer(_) => {}
             Input::Message(envelope) => self.on_message(now, &envelope, out),
         }

@@ -132,8 +132,25 @@ pub struct Knobs {
     /// Off only to measure what it is worth (`upright bench --attack flood-peers --defences off`).
     #[serde(default = "default_true")]
     pub peer_cut_off: bool,
+    /// Key refresh (`crate::session`, PBFT's `T_k`): every process starts a new receive epoch
+    /// this often, sending a signed NEW-KEY to its peers. 0: never (the long-term pairwise keys
+    /// stay in use).
+    #[serde(default)]
+    pub key_refresh_us: u64,
+    /// How long after a refresh the previous epoch's keys are still accepted (messages a peer
+    /// sealed before it had the NEW-KEY); refused after it.
+    #[serde(default = "default_key_overlap_us")]
+    pub key_overlap_us: u64,
     /// Testing only: a deliberately broken protocol (see [`Sabotage`]).
     pub sabotage: Option<Sabotage>,
+}
+
+/// Default of [`Knobs::key_overlap_us`]: 2 s, far above a NEW-KEY's trip to a peer and the
+/// time a message sealed before it waits in queues.
+pub const KEY_OVERLAP_US_DEFAULT: u64 = 2_000_000;
+
+fn default_key_overlap_us() -> u64 {
+    KEY_OVERLAP_US_DEFAULT
 }
 
 fn default_true() -> bool {
@@ -195,6 +212,8 @@ impl Default for Knobs {
             watch_primary: true,
             peer_cut_off: true,
             client_signatures: false,
+            key_refresh_us: 0,
+            key_overlap_us: KEY_OVERLAP_US_DEFAULT,
             sabotage: None,
         }
     }

@@ -10,6 +10,7 @@
 //! `crates/core/README.md`.
 
 use std::collections::BTreeMap;
+use std::sync::{Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -233,12 +234,24 @@ pub enum AuthError {
 /// replica's ring holds keys for every replica and every client.
 pub struct KeyRing {
     me: Process,
+    /// The long-term pairwise keys (epoch 0; the transport's hello always uses them).
     macs: BTreeMap<Process, MacKey>,
     signing: ed25519_dalek::SigningKey,
     verifying: BTreeMap<Process, ed25519_dalek::VerifyingKey>,
     /// Signatures verified lately (see [`VERIFIED_CACHE_MAX`]).
     verified: std::sync::Mutex<VerifiedCache>,
+    /// Our long-term X25519 secret and every peer's public key (session keys, `session.rs`).
+    x25519: x25519_dalek::StaticSecret,
+    statics: BTreeMap<Process, [u8; 32]>,
+    cluster_name: String,
+    /// The session keys in use.
+    session: RwLock<Session>,
+    /// Where ephemeral secrets come from (the OS unless [`KeyRing::set_entropy`] says otherwise).
+    entropy: Mutex<Option<Entropy>>,
 }
+
+/// A source of 32 secret random bytes.
+pub type Entropy = Box<dyn FnMut() -> [u8; 32] + Send>;
 
 /// Signatures a key ring remembers as verified. The same signed message comes back again and
 /// again: a checkpoint vote alone, then in the stable certificate of every VIEW-CHANGE and
@@ -298,7 +311,9 @@ impl KeyRing {
         }
         let mut macs = BTreeMap::new();
         let mut verifying = BTreeMap::new();
+        let mut statics = BTreeMap::new();
         for (process, keys) in others {
+            statics.insert(process, keys.x25519);
             let shared = secret
                 .x25519
                 .diffie_hellman(&x25519_dalek::PublicKey::from(keys.x25519));
@@ -316,13 +331,180 @@ impl KeyRing {
                 verifying.insert(process, key);
             }
         }
+        let session = Session {
+            epoch: 0,
+            announcement: None,
+            incoming: macs.clone(),
+            retiring: None,
+            outgoing: macs.clone(),
+            peer_epochs: BTreeMap::new(),
+            accepted_retiring: 0,
+        };
         KeyRing {
             me,
             macs,
             signing: secret.ed25519.clone(),
             verifying,
             verified: std::sync::Mutex::default(),
+            x25519: secret.x25519.clone(),
+            statics,
+            cluster_name: config.cluster_name.clone(),
+            session: RwLock::new(session),
+            entropy: Mutex::new(None),
         }
+    }
+
+    fn session(&self) -> std::sync::RwLockReadGuard<'_, Session> {
+        self.session.read().expect("session keys lock")
+    }
+
+    /// MAC for one recipient under the long-term pairwise key (the transport's hello: a
+    /// connection must be possible whatever either side's session epoch).
+    pub fn static_mac_for(&self, to: Principal, digest: &Digest) -> Mac {
+        self.macs
+            .get(&to.process())
+            .map_or(Mac::default(), |key| key.mac(digest))
+    }
+
+    /// Checks a MAC from `from` under the long-term pairwise key.
+    pub fn verify_static_mac(&self, from: Principal, digest: &Digest, mac: &Mac) -> Result<(), AuthError> {
+        let key = self.macs.get(&from.process()).ok_or(AuthError::UnknownSender)?;
+        if key.verify(digest, mac) {
+            Ok(())
+        } else {
+            Err(AuthError::BadTag)
+        }
+    }
+
+    /// Where ephemeral secrets come from (the simulator: its seed; default: the OS).
+    pub fn set_entropy(&self, entropy: Entropy) {
+        *self.entropy.lock().expect("entropy lock") = Some(entropy);
+    }
+
+    fn fresh_secret(&self) -> [u8; 32] {
+        let mut source = self.entropy.lock().expect("entropy lock");
+        match source.as_mut() {
+            Some(f) => f(),
+            None => {
+                let mut bytes = [0u8; 32];
+                getrandom::fill(&mut bytes).expect("the OS gives random bytes");
+                bytes
+            }
+        }
+    }
+
+    /// Whether `process` is one we hold keys for.
+    pub fn knows(&self, process: Process) -> bool {
+        self.statics.contains_key(&process)
+    }
+
+    /// Our receive epoch (0 until the first refresh).
+    pub fn epoch(&self) -> u64 {
+        self.session().epoch
+    }
+
+    /// Our latest NEW-KEY, if we refreshed.
+    pub fn announcement(&self) -> Option<NewKey> {
+        self.session().announcement.clone()
+    }
+
+    /// `peer`'s latest epoch we installed (0: none).
+    pub fn peer_epoch(&self, peer: Process) -> u64 {
+        self.session().peer_epochs.get(&peer).copied().unwrap_or(0)
+    }
+
+    /// MACs accepted so far under keys being retired.
+    pub fn accepted_retiring(&self) -> u64 {
+        self.session().accepted_retiring
+    }
+
+    /// Starts receive epoch `epoch` (greater than ours; `None` otherwise): a fresh ephemeral key,
+    /// new keys for every incoming channel, the current ones kept as the retiring ones (any older
+    /// retiring keys are dropped), and the signed NEW-KEY to send every peer. Costs one X25519
+    /// exchange per peer.
+    pub fn refresh(&self, epoch: u64) -> Option<NewKey> {
+        if epoch <= self.epoch() {
+            return None;
+        }
+        let ephemeral = x25519_dalek::StaticSecret::from(blake3::derive_key(
+            "upright ephemeral x25519 secret v1",
+            &self.fresh_secret(),
+        ));
+        let public = x25519_dalek::PublicKey::from(&ephemeral).to_bytes();
+        let incoming: BTreeMap<Process, MacKey> = self
+            .statics
+            .iter()
+            .map(|(peer, key)| {
+                let shared = ephemeral.diffie_hellman(&x25519_dalek::PublicKey::from(*key));
+                let key = session_key(shared.as_bytes(), *peer, self.me, epoch, &self.cluster_name);
+                (*peer, MacKey(key))
+            })
+            .collect();
+        let signature = self.sign(&NewKey::digest(&self.cluster_name, self.me, epoch, &public));
+        let announcement = NewKey {
+            epoch,
+            public,
+            signature,
+        };
+        let mut session = self.session.write().expect("session keys lock");
+        // Messages between co-located members (our process to itself) use the new key at once.
+        if let Some(own) = incoming.get(&self.me) {
+            session.outgoing.insert(self.me, own.clone());
+            session.peer_epochs.insert(self.me, epoch);
+        }
+        session.retiring = Some(std::mem::replace(&mut session.incoming, incoming));
+        session.epoch = epoch;
+        session.announcement = Some(announcement.clone());
+        Some(announcement)
+    }
+
+    /// Forgets every session key (a restart: they lived in memory); the long-term keys are used
+    /// until the next refresh and the peers' next NEW-KEYs.
+    pub fn reset_session(&self) {
+        let mut session = self.session.write().expect("session keys lock");
+        session.epoch = 0;
+        session.announcement = None;
+        session.incoming = self.macs.clone();
+        session.retiring = None;
+        session.outgoing = self.macs.clone();
+        session.peer_epochs.clear();
+    }
+
+    /// Drops the previous epoch's incoming keys: messages under them are refused from now on.
+    pub fn retire(&self) {
+        self.session.write().expect("session keys lock").retiring = None;
+    }
+
+    /// Whether keys of a previous epoch are still accepted.
+    pub fn retiring(&self) -> bool {
+        self.session().retiring.is_some()
+    }
+
+    /// A NEW-KEY from `from`: checks its signature and, if its epoch is newer than any seen from
+    /// `from`, makes our messages to `from` use its key.
+    pub fn accept_new_key(&self, from: Process, new_key: &NewKey) -> Result<Accepted, AuthError> {
+        let (Some(verifying), Some(_)) = (self.verifying.get(&from), self.statics.get(&from)) else {
+            return Err(AuthError::UnknownSender);
+        };
+        if new_key.epoch <= self.peer_epoch(from) {
+            return Ok(Accepted::Stale);
+        }
+        let digest = NewKey::digest(&self.cluster_name, from, new_key.epoch, &new_key.public);
+        let sig = ed25519_dalek::Signature::from_bytes(&new_key.signature.0);
+        verifying
+            .verify_strict(&digest.0, &sig)
+            .map_err(|_| AuthError::BadTag)?;
+        let shared = self
+            .x25519
+            .diffie_hellman(&x25519_dalek::PublicKey::from(new_key.public));
+        let key = session_key(shared.as_bytes(), self.me, from, new_key.epoch, &self.cluster_name);
+        let mut session = self.session.write().expect("session keys lock");
+        if new_key.epoch <= session.peer_epochs.get(&from).copied().unwrap_or(0) {
+            return Ok(Accepted::Stale);
+        }
+        session.peer_epochs.insert(from, new_key.epoch);
+        session.outgoing.insert(from, MacKey(key));
+        Ok(Accepted::Installed)
     }
 
     /// The process these keys belong to.
@@ -332,7 +514,7 @@ impl KeyRing {
 
     /// MAC for one recipient.
     pub fn mac_for(&self, to: Principal, digest: &Digest) -> Mac {
-        match self.macs.get(&to.process()) {
+        match self.session().outgoing.get(&to.process()) {
             Some(key) => key.mac(digest),
             // Unknown recipients get a zero tag that never verifies; sending to them is a bug of
             // the caller, caught by the receiver's check.
@@ -342,19 +524,56 @@ impl KeyRing {
 
     /// Checks a MAC from `from` over `digest`.
     pub fn verify_mac(&self, from: Principal, digest: &Digest, mac: &Mac) -> Result<(), AuthError> {
-        let key = self.macs.get(&from.process()).ok_or(AuthError::UnknownSender)?;
+        let session = self.session();
+        let key = session.incoming.get(&from.process()).ok_or(AuthError::UnknownSender)?;
         if key.verify(digest, mac) {
-            Ok(())
-        } else {
-            Err(AuthError::BadTag)
+            return Ok(());
         }
+        let retiring = session.retiring.as_ref().and_then(|keys| keys.get(&from.process()));
+        if retiring.is_some_and(|key| key.verify(digest, mac)) {
+            drop(session);
+            self.session.write().expect("session keys lock").accepted_retiring += 1;
+            return Ok(());
+        }
+        Err(AuthError::BadTag)
     }
 
     /// An authenticator with one MAC for each of `recipients` (member `i` of a stage at index `i`).
     pub fn authenticator(&self, recipients: impl Iterator<Item = Principal>, digest: &Digest) -> Authenticator {
+        let session = self.session();
         Authenticator {
-            macs: recipients.map(|to| self.mac_for(to, digest)).collect(),
+            macs: recipients
+                .map(|to| {
+                    session
+                        .outgoing
+                        .get(&to.process())
+                        .map_or(Mac::default(), |key| key.mac(digest))
+                })
+                .collect(),
         }
+    }
+
+    /// One authenticator per digest, each with a MAC for every one of `recipients` (one lock
+    /// taken for all).
+    pub fn authenticator_many(
+        &self,
+        recipients: impl Iterator<Item = Principal> + Clone,
+        digests: impl Iterator<Item = Digest>,
+    ) -> Vec<Authenticator> {
+        let session = self.session();
+        digests
+            .map(|digest| Authenticator {
+                macs: recipients
+                    .clone()
+                    .map(|to| {
+                        session
+                            .outgoing
+                            .get(&to.process())
+                            .map_or(Mac::default(), |key| key.mac(&digest))
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     /// Checks our entry (index `my_index`) of an authenticator from `from`.
@@ -445,7 +664,55 @@ impl KeyRing {
     }
 }
 
-fn process_bytes(process: Process) -> [u8; 5] {
+// ---- session keys (key refresh: `crate::session`) ----
+
+/// A signed announcement of a process's next receive epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NewKey {
+    /// The epoch (greater than every earlier one of the same process).
+    pub epoch: u64,
+    /// The ephemeral X25519 public key of the epoch.
+    #[serde(with = "fixed_bytes")]
+    pub public: [u8; 32],
+    /// Ed25519 signature of the announcing process over [`NewKey::digest`].
+    pub signature: Signature,
+}
+
+impl NewKey {
+    /// What the signature covers: the cluster, the announcing process, the epoch, the key.
+    pub fn digest(cluster_name: &str, from: Process, epoch: u64, public: &[u8; 32]) -> Digest {
+        Digest::of_parts(
+            "upright new-key v1",
+            &[
+                cluster_name.as_bytes(),
+                &process_bytes(from),
+                &epoch.to_le_bytes(),
+                public,
+            ],
+        )
+    }
+}
+
+/// The key of messages from `sender` to `receiver` under the receiver's epoch `epoch`, from the
+/// X25519 shared secret of the sender's static key and the receiver's ephemeral key.
+pub(crate) fn session_key(
+    shared: &[u8; 32],
+    sender: Process,
+    receiver: Process,
+    epoch: u64,
+    cluster: &str,
+) -> [u8; 32] {
+    let mut material = Vec::with_capacity(32 + 10 + 8 + cluster.len());
+    material.extend_from_slice(shared);
+    material.extend_from_slice(&process_bytes(sender));
+    material.extend_from_slice(&process_bytes(receiver));
+    material.extend_from_slice(&epoch.to_le_bytes());
+    material.extend_from_slice(cluster.as_bytes());
+    blake3::derive_key("upright session mac key v1", &material)
+}
+
+/// The bytes that name a process in key material and signed digests.
+pub(crate) fn process_bytes(process: Process) -> [u8; 5] {
     let (tag, id) = match process {
         Process::Replica(r) => (0u8, r.0),
         Process::Client(c) => (1u8, c.0),
@@ -454,6 +721,35 @@ fn process_bytes(process: Process) -> [u8; 5] {
     out[0] = tag;
     out[1..].copy_from_slice(&id.to_le_bytes());
     out
+}
+
+/// What a [`KeyRing`] knows of session keys: its own receive epoch and the keys
+/// of its incoming channels (the previous epoch's too, until retired), and per peer the peer's
+/// latest epoch and the key of our messages to it.
+pub(crate) struct Session {
+    /// Our receive epoch (0: the long-term keys).
+    pub epoch: u64,
+    /// Our latest announcement.
+    pub announcement: Option<NewKey>,
+    /// Per peer, the key of its messages to us in our current epoch.
+    pub incoming: BTreeMap<Process, MacKey>,
+    /// The previous epoch's incoming keys, accepted until [`KeyRing::retire`].
+    pub retiring: Option<BTreeMap<Process, MacKey>>,
+    /// Per peer, the key of our messages to it (in its latest announced epoch).
+    pub outgoing: BTreeMap<Process, MacKey>,
+    /// Per peer, its latest announced epoch (absent: 0).
+    pub peer_epochs: BTreeMap<Process, u64>,
+    /// MACs accepted under the retiring keys (a sender that had not yet seen our NEW-KEY).
+    pub accepted_retiring: u64,
+}
+
+/// The outcome of a NEW-KEY.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accepted {
+    /// A newer epoch: our messages to the peer now use its key.
+    Installed,
+    /// An epoch we have seen or one before it (a replay or a reordered duplicate): ignored.
+    Stale,
 }
 
 #[cfg(test)]
@@ -610,5 +906,112 @@ mod tests {
         matrix.rows[0].authenticator.macs[2].0[0] ^= 1;
         assert_eq!(rings[2].count_valid_matrix_rows(2, 4, &d, &matrix), 1);
         assert_eq!(rings[3].count_valid_matrix_rows(3, 4, &d, &matrix), 2);
+    }
+
+    /// Key refresh (`session.rs`): a receiver's new epoch takes effect for a sender once it has
+    /// the NEW-KEY; until then the sender's MACs verify under the retiring keys, and after the
+    /// retirement they are refused.
+    #[test]
+    fn a_refresh_retires_the_old_keys_after_the_overlap() {
+        let (config, secrets, client) = test_config(4);
+        let r0 = KeyRing::new(&config, Process::Replica(ReplicaId(0)), &secrets[0]);
+        let r1 = KeyRing::new(&config, Process::Replica(ReplicaId(1)), &secrets[1]);
+        let r2 = KeyRing::new(&config, Process::Replica(ReplicaId(2)), &secrets[2]);
+        let c = KeyRing::new(&config, Process::Client(ClientId(7)), &client);
+        for (i, ring) in [&r0, &r1, &r2, &c].into_iter().enumerate() {
+            let mut n = i as u8;
+            ring.set_entropy(Box::new(move || {
+                n = n.wrapping_add(10);
+                [n; 32]
+            }));
+        }
+        let d = Digest::of(b"prepare");
+        let to_r1 = Principal::Order(ReplicaId(1));
+        let from_r0 = Principal::Order(ReplicaId(0));
+        let old = r0.mac_for(to_r1, &d);
+        let new_key = r1.refresh(5).unwrap();
+        assert_eq!(
+            (r1.epoch(), r1.refresh(5), r1.refresh(4)),
+            (5, None, None),
+            "epochs only grow"
+        );
+        // r0 has not seen the NEW-KEY: its MAC is under r1's retiring keys, still accepted.
+        assert_eq!(r1.verify_mac(from_r0, &d, &old), Ok(()));
+        assert_eq!(r1.accepted_retiring(), 1);
+        assert_eq!(
+            r0.accept_new_key(Process::Replica(ReplicaId(1)), &new_key),
+            Ok(Accepted::Installed)
+        );
+        let fresh = r0.mac_for(to_r1, &d);
+        assert_ne!(fresh, old);
+        assert_eq!(r1.verify_mac(from_r0, &d, &fresh), Ok(()));
+        assert_eq!(r1.accepted_retiring(), 1, "the new key is the current one");
+        // The client and r2 each have their own key into r1's new epoch.
+        assert_eq!(
+            c.accept_new_key(Process::Replica(ReplicaId(1)), &new_key),
+            Ok(Accepted::Installed)
+        );
+        assert_eq!(
+            r2.accept_new_key(Process::Replica(ReplicaId(1)), &new_key),
+            Ok(Accepted::Installed)
+        );
+        let from_c = c.mac_for(Principal::Auth(ReplicaId(1)), &d);
+        assert_eq!(r1.verify_mac(Principal::Client(ClientId(7)), &d, &from_c), Ok(()));
+        assert_eq!(
+            r1.verify_mac(Principal::Client(ClientId(7)), &d, &fresh),
+            Err(AuthError::BadTag)
+        );
+        assert_ne!(r2.mac_for(to_r1, &d), fresh);
+        // Retired: the old key is refused, the new one still verifies.
+        r1.retire();
+        assert!(!r1.retiring());
+        assert_eq!(r1.verify_mac(from_r0, &d, &old), Err(AuthError::BadTag));
+        assert_eq!(r1.verify_mac(from_r0, &d, &fresh), Ok(()));
+        // Messages the other way are unaffected until r0 refreshes.
+        let back = r1.mac_for(from_r0, &d);
+        assert_eq!(r0.verify_mac(to_r1, &d, &back), Ok(()));
+        // The transport's hello keeps the long-term keys whatever the epochs.
+        let hello = r0.static_mac_for(to_r1, &d);
+        assert_eq!(r1.verify_static_mac(from_r0, &d, &hello), Ok(()));
+        // A restart forgets the session: long-term keys again, until the peers' next NEW-KEYs.
+        r0.reset_session();
+        assert_eq!(r0.mac_for(to_r1, &d), old);
+        assert_eq!(r0.peer_epoch(Process::Replica(ReplicaId(1))), 0);
+    }
+
+    /// A NEW-KEY is accepted once, from the process that signed it, for a newer epoch only: a
+    /// replay, an older epoch, a forged or re-attributed announcement change nothing.
+    #[test]
+    fn new_keys_are_accepted_only_fresh_and_from_their_signer() {
+        let (config, secrets, _) = test_config(4);
+        let r0 = KeyRing::new(&config, Process::Replica(ReplicaId(0)), &secrets[0]);
+        let r1 = KeyRing::new(&config, Process::Replica(ReplicaId(1)), &secrets[1]);
+        let r1_id = Process::Replica(ReplicaId(1));
+        let first = r1.refresh(10).unwrap();
+        let second = r1.refresh(20).unwrap();
+        assert_eq!(r0.accept_new_key(r1_id, &second), Ok(Accepted::Installed));
+        let d = Digest::of(b"commit");
+        let mac = r0.mac_for(Principal::Order(ReplicaId(1)), &d);
+        // The older announcement, replayed after the newer one: ignored, keys unchanged.
+        assert_eq!(r0.accept_new_key(r1_id, &first), Ok(Accepted::Stale));
+        assert_eq!(r0.accept_new_key(r1_id, &second), Ok(Accepted::Stale));
+        assert_eq!(r0.mac_for(Principal::Order(ReplicaId(1)), &d), mac);
+        assert_eq!(r0.peer_epoch(r1_id), 20);
+        // A newer epoch with a key r1 did not sign, or r1's announcement claimed by r2.
+        let mut forged = second.clone();
+        forged.epoch = 30;
+        assert_eq!(r0.accept_new_key(r1_id, &forged), Err(AuthError::BadTag));
+        let mut swapped = r1.refresh(30).unwrap();
+        assert_eq!(
+            r0.accept_new_key(Process::Replica(ReplicaId(2)), &swapped),
+            Err(AuthError::BadTag)
+        );
+        swapped.public[0] ^= 1;
+        assert_eq!(r0.accept_new_key(r1_id, &swapped), Err(AuthError::BadTag));
+        assert_eq!(r0.peer_epoch(r1_id), 20);
+        assert_eq!(
+            r0.accept_new_key(Process::Client(ClientId(99)), &second),
+            Err(AuthError::UnknownSender)
+        );
     }
 }

@@ -62,7 +62,9 @@ pub trait Log {
 pub fn stage_for(message: &Message) -> Option<StageKind> {
     use Message::*;
     match message {
-        ClientRequest { .. } | BatchComplete { .. } | Fetch { .. } | PrimaryHint { .. } => Some(StageKind::Auth),
+        ClientRequest { .. } | BatchComplete { .. } | Fetch { .. } | PrimaryHint { .. } | NewKey { .. } => {
+            Some(StageKind::Auth)
+        }
         AuthRequest { .. } | Pbft(_) | CheckpointToken { .. } | LastExecuted { .. } | WakeAt { .. } => {
             Some(StageKind::Order)
         }

@@ -32,6 +32,7 @@ pub mod page_tree;
 pub mod pages;
 pub mod quorum;
 pub mod service;
+pub mod session;
 pub mod stage;
 pub mod stages;
 pub mod wire;

@@ -33,6 +33,8 @@ pub enum Timer {
     Pbft(PbftTimer),
     /// Execution: retry fetches, LAST-EXEC and state transfer.
     ExecRetry,
+    /// Client: refresh its session keys, or retire the previous ones (`crate::session`).
+    KeyRefresh,
     /// Never set by a stage: kept for a wrapper around one (the testing stand-ins for Byzantine
     /// replicas release the messages they hold back when it fires).
     Held,

@@ -195,6 +195,7 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
         | Message::FetchState { .. }
         | Message::PrimaryHint { .. }
         | Message::PushResume { .. }
-        | Message::PushGap { .. } => Ok(()),
+        | Message::PushGap { .. }
+        | Message::NewKey { .. } => Ok(()),
     }
 }

@@ -17,6 +17,7 @@ const LAYERS: &[&str] = &[
     "service",
     "message",
     "stage",
+    "session",
     "wire",
     "host",
     "contract",

@@ -55,6 +55,10 @@ struct Args {
     /// cuts the two sides apart); every seed with r > 0 has one.
     #[arg(long, conflicts_with = "mutate")]
     twins: bool,
+    /// Key refresh: every replica and client refreshes its receive keys (NEW-KEY) every 200-350
+    /// ms of virtual time and retires the previous ones 80 ms later, through every fault.
+    #[arg(long)]
+    key_refresh: bool,
     /// Prints every named Byzantine behaviour (replicas', then the client's), one per line, and
     /// exits.
     #[arg(long)]
@@ -263,6 +267,7 @@ fn main() {
         opts.sabotage = sabotage;
         opts.mutate = args.mutate;
         opts.twins = args.twins;
+        opts.key_refresh = args.key_refresh;
         opts.defences = defences;
         opts.service = upright_sim::ServiceKind::parse(&args.service).expect("clap checked the name");
         let report = upright_sim::run(opts.clone());

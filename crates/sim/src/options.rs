@@ -144,6 +144,9 @@ pub struct SimOptions {
     /// ([`upright_core::cutoff`], as the runtime does). Off by default, so that a Byzantine
     /// replica keeps testing the checks all run long; on in the attack runs with the defences.
     pub peer_cut_off: bool,
+    /// Key refresh (`knobs.key_refresh_us`): every process refreshes its receive keys every
+    /// 200-350 ms of virtual time and retires the previous ones 80 ms later.
+    pub key_refresh: bool,
 }
 
 impl SimOptions {
@@ -169,6 +172,7 @@ impl SimOptions {
             cpu_us_per_message: 0,
             state_chunk_bytes: 256,
             peer_cut_off: false,
+            key_refresh: false,
         }
     }
 
@@ -201,6 +205,12 @@ impl SimOptions {
             watch_primary: self.defences,
             client_signatures: self.client_signatures,
             peer_cut_off: self.peer_cut_off,
+            key_refresh_us: if self.key_refresh {
+                200_000 + (self.seed % 4) * 50_000
+            } else {
+                0
+            },
+            key_overlap_us: 80_000,
             ..Knobs::default()
         }
     }
@@ -222,6 +232,9 @@ impl SimOptions {
         }
         if self.twins {
             cmd.push_str(" --twins");
+        }
+        if self.key_refresh {
+            cmd.push_str(" --key-refresh");
         }
         if let Some(attack) = self.attack {
             // The attack's own workload comes with it.

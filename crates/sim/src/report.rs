@@ -54,6 +54,9 @@ pub struct Tallies {
     pub watch_events: u64,
     /// NFS commits that lost the race for their version and found again (`--service fs` only).
     pub version_conflicts: u64,
+    /// Key refreshes (NEW-KEYs started) of the replicas up at the end (since their last start)
+    /// and the clients (`--key-refresh` only).
+    pub keys_refreshed: u64,
     /// Model operations the correct clients completed.
     pub ops_completed: u64,
 }
@@ -72,6 +75,7 @@ impl Tallies {
         self.sessions_expired += other.sessions_expired;
         self.watch_events += other.watch_events;
         self.version_conflicts += other.version_conflicts;
+        self.keys_refreshed += other.keys_refreshed;
         self.ops_completed += other.ops_completed;
     }
 
@@ -96,6 +100,9 @@ impl Tallies {
         }
         if self.version_conflicts > 0 {
             line.push_str(&format!(", version_conflicts: {}", self.version_conflicts));
+        }
+        if self.keys_refreshed > 0 {
+            line.push_str(&format!(", keys_refreshed: {}", self.keys_refreshed));
         }
         line.push_str(&format!(", ops_completed: {}", self.ops_completed));
         line

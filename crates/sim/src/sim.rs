@@ -208,11 +208,13 @@ impl<P: Protocol> Sim<P> {
         config.validate().expect("simulator configuration is valid");
         let replica_keys: Vec<Arc<KeyRing>> = (0..n)
             .map(|i| {
-                Arc::new(KeyRing::new(
+                let ring = Arc::new(KeyRing::new(
                     &config,
                     Process::Replica(ReplicaId(i as u32)),
                     &replica_secrets[i],
-                ))
+                ));
+                seeded_entropy(&ring, opts.seed, i as u64);
+                ring
             })
             .collect();
         let shape = PlanShape {
@@ -232,6 +234,7 @@ impl<P: Protocol> Sim<P> {
                 Process::Client(ClientId(c)),
                 &client_secrets[c as usize],
             ));
+            seeded_entropy(&keys, opts.seed, 1_000 + c as u64);
             if c == opts.clients {
                 byz_client_keys = Some(keys.clone());
             }
@@ -682,6 +685,9 @@ impl<P: Protocol> Sim<P> {
         node.pages.lock().expect("not poisoned").crash();
         node.wake_generation += 1;
         node.wake_at = None;
+        // The session keys were in the process's memory.
+        let id = node.id as usize;
+        self.replica_keys[id].reset_session();
         self.unflushed.remove(&(r as u32));
     }
 
@@ -1206,6 +1212,7 @@ impl<P: Protocol> Sim<P> {
             sessions_expired: self.zk.as_ref().map_or(0, |zk| zk.sessions_expired),
             watch_events: self.zk.as_ref().map_or(0, |zk| zk.watch_events),
             version_conflicts: self.fs.as_ref().map_or(0, |fs| fs.conflicts),
+            keys_refreshed: stat_total("keys_refreshed"),
             ops_completed: self.ops_completed,
         };
         SimReport {
@@ -1246,3 +1253,15 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Most messages waiting at a busy replica from one sender (the runtime's `INBOX_PER_PEER_MAX`).
 const CPU_INBOX_PER_SENDER_MAX: usize = 4096;
+
+/// Makes `ring` draw its ephemeral secrets from a generator seeded by the run's seed and `salt`
+/// (one per process), so that runs with key refresh replay exactly.
+fn seeded_entropy(ring: &KeyRing, seed: u64, salt: u64) {
+    use rand::{RngCore, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    ring.set_entropy(Box::new(move || {
+        let mut bytes = [0u8; 32];
+        rng.fill_bytes(&mut bytes);
+        bytes
+    }));
+}

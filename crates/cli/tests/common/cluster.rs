@@ -104,3 +104,25 @@ pub fn replica(dir: &Path, config: &str, id: u32, service: &str) -> Proc {
     .stderr(log);
     Proc(c.spawn().unwrap())
 }
+
+/// `upright KIND --client client-0.toml --listen 127.0.0.1:PORT` (a standalone gateway of the
+/// cluster in `dir`), logging to `KIND-gateway.log`, once it accepts connections.
+pub fn gateway(dir: &Path, kind: &str, port: u16) -> Proc {
+    let log = std::fs::File::create(dir.join(format!("{kind}-gateway.log"))).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_upright"))
+        .args([kind, "--client"])
+        .arg(dir.join("client-0.toml"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start upright {kind}: {e}"));
+    let gateway = Proc(child);
+    let up = (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "upright {kind} listens on {port}");
+    gateway
+}

@@ -25,6 +25,7 @@
 //! the network (PROTOCOL.md step 7).
 
 mod clients;
+mod keys;
 
 use std::sync::Arc;
 
@@ -83,6 +84,9 @@ pub struct AuthStage {
     /// When the AuthTick timer is armed for (the earliest of the backup delay of `later`'s
     /// oldest item and the end of a deferred request's wait), if it is.
     tick_at: Option<Time>,
+    /// Key refresh (`keys.rs`).
+    key_schedule: keys::KeySchedule,
+    key_repair: crate::session::KeyRepair,
     stats: Stats,
 }
 
@@ -124,6 +128,8 @@ impl AuthStage {
             unverified: Vec::new(),
             verifying: None,
             tick_at: None,
+            key_schedule: keys::KeySchedule::restore(storage),
+            key_repair: Default::default(),
             stats: Stats::default(),
         };
         // Keys sort by (client, request id), so each client's bodies come oldest first. Only the
@@ -263,6 +269,7 @@ impl AuthStage {
 
     fn on_tick(&mut self, now: Time, out: &mut Vec<Action>) {
         self.tick_at = None;
+        self.key_tick(now, out);
         while self
             .later
             .front()
@@ -329,7 +336,8 @@ impl AuthStage {
             .later
             .front()
             .map(|(at, _)| at.saturating_add(self.backup_delay_us()));
-        if let Some(due) = later.into_iter().chain(self.deferred_due()).min() {
+        let keys = self.key_schedule.due();
+        if let Some(due) = later.into_iter().chain(self.deferred_due()).chain(keys).min() {
             self.arm_at(due, out);
         }
     }
@@ -349,8 +357,20 @@ impl AuthStage {
     }
 
     /// One AUTH-REQ carrying `items` to `to`.
-    fn send_items(&mut self, items: Vec<AuthItem>, to: Vec<Principal>, out: &mut Vec<Action>) {
+    fn send_items(&mut self, mut items: Vec<AuthItem>, to: Vec<Principal>, out: &mut Vec<Action>) {
         self.stats.bump("auth_request_messages");
+        if self.config.knobs.key_refresh_us > 0 {
+            // An item built before our last NEW-KEY reached the order members (a retransmission,
+            // an item sent to the backups later) carries MACs they may have retired by now:
+            // sealed afresh under the keys of now (the order members keep a signer's latest row).
+            let members = ClusterConfig::order_members(&self.quorums);
+            let fresh = self
+                .keys
+                .authenticator_many(members, items.iter().map(|i| i.entry.digest()));
+            for (item, authenticator) in items.iter_mut().zip(fresh) {
+                item.row.authenticator = authenticator;
+            }
+        }
         if items.len() > 1 {
             self.stats.bump("auth_request_messages_multi");
         }
@@ -372,7 +392,7 @@ impl AuthStage {
             unreachable!("dispatched on message kind");
         };
         // Only the co-located order member is believed.
-        if !self.own_process_sent(envelope, &[Principal::Order(self.id)]) {
+        if !self.own_process_sent(envelope, &[Principal::Order(self.id)], out) {
             return;
         }
         let was_installed = self.primary.is_some();
@@ -410,7 +430,7 @@ impl AuthStage {
             self.stats.bump("dropped_bad_request");
             return;
         }
-        if rechecked.is_none() && !self.seal_ok(envelope) {
+        if rechecked.is_none() && !self.seal_ok(envelope, out) {
             return;
         }
         let interval = self.config.knobs.auth_retransmit_interval_us;
@@ -543,24 +563,27 @@ impl AuthStage {
     }
 
     /// Checks the seal as received by this member; a bad one is counted.
-    fn seal_ok(&mut self, envelope: &Envelope) -> bool {
+    fn seal_ok(&mut self, envelope: &Envelope, out: &mut Vec<Action>) -> bool {
         let ok = envelope
             .open(&self.keys, Principal::Auth(self.id), self.config.knobs.sabotage)
             .is_ok();
         if !ok {
             self.stats.reject("dropped_bad_seal");
+            let me = Principal::Auth(self.id);
+            self.key_repair
+                .after_bad_seal(&self.keys, &self.quorums, me, envelope, out);
         }
         ok
     }
 
     /// Whether `envelope` comes from one of `members` (stages of this member's own process, which
     /// are correct exactly when it is) with a good seal; a wrong sender or bad seal is counted.
-    fn own_process_sent(&mut self, envelope: &Envelope, members: &[Principal]) -> bool {
+    fn own_process_sent(&mut self, envelope: &Envelope, members: &[Principal], out: &mut Vec<Action>) -> bool {
         if !members.contains(&envelope.from) {
             self.stats.bump("dropped_wrong_sender");
             return false;
         }
-        self.seal_ok(envelope)
+        self.seal_ok(envelope, out)
     }
 
     fn exec_sender(&self, envelope: &Envelope) -> Option<ReplicaId> {
@@ -576,7 +599,7 @@ impl AuthStage {
             unreachable!("dispatched on message kind");
         };
         // Only this process's own members are believed (and needed: see the module doc).
-        if !self.own_process_sent(envelope, &[Principal::Order(self.id), Principal::Exec(self.id)]) {
+        if !self.own_process_sent(envelope, &[Principal::Order(self.id), Principal::Exec(self.id)], out) {
             return;
         }
         let pace = self.new_request_pace();
@@ -607,7 +630,7 @@ impl AuthStage {
             self.stats.bump("dropped_wrong_sender");
             return;
         }
-        if !self.seal_ok(envelope) {
+        if !self.seal_ok(envelope, out) {
             return;
         }
         if !self.clients.contains(*client) {
@@ -647,6 +670,7 @@ impl Stage for AuthStage {
         let envelope = match input {
             Input::Message(envelope) => envelope,
             Input::Timer(Timer::AuthTick) => return self.on_tick(now, out),
+            Input::Start => return self.start_keys(now, out),
             _ => return,
         };
         match &envelope.message {
@@ -654,6 +678,7 @@ impl Stage for AuthStage {
             Message::BatchComplete { .. } => self.on_batch_complete(now, &envelope, out),
             Message::Fetch { .. } => self.on_fetch(&envelope, out),
             Message::PrimaryHint { .. } => self.on_primary_hint(&envelope, out),
+            Message::NewKey { .. } => self.on_new_key(&envelope, out),
             _ => self.stats.bump("dropped_unexpected_message"),
         }
     }

@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use super::*;
 use crate::config::Knobs;
-use crate::ids::StageKind;
+use crate::ids::{Process, StageKind};
 use crate::message::Seal;
 use crate::testing::{fixture, Fixture};
 
@@ -687,4 +687,126 @@ fn without_a_known_primary_or_for_a_retransmission_every_order_member_gets_it_at
     run(&mut auth, 50, completed(&f, Principal::Exec(ReplicaId(2)), 2, 0, 1));
     let actions = run(&mut auth, 60, request(&f, 0, 2, b"put z"));
     assert_eq!(sent_auth_request(&actions).unwrap().0, all);
+}
+
+/// The NEW-KEYs among `out`, with their recipients.
+fn new_keys(out: &[Action]) -> Vec<(Vec<Principal>, crate::session::NewKey, bool)> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Send { to, envelope } => match &envelope.message {
+                Message::NewKey { key, hello } => Some((to.clone(), key.clone(), *hello)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// Key refresh at a replica: a NEW-KEY (hello) to every other replica and every client at
+/// start, its epoch persisted first; a refresh each period and the previous keys retired after
+/// the overlap; a peer's NEW-KEY installed once and its hello answered; after a restart the
+/// stored epoch is never announced again.
+#[test]
+fn the_authentication_member_refreshes_retires_and_installs_keys() {
+    let knobs = Knobs {
+        key_refresh_us: 1_000_000,
+        key_overlap_us: 300_000,
+        ..Knobs::default()
+    };
+    let f = fixture(1, 1, 2, knobs);
+    let mut a = stage(&f, 0, &Storage::new());
+    let mut out = Vec::new();
+    a.handle(10, Input::Start, &mut out);
+    let persisted = out
+        .iter()
+        .position(|x| matches!(x, Action::Persist { key, .. } if key == super::keys::EPOCH_KEY));
+    let sent = out.iter().position(|x| matches!(x, Action::Send { .. }));
+    assert!(
+        persisted.unwrap() < sent.unwrap(),
+        "the epoch is persisted before it is announced"
+    );
+    let keys = new_keys(&out);
+    let [(to, first, true)] = &keys[..] else {
+        panic!("{keys:?}")
+    };
+    let expected: Vec<Principal> = [1, 2, 3]
+        .map(|r| Principal::Auth(ReplicaId(r)))
+        .into_iter()
+        .chain([0, 1].map(|c| Principal::Client(ClientId(c))))
+        .collect();
+    assert_eq!(to, &expected);
+    assert_eq!(f.replicas[0].epoch(), first.epoch);
+    // A peer installs it and seals for us under it; our old (long-term) key is retiring.
+    let d = crate::crypto::Digest::of(b"x");
+    let before = f.replicas[1].mac_for(Principal::Order(ReplicaId(0)), &d);
+    f.replicas[1]
+        .accept_new_key(Process::Replica(ReplicaId(0)), first)
+        .unwrap();
+    let after = f.replicas[1].mac_for(Principal::Order(ReplicaId(0)), &d);
+    assert!(f.replicas[0]
+        .verify_mac(Principal::Auth(ReplicaId(1)), &d, &before)
+        .is_ok());
+    // The retirement comes with a tick after the overlap; the old key is refused from then on.
+    let mut out = Vec::new();
+    a.handle(300_010, Input::Timer(Timer::AuthTick), &mut out);
+    assert_eq!(a.stats().get("keys_retired"), 1);
+    assert!(f.replicas[0]
+        .verify_mac(Principal::Auth(ReplicaId(1)), &d, &before)
+        .is_err());
+    assert!(f.replicas[0]
+        .verify_mac(Principal::Auth(ReplicaId(1)), &d, &after)
+        .is_ok());
+    // The next refresh a period after the first.
+    let mut out = Vec::new();
+    a.handle(1_000_010, Input::Timer(Timer::AuthTick), &mut out);
+    let keys = new_keys(&out);
+    let second = &keys.iter().find(|(_, _, hello)| !hello).expect("a refresh").1;
+    assert!(second.epoch > first.epoch);
+    // Replicas whose NEW-KEY we lack are asked again (none answered here).
+    assert!(a.stats().get("new_key_hello_again") >= 1);
+    // A peer's hello: installed and answered with our current NEW-KEY, to it alone; a replay
+    // of it is stale and changes nothing.
+    let peer = f.replicas[2].refresh(5).unwrap();
+    let hello = |key: crate::session::NewKey| {
+        Arc::new(Envelope::seal(
+            &f.replicas[2],
+            &f.quorums,
+            Principal::Auth(ReplicaId(2)),
+            Message::NewKey { key, hello: true },
+            SealFor::Nothing,
+        ))
+    };
+    let out = run(&mut a, 1_000_020, hello(peer.clone()));
+    assert_eq!(a.stats().get("new_key_installed"), 1);
+    let keys = new_keys(&out);
+    assert_eq!(keys.len(), 1);
+    assert_eq!((&keys[0].0, &keys[0].1), (&vec![Principal::Auth(ReplicaId(2))], second));
+    assert_eq!(f.replicas[0].peer_epoch(Process::Replica(ReplicaId(2))), 5);
+    run(&mut a, 1_000_030, hello(peer));
+    assert_eq!(a.stats().get("new_key_stale"), 1);
+    // Forged: replica 2's announcement claimed by replica 3 (its signature does not match).
+    let forged = Arc::new(Envelope::seal(
+        &f.replicas[3],
+        &f.quorums,
+        Principal::Auth(ReplicaId(3)),
+        Message::NewKey {
+            key: f.replicas[2].refresh(6).unwrap(),
+            hello: false,
+        },
+        SealFor::Nothing,
+    ));
+    run(&mut a, 1_000_040, forged);
+    assert_eq!(a.stats().get("new_key_bad_signature"), 1);
+    // A restart: the stored epoch is the floor of the next one, whatever the clock says.
+    let mut storage = Storage::new();
+    storage.insert(
+        super::keys::EPOCH_KEY.to_string(),
+        Bytes::copy_from_slice(&second.epoch.to_le_bytes()),
+    );
+    f.replicas[0].reset_session();
+    let mut again = stage(&f, 0, &storage);
+    let mut out = Vec::new();
+    again.handle(5, Input::Start, &mut out);
+    let keys = new_keys(&out);
+    assert_eq!(keys[0].1.epoch, second.epoch + 1);
 }

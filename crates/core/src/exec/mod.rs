@@ -61,6 +61,8 @@ pub struct ExecStage {
     id: ReplicaId,
     keys: Arc<KeyRing>,
     service: Box<dyn Service + Send>,
+    /// NEW-KEYs sent in answer to bad seals (`crate::session::KeyRepair`).
+    key_repair: crate::session::KeyRepair,
     stats: Stats,
     /// Configured clients; requests of others are skipped (bounds the reply cache).
     clients: BTreeSet<ClientId>,
@@ -132,6 +134,7 @@ impl ExecStage {
             id,
             keys,
             service,
+            key_repair: Default::default(),
             stats: Stats::default(),
             clients,
             last_executed: SeqNo(0),
@@ -230,10 +233,12 @@ impl ExecStage {
     }
 
     /// Checks the seal as received by this member; a bad one is counted.
-    fn seal_ok(&mut self, envelope: &Envelope) -> bool {
+    fn seal_ok(&mut self, envelope: &Envelope, out: &mut Vec<Action>) -> bool {
         let ok = envelope.open(&self.keys, self.me(), self.config.knobs.sabotage).is_ok();
         if !ok {
             self.stats.reject("bad_seal");
+            let me = self.me();
+            self.key_repair.after_bad_seal(&self.keys, &self.q, me, envelope, out);
         }
         ok
     }
@@ -248,7 +253,7 @@ impl ExecStage {
             self.on_push_resume(envelope, out);
             return;
         }
-        if !self.seal_ok(envelope) {
+        if !self.seal_ok(envelope, out) {
             return;
         }
         let from = envelope.from;

@@ -137,7 +137,7 @@ impl ExecStage {
             self.stats.bump("push_resume_wrong_sender");
             return;
         }
-        if !self.seal_ok(envelope) {
+        if !self.seal_ok(envelope, out) {
             return;
         }
         match self.pushes.resume(client, next) {

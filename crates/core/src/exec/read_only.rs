@@ -62,7 +62,7 @@ impl ExecStage {
             self.stats.bump("read_only_bad_request");
             return;
         }
-        if !self.seal_ok(envelope) {
+        if !self.seal_ok(envelope, out) {
             return;
         }
         if !self.read_only_nonces.admit(*client, *request_id) {

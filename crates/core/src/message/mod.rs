@@ -312,6 +312,16 @@ pub enum Message {
         /// good).
         pushes_sent: u64,
     },
+    // ---- any process <-> any process (key refresh) ----
+    /// NEW-KEY (`crate::session`): the sender's next receive epoch, signed with its long-term
+    /// key; sealed with nothing (the signature covers the sender's process). `hello`: the sender
+    /// (re)started and asks for the recipient's current NEW-KEY in return.
+    NewKey {
+        /// The announcement.
+        key: crate::crypto::NewKey,
+        /// Whether the recipient should answer with its own announcement.
+        hello: bool,
+    },
     // ---- execution <-> execution (state transfer) ----
     /// Asks for part of the execution checkpoint `state_digest` at `seqno`. MAC.
     FetchState {

@@ -72,6 +72,7 @@ impl OrderStage {
                 self.stats.bump("request_rows")
             }
             Inserted::Duplicate => self.stats.bump("drop_duplicate_row"),
+            Inserted::Refreshed => self.stats.bump("request_row_refreshed"),
             Inserted::TooFarAhead => self.stats.bump("drop_request_too_far_ahead"),
             Inserted::UnknownClient => unreachable!("checked with knows()"),
         }

@@ -127,6 +127,8 @@ pub struct OrderStage {
     q: Quorums,
     id: ReplicaId,
     keys: Arc<KeyRing>,
+    /// NEW-KEYs sent in answer to bad seals (`crate::session::KeyRepair`).
+    key_repair: crate::session::KeyRepair,
     stats: Stats,
 
     // ---- view ----
@@ -214,6 +216,7 @@ impl OrderStage {
             q,
             id,
             keys,
+            key_repair: Default::default(),
             stats: Stats::default(),
             view: recovered.view.view,
             changing: recovered.view.changing,
@@ -408,6 +411,8 @@ impl OrderStage {
     fn on_message(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
         if envelope.open(&self.keys, self.me(), self.sabotage()).is_err() {
             self.stats.reject("drop_bad_seal");
+            let me = self.me();
+            self.key_repair.after_bad_seal(&self.keys, &self.q, me, envelope, out);
             return;
         }
         if !self.config.contains(envelope.from, &self.q) {

@@ -72,8 +72,10 @@ pub(crate) struct RequestPool {
 pub(crate) enum Inserted {
     /// A new row was stored.
     New,
-    /// The signer already sent a row for this request.
+    /// The signer already sent this row, or a row for another entry of this request.
     Duplicate,
+    /// The signer's row for this entry replaced its older one.
+    Refreshed,
     /// Too far ahead of the client's last ordered request.
     TooFarAhead,
     /// Not a configured client.
@@ -120,7 +122,21 @@ impl RequestPool {
             return Inserted::UnknownClient;
         };
         let rid = entry.request_id;
-        if table.iter().any(|c| c.entry.request_id == rid && c.has_row_of(row)) {
+        if let Some(c) = table
+            .iter_mut()
+            .find(|c| c.entry.request_id == rid && c.has_row_of(row))
+        {
+            // The signer's newer row for the same entry replaces its old one: its MACs may be
+            // under keys the old one's were not (key refresh: an authentication member seals a
+            // retransmitted item afresh, and the old row may be under keys since retired).
+            if c.digest == digest {
+                if let Some(old) = c.rows.iter_mut().find(|r| r.signer == row.signer) {
+                    if old != row {
+                        *old = row.clone();
+                        return Inserted::Refreshed;
+                    }
+                }
+            }
             return Inserted::Duplicate;
         }
         let key = (rid, digest);
@@ -141,6 +157,16 @@ impl RequestPool {
         };
         table[at].add_row(row);
         Inserted::New
+    }
+
+    /// Whether `rows` distinct authentication members sent this member (and it checked on
+    /// arrival) a row for the entry of `(client, request_id)` with digest `digest`.
+    pub fn vouched(&self, client: ClientId, request_id: RequestId, digest: Digest, rows: usize) -> bool {
+        self.by_client.get(&client).is_some_and(|table| {
+            table
+                .iter()
+                .any(|c| c.entry.request_id == request_id && c.digest == digest && c.rows.len() >= rows)
+        })
     }
 
     /// The best-supported entry for `(client, request_id)` with at least `rows` rows (of equally

@@ -138,7 +138,7 @@ impl Hello {
             to,
             challenge,
             nonce,
-            mac: keys.mac_for(key_principal(to), &digest),
+            mac: keys.static_mac_for(key_principal(to), &digest),
         }
     }
 
@@ -155,7 +155,7 @@ impl Hello {
             return Err("net_hello_stale_challenge");
         }
         let digest = hello_digest(&self.cluster_name, self.from, self.to, &self.challenge, &self.nonce);
-        keys.verify_mac(key_principal(self.from), &digest, &self.mac)
+        keys.verify_static_mac(key_principal(self.from), &digest, &self.mac)
             .map_err(|_| "net_hello_bad_mac")
     }
 }

@@ -1,0 +1,102 @@
+//! Key refresh at a client (`crate::session`): the client refreshes the keys of the replicas'
+//! messages to it every `knobs.key_refresh_us` (NEW-KEY to every authentication member),
+//! retires the previous ones `knobs.key_overlap_us` later, and installs the replicas' NEW-KEYs.
+//! A client keeps no storage: its epochs are its clock in microseconds, which a restart does not
+//! take back (the runtime's clock is the wall clock).
+
+use std::sync::Arc;
+
+use super::Client;
+use crate::ids::{Principal, ReplicaId};
+use crate::message::{Envelope, Message, SealFor};
+use crate::session::{self, NewKey};
+use crate::stage::{Action, Time, Timer};
+
+impl Client {
+    /// At start: refresh at once if refresh is on, asking every replica for its NEW-KEY.
+    pub(super) fn start_keys(&mut self, now: Time, out: &mut Vec<Action>) {
+        if self.config.knobs.key_refresh_us > 0 {
+            self.refresh_keys(now, true, out);
+        }
+    }
+
+    /// The KeyRefresh timer: retire, refresh when due, arm for the next deadline.
+    pub(super) fn key_timer(&mut self, now: Time, out: &mut Vec<Action>) {
+        let (retired, refresh) = self.key_schedule.tick(&self.keys, now);
+        if retired {
+            self.stats.bump("keys_retired");
+        }
+        if refresh {
+            self.refresh_keys(now, false, out);
+        } else {
+            self.arm_key_timer(out);
+        }
+    }
+
+    fn arm_key_timer(&self, out: &mut Vec<Action>) {
+        let due = self
+            .key_schedule
+            .next_refresh
+            .into_iter()
+            .chain(self.key_schedule.retire_at)
+            .min();
+        if let Some(at) = due {
+            out.push(Action::SetTimer {
+                timer: Timer::KeyRefresh,
+                at,
+            });
+        }
+    }
+
+    fn refresh_keys(&mut self, now: Time, hello: bool, out: &mut Vec<Action>) {
+        let last = self.keys.epoch();
+        let Some(key) = self.key_schedule.refresh(&self.keys, last, now, &self.config.knobs) else {
+            return;
+        };
+        self.stats.bump("keys_refreshed");
+        let to = (0..self.config.replicas.len() as u32)
+            .map(|r| Principal::Auth(ReplicaId(r)))
+            .collect();
+        self.send_new_key(key, hello, to, out);
+        self.arm_key_timer(out);
+    }
+
+    /// Our NEW-KEY again, asking every replica for its own (on a retransmission).
+    pub(super) fn hello_again(&mut self, out: &mut Vec<Action>) {
+        if let Some(ours) = self.keys.announcement() {
+            let to = (0..self.config.replicas.len() as u32)
+                .map(|r| Principal::Auth(ReplicaId(r)))
+                .collect();
+            self.stats.bump("new_key_hello_again");
+            self.send_new_key(ours, true, to, out);
+        }
+    }
+
+    fn send_new_key(&self, key: NewKey, hello: bool, to: Vec<Principal>, out: &mut Vec<Action>) {
+        let message = Message::NewKey { key, hello };
+        let envelope = Envelope::seal(
+            &self.keys,
+            &self.quorums,
+            Principal::Client(self.id),
+            message,
+            SealFor::Nothing,
+        );
+        out.push(Action::Send {
+            to,
+            envelope: Arc::new(envelope),
+        });
+    }
+
+    /// A replica's NEW-KEY (from any of its members): install it; answer a hello.
+    pub(super) fn on_new_key(&mut self, envelope: &Envelope, out: &mut Vec<Action>) {
+        let known = envelope
+            .from
+            .replica()
+            .is_some_and(|r| (r.0 as usize) < self.config.replicas.len());
+        let (stat, answer) = session::receive(&self.keys, envelope, known);
+        self.stats.bump(stat);
+        if let Some((ours, to)) = answer {
+            self.send_new_key(ours, false, vec![to], out);
+        }
+    }
+}
