@@ -52,6 +52,10 @@ pub struct BenchArgs {
     /// default: the knob's default).
     #[arg(long)]
     batch_delay_us: Option<u64>,
+    /// Key refresh of the replicas and clients every this many seconds (the key_refresh_us
+    /// knob; 0: none).
+    #[arg(long, default_value_t = 0)]
+    key_refresh_secs: u64,
     /// Log sync policy of the replicas: always (the protocol's rule) or never (benchmark only).
     #[arg(long, default_value = "always")]
     fsync: String,
@@ -133,6 +137,7 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
         batch_sizes: args.batch.clone(),
         pipeline_window: args.pipeline,
         batch_delay_us: args.batch_delay_us,
+        key_refresh_us: args.key_refresh_secs.saturating_mul(1_000_000),
         duration: parse_duration(&args.duration)?,
         warmup: parse_duration(&args.warmup)?,
         fsync,
