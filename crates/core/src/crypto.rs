@@ -10,6 +10,7 @@
 //! `crates/core/README.md`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
@@ -82,6 +83,15 @@ impl MacKey {
             .zip(mac.0.iter())
             .fold(0u8, |acc, (a, b)| acc | (a ^ b))
             == 0
+    }
+
+    /// [`MacKey::verify`] as a result: `BadTag` if the MAC does not verify.
+    pub fn check(&self, digest: &Digest, mac: &Mac) -> Result<(), AuthError> {
+        if self.verify(digest, mac) {
+            Ok(())
+        } else {
+            Err(AuthError::BadTag)
+        }
     }
 }
 
@@ -248,6 +258,8 @@ pub struct KeyRing {
     session: RwLock<Session>,
     /// Where ephemeral secrets come from (the OS unless [`KeyRing::set_entropy`] says otherwise).
     entropy: Mutex<Option<Entropy>>,
+    /// MACs accepted under the retiring keys (a sender that had not yet seen our NEW-KEY).
+    accepted_retiring: AtomicU64,
 }
 
 /// A source of 32 secret random bytes.
@@ -338,7 +350,6 @@ impl KeyRing {
             retiring: None,
             outgoing: macs.clone(),
             peer_epochs: BTreeMap::new(),
-            accepted_retiring: 0,
         };
         KeyRing {
             me,
@@ -351,11 +362,21 @@ impl KeyRing {
             cluster_name: config.cluster_name.clone(),
             session: RwLock::new(session),
             entropy: Mutex::new(None),
+            accepted_retiring: AtomicU64::new(0),
         }
     }
 
     fn session(&self) -> std::sync::RwLockReadGuard<'_, Session> {
         self.session.read().expect("session keys lock")
+    }
+
+    /// Our MAC for `to` under the session's outgoing key (a zero tag that never verifies for an
+    /// unknown recipient: sending to one is a bug of the caller, caught by the receiver's check).
+    fn outgoing_mac(session: &Session, to: Principal, digest: &Digest) -> Mac {
+        session
+            .outgoing
+            .get(&to.process())
+            .map_or(Mac::default(), |key| key.mac(digest))
     }
 
     /// MAC for one recipient under the long-term pairwise key (the transport's hello: a
@@ -368,12 +389,10 @@ impl KeyRing {
 
     /// Checks a MAC from `from` under the long-term pairwise key.
     pub fn verify_static_mac(&self, from: Principal, digest: &Digest, mac: &Mac) -> Result<(), AuthError> {
-        let key = self.macs.get(&from.process()).ok_or(AuthError::UnknownSender)?;
-        if key.verify(digest, mac) {
-            Ok(())
-        } else {
-            Err(AuthError::BadTag)
-        }
+        self.macs
+            .get(&from.process())
+            .ok_or(AuthError::UnknownSender)?
+            .check(digest, mac)
     }
 
     /// Where ephemeral secrets come from (the simulator: its seed; default: the OS).
@@ -415,7 +434,7 @@ impl KeyRing {
 
     /// MACs accepted so far under keys being retired.
     pub fn accepted_retiring(&self) -> u64 {
-        self.session().accepted_retiring
+        self.accepted_retiring.load(Ordering::Relaxed)
     }
 
     /// Starts receive epoch `epoch` (greater than ours; `None` otherwise): a fresh ephemeral key,
@@ -514,12 +533,7 @@ impl KeyRing {
 
     /// MAC for one recipient.
     pub fn mac_for(&self, to: Principal, digest: &Digest) -> Mac {
-        match self.session().outgoing.get(&to.process()) {
-            Some(key) => key.mac(digest),
-            // Unknown recipients get a zero tag that never verifies; sending to them is a bug of
-            // the caller, caught by the receiver's check.
-            None => Mac::default(),
-        }
+        Self::outgoing_mac(&self.session(), to, digest)
     }
 
     /// Checks a MAC from `from` over `digest`.
@@ -531,8 +545,7 @@ impl KeyRing {
         }
         let retiring = session.retiring.as_ref().and_then(|keys| keys.get(&from.process()));
         if retiring.is_some_and(|key| key.verify(digest, mac)) {
-            drop(session);
-            self.session.write().expect("session keys lock").accepted_retiring += 1;
+            self.accepted_retiring.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         Err(AuthError::BadTag)
@@ -542,14 +555,7 @@ impl KeyRing {
     pub fn authenticator(&self, recipients: impl Iterator<Item = Principal>, digest: &Digest) -> Authenticator {
         let session = self.session();
         Authenticator {
-            macs: recipients
-                .map(|to| {
-                    session
-                        .outgoing
-                        .get(&to.process())
-                        .map_or(Mac::default(), |key| key.mac(digest))
-                })
-                .collect(),
+            macs: recipients.map(|to| Self::outgoing_mac(&session, to, digest)).collect(),
         }
     }
 
@@ -565,12 +571,7 @@ impl KeyRing {
             .map(|digest| Authenticator {
                 macs: recipients
                     .clone()
-                    .map(|to| {
-                        session
-                            .outgoing
-                            .get(&to.process())
-                            .map_or(Mac::default(), |key| key.mac(&digest))
-                    })
+                    .map(|to| Self::outgoing_mac(&session, to, &digest))
                     .collect(),
             })
             .collect()
@@ -739,8 +740,6 @@ pub(crate) struct Session {
     pub outgoing: BTreeMap<Process, MacKey>,
     /// Per peer, its latest announced epoch (absent: 0).
     pub peer_epochs: BTreeMap<Process, u64>,
-    /// MACs accepted under the retiring keys (a sender that had not yet seen our NEW-KEY).
-    pub accepted_retiring: u64,
 }
 
 /// The outcome of a NEW-KEY.

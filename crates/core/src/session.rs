@@ -71,15 +71,25 @@ impl KeyRepair {
             return;
         }
         entry.1 += 1;
-        let message = crate::message::Message::NewKey {
-            key: ours,
-            hello: false,
-        };
-        let sealed = crate::message::Envelope::seal(keys, quorums, me, message, crate::message::SealFor::Nothing);
-        out.push(crate::stage::Action::Send {
-            to: vec![to],
-            envelope: std::sync::Arc::new(sealed),
-        });
+        out.push(send_new_key(keys, quorums, me, ours, false, vec![to]));
+    }
+}
+
+/// The action that sends NEW-KEY `key` from member `from` to `to` (sealed with nothing: the
+/// announcement carries its process's signature).
+pub fn send_new_key(
+    keys: &crate::crypto::KeyRing,
+    quorums: &crate::quorum::Quorums,
+    from: crate::ids::Principal,
+    key: NewKey,
+    hello: bool,
+    to: Vec<crate::ids::Principal>,
+) -> crate::stage::Action {
+    let message = crate::message::Message::NewKey { key, hello };
+    let sealed = crate::message::Envelope::seal(keys, quorums, from, message, crate::message::SealFor::Nothing);
+    crate::stage::Action::Send {
+        to,
+        envelope: std::sync::Arc::new(sealed),
     }
 }
 

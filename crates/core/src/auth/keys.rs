@@ -6,13 +6,11 @@
 //! The epoch is persisted (eagerly: the NEW-KEY waits for it) before it is announced, so a
 //! restarted replica never announces an epoch its peers have seen: `max(stored + 1, now)`.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 
 use super::AuthStage;
 use crate::ids::{ClientId, Principal, ReplicaId};
-use crate::message::{Envelope, Message, SealFor};
+use crate::message::Envelope;
 use crate::session::{self, NewKey, Schedule};
 use crate::stage::{Action, Storage, Time};
 
@@ -122,25 +120,16 @@ impl AuthStage {
     }
 
     fn send_new_key(&mut self, key: NewKey, hello: bool, to: Vec<Principal>, out: &mut Vec<Action>) {
-        if to.is_empty() {
-            return;
+        if !to.is_empty() {
+            out.push(session::send_new_key(
+                &self.keys,
+                &self.quorums,
+                Principal::Auth(self.id),
+                key,
+                hello,
+                to,
+            ));
         }
-        let message = Message::NewKey { key, hello };
-        let envelope = Envelope::seal(
-            &self.keys,
-            &self.quorums,
-            self.principal_self(),
-            message,
-            SealFor::Nothing,
-        );
-        out.push(Action::Send {
-            to,
-            envelope: Arc::new(envelope),
-        });
-    }
-
-    fn principal_self(&self) -> Principal {
-        Principal::Auth(self.id)
     }
 
     /// A NEW-KEY from a replica or a client: install it; answer a hello with ours.

@@ -4,11 +4,10 @@
 //! A client keeps no storage: its epochs are its clock in microseconds, which a restart does not
 //! take back (the runtime's clock is the wall clock).
 
-use std::sync::Arc;
-
 use super::Client;
-use crate::ids::{Principal, ReplicaId};
-use crate::message::{Envelope, Message, SealFor};
+use crate::config::ClusterConfig;
+use crate::ids::Principal;
+use crate::message::Envelope;
 use crate::session::{self, NewKey};
 use crate::stage::{Action, Time, Timer};
 
@@ -34,13 +33,7 @@ impl Client {
     }
 
     fn arm_key_timer(&self, out: &mut Vec<Action>) {
-        let due = self
-            .key_schedule
-            .next_refresh
-            .into_iter()
-            .chain(self.key_schedule.retire_at)
-            .min();
-        if let Some(at) = due {
+        if let Some(at) = self.key_schedule.due() {
             out.push(Action::SetTimer {
                 timer: Timer::KeyRefresh,
                 at,
@@ -54,9 +47,7 @@ impl Client {
             return;
         };
         self.stats.bump("keys_refreshed");
-        let to = (0..self.config.replicas.len() as u32)
-            .map(|r| Principal::Auth(ReplicaId(r)))
-            .collect();
+        let to = ClusterConfig::auth_members(&self.quorums).collect();
         self.send_new_key(key, hello, to, out);
         self.arm_key_timer(out);
     }
@@ -64,27 +55,21 @@ impl Client {
     /// Our NEW-KEY again, asking every replica for its own (on a retransmission).
     pub(super) fn hello_again(&mut self, out: &mut Vec<Action>) {
         if let Some(ours) = self.keys.announcement() {
-            let to = (0..self.config.replicas.len() as u32)
-                .map(|r| Principal::Auth(ReplicaId(r)))
-                .collect();
+            let to = ClusterConfig::auth_members(&self.quorums).collect();
             self.stats.bump("new_key_hello_again");
             self.send_new_key(ours, true, to, out);
         }
     }
 
     fn send_new_key(&self, key: NewKey, hello: bool, to: Vec<Principal>, out: &mut Vec<Action>) {
-        let message = Message::NewKey { key, hello };
-        let envelope = Envelope::seal(
+        out.push(session::send_new_key(
             &self.keys,
             &self.quorums,
             Principal::Client(self.id),
-            message,
-            SealFor::Nothing,
-        );
-        out.push(Action::Send {
+            key,
+            hello,
             to,
-            envelope: Arc::new(envelope),
-        });
+        ));
     }
 
     /// A replica's NEW-KEY (from any of its members): install it; answer a hello.
