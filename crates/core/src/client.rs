@@ -238,16 +238,15 @@ impl Client {
         self.preferred_start = (self.preferred_start + 1) % self.quorums.n_auth;
         self.wide_remaining = WIDE_AFTER_RETRANSMIT;
         let to = ClusterConfig::auth_members(&self.quorums).collect();
-        if self.config.knobs.key_refresh_us > 0 {
-            // Sealed afresh: the keys of the first send may be retired by now.
-            outstanding.envelope = Arc::new(Envelope::seal(
-                &self.keys,
-                &self.quorums,
-                Principal::Client(self.id),
-                outstanding.envelope.message.clone(),
-                SealFor::Stage(crate::ids::StageKind::Auth),
-            ));
-        }
+        // Sealed afresh: the keys of the first send may be retired by now (a replica refreshed
+        // its keys, or recovered proactively and started a new epoch).
+        outstanding.envelope = Arc::new(Envelope::seal(
+            &self.keys,
+            &self.quorums,
+            Principal::Client(self.id),
+            outstanding.envelope.message.clone(),
+            SealFor::Stage(crate::ids::StageKind::Auth),
+        ));
         out.push(Action::Send {
             to,
             envelope: outstanding.envelope.clone(),
@@ -430,7 +429,7 @@ impl Stage for Client {
 
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
         match input {
-            Input::Start => self.start_keys(now, out),
+            Input::Start | Input::Recover => self.start_keys(now, out),
             Input::Invoke { operation, path } => {
                 if !self.can_invoke() || operation.len() > self.config.knobs.request_bytes_max {
                     self.stats.bump("invoke_refused");

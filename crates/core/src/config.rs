@@ -60,6 +60,10 @@ pub enum Sabotage {
     /// from it for a slot in the view, instead of once: a faulty primary that proposes twice is
     /// counted twice.
     CountProposalsTwice,
+    /// A recovering execution member keeps trusting its stored state (proactive recovery without
+    /// the state check): a state an attacker rewrote consistently with its own digests is then
+    /// executed on.
+    SkipRecoveryCheck,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.

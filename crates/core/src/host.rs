@@ -214,6 +214,24 @@ impl<L: Log> Host<L> {
         }
     }
 
+    /// Sends `Input::Recover` to every member: [`Host::start`] for a proactive recovery.
+    pub fn start_recovering(&mut self, now: Time) {
+        for index in 0..self.members.len() {
+            self.handle(now, index, Input::Recover);
+        }
+    }
+
+    /// Whether every member that took part in a proactive recovery has finished its part: the
+    /// order member reached its recovery point and the execution member checked its state
+    /// (their `recovery_complete` / `recovery_state_checked` counters).
+    pub fn recovery_complete(&self) -> bool {
+        self.members.iter().all(|m| match m.kind {
+            StageKind::Auth => true,
+            StageKind::Order => m.stage.stats().get("recovery_complete") > 0,
+            StageKind::Exec => m.stage.stats().get("recovery_state_checked") > 0,
+        })
+    }
+
     /// An envelope from the network, dispatched by message kind. Returns how many inputs the
     /// member that handled it refused as proof that their sender is faulty
     /// ([`crate::stage::Stats::rejected`]): what a cut-off of flooding peers counts

@@ -31,13 +31,16 @@ pub use crate::crypto::{Accepted, NewKey};
 pub const REPAIRS_PER_EPOCH_MAX: u8 = 3;
 
 /// Answers a message whose seal does not verify, from a configured process, with our current
-/// NEW-KEY (at most [`REPAIRS_PER_EPOCH_MAX`] times per peer and epoch of ours): the usual
-/// cause is a sender that missed our NEW-KEY (lost in the network, or sent while its connection
-/// was down) and seals under keys we retired. Without it such a sender stays unheard until our
-/// next refresh. A forger gets at most three public announcements per epoch out of it.
+/// NEW-KEY (at most [`REPAIRS_PER_EPOCH_MAX`] times per peer, epoch of ours and epoch of the
+/// peer's we know): the usual cause is a sender that missed our NEW-KEY (lost in the network,
+/// or sent while its connection was down), or that restarted and forgot it, and seals under
+/// keys we retired. Without it such a sender stays unheard until our next refresh. A forger
+/// gets at most three public announcements per pair of epochs out of it; a peer that restarts
+/// (and announces a new epoch) gets three more.
 #[derive(Debug, Default)]
 pub struct KeyRepair {
-    sent: BTreeMap<Process, (u64, u8)>,
+    /// Per peer: (our epoch, its epoch as we know it) and the repairs sent for that pair.
+    sent: BTreeMap<Process, ((u64, u64), u8)>,
 }
 
 impl KeyRepair {
@@ -63,9 +66,10 @@ impl KeyRepair {
         if process == me.process() {
             return;
         }
-        let entry = self.sent.entry(process).or_insert((ours.epoch, 0));
-        if entry.0 != ours.epoch {
-            *entry = (ours.epoch, 0);
+        let epochs = (ours.epoch, keys.peer_epoch(process));
+        let entry = self.sent.entry(process).or_insert((epochs, 0));
+        if entry.0 != epochs {
+            *entry = (epochs, 0);
         }
         if entry.1 >= REPAIRS_PER_EPOCH_MAX {
             return;
@@ -114,7 +118,8 @@ impl Schedule {
         knobs: &crate::config::Knobs,
     ) -> Option<NewKey> {
         let key = keys.refresh(last.saturating_add(1).max(now))?;
-        self.next_refresh = Some(now.saturating_add(knobs.key_refresh_us));
+        // Without periodic refresh (a recovery's one new epoch) nothing more is scheduled.
+        self.next_refresh = (knobs.key_refresh_us > 0).then(|| now.saturating_add(knobs.key_refresh_us));
         self.retire_at = Some(now.saturating_add(knobs.key_overlap_us));
         Some(key)
     }

@@ -74,6 +74,13 @@ pub enum Input {
     Message(Arc<Envelope>),
     /// A timer fired.
     Timer(Timer),
+    /// [`Input::Start`] for a proactive recovery (docs/PROTOCOL.md "Proactive recovery"; PBFT
+    /// thesis 4.3): the process restarted to recover. Besides what it does at start, the
+    /// authentication member starts a new key epoch, the order member estimates the recovery
+    /// point from its peers, and the execution member distrusts its stored state (from before
+    /// it executes anything) until it has checked it against a certified checkpoint. A client
+    /// takes it as `Start`.
+    Recover,
     /// Client only: the application invokes an operation.
     Invoke {
         /// The operation.

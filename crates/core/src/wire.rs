@@ -154,6 +154,7 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
             Ok(())
         }
         Message::Pbft(PbftMessage::OrderCheckpointState(stable)) => validate_stable(stable),
+        Message::Pbft(PbftMessage::ReplyStable { stable, .. }) => stable.as_ref().map_or(Ok(()), validate_stable),
         Message::NextBatch { entries, .. } => {
             limit(entries.len() <= BATCH_REQUESTS_MAX, "batch entries")?;
             entries.iter().try_for_each(validate_entry)
@@ -186,6 +187,7 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
         | Message::Pbft(PbftMessage::Checkpoint(_))
         | Message::Pbft(PbftMessage::FetchOrderCheckpoint { .. })
         | Message::Pbft(PbftMessage::Suspect { .. })
+        | Message::Pbft(PbftMessage::QueryStable { .. })
         | Message::LoadCheckpoint { .. }
         | Message::Retransmit { .. }
         | Message::CheckpointToken { .. }

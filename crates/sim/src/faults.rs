@@ -244,6 +244,14 @@ pub enum FaultStep {
     Partition(Vec<u32>),
     /// Heal the current partition.
     Heal,
+    /// Proactive recovery of this replica: it restarts from its synced storage and recovers
+    /// (`Input::Recover`); with `damage`, an attacker first rewrote its stored checkpoint.
+    Recover {
+        /// The replica.
+        replica: u32,
+        /// Whether its stored state was rewritten.
+        damage: bool,
+    },
 }
 
 /// Network misbehaviour probabilities during the fault phase.
@@ -389,6 +397,49 @@ impl FaultPlan {
             .random_bool(0.3)
             .then(|| *ClientBehaviour::ALL.choose(rng).expect("non-empty"));
         plan.steps = draw_episodes(rng, shape, plan.byzantine.len() + twins);
+        plan
+    }
+
+    /// A plan for `--recovery`: network faults and a Byzantine client as [`FaultPlan::draw`]
+    /// draws them, and instead of crash and partition episodes, the correct replicas recovering
+    /// proactively one after another (every 150 to 350 ms, shuffled), each with its stored
+    /// checkpoint rewritten by an attacker with probability `damage` (the replica was
+    /// compromised: the recovery must repair it). A recovering replica is faulty until it has
+    /// recovered, so it spends one fault of the budget: Byzantine replicas (half the time) only
+    /// where `u` leaves room beside it (`u > r`, up to `u - 1` of them). Without `faulty`,
+    /// nothing else goes wrong (the sabotage run).
+    pub fn draw_recovering(rng: &mut ChaCha8Rng, shape: PlanShape, damage: f64, faulty: bool) -> FaultPlan {
+        let room = shape.u.saturating_sub(1).min(shape.r);
+        let mut plan = if faulty {
+            FaultPlan::draw_with(rng, shape, 1, |rng, shape| {
+                if room > 0 && rng.random_bool(0.5) {
+                    let mut out = draw_byzantine(rng, shape);
+                    while out.len() > room {
+                        out.pop_last();
+                    }
+                    out
+                } else {
+                    BTreeMap::new()
+                }
+            })
+        } else {
+            FaultPlan::quiet(shape)
+        };
+        let mut order: Vec<u32> = (0..shape.n_replicas as u32)
+            .filter(|r| !plan.byzantine.contains_key(r))
+            .collect();
+        order.shuffle(rng);
+        let mut steps = Vec::new();
+        let mut t: Time = rng.random_range(100_000..300_000);
+        for replica in order {
+            if t + 100_000 >= shape.heal_at {
+                break;
+            }
+            let damage = rng.random_bool(damage);
+            steps.push((t, FaultStep::Recover { replica, damage }));
+            t += rng.random_range(150_000..350_000);
+        }
+        plan.steps = steps;
         plan
     }
 

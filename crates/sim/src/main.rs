@@ -59,10 +59,19 @@ struct Args {
     /// ms of virtual time and retires the previous ones 80 ms later, through every fault.
     #[arg(long)]
     key_refresh: bool,
+    /// Proactive recovery: the correct replicas recover one after another during the fault
+    /// phase (restart, new key, recovery point from their peers, state checked against a
+    /// certified checkpoint), half of them after an attacker rewrote their stored checkpoint.
+    #[arg(long, conflicts_with_all = ["mutate", "twins"])]
+    recovery: bool,
     /// Prints every named Byzantine behaviour (replicas', then the client's), one per line, and
     /// exits.
     #[arg(long)]
     list_behaviours: bool,
+    /// With each seed, print every stage's counters at the end of the run whose name contains
+    /// this text (`all` for every counter): what a failing seed's members were doing.
+    #[arg(long, value_name = "TEXT")]
+    stage_stats: Option<String>,
     /// The throughput-under-attack checker: each seed runs with this one attack (a behaviour of
     /// --list-behaviours, or `all` for each in turn) and nothing else, and again without it; the
     /// attacked run must complete at least 90% of the other's operations.
@@ -268,9 +277,22 @@ fn main() {
         opts.mutate = args.mutate;
         opts.twins = args.twins;
         opts.key_refresh = args.key_refresh;
+        opts.recovery = args.recovery;
         opts.defences = defences;
         opts.service = upright_sim::ServiceKind::parse(&args.service).expect("clap checked the name");
         let report = upright_sim::run(opts.clone());
+        if let Some(filter) = &args.stage_stats {
+            for (who, counters) in &report.stage_stats {
+                let shown: Vec<String> = counters
+                    .iter()
+                    .filter(|(name, _)| filter == "all" || name.contains(filter.as_str()))
+                    .map(|(name, value)| format!("{name}={value}"))
+                    .collect();
+                if !shown.is_empty() {
+                    println!("seed {seed}: {who:?}: {}", shown.join(" "));
+                }
+            }
+        }
         if args.verbose {
             println!(
                 "seed {seed}: {} operations, {} ms virtual, faults {:?}",

@@ -38,11 +38,15 @@ pub enum SabotageMode {
     /// (`Sabotage::CountProposalsTwice`): a mutating primary (`--mutate`), which now and then
     /// sends an altered PRE-PREPARE beside the honest one, is counted twice.
     CountProposalsTwice,
+    /// A recovering execution member keeps trusting its stored state
+    /// (`Sabotage::SkipRecoveryCheck`); the plan recovers every replica in turn, each after an
+    /// attacker rewrote its stored checkpoint (`--recovery`).
+    SkipRecoveryCheck,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 11] = [
+    pub const ALL: [SabotageMode; 12] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -54,6 +58,7 @@ impl SabotageMode {
         SabotageMode::LyingDisk,
         SabotageMode::UnorderedEvents,
         SabotageMode::CountProposalsTwice,
+        SabotageMode::SkipRecoveryCheck,
     ];
 
     /// Its command-line name.
@@ -70,6 +75,7 @@ impl SabotageMode {
             SabotageMode::LyingDisk => "lying-disk",
             SabotageMode::UnorderedEvents => "unordered-events",
             SabotageMode::CountProposalsTwice => "count-proposals-twice",
+            SabotageMode::SkipRecoveryCheck => "skip-recovery-check",
         }
     }
 
@@ -91,6 +97,7 @@ impl SabotageMode {
             SabotageMode::CorruptService | SabotageMode::LyingDisk | SabotageMode::UnorderedEvents => None,
             SabotageMode::UncheckedPages => Some(Sabotage::UncheckedPages),
             SabotageMode::CountProposalsTwice => Some(Sabotage::CountProposalsTwice),
+            SabotageMode::SkipRecoveryCheck => Some(Sabotage::SkipRecoveryCheck),
         }
     }
 }
@@ -147,6 +154,10 @@ pub struct SimOptions {
     /// Key refresh (`knobs.key_refresh_us`): every process refreshes its receive keys every
     /// 200-350 ms of virtual time and retires the previous ones 80 ms later.
     pub key_refresh: bool,
+    /// Proactive recovery: the correct replicas recover one after another during the fault
+    /// phase (restart, new key, estimation, state check), half of them after an attacker
+    /// rewrote their stored checkpoint ([`crate::faults::FaultPlan::draw_recovering`]).
+    pub recovery: bool,
 }
 
 impl SimOptions {
@@ -173,6 +184,7 @@ impl SimOptions {
             state_chunk_bytes: 256,
             peer_cut_off: false,
             key_refresh: false,
+            recovery: false,
         }
     }
 
@@ -235,6 +247,9 @@ impl SimOptions {
         }
         if self.key_refresh {
             cmd.push_str(" --key-refresh");
+        }
+        if self.recovery {
+            cmd.push_str(" --recovery");
         }
         if let Some(attack) = self.attack {
             // The attack's own workload comes with it.

@@ -57,6 +57,11 @@ pub struct Tallies {
     /// Key refreshes (NEW-KEYs started) of the replicas up at the end (since their last start)
     /// and the clients (`--key-refresh` only).
     pub keys_refreshed: u64,
+    /// Replicas that began a proactive recovery (`--recovery`), and those that completed it
+    /// (order member at its recovery point, execution member's state checked).
+    pub recoveries: u64,
+    /// See `recoveries`.
+    pub recoveries_completed: u64,
     /// Model operations the correct clients completed.
     pub ops_completed: u64,
 }
@@ -76,6 +81,8 @@ impl Tallies {
         self.watch_events += other.watch_events;
         self.version_conflicts += other.version_conflicts;
         self.keys_refreshed += other.keys_refreshed;
+        self.recoveries += other.recoveries;
+        self.recoveries_completed += other.recoveries_completed;
         self.ops_completed += other.ops_completed;
     }
 
@@ -103,6 +110,12 @@ impl Tallies {
         }
         if self.keys_refreshed > 0 {
             line.push_str(&format!(", keys_refreshed: {}", self.keys_refreshed));
+        }
+        if self.recoveries > 0 {
+            line.push_str(&format!(
+                ", recoveries: {}, recoveries_completed: {}",
+                self.recoveries, self.recoveries_completed
+            ));
         }
         line.push_str(&format!(", ops_completed: {}", self.ops_completed));
         line

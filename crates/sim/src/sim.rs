@@ -150,7 +150,13 @@ pub struct Sim<P: Protocol> {
     events: u64,
     ops_completed: u64,
     ops_by_client: Vec<u64>,
+    /// Replica processes that began a proactive recovery (`--recovery`).
+    recovering: std::collections::BTreeSet<usize>,
 }
+
+/// How long a planned proactive recovery waits while another one is in progress before it looks
+/// again.
+const RECOVERY_WAIT_US: Time = 50_000;
 
 fn principal_bytes(p: Principal) -> [u8; 5] {
     let (tag, id) = match p {
@@ -297,6 +303,7 @@ impl<P: Protocol> Sim<P> {
             events: 0,
             ops_completed: 0,
             ops_by_client: vec![0; opts.clients as usize],
+            recovering: Default::default(),
             byzantine,
             unflushed: BTreeMap::new(),
             busy_until: vec![0; processes.len()],
@@ -339,6 +346,9 @@ impl<P: Protocol> Sim<P> {
             // The fault generator asked for comes first, sabotage or not.
             _ if opts.twins => FaultPlan::draw_twins(rng, shape),
             _ if opts.mutate => FaultPlan::draw_mutating(rng, shape),
+            // Every replica recovers after an attacker rewrote its stored checkpoint.
+            Some(SabotageMode::SkipRecoveryCheck) => FaultPlan::draw_recovering(rng, shape, 1.0, false),
+            _ if opts.recovery => FaultPlan::draw_recovering(rng, shape, 0.5, true),
             Some(SabotageMode::LyingDisk) => {
                 // A quiet run but for one power loss in the middle of the workload.
                 let mut plan = FaultPlan::quiet(shape);
@@ -363,6 +373,7 @@ impl<P: Protocol> Sim<P> {
                             | SabotageMode::LyingDisk
                             | SabotageMode::UnorderedEvents
                             | SabotageMode::CountProposalsTwice
+                            | SabotageMode::SkipRecoveryCheck
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -378,7 +389,8 @@ impl<P: Protocol> Sim<P> {
                     | SabotageMode::UncheckedPages
                     | SabotageMode::LyingDisk
                     | SabotageMode::UnorderedEvents
-                    | SabotageMode::CountProposalsTwice => {
+                    | SabotageMode::CountProposalsTwice
+                    | SabotageMode::SkipRecoveryCheck => {
                         unreachable!("guarded above")
                     }
                 };
@@ -393,7 +405,7 @@ impl<P: Protocol> Sim<P> {
         self.start();
         let limit = self.opts.workload_us.max(self.opts.heal_at()) + liveness::PROGRESS_BOUND_US;
         while let Some(t) = self.queue.peek_time() {
-            if t > limit || !self.errors.is_empty() || self.all_finished() {
+            if t > limit || !self.errors.is_empty() || (self.all_finished() && self.recoveries_done()) {
                 break;
             }
             let (t, event) = self.queue.pop().expect("peeked");
@@ -410,6 +422,18 @@ impl<P: Protocol> Sim<P> {
 
     fn all_finished(&self) -> bool {
         self.correct_clients.iter().all(|&c| self.workload.finished(c))
+    }
+
+    /// The replicas that began a proactive recovery and have completed it.
+    fn recoveries_completed(&self) -> usize {
+        self.recovering
+            .iter()
+            .filter(|&&r| self.replicas[r].host.as_ref().is_some_and(|h| h.recovery_complete()))
+            .count()
+    }
+
+    fn recoveries_done(&self) -> bool {
+        self.recoveries_completed() == self.recovering.len()
     }
 
     fn start(&mut self) {
@@ -653,6 +677,77 @@ impl<P: Protocol> Sim<P> {
                 self.network.partition = Some(list.into_iter().collect());
             }
             FaultStep::Heal => self.network.partition = None,
+            // One recovery at a time (staggered, as the runtime's schedule does): a replica
+            // recovering is faulty until it has recovered.
+            FaultStep::Recover { .. } if !self.recoveries_done() => {
+                if self.now + RECOVERY_WAIT_US < self.opts.heal_at() {
+                    self.push(self.now + RECOVERY_WAIT_US, Event::Fault(i));
+                }
+            }
+            FaultStep::Recover { replica, damage } => self.recover(replica as usize, damage),
+        }
+    }
+
+    /// Proactive recovery of replica process `r` (a correct one that is up): it restarts from
+    /// its synced storage, which an attacker rewrote first if `damage`, and recovers.
+    fn recover(&mut self, r: usize, damage: bool) {
+        if !self.replicas[r].up() {
+            return;
+        }
+        self.counts.bump("recovery");
+        self.crash(r);
+        if damage && self.damage_stored_checkpoint(r) {
+            self.counts.bump("recovery_damage");
+        }
+        self.restart_as(r, true);
+        self.recovering.insert(r);
+    }
+
+    /// Rewrites the newest stored checkpoint of replica process `r`'s execution member (it is
+    /// down) so that it verifies on its own but holds another state: the service's state after
+    /// one more write nobody ordered (or, for a service that ignores that write, a cached reply
+    /// changed). Returns whether there was one to rewrite.
+    fn damage_stored_checkpoint(&mut self, r: usize) -> bool {
+        use upright_core::exec::checkpoint::{tampered_record, CHECKPOINT_KEY_PREFIX};
+        let chunk_bytes = self.config.knobs.state_chunk_bytes;
+        let service = self.opts.service;
+        let Some((_, log)) = self.replicas[r].disk.iter_mut().find(|(k, _)| *k == StageKind::Exec) else {
+            return false;
+        };
+        let storage = log.durable_mut();
+        let newest = storage
+            .range(CHECKPOINT_KEY_PREFIX.to_string()..)
+            .take_while(|(k, _)| k.starts_with(CHECKPOINT_KEY_PREFIX))
+            .filter_map(|(k, v)| {
+                Some((
+                    k[CHECKPOINT_KEY_PREFIX.len()..].parse::<u64>().ok()?,
+                    k.clone(),
+                    v.clone(),
+                ))
+            })
+            .max_by_key(|(seqno, _, _)| *seqno);
+        let Some((seqno, key, record)) = newest else {
+            return false;
+        };
+        let tampered = tampered_record(upright_core::ids::SeqNo(seqno), &record, chunk_bytes, |cp| {
+            let before = cp.service.clone();
+            cp.service = crate::service::tampered_state(service, &cp.service, cp.seqno, cp.time_us);
+            if cp.service == before {
+                let Some(reply) = cp.replies.first_mut() else {
+                    return false;
+                };
+                let mut bytes = reply.2.to_vec();
+                bytes.push(b'!');
+                reply.2 = bytes.into();
+            }
+            true
+        });
+        match tampered {
+            Some(record) => {
+                storage.insert(key, record);
+                true
+            }
+            None => false,
         }
     }
 
@@ -692,6 +787,11 @@ impl<P: Protocol> Sim<P> {
     }
 
     fn restart(&mut self, r: usize) {
+        self.restart_as(r, false);
+    }
+
+    /// Restarts replica process `r`; `recovering`: for a proactive recovery.
+    fn restart_as(&mut self, r: usize, recovering: bool) {
         let id = ReplicaId(self.replicas[r].id);
         let mut disk = std::mem::take(&mut self.replicas[r].disk);
         let mut members = Vec::new();
@@ -718,7 +818,11 @@ impl<P: Protocol> Sim<P> {
         let mut host = Host::new(id, members);
         host.keep_notes();
         self.replicas[r].host = Some(host);
-        self.with_host(r, |host, local, _| host.start(local));
+        if recovering {
+            self.with_host(r, |host, local, _| host.start_recovering(local));
+        } else {
+            self.with_host(r, |host, local, _| host.start(local));
+        }
         self.flush_replica(r as u32);
     }
 
@@ -1176,6 +1280,14 @@ impl<P: Protocol> Sim<P> {
         if self.errors.is_empty() {
             // A run stopped by a panic cannot make progress; the panic is the finding.
             violations.extend(liveness::check(history, &self.correct_clients, self.opts.heal_at()));
+            for &r in &self.recovering {
+                if !self.replicas[r].host.as_ref().is_some_and(|h| h.recovery_complete()) {
+                    violations.push(format!(
+                        "liveness: replica {}'s proactive recovery did not complete by the end of the run",
+                        self.replicas[r].id
+                    ));
+                }
+            }
         }
         let mut stage_stats: Vec<_> = self
             .replicas
@@ -1213,6 +1325,8 @@ impl<P: Protocol> Sim<P> {
             watch_events: self.zk.as_ref().map_or(0, |zk| zk.watch_events),
             version_conflicts: self.fs.as_ref().map_or(0, |fs| fs.conflicts),
             keys_refreshed: stat_total("keys_refreshed"),
+            recoveries: self.recovering.len() as u64,
+            recoveries_completed: self.recoveries_completed() as u64,
             ops_completed: self.ops_completed,
         };
         SimReport {

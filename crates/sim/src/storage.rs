@@ -42,6 +42,12 @@ impl SimLog {
     pub fn durable(&self) -> &Storage {
         &self.durable
     }
+
+    /// The durable content, for an attacker who controls the replica to rewrite (the
+    /// proactive-recovery faults).
+    pub fn durable_mut(&mut self) -> &mut Storage {
+        &mut self.durable
+    }
 }
 
 impl Log for SimLog {

@@ -170,3 +170,11 @@ fn counting_the_primarys_proposals_twice_is_caught_by_mutation_only() {
         assert_eq!(result.summary.violations, 0, "{name}: {}", result.describe_failures(1));
     }
 }
+
+/// Proactive recovery that skips the state check: every replica recovers after an attacker
+/// rewrote its stored checkpoint, and its execution member executes on that state; the
+/// agreement checker sees the correct members' checkpoints differ.
+#[test]
+fn skip_recovery_check_is_caught() {
+    caught(SabotageMode::SkipRecoveryCheck);
+}

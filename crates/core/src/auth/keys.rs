@@ -59,6 +59,17 @@ impl AuthStage {
         }
     }
 
+    /// Proactive recovery: a new key epoch at once (announced to every replica and client, who
+    /// answer with theirs), whether or not refresh is periodic; the previous epoch's keys, which
+    /// whoever controlled this process before may know, are refused after the overlap.
+    pub(super) fn recover_keys(&mut self, now: Time, out: &mut Vec<Action>) {
+        self.stats.bump("recovery_new_key");
+        // With periodic refresh, `Input::Start` has just begun this start's epoch.
+        if self.config.knobs.key_refresh_us == 0 {
+            self.refresh_keys(now, true, out);
+        }
+    }
+
     /// The AuthTick part of key refresh: retire, refresh when due.
     pub(super) fn key_tick(&mut self, now: Time, out: &mut Vec<Action>) {
         let (retired, refresh) = self.key_schedule.schedule.tick(&self.keys, now);
@@ -82,8 +93,11 @@ impl AuthStage {
             .filter(|r| *r != me && self.keys.peer_epoch(crate::ids::Process::Replica(*r)) == 0)
             .map(Principal::Auth)
             .collect();
+        // Without periodic refresh peers announce nothing to answer with: a recovery's hello
+        // is sent once.
+        let periodic = self.config.knobs.key_refresh_us > 0;
         match self.keys.announcement() {
-            Some(ours) if !unknown.is_empty() => {
+            Some(ours) if periodic && !unknown.is_empty() => {
                 self.stats.bump("new_key_hello_again");
                 self.send_new_key(ours, true, unknown, out);
                 self.key_schedule.hello_again_at = Some(now.saturating_add(HELLO_AGAIN_US));

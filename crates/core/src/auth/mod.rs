@@ -359,10 +359,13 @@ impl AuthStage {
     /// One AUTH-REQ carrying `items` to `to`.
     fn send_items(&mut self, mut items: Vec<AuthItem>, to: Vec<Principal>, out: &mut Vec<Action>) {
         self.stats.bump("auth_request_messages");
-        if self.config.knobs.key_refresh_us > 0 {
-            // An item built before our last NEW-KEY reached the order members (a retransmission,
-            // an item sent to the backups later) carries MACs they may have retired by now:
-            // sealed afresh under the keys of now (the order members keep a signer's latest row).
+        let refreshed = self.config.knobs.key_refresh_us > 0
+            || ClusterConfig::order_members(&self.quorums).any(|p| self.keys.peer_epoch(p.process()) > 0);
+        if refreshed {
+            // An item built before an order member's last NEW-KEY reached us (a retransmission,
+            // an item sent to the backups later) carries MACs it may have retired by now (it
+            // refreshes its keys, or recovered proactively): sealed afresh under the keys of
+            // now (the order members keep a signer's latest row).
             let members = ClusterConfig::order_members(&self.quorums);
             let fresh = self
                 .keys
@@ -671,6 +674,10 @@ impl Stage for AuthStage {
             Input::Message(envelope) => envelope,
             Input::Timer(Timer::AuthTick) => return self.on_tick(now, out),
             Input::Start => return self.start_keys(now, out),
+            Input::Recover => {
+                self.start_keys(now, out);
+                return self.recover_keys(now, out);
+            }
             _ => return,
         };
         match &envelope.message {

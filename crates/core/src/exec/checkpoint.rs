@@ -137,6 +137,24 @@ fn verify_record(seqno: SeqNo, record: &[u8], chunk_bytes: usize) -> Option<(Sto
     (checkpoint.seqno == seqno).then_some((stored, checkpoint))
 }
 
+/// What an attacker who controlled a replica can leave in its storage (the simulator's
+/// proactive-recovery faults): the stored checkpoint `record` of `seqno` with its state changed
+/// by `tamper` and its digests made to match, so that it verifies on its own. `None` if the
+/// record does not verify or `tamper` declines (returns `false`).
+pub fn tampered_record(
+    seqno: SeqNo,
+    record: &[u8],
+    chunk_bytes: usize,
+    tamper: impl FnOnce(&mut ExecCheckpoint) -> bool,
+) -> Option<Bytes> {
+    let (_, mut checkpoint) = verify_record(seqno, record, chunk_bytes)?;
+    if !tamper(&mut checkpoint) {
+        return None;
+    }
+    let blob = Bytes::from(codec::to_bytes(&checkpoint));
+    Some(StoredCheckpoint::new(seqno, blob, chunk_bytes).record())
+}
+
 /// The newest checkpoints (at most [`CHECKPOINTS_KEPT`]) and every checkpoint key in storage.
 #[derive(Default)]
 pub(crate) struct CheckpointStore {
@@ -162,6 +180,12 @@ impl CheckpointStore {
             self.on_disk.remove(seqno);
         }
         stale
+    }
+
+    /// Keeps no checkpoint to serve (a recovery distrusts them; their storage records are
+    /// deleted when the next checkpoint is kept).
+    pub(super) fn forget_kept(&mut self) {
+        self.kept.clear();
     }
 
     /// The newest kept checkpoint.

@@ -339,6 +339,11 @@ impl ExecStage {
     /// RETRANSMIT from an order member: resend the cached reply in full (once per client per
     /// `exec_retry_us`, as every order member forwards the same retransmission).
     pub(super) fn on_retransmit(&mut self, now: Time, client: ClientId, request_id: RequestId, out: &mut Vec<Action>) {
+        if self.distrusted {
+            // The cached replies are the distrusted state's.
+            self.stats.bump("retransmit_state_distrusted");
+            return;
+        }
         if self.replies.get(client).map(|c| c.request_id) != Some(request_id) {
             self.stats.bump("retransmit_not_cached");
             return;

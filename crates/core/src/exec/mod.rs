@@ -18,6 +18,7 @@ pub mod fetch;
 pub mod paged;
 pub mod pushes;
 mod read_only;
+mod recovery;
 pub mod reply_cache;
 mod state_transfer;
 #[cfg(test)]
@@ -97,6 +98,9 @@ pub struct ExecStage {
     pushes: PushLog,
     /// A paged service's page tree (`None` for a service without pages).
     paged: Option<paged::PagedState>,
+    /// A proactive recovery distrusts the stored state until a certified checkpoint is
+    /// installed (`recovery.rs`).
+    distrusted: bool,
 }
 
 impl ExecStage {
@@ -154,6 +158,7 @@ impl ExecStage {
             read_only_nonces: ReadOnlyNonces::default(),
             pushes: PushLog::default(),
             paged: None,
+            distrusted: false,
             wake_reported: None,
             config,
         };
@@ -190,7 +195,7 @@ impl ExecStage {
     /// LAST-EXEC to every order member.
     fn send_last_executed(&mut self, out: &mut Vec<Action>) {
         self.stats.bump("last_executed_sent");
-        let message = contract::last_executed(self.last_executed);
+        let message = contract::last_executed(self.reported_last_executed());
         self.send_each(ClusterConfig::order_members(&self.q), &message, out);
     }
 
@@ -370,7 +375,10 @@ impl Stage for ExecStage {
 
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
         match input {
-            Input::Start => {
+            Input::Start | Input::Recover => {
+                if matches!(input, Input::Recover) {
+                    self.begin_recovery();
+                }
                 self.send_last_executed(out);
                 self.report_wake(false, out);
                 self.set_retry_timer(now, out);

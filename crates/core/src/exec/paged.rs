@@ -273,7 +273,7 @@ impl ExecStage {
     /// transfer until a checkpoint or a completed transfer): the state is no batch's, so nothing
     /// is executed, read or served from it.
     pub(super) fn state_is_partial(&self) -> bool {
-        self.paged.as_ref().is_some_and(|p| p.diverged)
+        self.distrusted || self.paged.as_ref().is_some_and(|p| p.diverged)
     }
 
     /// The small part of a transfer arrived: bring the pages to its tree, or finish at once.

@@ -140,6 +140,10 @@ impl ExecStage {
         if !self.seal_ok(envelope, out) {
             return;
         }
+        if self.distrusted {
+            // The kept pushes are the distrusted state's.
+            return self.stats.bump("push_resume_state_distrusted");
+        }
         match self.pushes.resume(client, next) {
             Resume::Pushes(pushes) => {
                 self.stats.bump("push_resume_resent");

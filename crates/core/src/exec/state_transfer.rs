@@ -70,7 +70,8 @@ fn manifest_digest(seqno: SeqNo, total_bytes: u64, chunk_digests: &[Digest], chu
 
 impl ExecStage {
     pub(super) fn on_load_checkpoint(&mut self, from: ReplicaId, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
-        if seqno <= self.last_executed {
+        // A recovering member takes the certified checkpoint of its own stored one too.
+        if seqno < self.last_executed || (seqno == self.last_executed && !self.distrusted) {
             self.stats.bump("load_checkpoint_old");
             return;
         }
@@ -339,6 +340,7 @@ impl ExecStage {
             stored.blob.len() as u64 + checkpoint.page_bytes,
         );
         self.install_checkpoint(stored, out);
+        self.state_checked();
         self.batches.prune_through(t.seqno);
         self.fetcher.prune_through(t.seqno);
         self.load_votes.prune_through(t.seqno);

@@ -65,6 +65,20 @@ pub enum PbftMessage {
         /// The view whose primary is suspected.
         view: View,
     },
+    /// QUERY-STABLE (PBFT thesis 4.3.2, estimation): a member in proactive recovery asks for
+    /// each peer's stable checkpoint (`order/recovery.rs`). MAC per recipient.
+    QueryStable {
+        /// Fresh per recovery, echoed in the answer (an old answer does not count).
+        nonce: u64,
+    },
+    /// REPLY-STABLE: the sender's latest stable checkpoint certificate (`None`: none yet),
+    /// answering the QUERY-STABLE with `nonce`. MAC.
+    ReplyStable {
+        /// The query's nonce.
+        nonce: u64,
+        /// The certificate (checked by the receiver).
+        stable: Option<StableCheckpoint>,
+    },
 }
 
 impl PbftMessage {

@@ -146,8 +146,16 @@ impl OrderStage {
         }
         let p = self.projection(n);
         let wake = self.wakes.due(p.max_time, self.q.small());
-        let due = p.max_time.saturating_add(interval).min(wake.unwrap_or(u64::MAX));
+        let spacing = self.heartbeat_spacing(n);
+        let due = p.max_time.saturating_add(spacing).min(wake.unwrap_or(u64::MAX));
         if now < due {
+            if spacing < interval {
+                // Helping a recovery along: the next heartbeat at its time, not at the tick.
+                out.push(Action::SetTimer {
+                    timer: Timer::Pbft(PbftTimer::Wake),
+                    at: due,
+                });
+            }
             return;
         }
         if wake.is_some_and(|at| now >= at) {
@@ -283,7 +291,8 @@ impl OrderStage {
                 .wakes
                 .due(p.max_time, self.q.small())
                 .is_some_and(|at| batch.time_us >= at);
-            if !woken && batch.time_us < p.max_time.saturating_add(interval / 2) {
+            let spacing = self.heartbeat_spacing(seqno);
+            if !woken && batch.time_us < p.max_time.saturating_add(spacing / 2) {
                 return Err("drop_heartbeat_too_soon");
             }
         }

@@ -19,6 +19,7 @@ pub(crate) mod log;
 pub mod monitor;
 pub(crate) mod persist;
 mod projection;
+mod recovery;
 pub(crate) mod request_pool;
 pub mod view_change;
 
@@ -188,6 +189,13 @@ pub struct OrderStage {
     record_start: bool,
     /// A backup's watch on the primary (Aardvark; `monitor.rs`).
     monitor: monitor::Monitor,
+    /// A proactive recovery in progress or done since start (`recovery.rs`).
+    recovery: Option<recovery::Recovery>,
+    /// When each peer was last answered a QUERY-STABLE (at most once per tick each).
+    stable_answered: BTreeMap<ReplicaId, Time>,
+    /// Heartbeats are sped up through this sequence number, for a member's recovery
+    /// (`recovery::RECOVERY_HEARTBEAT_US`).
+    assist_through: SeqNo,
 }
 
 impl OrderStage {
@@ -243,6 +251,9 @@ impl OrderStage {
             abstain_through: (recovered.view_found && !recovered.view.changing).then_some(recovered.view.view),
             record_start: !recovered.view_found,
             monitor: monitor::Monitor::default(),
+            recovery: None,
+            stable_answered: BTreeMap::new(),
+            assist_through: SeqNo(0),
         };
         if let Some(stable) = recovered.stable {
             stage.reset_to_checkpoint(stable);
@@ -451,6 +462,12 @@ impl OrderStage {
             (Message::Pbft(PbftMessage::Suspect { view }), Principal::Order(from)) => {
                 self.on_suspect(now, from, *view, out)
             }
+            (Message::Pbft(PbftMessage::QueryStable { nonce }), Principal::Order(from)) => {
+                self.on_query_stable(now, from, *nonce, out)
+            }
+            (Message::Pbft(PbftMessage::ReplyStable { nonce, stable }), Principal::Order(from)) => {
+                self.on_reply_stable(now, from, *nonce, stable, out)
+            }
             _ => self.stats.bump("drop_wrong_sender_or_kind"),
         }
     }
@@ -461,6 +478,7 @@ impl OrderStage {
             at: now + self.tick_period(),
         });
         self.helped.clear();
+        self.query_stable(out);
         self.send_owed_next_batches(now, SeqNo(u64::MAX), out);
         self.check_quiet_prepares(now, out);
         if self.changing {
@@ -479,7 +497,11 @@ impl OrderStage {
     /// view-change timer.
     fn after_input(&mut self, now: Time, out: &mut Vec<Action>) {
         self.propose(now, false, out);
+        if self.assisting() {
+            self.propose_heartbeat(now, out);
+        }
         self.update_view_change_timer(now, out);
+        self.check_recovery_complete();
     }
 }
 
@@ -517,7 +539,7 @@ impl Stage for OrderStage {
 
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
         match input {
-            Input::Start => {
+            Input::Start | Input::Recover => {
                 if mem::take(&mut self.record_start) {
                     persist_view(out, self.view, self.changing);
                 }
@@ -532,6 +554,9 @@ impl Stage for OrderStage {
                 }
                 self.hint_primary(out);
                 self.tell_auth_last_ordered(out);
+                if matches!(input, Input::Recover) {
+                    self.begin_recovery(now, out);
+                }
             }
             Input::Message(envelope) => self.on_message(now, &envelope, out),
             Input::Timer(Timer::Pbft(PbftTimer::OrderTick)) => self.on_tick(now, out),

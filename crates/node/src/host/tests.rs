@@ -36,7 +36,7 @@ impl Stage for Fake {
     }
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
         match input {
-            Input::Start => out.push(Action::SetTimer {
+            Input::Start | Input::Recover => out.push(Action::SetTimer {
                 timer: Timer::Pbft(PbftTimer::OrderTick),
                 at: 10,
             }),
