@@ -145,6 +145,7 @@ pub fn start_local_cluster_with(
         unix_dir: (transport == Transport::Unix && unix_paths_fit(dir)).then(|| dir.to_path_buf()),
         metrics_host: Default::default(),
         metrics_token: false,
+        recovery_interval_secs: 0,
     };
     files::init_cluster(&plan, dir)?;
     let exe = std::env::current_exe().map_err(|e| FileError(format!("cannot find own executable: {e}")))?;

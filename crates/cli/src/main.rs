@@ -90,6 +90,11 @@ enum Command {
         /// keys stay in use. Written to cluster.toml as `key_refresh_us`.
         #[arg(long, default_value_t = 0)]
         key_refresh_secs: u64,
+        /// Proactive recovery (PBFT's watchdog period T_w): every replica recovers once this
+        /// often, replica i at i * T_w / n into each period (at least 10 s per replica). 0: only
+        /// when told (`upright recover`). Written to cluster.toml as `recovery_interval_secs`.
+        #[arg(long, default_value_t = 0)]
+        recovery_interval_secs: u64,
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
@@ -125,6 +130,24 @@ enum Command {
         /// Cluster config.
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Proactive recovery of one replica (docs/OPERATING.md): it restarts from the binary on
+    /// disk with nothing of its memory, starts a new key epoch, estimates its recovery point
+    /// from its peers, checks its state against a certified checkpoint (fetching what differs)
+    /// and rejoins while the others serve. Waits until it has recovered, showing progress.
+    Recover {
+        /// Cluster config.
+        #[arg(long)]
+        config: PathBuf,
+        /// Replica id.
+        #[arg(long)]
+        id: u32,
+        /// Give up waiting after this many seconds (the recovery itself goes on).
+        #[arg(long, default_value_t = 300)]
+        timeout_secs: u64,
+        /// Only ask; do not wait for the recovery to complete.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Key-value operations against a running cluster.
     Kv {
@@ -309,13 +332,14 @@ fn main() -> ExitCode {
             metrics_host,
             metrics_token,
             key_refresh_secs,
+            recovery_interval_secs,
             out,
         } => init(
             (replicas, u, r),
             hosts,
             clients,
             name,
-            (base_port, key_refresh_secs),
+            (base_port, key_refresh_secs, recovery_interval_secs),
             (metrics_host, metrics_token),
             &out,
         ),
@@ -328,6 +352,12 @@ fn main() -> ExitCode {
             object_bytes,
         } => replica(&config, id, key, &service, (objects, object_bytes as usize)),
         Command::Status { config } => runtime().block_on(status(&config)),
+        Command::Recover {
+            config,
+            id,
+            timeout_secs,
+            no_wait,
+        } => runtime().block_on(recover(&config, id, timeout_secs, !no_wait)),
         Command::Kv { client, args } => runtime().block_on(kv(&client, &args)),
         Command::Redis {
             client,
@@ -485,7 +515,7 @@ fn init(
     hosts: Vec<String>,
     clients: u32,
     name: String,
-    (base_port, key_refresh_secs): (u16, u64),
+    (base_port, key_refresh_secs, recovery_interval_secs): (u16, u64, u64),
     (metrics_host, metrics_token): (Option<String>, bool),
     out: &Path,
 ) -> Result<ExitCode, FileError> {
@@ -520,6 +550,7 @@ fn init(
             .map(files::MetricsHost::parse)
             .unwrap_or_default(),
         metrics_token,
+        recovery_interval_secs,
     };
     let cluster = files::init_cluster(&plan, out)?;
     println!(
@@ -629,7 +660,7 @@ fn replica(
     // The replica runs as a spawned task, not as the `block_on` future itself: waking that future
     // from another task (a connection's reader, every message) goes through the runtime's
     // driver (an eventfd write and one more `epoll_wait`); waking a task is a queue push.
-    single_thread_runtime().block_on(async move {
+    let ended = single_thread_runtime().block_on(async move {
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
@@ -637,6 +668,14 @@ fn replica(
             .await
             .map_err(|e| FileError(format!("the replica task failed: {e}")))?
     })?;
+    if ended == upright_node::replica::Ended::Recover {
+        // Proactive recovery: nothing of this process's memory survives; the fresh process
+        // finds the marker and recovers (upright_node::recovery).
+        let e = upright_node::recovery::exec_fresh();
+        return Err(FileError(format!(
+            "proactive recovery: cannot restart the replica: {e}"
+        )));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -674,6 +713,89 @@ async fn status(config: &Path) -> Result<ExitCode, FileError> {
     }
     println!("{up} of {} replicas answered", cluster.file.replicas.len());
     Ok(ExitCode::SUCCESS)
+}
+
+/// `upright recover`: asks replica `id` to recover and (with `wait`) follows its status until
+/// the recovery it started has completed.
+async fn recover(config: &Path, id: u32, timeout_secs: u64, wait: bool) -> Result<ExitCode, FileError> {
+    use upright_node::metrics::{http_get, http_request, parse_key_values};
+    let cluster = Cluster::load(config)?;
+    let entry = cluster.file.replica(id)?;
+    let addr = files::resolve(&entry.metrics_addr)?;
+    let token = cluster.metrics_token()?;
+    let unreachable = |e: std::io::Error| {
+        FileError(format!(
+            "replica {id} does not answer on {} ({e}): is it running?",
+            entry.metrics_addr
+        ))
+    };
+    let before = http_get(addr, "/status", token.as_deref()).await.map_err(unreachable)?;
+    let old_id = parse_key_values(&before)
+        .get("proactive_recovery_id")
+        .cloned()
+        .unwrap_or_default();
+    let (code, line, body) = http_request(addr, "POST", "/recover", token.as_deref())
+        .await
+        .map_err(unreachable)?;
+    match code {
+        202 => println!("replica {id}: recovery requested"),
+        409 => return Err(FileError(format!("replica {id}: {}", body.trim()))),
+        _ => {
+            return Err(FileError(format!(
+                "replica {id} refused the recovery: {line} {}",
+                body.trim()
+            )))
+        }
+    }
+    if !wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let started = std::time::Instant::now();
+    let deadline = started + std::time::Duration::from_secs(timeout_secs);
+    let mut shown = String::new();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let progress = match http_get(addr, "/status", token.as_deref()).await {
+            Err(_) => "restarting".to_string(),
+            Ok(body) => {
+                let kv = parse_key_values(&body);
+                let g = |k: &str| kv.get(k).cloned().unwrap_or_default();
+                let ours = g("proactive_recovery_id") != old_id;
+                match g("proactive_recovery").as_str() {
+                    "recovered" if ours => {
+                        let millis: f64 = g("proactive_recovery_millis").parse().unwrap_or(0.0);
+                        println!(
+                            "replica {id}: recovered in {:.2} s (recovery point {}; state fetched: {} bytes, {} pages)",
+                            millis / 1e3,
+                            g("proactive_recovery_point"),
+                            g("proactive_recovery_state_bytes"),
+                            g("proactive_recovery_state_pages")
+                        );
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    "recovering" if ours => {
+                        let point = g("proactive_recovery_point");
+                        let point = if point == "0" { "estimating".to_string() } else { point };
+                        format!(
+                            "recovering (recovery point {point}, stable checkpoint {}, executed {})",
+                            g("stable_checkpoint"),
+                            g("executed")
+                        )
+                    }
+                    _ => "restarting".to_string(),
+                }
+            }
+        };
+        if progress != shown {
+            println!("replica {id}: {progress}");
+            shown = progress;
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(FileError(format!(
+                "replica {id} has not completed its recovery after {timeout_secs} s (last: {shown}); it goes on, see `upright status`"
+            )));
+        }
+    }
 }
 
 async fn kv(client: &Path, args: &[String]) -> Result<ExitCode, FileError> {

@@ -88,6 +88,11 @@ pub struct ClusterFile {
     /// can reach them. Keep the file as secret as the replicas' keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_token_file: Option<String>,
+    /// Proactive recovery's watchdog period `T_w` in seconds (docs/OPERATING.md): every
+    /// replica recovers once per period, replica `i` at `i * T_w / n` into it. 0 (the default):
+    /// replicas recover only when told (`upright recover`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recovery_interval_secs: u64,
     /// Replicas, by id.
     pub replicas: Vec<ReplicaEntry>,
     /// Authorised clients.
@@ -143,9 +148,25 @@ fn default_idle_spin_us() -> u64 {
 /// Largest accepted `idle_spin_us`: spinning longer than this between messages only burns CPU.
 pub const IDLE_SPIN_US_MAX: u64 = 10_000;
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// Shortest proactive-recovery period per replica (`recovery_interval_secs / n`): a recovery
+/// restarts the process and loads state, which takes seconds.
+pub const RECOVERY_SLOT_SECS_MIN: u64 = 10;
+
 impl ClusterFile {
     /// Builds the core configuration and validates it.
     pub fn to_config(&self) -> Result<ClusterConfig, FileError> {
+        let n = self.replicas.len().max(1) as u64;
+        if self.recovery_interval_secs != 0 && self.recovery_interval_secs < RECOVERY_SLOT_SECS_MIN * n {
+            return err(format!(
+                "recovery_interval_secs = {} is too short for {n} replicas: each recovers in its own slot of \
+                 recovery_interval_secs / n, which must be at least {RECOVERY_SLOT_SECS_MIN} s (0 turns the schedule off)",
+                self.recovery_interval_secs
+            ));
+        }
         if self.idle_spin_us > IDLE_SPIN_US_MAX {
             return err(format!(
                 "idle_spin_us = {} is too large (at most {IDLE_SPIN_US_MAX}; 0 turns spinning off)",
@@ -422,6 +443,8 @@ pub struct InitPlan {
     pub metrics_host: MetricsHost,
     /// Whether to write a metrics token (`keys/metrics.token`) that the endpoints then require.
     pub metrics_token: bool,
+    /// Proactive recovery's period `T_w` in seconds (0: only on command).
+    pub recovery_interval_secs: u64,
 }
 
 /// Where the metrics endpoints listen (`upright init --metrics-host`).
@@ -524,6 +547,7 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         idle_spin_us: plan.idle_spin_us,
         knobs: plan.knobs.clone(),
         metrics_token_file: plan.metrics_token.then(|| METRICS_TOKEN_FILE.to_string()),
+        recovery_interval_secs: plan.recovery_interval_secs,
         replicas,
         clients,
     };
@@ -576,6 +600,7 @@ mod tests {
             unix_dir: None,
             metrics_host: Default::default(),
             metrics_token: false,
+            recovery_interval_secs: 0,
         }
     }
 

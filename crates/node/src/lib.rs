@@ -20,6 +20,7 @@ pub mod host;
 pub mod metrics;
 pub mod norep;
 pub mod pages;
+pub mod recovery;
 pub mod replica;
 pub mod spin;
 pub mod storage;

@@ -39,6 +39,31 @@ pub struct Status {
     pub corrupt_recoveries: u64,
     /// `ok`, or `recovering` while a stage that lost its storage has not yet loaded state.
     pub health: String,
+    /// Proactive recovery ([`crate::recovery`]).
+    pub proactive: Proactive,
+    /// Set by `POST /recover`; the event loop takes it.
+    pub recover_requested: bool,
+}
+
+/// What the status says of proactive recovery.
+#[derive(Clone, Debug, Default)]
+pub struct Proactive {
+    /// `none` (no recovery since this process started), `recovering` or `recovered`.
+    pub state: String,
+    /// The recovery's id: when it was asked for (Unix milliseconds); 0 if none.
+    pub id: u64,
+    /// Why: `command` or `schedule`.
+    pub reason: String,
+    /// Milliseconds from the request to completion (once recovered).
+    pub millis: u64,
+    /// The recovery point `H` the order member estimated (0 until then).
+    pub point: u64,
+    /// Bytes of state the execution member fetched to check and repair its state.
+    pub state_bytes: u64,
+    /// Pages it fetched (paged services).
+    pub state_pages: u64,
+    /// The next scheduled recovery (Unix milliseconds; 0: no schedule).
+    pub next_scheduled_unix_ms: u64,
 }
 
 fn metric_name(s: &str) -> String {
@@ -101,6 +126,22 @@ impl Status {
             "Stages started empty after finding corrupt storage.",
             self.corrupt_recoveries,
         );
+        let pr = &self.proactive;
+        gauge(
+            "proactive_recovering",
+            "1 while a proactive recovery is in progress.",
+            (pr.state == "recovering") as u64,
+        );
+        gauge(
+            "proactive_recovery_millis",
+            "Duration of the last completed proactive recovery.",
+            pr.millis,
+        );
+        gauge(
+            "proactive_recovery_state_bytes",
+            "State bytes the last proactive recovery fetched.",
+            pr.state_bytes,
+        );
         let _ = writeln!(
             o,
             "# HELP upright_outbound_depth Frames waiting per peer.\n# TYPE upright_outbound_depth gauge"
@@ -144,6 +185,16 @@ impl Status {
         let _ = writeln!(o, "exec_checkpoint_digest={}", p.exec_checkpoint_digest);
         let _ = writeln!(o, "state_transfers={}", p.state_loads);
         let _ = writeln!(o, "corrupt_storage_recoveries={}", self.corrupt_recoveries);
+        let pr = &self.proactive;
+        let state = if pr.state.is_empty() { "none" } else { &pr.state };
+        let _ = writeln!(o, "proactive_recovery={state}");
+        let _ = writeln!(o, "proactive_recovery_id={}", pr.id);
+        let _ = writeln!(o, "proactive_recovery_reason={}", pr.reason);
+        let _ = writeln!(o, "proactive_recovery_millis={}", pr.millis);
+        let _ = writeln!(o, "proactive_recovery_point={}", pr.point);
+        let _ = writeln!(o, "proactive_recovery_state_bytes={}", pr.state_bytes);
+        let _ = writeln!(o, "proactive_recovery_state_pages={}", pr.state_pages);
+        let _ = writeln!(o, "proactive_recovery_next_unix_ms={}", pr.next_scheduled_unix_ms);
         for (stage, outcome) in &self.recovery {
             let _ = writeln!(o, "recovery_{stage}={outcome}");
         }
@@ -227,13 +278,25 @@ pub async fn serve_http(listener: TcpListener, status: Arc<Mutex<Status>>, token
                 return;
             }
             let request = String::from_utf8_lossy(&buf);
+            let method = request.split_whitespace().next().unwrap_or("GET");
             let path = request.split_whitespace().nth(1).unwrap_or("/");
             let allowed = token.as_deref().is_none_or(|t| authorized(&request, t));
-            let (code, body) = match path {
+            let (code, body) = match (method, path) {
                 _ if !allowed => ("401 Unauthorized", "a metrics token is required\n".to_string()),
-                "/metrics" => ("200 OK", status.lock().expect("status lock").clone().prometheus()),
-                "/status" | "/" => ("200 OK", status.lock().expect("status lock").clone().key_values()),
-                _ => ("404 Not Found", "not found\n".to_string()),
+                ("POST", "/recover") => {
+                    let mut s = status.lock().expect("status lock");
+                    if s.proactive.state == "recovering" {
+                        ("409 Conflict", format!("recovery {} is in progress\n", s.proactive.id))
+                    } else {
+                        s.recover_requested = true;
+                        ("202 Accepted", "recovery requested\n".to_string())
+                    }
+                }
+                (_, path) => match path {
+                    "/metrics" => ("200 OK", status.lock().expect("status lock").clone().prometheus()),
+                    "/status" | "/" => ("200 OK", status.lock().expect("status lock").clone().key_values()),
+                    _ => ("404 Not Found", "not found\n".to_string()),
+                },
             };
             let challenge = if allowed { "" } else { "WWW-Authenticate: Bearer\r\n" };
             let response = format!(
@@ -248,6 +311,21 @@ pub async fn serve_http(listener: TcpListener, status: Arc<Mutex<Status>>, token
 /// Fetches `path` from a metrics endpoint (used by `upright status` and tests), presenting
 /// `token` if given; a status other than 200 is an error naming it.
 pub async fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> std::io::Result<String> {
+    let (code, status, body) = http_request(addr, "GET", path, token).await?;
+    if code != 200 {
+        return Err(std::io::Error::other(format!("the endpoint answered {status:?}")));
+    }
+    Ok(body)
+}
+
+/// Sends `method path` to a metrics endpoint (`upright recover` POSTs `/recover`), presenting
+/// `token` if given: the status code, the status line and the body.
+pub async fn http_request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> std::io::Result<(u16, String, String)> {
     let mut stream = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
         .await
         .map_err(|_| std::io::Error::other("connect timed out"))??;
@@ -256,7 +334,10 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str
         .unwrap_or_default();
     stream
         .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: upright\r\n{authorization}Connection: close\r\n\r\n").as_bytes(),
+            format!(
+                "{method} {path} HTTP/1.1\r\nHost: upright\r\n{authorization}Content-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
         )
         .await?;
     let mut out = Vec::new();
@@ -266,10 +347,12 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str
     let text = String::from_utf8_lossy(&out).to_string();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head.lines().next().unwrap_or_default();
-    if status.split_whitespace().nth(1) != Some("200") {
-        return Err(std::io::Error::other(format!("the endpoint answered {status:?}")));
-    }
-    Ok(body.to_string())
+    let code = status
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {status:?}")))?;
+    Ok((code, status.to_string(), body.to_string()))
 }
 
 #[cfg(test)]

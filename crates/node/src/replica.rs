@@ -401,8 +401,105 @@ pub fn client_frame_max(cluster: &Cluster) -> usize {
     (cluster.config.knobs.request_bytes_max + (64 << 10)).min(MESSAGE_BYTES_MAX)
 }
 
-/// Runs replica `spec.id` until `shutdown` completes.
-pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) -> Result<(), FileError> {
+/// Why a replica's run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// `shutdown` completed.
+    Shutdown,
+    /// A proactive recovery begins: its marker is written; the caller replaces the process
+    /// ([`crate::recovery::exec_fresh`]).
+    Recover,
+}
+
+/// Proactive recovery as the event loop sees it ([`crate::recovery`]).
+struct RecoveryCtl {
+    /// The replica's data directory (where the marker lives).
+    dir: std::path::PathBuf,
+    id: u32,
+    n: u32,
+    /// The schedule's period `T_w` in milliseconds (0: none).
+    period_ms: u64,
+    next_due_ms: Option<u64>,
+    /// The recovery this process runs, if it started for one.
+    marker: Option<crate::recovery::Marker>,
+    completed: bool,
+}
+
+impl RecoveryCtl {
+    /// Once per status publication: completes a recovery that finished, and begins one that is
+    /// asked for or due (returns `Ended::Recover` once its marker is written).
+    fn poll(&mut self, host: &Host<StageLog>, status: &Mutex<Status>) -> Option<Ended> {
+        use crate::recovery::{next_scheduled, remove_marker, unix_ms, write_marker};
+        let now = unix_ms();
+        let mut s = status.lock().expect("status lock");
+        let stat = |kind: StageKind, name: &str| {
+            host.members()
+                .iter()
+                .find(|m| m.kind == kind)
+                .map_or(0, |m| m.stage.stats().get(name))
+        };
+        if let Some(marker) = self.marker.as_ref().filter(|_| !self.completed) {
+            s.proactive.point = stat(StageKind::Order, "recovery_point");
+            s.proactive.state_bytes = stat(StageKind::Exec, "state_transfer_bytes");
+            s.proactive.state_pages = stat(StageKind::Exec, "state_transfer_pages");
+            if host.recovery_complete() {
+                if let Err(e) = remove_marker(&self.dir) {
+                    tracing::error!(error = %e, "cannot remove the recovery marker; the next start recovers again");
+                }
+                self.completed = true;
+                let millis = now.saturating_sub(marker.started_unix_ms);
+                s.proactive.state = "recovered".into();
+                s.proactive.millis = millis;
+                tracing::info!(
+                    seconds = millis as f64 / 1e3,
+                    recovery_point = s.proactive.point,
+                    state_bytes = s.proactive.state_bytes,
+                    state_pages = s.proactive.state_pages,
+                    "proactive recovery complete: state checked against a certified checkpoint, recovery point stable"
+                );
+                let slot = self.period_ms / u64::from(self.n.max(1));
+                if self.period_ms > 0 && millis > slot {
+                    tracing::warn!(
+                        seconds = millis as f64 / 1e3,
+                        slot_seconds = slot as f64 / 1e3,
+                        "the recovery took longer than this replica's slot of the schedule: the next replica's may overlap it (raise recovery_interval_secs, or look for what slowed it)"
+                    );
+                }
+            }
+        }
+        let due = self.next_due_ms.is_some_and(|at| now >= at);
+        if due {
+            self.next_due_ms = Some(next_scheduled(now, self.period_ms, self.id, self.n));
+            s.proactive.next_scheduled_unix_ms = self.next_due_ms.unwrap_or(0);
+        }
+        let requested = std::mem::take(&mut s.recover_requested);
+        if !(due || requested) {
+            return None;
+        }
+        if self.marker.is_some() && !self.completed {
+            tracing::warn!("a proactive recovery was asked for while one is in progress: ignored");
+            return None;
+        }
+        let reason = if requested { "command" } else { "schedule" };
+        match write_marker(&self.dir, reason) {
+            Ok(marker) => {
+                tracing::info!(
+                    reason,
+                    id = marker.started_unix_ms,
+                    "proactive recovery: restarting from the binary on disk"
+                );
+                Some(Ended::Recover)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the recovery marker: not recovering");
+                None
+            }
+        }
+    }
+}
+
+/// Runs replica `spec.id` until `shutdown` completes or a proactive recovery begins.
+pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) -> Result<Ended, FileError> {
     let cluster = spec.cluster.clone();
     let config = cluster.config.clone();
     let me = ReplicaId(spec.id);
@@ -429,6 +526,27 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
         );
     }
     let name = config.cluster_name.clone();
+    let data_dir = cluster.data_dir(spec.id);
+    let marker = crate::recovery::read_marker(&data_dir);
+    let period_ms = cluster.file.recovery_interval_secs.saturating_mul(1000);
+    let n = cluster.file.replicas.len() as u32;
+    let mut proactive = RecoveryCtl {
+        next_due_ms: (period_ms > 0)
+            .then(|| crate::recovery::next_scheduled(crate::recovery::unix_ms(), period_ms, spec.id, n)),
+        dir: data_dir,
+        id: spec.id,
+        n,
+        period_ms,
+        marker: marker.clone(),
+        completed: false,
+    };
+    if let Some(marker) = &marker {
+        tracing::info!(
+            id = marker.started_unix_ms,
+            reason = %marker.reason,
+            "proactive recovery: started fresh; new key epoch, recovery point from the peers, state to be checked against a certified checkpoint"
+        );
+    }
     // One connection per replica pair, dialled by the lower id and carrying both directions
     // (transport::PeerLinks): the queues for lower ids exist before the listener runs.
     let links = Arc::new(PeerLinks::default());
@@ -478,6 +596,13 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
         recovery,
         corrupt_recoveries: corrupt,
         health: "starting".into(),
+        proactive: crate::metrics::Proactive {
+            state: if marker.is_some() { "recovering" } else { "none" }.into(),
+            id: marker.as_ref().map_or(0, |m| m.started_unix_ms),
+            reason: marker.as_ref().map(|m| m.reason.clone()).unwrap_or_default(),
+            next_scheduled_unix_ms: proactive.next_due_ms.unwrap_or(0),
+            ..Default::default()
+        },
         ..Status::default()
     }));
     tokio::spawn(serve_http(metrics_listener, status.clone(), metrics_token));
@@ -504,6 +629,7 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
         corrupt > 0,
         idle_spin,
         config.knobs.peer_cut_off.then(upright_core::cutoff::CutOff::default),
+        &mut proactive,
         shutdown,
     )
     .await;
@@ -521,11 +647,16 @@ async fn event_loop(
     lost_storage: bool,
     idle_spin: Duration,
     mut cutoff: Option<upright_core::cutoff::CutOff>,
+    recovery: &mut RecoveryCtl,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), FileError> {
+) -> Result<Ended, FileError> {
     let mut clock = Clock::new();
     let io = |e: std::io::Error| FileError(format!("storage failure: {e}"));
-    host.start(clock.now());
+    if recovery.marker.is_some() {
+        host.start_recovering(clock.now());
+    } else {
+        host.start(clock.now());
+    }
     host.flush(clock.now(), router).map_err(io)?;
     let mut next_publish = tokio::time::Instant::now();
     tokio::pin!(shutdown);
@@ -540,6 +671,9 @@ async fn event_loop(
         // Publish on a deadline, not only when idle, so status stays fresh under sustained load.
         if tokio::time::Instant::now() >= next_publish {
             publish_status(&host, router, &inbox, &status, &counters, lost_storage);
+            if let Some(ended) = recovery.poll(&host, &status) {
+                return Ok(ended);
+            }
             next_publish = tokio::time::Instant::now() + PUBLISH_EVERY;
         }
         let wake = host.next_timer().map(|at| clock.instant_of(at));
@@ -564,10 +698,10 @@ async fn event_loop(
             tokio::select! {
                 _ = inbox.notified() => {}
                 _ = &mut sleep => {}
-                _ = &mut shutdown => return Ok(()),
+                _ = &mut shutdown => return Ok(Ended::Shutdown),
             }
         } else if futures_poll_ready(&mut shutdown).await {
-            return Ok(());
+            return Ok(Ended::Shutdown);
         }
         let now = clock.now();
         crate::timeline::event("wake", inbox.len() as u64, 0, 0);

@@ -121,6 +121,7 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
         unix_dir: None,
         metrics_host: Default::default(),
         metrics_token: false,
+        recovery_interval_secs: 0,
     };
     files::init_cluster(&plan, dir)?;
     let config = dir.join("cluster.toml").display().to_string();

@@ -98,6 +98,7 @@ mod tests {
             unix_dir: None,
             metrics_host: Default::default(),
             metrics_token: false,
+            recovery_interval_secs: 0,
         };
         init_cluster(&plan, dir.path()).unwrap();
         dir

@@ -37,6 +37,7 @@ pub fn make_cluster(dir: &Path, name: &str) -> Cluster {
         unix_dir: None,
         metrics_host: Default::default(),
         metrics_token: false,
+        recovery_interval_secs: 0,
     };
     files::init_cluster(&plan, dir).unwrap()
 }
