@@ -219,6 +219,14 @@ fn the_state_transfer_bench_brings_a_replica_back_by_difference_despite_wrong_ch
         !err.contains(" 0 wrong answers refused"),
         "the lying replica was asked and caught: {err}"
     );
+    // Then replica 1 recovers proactively under the writers' load: it checks its state against
+    // a certified checkpoint by difference, not by fetching all of it.
+    let recovery = line("proactive recovery of replica 1: ");
+    let [_, secs, fetched, _, state] = numbers(&recovery)[..] else {
+        panic!("expected five numbers: {recovery}")
+    };
+    assert!(secs > 0.0 && secs < 60.0, "{recovery}");
+    assert!(fetched < state * 0.25, "{recovery}");
 }
 
 /// `upright bench --attack`: a real replica process runs the simulator's slow primary. With

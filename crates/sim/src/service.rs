@@ -570,6 +570,34 @@ fn string_reply(op: &KvOperation, replies: &[Reply]) -> Option<KvReply> {
     }
 }
 
+/// The stored state `checkpoint` of a `kind` service after one more write nobody ordered (what
+/// an attacker who controls a replica can leave in its storage; `--recovery`). Unchanged for a
+/// service whose state lives in pages.
+pub fn tampered_state(kind: ServiceKind, checkpoint: &Bytes, seqno: upright_core::ids::SeqNo, time_us: u64) -> Bytes {
+    use rand::SeedableRng;
+    let mut service = kind.factory(false)();
+    if service.pages().is_some() || service.restore(checkpoint).is_err() {
+        return checkpoint.clone();
+    }
+    let op = KvOperation::Put {
+        key: Bytes::from_static(b"k0"),
+        value: Bytes::from_static(b"planted by an attacker"),
+    };
+    let operation = kind.encode(&op, &mut ChaCha8Rng::seed_from_u64(seqno.0));
+    let context = BatchContext {
+        seqno,
+        time_us,
+        seed: [0; 32],
+    };
+    let request = ServiceRequest {
+        client: upright_core::ids::ClientId(0),
+        request_id: upright_core::ids::RequestId(u64::MAX),
+        operation,
+    };
+    service.execute(&context, &[request], &mut Effects::default());
+    service.checkpoint()
+}
+
 #[cfg(test)]
 mod tests {
     use rand::SeedableRng;
@@ -766,32 +794,4 @@ mod tests {
         }
         assert_eq!(ServiceKind::parse("etcd"), None);
     }
-}
-
-/// The stored state `checkpoint` of a `kind` service after one more write nobody ordered (what
-/// an attacker who controls a replica can leave in its storage; `--recovery`). Unchanged for a
-/// service whose state lives in pages.
-pub fn tampered_state(kind: ServiceKind, checkpoint: &Bytes, seqno: upright_core::ids::SeqNo, time_us: u64) -> Bytes {
-    use rand::SeedableRng;
-    let mut service = kind.factory(false)();
-    if service.pages().is_some() || service.restore(checkpoint).is_err() {
-        return checkpoint.clone();
-    }
-    let op = KvOperation::Put {
-        key: Bytes::from_static(b"k0"),
-        value: Bytes::from_static(b"planted by an attacker"),
-    };
-    let operation = kind.encode(&op, &mut ChaCha8Rng::seed_from_u64(seqno.0));
-    let context = BatchContext {
-        seqno,
-        time_us,
-        seed: [0; 32],
-    };
-    let request = ServiceRequest {
-        client: upright_core::ids::ClientId(0),
-        request_id: upright_core::ids::RequestId(u64::MAX),
-        operation,
-    };
-    service.execute(&context, &[request], &mut Effects::default());
-    service.checkpoint()
 }

@@ -1,7 +1,8 @@
 //! `upright-sim --soak MINUTES`: seeds across every configuration the simulator runs — each
 //! (u, r) of [`SOAK_CONFIGURATIONS`], each service of [`ServiceKind::ALL`], and where a replica
-//! may be Byzantine each way of drawing it (a random behaviour, message mutation, twins) — on
-//! several threads until the time is up.
+//! may be Byzantine each way of drawing it (a random behaviour, message mutation, twins), and
+//! each with proactive recoveries and with key refresh — on several threads until the time is
+//! up.
 //! Seed number k goes to lane `k mod lanes` as that lane's seed `first_seed + k / lanes`, so a
 //! soak's seeds do not depend on the threads or the machine's speed, only on how many it reached.
 
@@ -27,6 +28,10 @@ pub struct Lane {
     pub mutate: bool,
     /// The faulty replica runs as two correct copies (`--twins`; only with r > 0).
     pub twins: bool,
+    /// Correct replicas recover proactively in turn (`--recovery`).
+    pub recovery: bool,
+    /// Key refresh (`--key-refresh`).
+    pub key_refresh: bool,
 }
 
 impl Lane {
@@ -35,27 +40,38 @@ impl Lane {
         let mut lanes = Vec::new();
         for (u, r) in SOAK_CONFIGURATIONS {
             for service in ServiceKind::ALL {
-                for (mutate, twins) in [(false, false), (true, false), (false, true)] {
-                    if !(mutate || twins) || r > 0 {
-                        lanes.push(Lane {
-                            u,
-                            r,
-                            service,
-                            mutate,
-                            twins,
-                        });
-                    }
+                let lane = Lane {
+                    u,
+                    r,
+                    service,
+                    mutate: false,
+                    twins: false,
+                    recovery: false,
+                    key_refresh: false,
+                };
+                lanes.push(lane);
+                if r > 0 {
+                    lanes.push(Lane { mutate: true, ..lane });
+                    lanes.push(Lane { twins: true, ..lane });
                 }
+                lanes.push(Lane { recovery: true, ..lane });
+                lanes.push(Lane {
+                    key_refresh: true,
+                    ..lane
+                });
             }
         }
         lanes
     }
 
-    /// The lane's name, as the totals print it: `u1r1 redis mutate`, `u2r1 zk twins`.
+    /// The lane's name, as the totals print it: `u1r1 redis mutate`, `u2r1 zk twins`,
+    /// `u1r0 fs recovery`, `u1r1 kv key-refresh`.
     pub fn name(&self) -> String {
-        let drawn = match (self.mutate, self.twins) {
-            (true, _) => " mutate",
-            (_, true) => " twins",
+        let drawn = match (self.mutate, self.twins, self.recovery, self.key_refresh) {
+            (true, ..) => " mutate",
+            (_, true, ..) => " twins",
+            (_, _, true, _) => " recovery",
+            (_, _, _, true) => " key-refresh",
             _ => "",
         };
         format!("u{}r{} {}{drawn}", self.u, self.r, self.service.name())
@@ -146,6 +162,8 @@ pub fn soak(
                 opts.service = lane.service;
                 opts.mutate = lane.mutate;
                 opts.twins = lane.twins;
+                opts.recovery = lane.recovery;
+                opts.key_refresh = lane.key_refresh;
                 opts.workload_us = options.workload_us;
                 opts.clients = options.clients;
                 opts.sabotage = options.sabotage;

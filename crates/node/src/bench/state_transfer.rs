@@ -81,6 +81,13 @@ pub struct StateTransferReport {
     pub pages_fetched: u64,
     /// Seconds from its restart to its state transfer's end.
     pub catch_up_seconds: f64,
+    /// The proactive recovery of replica 1 under the writers' load afterwards: seconds from the
+    /// request to completion, state bytes and pages it fetched to check and repair its state.
+    pub recovery_seconds: f64,
+    /// See `recovery_seconds`.
+    pub recovery_bytes: u64,
+    /// See `recovery_seconds`.
+    pub recovery_pages: u64,
 }
 
 impl StateTransferReport {
@@ -89,6 +96,14 @@ impl StateTransferReport {
         format!(
             "checkpoint after {CHANGED_FOR_CHECKPOINT} changed objects: {:.2} ms (full serialization: {:.2} ms)",
             self.checkpoint_ms, self.full_serialization_ms
+        )
+    }
+
+    /// The recovery line.
+    pub fn recovery_line(&self) -> String {
+        format!(
+            "proactive recovery of replica 1: {:.2} s, {} bytes fetched ({} pages) of {}",
+            self.recovery_seconds, self.recovery_bytes, self.recovery_pages, self.state_bytes
         )
     }
 
@@ -523,5 +538,53 @@ async fn transfer(
         report.catch_up_seconds, report.pages_fetched, report.wrong_answers, target_seqno
     );
     println!("{}", report.transfer_line());
+    recover_replica_1(options, &cluster, &clients, report)
+        .await
+        .map_err(|e| fail(e.0))?;
+    println!("{}", report.recovery_line());
     Ok(())
+}
+
+/// Proactive recovery of replica 1 (`POST /recover`, what `upright recover` does) while the
+/// writers keep writing: the time from the request to completion and what it fetched.
+async fn recover_replica_1(
+    options: &StateTransferOptions,
+    cluster: &Cluster,
+    clients: &[ClientHandle],
+    report: &mut StateTransferReport,
+) -> Result<(), FileError> {
+    let entry = cluster.file.replica(1)?;
+    let addr = crate::files::resolve(&entry.metrics_addr)?;
+    let token = cluster.metrics_token()?;
+    let (code, line, _) = crate::metrics::http_request(addr, "POST", "/recover", token.as_deref())
+        .await
+        .map_err(|e| FileError(format!("POST /recover to replica 1: {e}")))?;
+    if code != 202 {
+        return Err(FileError(format!("replica 1 refused the recovery: {line}")));
+    }
+    eprintln!("state-transfer: proactive recovery of replica 1 requested");
+    let asked = Instant::now();
+    let mut round = 0;
+    loop {
+        if asked.elapsed() > TRANSFER_WAIT_MAX {
+            return Err(FileError("replica 1 did not complete its proactive recovery".into()));
+        }
+        round += 1;
+        write_objects(
+            clients,
+            options.objects,
+            options.object_bytes,
+            round * 32,
+            32,
+            "during the recovery",
+        )
+        .await?;
+        let Some(kv) = status(cluster, 1).await else { continue };
+        if kv.get("proactive_recovery").map(String::as_str) == Some("recovered") {
+            report.recovery_seconds = number(&kv, "proactive_recovery_millis") as f64 / 1e3;
+            report.recovery_bytes = number(&kv, "proactive_recovery_state_bytes");
+            report.recovery_pages = number(&kv, "proactive_recovery_state_pages");
+            return Ok(());
+        }
+    }
 }
