@@ -64,6 +64,9 @@ pub enum Sabotage {
     /// the state check): a state an attacker rewrote consistently with its own digests is then
     /// executed on.
     SkipRecoveryCheck,
+    /// Key rings keep the previous epoch's keys after retiring them: messages under retired
+    /// keys (replayed, or from a sender that missed a NEW-KEY) are then accepted.
+    KeepRetiredKeys,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.

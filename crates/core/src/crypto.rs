@@ -260,6 +260,12 @@ pub struct KeyRing {
     entropy: Mutex<Option<Entropy>>,
     /// MACs accepted under the retiring keys (a sender that had not yet seen our NEW-KEY).
     accepted_retiring: AtomicU64,
+    /// MACs accepted under keys already retired: always 0 unless retirement is broken (the
+    /// simulator's invariant, `Sabotage::KeepRetiredKeys`).
+    accepted_retired: AtomicU64,
+    /// `Sabotage::KeepRetiredKeys`: [`KeyRing::retire`] keeps the keys (and still records that
+    /// they are retired).
+    keep_retired: bool,
 }
 
 /// A source of 32 secret random bytes.
@@ -348,6 +354,7 @@ impl KeyRing {
             announcement: None,
             incoming: macs.clone(),
             retiring: None,
+            retired: false,
             outgoing: macs.clone(),
             peer_epochs: BTreeMap::new(),
         };
@@ -363,6 +370,8 @@ impl KeyRing {
             session: RwLock::new(session),
             entropy: Mutex::new(None),
             accepted_retiring: AtomicU64::new(0),
+            accepted_retired: AtomicU64::new(0),
+            keep_retired: config.knobs.sabotage == Some(crate::config::Sabotage::KeepRetiredKeys),
         }
     }
 
@@ -437,6 +446,12 @@ impl KeyRing {
         self.accepted_retiring.load(Ordering::Relaxed)
     }
 
+    /// MACs accepted so far under keys that were already retired: 0 in a correct key ring
+    /// (checked by the simulator for every process; see `Sabotage::KeepRetiredKeys`).
+    pub fn accepted_retired(&self) -> u64 {
+        self.accepted_retired.load(Ordering::Relaxed)
+    }
+
     /// Starts receive epoch `epoch` (greater than ours; `None` otherwise): a fresh ephemeral key,
     /// new keys for every incoming channel, the current ones kept as the retiring ones (any older
     /// retiring keys are dropped), and the signed NEW-KEY to send every peer. Costs one X25519
@@ -472,6 +487,7 @@ impl KeyRing {
             session.peer_epochs.insert(self.me, epoch);
         }
         session.retiring = Some(std::mem::replace(&mut session.incoming, incoming));
+        session.retired = false;
         session.epoch = epoch;
         session.announcement = Some(announcement.clone());
         Some(announcement)
@@ -485,18 +501,24 @@ impl KeyRing {
         session.announcement = None;
         session.incoming = self.macs.clone();
         session.retiring = None;
+        session.retired = false;
         session.outgoing = self.macs.clone();
         session.peer_epochs.clear();
     }
 
     /// Drops the previous epoch's incoming keys: messages under them are refused from now on.
     pub fn retire(&self) {
-        self.session.write().expect("session keys lock").retiring = None;
+        let mut session = self.session.write().expect("session keys lock");
+        session.retired = true;
+        if !self.keep_retired {
+            session.retiring = None;
+        }
     }
 
     /// Whether keys of a previous epoch are still accepted.
     pub fn retiring(&self) -> bool {
-        self.session().retiring.is_some()
+        let session = self.session();
+        session.retiring.is_some() && !session.retired
     }
 
     /// A NEW-KEY from `from`: checks its signature and, if its epoch is newer than any seen from
@@ -545,7 +567,12 @@ impl KeyRing {
         }
         let retiring = session.retiring.as_ref().and_then(|keys| keys.get(&from.process()));
         if retiring.is_some_and(|key| key.verify(digest, mac)) {
-            self.accepted_retiring.fetch_add(1, Ordering::Relaxed);
+            let counter = if session.retired {
+                &self.accepted_retired
+            } else {
+                &self.accepted_retiring
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         Err(AuthError::BadTag)
@@ -736,6 +763,9 @@ pub(crate) struct Session {
     pub incoming: BTreeMap<Process, MacKey>,
     /// The previous epoch's incoming keys, accepted until [`KeyRing::retire`].
     pub retiring: Option<BTreeMap<Process, MacKey>>,
+    /// [`KeyRing::retire`] was called since the last refresh (the keys in `retiring`, if any,
+    /// are there only under `Sabotage::KeepRetiredKeys`).
+    pub retired: bool,
     /// Per peer, the key of our messages to it (in its latest announced epoch).
     pub outgoing: BTreeMap<Process, MacKey>,
     /// Per peer, its latest announced epoch (absent: 0).
@@ -976,6 +1006,31 @@ mod tests {
         r0.reset_session();
         assert_eq!(r0.mac_for(to_r1, &d), old);
         assert_eq!(r0.peer_epoch(Process::Replica(ReplicaId(1))), 0);
+        assert_eq!(r1.accepted_retired(), 0, "nothing accepted under retired keys");
+    }
+
+    /// `Sabotage::KeepRetiredKeys` keeps what `retire` drops, and the key ring counts each MAC
+    /// it then accepts under retired keys (the simulator's invariant is that the count stays 0).
+    #[test]
+    fn a_key_ring_that_keeps_retired_keys_counts_what_they_let_in() {
+        let (mut config, secrets, _) = test_config(4);
+        config.knobs.sabotage = Some(crate::config::Sabotage::KeepRetiredKeys);
+        let r0 = KeyRing::new(&config, Process::Replica(ReplicaId(0)), &secrets[0]);
+        let r1 = KeyRing::new(&config, Process::Replica(ReplicaId(1)), &secrets[1]);
+        r1.set_entropy(Box::new(|| [9; 32]));
+        let d = Digest::of(b"commit");
+        let (to_r1, from_r0) = (Principal::Order(ReplicaId(1)), Principal::Order(ReplicaId(0)));
+        let old = r0.mac_for(to_r1, &d);
+        r1.refresh(3).unwrap();
+        assert_eq!(r1.verify_mac(from_r0, &d, &old), Ok(()));
+        assert_eq!((r1.accepted_retiring(), r1.accepted_retired()), (1, 0));
+        r1.retire();
+        assert!(!r1.retiring(), "retired, as far as the key ring is told");
+        assert_eq!(r1.verify_mac(from_r0, &d, &old), Ok(()), "the sabotage lets it in");
+        assert_eq!((r1.accepted_retiring(), r1.accepted_retired()), (1, 1));
+        // The next refresh makes the current keys the retiring ones again.
+        r1.refresh(4).unwrap();
+        assert_eq!(r1.verify_mac(from_r0, &d, &old), Err(AuthError::BadTag));
     }
 
     /// A NEW-KEY is accepted once, from the process that signed it, for a newer epoch only: a

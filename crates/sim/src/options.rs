@@ -42,11 +42,14 @@ pub enum SabotageMode {
     /// (`Sabotage::SkipRecoveryCheck`); the plan recovers every replica in turn, each after an
     /// attacker rewrote its stored checkpoint (`--recovery`).
     SkipRecoveryCheck,
+    /// Key rings keep retired keys (`Sabotage::KeepRetiredKeys`), with key refresh on, lossy
+    /// links and a replica replaying old envelopes.
+    KeepRetiredKeys,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 12] = [
+    pub const ALL: [SabotageMode; 13] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -59,6 +62,7 @@ impl SabotageMode {
         SabotageMode::UnorderedEvents,
         SabotageMode::CountProposalsTwice,
         SabotageMode::SkipRecoveryCheck,
+        SabotageMode::KeepRetiredKeys,
     ];
 
     /// Its command-line name.
@@ -76,6 +80,7 @@ impl SabotageMode {
             SabotageMode::UnorderedEvents => "unordered-events",
             SabotageMode::CountProposalsTwice => "count-proposals-twice",
             SabotageMode::SkipRecoveryCheck => "skip-recovery-check",
+            SabotageMode::KeepRetiredKeys => "keep-retired-keys",
         }
     }
 
@@ -98,6 +103,7 @@ impl SabotageMode {
             SabotageMode::UncheckedPages => Some(Sabotage::UncheckedPages),
             SabotageMode::CountProposalsTwice => Some(Sabotage::CountProposalsTwice),
             SabotageMode::SkipRecoveryCheck => Some(Sabotage::SkipRecoveryCheck),
+            SabotageMode::KeepRetiredKeys => Some(Sabotage::KeepRetiredKeys),
         }
     }
 }
@@ -217,7 +223,7 @@ impl SimOptions {
             watch_primary: self.defences,
             client_signatures: self.client_signatures,
             peer_cut_off: self.peer_cut_off,
-            key_refresh_us: if self.key_refresh {
+            key_refresh_us: if self.key_refresh || self.sabotage == Some(SabotageMode::KeepRetiredKeys) {
                 200_000 + (self.seed % 4) * 50_000
             } else {
                 0

@@ -110,6 +110,8 @@ pub struct Sim<P: Protocol> {
     config: Arc<ClusterConfig>,
     quorums: Quorums,
     replica_keys: Vec<Arc<KeyRing>>,
+    /// Every client's keys (the Byzantine client's last).
+    client_keys: Vec<Arc<KeyRing>>,
     /// Replica processes: replica `i` at index `i`, and a twin's second copy last.
     replicas: Vec<ReplicaNode>,
     /// The twin's copies and the current round's sides (`--twins`).
@@ -234,6 +236,7 @@ impl<P: Protocol> Sim<P> {
         let mut clients: Vec<Box<dyn Stage>> = Vec::new();
         let mut errors = Vec::new();
         let mut byz_client_keys = None;
+        let mut client_keys = Vec::new();
         for c in 0..=opts.clients {
             let keys = Arc::new(KeyRing::new(
                 &config,
@@ -241,6 +244,7 @@ impl<P: Protocol> Sim<P> {
                 &client_secrets[c as usize],
             ));
             seeded_entropy(&keys, opts.seed, 1_000 + c as u64);
+            client_keys.push(keys.clone());
             if c == opts.clients {
                 byz_client_keys = Some(keys.clone());
             }
@@ -321,6 +325,7 @@ impl<P: Protocol> Sim<P> {
             twins,
             plan,
             replica_keys,
+            client_keys,
             config,
             quorums,
             protocol,
@@ -348,6 +353,13 @@ impl<P: Protocol> Sim<P> {
             _ if opts.mutate => FaultPlan::draw_mutating(rng, shape),
             // Every replica recovers after an attacker rewrote its stored checkpoint.
             Some(SabotageMode::SkipRecoveryCheck) => FaultPlan::draw_recovering(rng, shape, 1.0, false),
+            Some(SabotageMode::KeepRetiredKeys) => {
+                // Senders that miss NEW-KEYs (lossy links) and a replica that replays old
+                // envelopes: both send under keys their receivers retired.
+                let mut plan = FaultPlan::draw(rng, shape);
+                plan.byzantine = [(1, Behaviour::Replay)].into_iter().collect();
+                plan
+            }
             _ if opts.recovery => FaultPlan::draw_recovering(rng, shape, 0.5, true),
             Some(SabotageMode::LyingDisk) => {
                 // A quiet run but for one power loss in the middle of the workload.
@@ -374,6 +386,7 @@ impl<P: Protocol> Sim<P> {
                             | SabotageMode::UnorderedEvents
                             | SabotageMode::CountProposalsTwice
                             | SabotageMode::SkipRecoveryCheck
+                            | SabotageMode::KeepRetiredKeys
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -390,7 +403,8 @@ impl<P: Protocol> Sim<P> {
                     | SabotageMode::LyingDisk
                     | SabotageMode::UnorderedEvents
                     | SabotageMode::CountProposalsTwice
-                    | SabotageMode::SkipRecoveryCheck => {
+                    | SabotageMode::SkipRecoveryCheck
+                    | SabotageMode::KeepRetiredKeys => {
                         unreachable!("guarded above")
                     }
                 };
@@ -1280,6 +1294,23 @@ impl<P: Protocol> Sim<P> {
         if self.errors.is_empty() {
             // A run stopped by a panic cannot make progress; the panic is the finding.
             violations.extend(liveness::check(history, &self.correct_clients, self.opts.heal_at()));
+            // Nothing authenticated under a retired key was accepted by a correct process.
+            let correct_replicas = (0..self.replica_keys.len() as u32)
+                .filter(|r| !self.plan.byzantine.contains_key(r) && self.plan.twin != Some(*r))
+                .map(|r| (Principal::Auth(ReplicaId(r)), &self.replica_keys[r as usize]));
+            let correct_clients = self
+                .correct_clients
+                .iter()
+                .map(|&c| (Principal::Client(ClientId(c)), &self.client_keys[c as usize]));
+            for (who, keys) in correct_replicas.chain(correct_clients) {
+                if keys.accepted_retired() > 0 {
+                    violations.push(format!(
+                        "keys: {:?}'s process accepted {} MACs under keys it had retired",
+                        who.process(),
+                        keys.accepted_retired()
+                    ));
+                }
+            }
             for &r in &self.recovering {
                 if !self.replicas[r].host.as_ref().is_some_and(|h| h.recovery_complete()) {
                     violations.push(format!(

@@ -178,3 +178,11 @@ fn counting_the_primarys_proposals_twice_is_caught_by_mutation_only() {
 fn skip_recovery_check_is_caught() {
     caught(SabotageMode::SkipRecoveryCheck);
 }
+
+/// Key rings that keep the keys they retire: with key refresh on, lossy links and a replica
+/// replaying old envelopes, correct processes accept MACs under retired keys, which every key
+/// ring counts and the simulator checks is zero.
+#[test]
+fn keep_retired_keys_is_caught() {
+    caught(SabotageMode::KeepRetiredKeys);
+}
