@@ -45,9 +45,4 @@ impl ExecStage {
             self.stats.bump("recovery_state_checked");
         }
     }
-
-    /// Whether a recovery is waiting for a certified checkpoint.
-    pub fn state_distrusted(&self) -> bool {
-        self.distrusted
-    }
 }

@@ -408,13 +408,7 @@ impl OrderStage {
     /// Whether help (stable checkpoint, NEW-VIEW) may be sent to `member` now: at most once per tick.
     fn may_help(&mut self, now: Time, member: ReplicaId) -> bool {
         let period = self.tick_period();
-        match self.helped.get(&member) {
-            Some(&last) if now < last.saturating_add(period) => false,
-            _ => {
-                self.helped.insert(member, now);
-                true
-            }
-        }
+        once_per(&mut self.helped, now, member, period)
     }
 
     // ---- input dispatch ----
@@ -589,6 +583,18 @@ impl Stage for OrderStage {
 
     fn stats(&self) -> &Stats {
         &self.stats
+    }
+}
+
+/// Whether `member` may be sent something again at `now`, at most once per `period` (`last`:
+/// when each was last sent it; updated when it may).
+fn once_per(last: &mut BTreeMap<ReplicaId, Time>, now: Time, member: ReplicaId, period: Time) -> bool {
+    match last.get(&member) {
+        Some(&at) if now < at.saturating_add(period) => false,
+        _ => {
+            last.insert(member, now);
+            true
+        }
     }
 }
 

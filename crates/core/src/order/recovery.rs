@@ -84,16 +84,6 @@ impl OrderStage {
         }
     }
 
-    /// The recovery point `H`, once estimated.
-    pub fn recovery_point(&self) -> Option<SeqNo> {
-        self.recovery.as_ref().and_then(|r| r.point)
-    }
-
-    /// Whether a recovery began and a stable checkpoint has reached its point.
-    pub fn recovery_complete(&self) -> bool {
-        self.recovery.as_ref().is_some_and(|r| r.complete)
-    }
-
     /// QUERY-STABLE to every peer that has not answered (at start and each tick until `H` is
     /// known).
     pub(super) fn query_stable(&mut self, out: &mut Vec<Action>) {
@@ -120,14 +110,9 @@ impl OrderStage {
             self.start_view_change(now, self.view.next(), out);
         }
         let period = self.tick_period();
-        if self
-            .stable_answered
-            .get(&from)
-            .is_some_and(|&last| now < last.saturating_add(period))
-        {
+        if !super::once_per(&mut self.stable_answered, now, from, period) {
             return self.stats.bump("query_stable_rate_limited");
         }
-        self.stable_answered.insert(from, now);
         self.stats.bump("query_stable_answered");
         // The asker's recovery point is at most the newest stable checkpoint plus `L`, rounded
         // up; ours may trail the newest by a checkpoint.
