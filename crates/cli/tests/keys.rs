@@ -89,6 +89,7 @@ impl RawClient {
             operation: Bytes::from_static(b"not a redis command"),
             read_only: false,
             signature: None,
+            config_epoch: 0,
         };
         let envelope = Envelope::seal(
             &self.keys,

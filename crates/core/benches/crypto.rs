@@ -28,6 +28,9 @@ fn cluster() -> (ClusterConfig, Vec<SecretKeys>) {
             keys: secrets[4].public(),
         }],
         knobs: Knobs::default(),
+        admin: None,
+        epoch: 0,
+        origin: None,
     };
     (config, secrets)
 }
@@ -67,6 +70,7 @@ fn primitives(c: &mut Criterion) {
         operation: Bytes::from(payload_64.clone()),
         read_only: false,
         signature: None,
+        config_epoch: 0,
     };
     c.bench_function("seal client request (authenticator for 4)", |b| {
         b.iter(|| {

@@ -10,6 +10,7 @@
 mod keys;
 mod pushes;
 mod read_only;
+mod reconfig;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -75,6 +76,8 @@ pub struct Client {
     /// Key refresh (`client/keys.rs`).
     key_schedule: crate::session::Schedule,
     key_repair: crate::session::KeyRepair,
+    /// The change each authentication member last reported (CONFIGURATION), by digest.
+    config_votes: BTreeMap<ReplicaId, Digest>,
     stats: Stats,
 }
 
@@ -133,6 +136,7 @@ impl Client {
             pushes: PushInbox::default(),
             key_schedule: crate::session::Schedule::default(),
             key_repair: Default::default(),
+            config_votes: BTreeMap::new(),
             stats: Stats::default(),
         })
     }
@@ -182,6 +186,7 @@ impl Client {
             operation,
             read_only: false,
             signature,
+            config_epoch: self.config.epoch(),
         };
         let envelope = Arc::new(Envelope::seal(
             &self.keys,
@@ -261,6 +266,12 @@ impl Client {
     fn on_message(&mut self, now: Time, envelope: &Envelope, out: &mut Vec<Action>) {
         if matches!(envelope.message, Message::NewKey { .. }) {
             return self.on_new_key(envelope, out);
+        }
+        if let (Message::Configuration { change }, Principal::Auth(r)) = (&envelope.message, envelope.from) {
+            if (r.0 as usize) < self.quorums.n_auth && self.sealed_for_me(envelope, out) {
+                self.on_configuration(now, r, change, out);
+            }
+            return;
         }
         let exec = match envelope.from {
             Principal::Exec(r) if (r.0 as usize) < self.quorums.n_exec => r,

@@ -67,6 +67,9 @@ pub enum Sabotage {
     /// Key rings keep the previous epoch's keys after retiring them: messages under retired
     /// keys (replayed, or from a sender that missed a NEW-KEY) are then accepted.
     KeepRetiredKeys,
+    /// Replicas' MAC keys and signatures do not bind the configuration epoch: what a replica
+    /// sealed in one configuration is accepted in another.
+    SharedConfigurationKeys,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.
@@ -243,6 +246,17 @@ pub struct ClusterConfig {
     pub clients: Vec<ClientInfo>,
     /// Protocol knobs.
     pub knobs: Knobs,
+    /// The client whose ordered requests are reconfigurations signed with its key
+    /// ([`crate::reconfig`]); none: the membership is fixed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<ClientId>,
+    /// The configuration epoch: 0 as initialised, one more with each reconfiguration.
+    #[serde(default)]
+    pub epoch: u64,
+    /// The encoded signed change that made this configuration (`crate::reconfig`; none for
+    /// epoch 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Vec<u8>>,
 }
 
 /// Why a configuration is unusable.
@@ -290,6 +304,9 @@ pub enum ConfigError {
     /// No cluster name.
     #[error("cluster_name is empty")]
     EmptyName,
+    /// The admin client is not a configured client.
+    #[error("admin client {0} is not a configured client")]
+    UnknownAdmin(u32),
 }
 
 impl ClusterConfig {
@@ -334,6 +351,11 @@ impl ClusterConfig {
             }
             if let Some(other) = e_keys.insert(keys.ed25519, name.clone()) {
                 return Err(ConfigError::DuplicateKey(other, name));
+            }
+        }
+        if let Some(admin) = self.admin {
+            if self.client_keys(admin).is_none() {
+                return Err(ConfigError::UnknownAdmin(admin.0));
             }
         }
         let k = &self.knobs;
@@ -407,6 +429,11 @@ impl ClusterConfig {
             );
         }
         Ok(q)
+    }
+
+    /// The configuration epoch: 0 as initialised, one more with each reconfiguration.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// Whether `principal` is a member or client of this configuration.

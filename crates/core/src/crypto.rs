@@ -197,6 +197,12 @@ impl SecretKeys {
         }
     }
 
+    /// Signs a digest with the Ed25519 key (an administrator's reconfiguration).
+    pub fn sign(&self, digest: &Digest) -> Signature {
+        use ed25519_dalek::Signer;
+        Signature(self.ed25519.sign(&digest.0).to_bytes())
+    }
+
     /// The matching public keys.
     pub fn public(&self) -> PublicKeys {
         PublicKeys {
@@ -226,6 +232,13 @@ impl SecretKeys {
     }
 }
 
+/// Checks an Ed25519 signature over `digest` by the holder of the verifying key `public`.
+pub fn verify_with_public(public: &[u8; 32], digest: &Digest, signature: &Signature) -> Result<(), AuthError> {
+    let key = ed25519_dalek::VerifyingKey::from_bytes(public).map_err(|_| AuthError::UnknownSender)?;
+    let sig = ed25519_dalek::Signature::from_bytes(&signature.0);
+    key.verify_strict(&digest.0, &sig).map_err(|_| AuthError::BadTag)
+}
+
 /// Why a signature or MAC check failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AuthError {
@@ -244,8 +257,15 @@ pub enum AuthError {
 /// replica's ring holds keys for every replica and every client.
 pub struct KeyRing {
     me: Process,
-    /// The long-term pairwise keys (epoch 0; the transport's hello always uses them).
+    /// The long-term pairwise keys of the transport's hello (whatever either side's session or
+    /// configuration epoch).
     macs: BTreeMap<Process, MacKey>,
+    /// The pairwise keys of key epoch 0: the hello keys, except between two replicas of a
+    /// reconfigured cluster, whose keys also bind the configuration epoch (so nothing a replica
+    /// MACed in one configuration verifies in another).
+    base: BTreeMap<Process, MacKey>,
+    /// The configuration epoch these keys are for ([`ClusterConfig::epoch`]).
+    config_epoch: u64,
     signing: ed25519_dalek::SigningKey,
     verifying: BTreeMap<Process, ed25519_dalek::VerifyingKey>,
     /// Signatures verified lately (see [`VERIFIED_CACHE_MAX`]).
@@ -327,7 +347,13 @@ impl KeyRing {
         if matches!(me, Process::Replica(_)) {
             others.extend(config.clients.iter().map(|c| (Process::Client(c.id), c.keys)));
         }
+        // `Sabotage::SharedConfigurationKeys`: keys as if every configuration were the first.
+        let config_epoch = match config.knobs.sabotage {
+            Some(crate::config::Sabotage::SharedConfigurationKeys) => 0,
+            _ => config.epoch(),
+        };
         let mut macs = BTreeMap::new();
+        let mut base = BTreeMap::new();
         let mut verifying = BTreeMap::new();
         let mut statics = BTreeMap::new();
         for (process, keys) in others {
@@ -341,10 +367,15 @@ impl KeyRing {
             material.extend_from_slice(&process_bytes(low));
             material.extend_from_slice(&process_bytes(high));
             material.extend_from_slice(config.cluster_name.as_bytes());
-            macs.insert(
-                process,
-                MacKey(blake3::derive_key("upright pairwise mac key v1", &material)),
-            );
+            let hello = MacKey(blake3::derive_key("upright pairwise mac key v1", &material));
+            if config_epoch > 0 && both_replicas(me, process) {
+                material.extend_from_slice(&config_epoch.to_le_bytes());
+                let key = blake3::derive_key("upright pairwise mac key of a configuration v1", &material);
+                base.insert(process, MacKey(key));
+            } else {
+                base.insert(process, hello.clone());
+            }
+            macs.insert(process, hello);
             if let Ok(key) = ed25519_dalek::VerifyingKey::from_bytes(&keys.ed25519) {
                 verifying.insert(process, key);
             }
@@ -352,15 +383,17 @@ impl KeyRing {
         let session = Session {
             epoch: 0,
             announcement: None,
-            incoming: macs.clone(),
+            incoming: base.clone(),
             retiring: None,
             retired: false,
-            outgoing: macs.clone(),
+            outgoing: base.clone(),
             peer_epochs: BTreeMap::new(),
         };
         KeyRing {
             me,
             macs,
+            base,
+            config_epoch,
             signing: secret.ed25519.clone(),
             verifying,
             verified: std::sync::Mutex::default(),
@@ -421,6 +454,39 @@ impl KeyRing {
         }
     }
 
+    /// The configuration epoch of these keys.
+    pub fn config_epoch(&self) -> u64 {
+        self.config_epoch
+    }
+
+    /// The key ring of the same process in configuration `config` (after a reconfiguration; `me`
+    /// is its id there): keys derived afresh from the same long-term secrets, session keys
+    /// starting over as after a restart. With `take_entropy`, the entropy source moves to the new
+    /// ring (a client that adopts a new configuration keeps refreshing from it).
+    pub fn successor(&self, config: &ClusterConfig, me: Process, take_entropy: bool) -> KeyRing {
+        let secret = SecretKeys {
+            x25519: self.x25519.clone(),
+            ed25519: self.signing.clone(),
+        };
+        let ring = KeyRing::new(config, me, &secret);
+        if take_entropy {
+            if let Some(entropy) = self.entropy.lock().expect("entropy lock").take() {
+                ring.set_entropy(entropy);
+            }
+        }
+        ring
+    }
+
+    /// What session keys with `peer` are bound to besides the two processes and the epoch: the
+    /// cluster, and between replicas of a reconfigured cluster the configuration epoch.
+    fn domain(&self, peer: Process) -> std::borrow::Cow<'_, str> {
+        if self.config_epoch > 0 && both_replicas(self.me, peer) {
+            std::borrow::Cow::Owned(format!("{}\0configuration {}", self.cluster_name, self.config_epoch))
+        } else {
+            std::borrow::Cow::Borrowed(&self.cluster_name)
+        }
+    }
+
     /// Whether `process` is one we hold keys for.
     pub fn knows(&self, process: Process) -> bool {
         self.statics.contains_key(&process)
@@ -470,7 +536,7 @@ impl KeyRing {
             .iter()
             .map(|(peer, key)| {
                 let shared = ephemeral.diffie_hellman(&x25519_dalek::PublicKey::from(*key));
-                let key = session_key(shared.as_bytes(), *peer, self.me, epoch, &self.cluster_name);
+                let key = session_key(shared.as_bytes(), *peer, self.me, epoch, &self.domain(*peer));
                 (*peer, MacKey(key))
             })
             .collect();
@@ -499,10 +565,10 @@ impl KeyRing {
         let mut session = self.session.write().expect("session keys lock");
         session.epoch = 0;
         session.announcement = None;
-        session.incoming = self.macs.clone();
+        session.incoming = self.base.clone();
         session.retiring = None;
         session.retired = false;
-        session.outgoing = self.macs.clone();
+        session.outgoing = self.base.clone();
         session.peer_epochs.clear();
     }
 
@@ -538,7 +604,7 @@ impl KeyRing {
         let shared = self
             .x25519
             .diffie_hellman(&x25519_dalek::PublicKey::from(new_key.public));
-        let key = session_key(shared.as_bytes(), self.me, from, new_key.epoch, &self.cluster_name);
+        let key = session_key(shared.as_bytes(), self.me, from, new_key.epoch, &self.domain(from));
         let mut session = self.session.write().expect("session keys lock");
         if new_key.epoch <= session.peer_epochs.get(&from).copied().unwrap_or(0) {
             return Ok(Accepted::Stale);
@@ -739,6 +805,10 @@ pub(crate) fn session_key(
     blake3::derive_key("upright session mac key v1", &material)
 }
 
+fn both_replicas(a: Process, b: Process) -> bool {
+    matches!((a, b), (Process::Replica(_), Process::Replica(_)))
+}
+
 /// The bytes that name a process in key material and signed digests.
 pub(crate) fn process_bytes(process: Process) -> [u8; 5] {
     let (tag, id) = match process {
@@ -807,6 +877,9 @@ mod tests {
                 keys: client.public(),
             }],
             knobs: Knobs::default(),
+            admin: None,
+            epoch: 0,
+            origin: None,
         };
         (config, secrets, client)
     }

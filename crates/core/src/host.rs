@@ -79,7 +79,7 @@ pub fn stage_for(message: &Message) -> Option<StageKind> {
         | PageAnswer { .. }
         | ReadOnlyRequest { .. }
         | PushResume { .. } => Some(StageKind::Exec),
-        Reply { .. } | Push { .. } | PushGap { .. } => None,
+        Reply { .. } | Push { .. } | PushGap { .. } | Configuration { .. } => None,
     }
 }
 
@@ -114,6 +114,10 @@ pub struct Progress {
     pub state_loads: u64,
     /// Messages the service pushed to clients since start.
     pub pushes: u64,
+    /// The order member finished its configuration ([`Event::Reconfigured`]): the new epoch, and
+    /// whether this replica is a member of it. The host's owner starts the replica again in it
+    /// (or stops it) after the next flush.
+    pub reconfigured: Option<(u64, bool)>,
 }
 
 /// Host-side counters and timings.
@@ -338,6 +342,7 @@ impl<L: Log> Host<L> {
                 p.state_loads += 1;
             }
             Event::Pushed { .. } => p.pushes += 1,
+            Event::Reconfigured { epoch, member, .. } => p.reconfigured = Some((epoch, member)),
         }
     }
 

@@ -31,6 +31,7 @@ pub mod message;
 pub mod page_tree;
 pub mod pages;
 pub mod quorum;
+pub mod reconfig;
 pub mod service;
 pub mod session;
 pub mod stage;

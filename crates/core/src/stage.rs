@@ -202,6 +202,20 @@ pub enum Event {
         /// Digest of the execution checkpoint.
         state_digest: Digest,
     },
+    /// Order: this replica's part in the current configuration ended; its host starts again in
+    /// configuration epoch `epoch` ([`crate::order::configured`]) if `member`, else stops (the
+    /// change removed it).
+    Reconfigured {
+        /// The new configuration epoch.
+        epoch: u64,
+        /// Whether this replica is a member of it.
+        member: bool,
+        /// Digest of the change ([`crate::reconfig::SignedReconfiguration::digest`]): equal at
+        /// every correct member.
+        change: Digest,
+        /// The old configuration's last batch.
+        boundary: SeqNo,
+    },
     /// Execution: state transfer finished; the member now stands at `seqno`.
     StateLoaded {
         /// Sequence number.

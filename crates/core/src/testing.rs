@@ -49,6 +49,9 @@ pub fn fixture(u: usize, r: usize, clients: u32, knobs: Knobs) -> Fixture {
             })
             .collect(),
         knobs,
+        admin: None,
+        epoch: 0,
+        origin: None,
     });
     config.validate().unwrap();
     let replicas = replica_secrets

@@ -101,7 +101,15 @@ fn validate_batch(batch: &Batch) -> Result<(), DecodeError> {
 
 fn validate_stable(stable: &StableCheckpoint) -> Result<(), DecodeError> {
     limit(stable.votes.len() <= MAX_FAULTS * 3 + 1, "checkpoint votes")?;
-    limit(stable.checkpoint.last_ordered.len() <= LIST_ENTRIES_MAX, "client table")
+    limit(stable.checkpoint.last_ordered.len() <= LIST_ENTRIES_MAX, "client table")?;
+    if let Some(p) = &stable.checkpoint.reconfiguration {
+        let change = &p.change.change;
+        limit(
+            change.replicas.len() <= LIST_ENTRIES_MAX && change.endpoints.len() <= LIST_ENTRIES_MAX,
+            "reconfiguration",
+        )?;
+    }
+    Ok(())
 }
 
 fn validate_view_change(vc: &ViewChange) -> Result<(), DecodeError> {
@@ -164,6 +172,18 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
             ReplyBody::Full(bytes) => limit(bytes.len() <= OPERATION_BYTES_MAX, "reply"),
             ReplyBody::Digest(_) => Ok(()),
         },
+        Message::Configuration { change } => {
+            let change = &change.change;
+            limit(
+                change.replicas.len() <= LIST_ENTRIES_MAX
+                    && change.endpoints.len() <= LIST_ENTRIES_MAX
+                    && change
+                        .endpoints
+                        .iter()
+                        .all(|e| e.len() <= crate::reconfig::ENDPOINT_BYTES_MAX),
+                "reconfiguration",
+            )
+        }
         Message::StateManifest { chunk_digests, .. } => limit(chunk_digests.len() <= STATE_CHUNKS_MAX, "manifest"),
         Message::StateChunk { data, .. } => limit(data.len() <= STATE_CHUNK_BYTES_MAX, "state chunk"),
         Message::Push { payload, .. } => limit(payload.len() <= crate::limits::PUSH_BYTES_MAX, "push"),

@@ -62,6 +62,7 @@ fn message() -> impl Strategy<Value = Message> {
                 operation: Bytes::from(op),
                 read_only: ro,
                 signature: sig.map(|b| upright_core::crypto::Signature([b; 64])),
+                config_epoch: n % 3,
             }),
         prop::collection::vec((entry(), 0u32..8, authenticator()), 0..6).prop_map(|items| Message::AuthRequest {
             items: items

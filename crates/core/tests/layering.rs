@@ -12,6 +12,7 @@ const LAYERS: &[&str] = &[
     "quorum",
     "config",
     "crypto",
+    "reconfig",
     "page_tree",
     "pages",
     "service",

@@ -194,6 +194,9 @@ impl ClusterFile {
             replicas,
             clients,
             knobs: self.knobs.clone().unwrap_or_default(),
+            admin: None,
+            epoch: 0,
+            origin: None,
         };
         config
             .validate()

@@ -195,6 +195,7 @@ async fn client_requests_reach_every_order_member_and_hostile_input_changes_noth
             operation: Bytes::from_static(b"forged"),
             read_only: false,
             signature: None,
+            config_epoch: 0,
         },
         Seal::Authenticator(Authenticator {
             macs: vec![Mac::default(); 4],

@@ -840,6 +840,9 @@ pub(crate) mod tests {
                 keys: secrets[4].public(),
             }],
             knobs: Knobs::default(),
+            admin: None,
+            epoch: 0,
+            origin: None,
         };
         let mut rings: Vec<Arc<KeyRing>> = (0..4)
             .map(|i| {
@@ -1012,6 +1015,7 @@ pub(crate) mod tests {
             operation: Bytes::from_static(b"x"),
             read_only: false,
             signature: None,
+            config_epoch: 0,
         };
         let env = Envelope::seal(&rings[4], &q, client, request, SealFor::Stage(StageKind::Auth));
         let mut some_good = false;

@@ -27,6 +27,9 @@ pub enum Event {
         envelope: Arc<Envelope>,
         /// Digest of the encoded envelope (for the trace hash).
         digest: Digest,
+        /// The configuration epoch of the correct replica process that sealed it, if one did
+        /// (the old-configuration checker).
+        sealed_in: Option<u64>,
     },
     /// A timer fires (if `generation` is still the current one for `(principal, timer)`).
     Timer {
@@ -55,6 +58,11 @@ pub enum Event {
     /// A replica with [`crate::SimOptions::cpu_us_per_message`] is free: it handles the next
     /// message that waited for it.
     CpuFree(u32),
+    /// The administrator orders its next change (`--reconfiguration`, [`crate::reconfig`]).
+    AdminStep,
+    /// A replica whose order member ended its configuration starts again in the next one (or
+    /// stops, if the change removed it).
+    Switch(u32),
 }
 
 struct Scheduled {

@@ -23,6 +23,7 @@ pub mod mutate;
 pub mod network;
 pub mod options;
 pub mod protocol;
+pub mod reconfig;
 pub mod report;
 pub mod runtime;
 pub mod service;

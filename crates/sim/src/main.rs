@@ -64,6 +64,11 @@ struct Args {
     /// certified checkpoint), half of them after an attacker rewrote their stored checkpoint.
     #[arg(long, conflicts_with_all = ["mutate", "twins"])]
     recovery: bool,
+    /// Reconfiguration: an administrator grows the cluster by two replicas ((u, r) to (u + 1,
+    /// r)) and shrinks it back while the workload and the faults run; new replicas join by state
+    /// transfer, clients learn the membership from the replicas.
+    #[arg(long, conflicts_with_all = ["mutate", "twins"])]
+    reconfiguration: bool,
     /// Prints every named Byzantine behaviour (replicas', then the client's), one per line, and
     /// exits.
     #[arg(long)]
@@ -261,7 +266,10 @@ fn main() {
     }
     // Stage panics are caught and reported as violations with their message; the default hook
     // would also print a backtrace for each.
-    std::panic::set_hook(Box::new(|_| {}));
+    // `UPRIGHT_SIM_PANICS=1` keeps the default hook (a panic of the simulator itself).
+    if std::env::var_os("UPRIGHT_SIM_PANICS").is_none() {
+        std::panic::set_hook(Box::new(|_| {}));
+    }
     if args.attack.is_some() {
         run_attacks(&args, defences);
     }
@@ -278,6 +286,7 @@ fn main() {
         opts.twins = args.twins;
         opts.key_refresh = args.key_refresh;
         opts.recovery = args.recovery;
+        opts.reconfiguration = args.reconfiguration || sabotage == Some(SabotageMode::SharedConfigurationKeys);
         opts.defences = defences;
         opts.service = upright_sim::ServiceKind::parse(&args.service).expect("clap checked the name");
         let report = upright_sim::run(opts.clone());

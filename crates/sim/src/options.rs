@@ -45,11 +45,14 @@ pub enum SabotageMode {
     /// Key rings keep retired keys (`Sabotage::KeepRetiredKeys`), with key refresh on, lossy
     /// links and a replica replaying old envelopes.
     KeepRetiredKeys,
+    /// Replicas' keys do not bind the configuration epoch
+    /// (`Sabotage::SharedConfigurationKeys`); the run reconfigures (`--reconfiguration`).
+    SharedConfigurationKeys,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 13] = [
+    pub const ALL: [SabotageMode; 14] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -63,6 +66,7 @@ impl SabotageMode {
         SabotageMode::CountProposalsTwice,
         SabotageMode::SkipRecoveryCheck,
         SabotageMode::KeepRetiredKeys,
+        SabotageMode::SharedConfigurationKeys,
     ];
 
     /// Its command-line name.
@@ -81,6 +85,7 @@ impl SabotageMode {
             SabotageMode::CountProposalsTwice => "count-proposals-twice",
             SabotageMode::SkipRecoveryCheck => "skip-recovery-check",
             SabotageMode::KeepRetiredKeys => "keep-retired-keys",
+            SabotageMode::SharedConfigurationKeys => "shared-configuration-keys",
         }
     }
 
@@ -104,6 +109,7 @@ impl SabotageMode {
             SabotageMode::CountProposalsTwice => Some(Sabotage::CountProposalsTwice),
             SabotageMode::SkipRecoveryCheck => Some(Sabotage::SkipRecoveryCheck),
             SabotageMode::KeepRetiredKeys => Some(Sabotage::KeepRetiredKeys),
+            SabotageMode::SharedConfigurationKeys => Some(Sabotage::SharedConfigurationKeys),
         }
     }
 }
@@ -164,6 +170,9 @@ pub struct SimOptions {
     /// phase (restart, new key, estimation, state check), half of them after an attacker
     /// rewrote their stored checkpoint ([`crate::faults::FaultPlan::draw_recovering`]).
     pub recovery: bool,
+    /// Reconfiguration: the administrator grows the cluster by two replicas and shrinks it back
+    /// during the fault phase ([`crate::reconfig`]).
+    pub reconfiguration: bool,
 }
 
 impl SimOptions {
@@ -191,6 +200,7 @@ impl SimOptions {
             peer_cut_off: false,
             key_refresh: false,
             recovery: false,
+            reconfiguration: false,
         }
     }
 
@@ -256,6 +266,9 @@ impl SimOptions {
         }
         if self.recovery {
             cmd.push_str(" --recovery");
+        }
+        if self.reconfiguration {
+            cmd.push_str(" --reconfiguration");
         }
         if let Some(attack) = self.attack {
             // The attack's own workload comes with it.

@@ -30,6 +30,7 @@ use crate::fs::FsClients;
 use crate::network::Network;
 use crate::options::{SabotageMode, SimOptions};
 use crate::protocol::Protocol;
+use crate::reconfig::Admin;
 use crate::report::{SimReport, Tallies};
 use crate::service::ServiceKind;
 use crate::storage::{SimLog, SimPageStore, SimPages};
@@ -79,6 +80,14 @@ struct ReplicaNode {
     wake_generation: u64,
     /// When (virtual time) that wake-up is due.
     wake_at: Option<Time>,
+    /// The configuration it runs in (the one its storage records; `--reconfiguration`).
+    config: Arc<ClusterConfig>,
+    /// Not started yet: a replica a later configuration adds.
+    dormant: bool,
+    /// Removed by a reconfiguration: stays down.
+    retired: bool,
+    /// Its order member ended its configuration; a `Switch` event is due.
+    switching: bool,
 }
 
 impl ReplicaNode {
@@ -110,6 +119,12 @@ pub struct Sim<P: Protocol> {
     config: Arc<ClusterConfig>,
     quorums: Quorums,
     replica_keys: Vec<Arc<KeyRing>>,
+    /// Every replica process's long-term secrets (key rings for new configurations).
+    replica_secrets: Vec<SecretKeys>,
+    /// `--reconfiguration`: the administrator's changes and progress.
+    admin: Option<Admin>,
+    /// The change each correct replica switched to, by epoch (the agreement of reconfigurations).
+    switched_to: BTreeMap<u64, (Digest, upright_core::ids::SeqNo)>,
     /// Every client's keys (the Byzantine client's last).
     client_keys: Vec<Arc<KeyRing>>,
     /// Replica processes: replica `i` at index `i`, and a twin's second copy last.
@@ -154,6 +169,9 @@ pub struct Sim<P: Protocol> {
     ops_by_client: Vec<u64>,
     /// Replica processes that began a proactive recovery (`--recovery`).
     recovering: std::collections::BTreeSet<usize>,
+    /// Recoveries that completed before their replica switched configuration (their host, and
+    /// its counters, went with the switch).
+    recoveries_before_switch: usize,
 }
 
 /// How long a planned proactive recovery waits while another one is in progress before it looks
@@ -183,7 +201,11 @@ pub fn run(opts: SimOptions) -> SimReport {
 
 impl<P: Protocol> Sim<P> {
     /// Sets up the cluster of `opts` hosting `protocol`'s stages.
-    pub fn new(opts: SimOptions, protocol: P) -> Sim<P> {
+    pub fn new(mut opts: SimOptions, protocol: P) -> Sim<P> {
+        // Broken configuration keys show only where configurations change.
+        if opts.sabotage == Some(SabotageMode::SharedConfigurationKeys) {
+            opts.reconfiguration = true;
+        }
         let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
         let quorums = Quorums::new(opts.u, opts.r).expect("valid (u, r)");
         let n = quorums.n_replicas();
@@ -193,8 +215,15 @@ impl<P: Protocol> Sim<P> {
             SecretKeys::from_seed(s)
         };
         let replica_secrets: Vec<SecretKeys> = (0..n).map(|_| secret()).collect();
-        // Correct clients 0..C, plus client C that may behave Byzantine.
-        let client_secrets: Vec<SecretKeys> = (0..=opts.clients).map(|_| secret()).collect();
+        // Correct clients 0..C, plus client C that may behave Byzantine (and, reconfiguring, the
+        // administrator C + 1).
+        let last_client = opts.clients + u32::from(opts.reconfiguration);
+        let client_secrets: Vec<SecretKeys> = (0..=last_client).map(|_| secret()).collect();
+        let added_secrets: Vec<SecretKeys> = if opts.reconfiguration {
+            (0..crate::reconfig::ADDED_REPLICAS).map(|_| secret()).collect()
+        } else {
+            Vec::new()
+        };
         let config = Arc::new(ClusterConfig {
             cluster_name: "sim".into(),
             u: opts.u,
@@ -205,16 +234,24 @@ impl<P: Protocol> Sim<P> {
                     keys: replica_secrets[i].public(),
                 })
                 .collect(),
-            clients: (0..=opts.clients)
+            clients: (0..=last_client)
                 .map(|i| ClientInfo {
                     id: ClientId(i),
                     keys: client_secrets[i as usize].public(),
                 })
                 .collect(),
             knobs: opts.knobs(),
+            admin: opts.reconfiguration.then_some(ClientId(last_client)),
+            epoch: 0,
+            origin: None,
         });
         config.validate().expect("simulator configuration is valid");
-        let replica_keys: Vec<Arc<KeyRing>> = (0..n)
+        let admin = opts.reconfiguration.then(|| {
+            let added: Vec<_> = added_secrets.iter().map(SecretKeys::public).collect();
+            Admin::new(last_client, &config, &client_secrets[last_client as usize], &added)
+        });
+        let replica_secrets: Vec<SecretKeys> = replica_secrets.into_iter().chain(added_secrets).collect();
+        let replica_keys: Vec<Arc<KeyRing>> = (0..replica_secrets.len())
             .map(|i| {
                 let ring = Arc::new(KeyRing::new(
                     &config,
@@ -237,7 +274,7 @@ impl<P: Protocol> Sim<P> {
         let mut errors = Vec::new();
         let mut byz_client_keys = None;
         let mut client_keys = Vec::new();
-        for c in 0..=opts.clients {
+        for c in 0..=last_client {
             let keys = Arc::new(KeyRing::new(
                 &config,
                 Process::Client(ClientId(c)),
@@ -272,8 +309,13 @@ impl<P: Protocol> Sim<P> {
             })
             .collect();
         let twins = plan.twin.map(|t| Twins::new(t, n, opts.clients as usize + 1));
-        // The twin's second copy runs with its identity's clock offset.
-        let processes: Vec<u32> = (0..n as u32).chain(twins.as_ref().map(|t| t.identity)).collect();
+        // The twin's second copy runs with its identity's clock offset; replicas a
+        // reconfiguration adds come after the others.
+        let added = admin.as_ref().map_or(0, |_| crate::reconfig::ADDED_REPLICAS as u32);
+        let processes: Vec<u32> = (0..n as u32 + added)
+            .chain(twins.as_ref().map(|t| t.identity))
+            .collect();
+        let grown = admin.as_ref().map(|a| a.configs[0].clone());
         Sim {
             replicas: processes
                 .iter()
@@ -282,9 +324,16 @@ impl<P: Protocol> Sim<P> {
                     host: None,
                     disk: Vec::new(),
                     pages: Arc::default(),
-                    skew: plan.skew[i as usize],
+                    skew: plan.skew.get(i as usize).copied().unwrap_or(0),
                     wake_generation: 0,
                     wake_at: None,
+                    config: match &grown {
+                        Some(grown) if i as usize >= n => grown.clone(),
+                        _ => config.clone(),
+                    },
+                    dormant: i as usize >= n,
+                    retired: false,
+                    switching: false,
                 })
                 .collect(),
             correct_clients: (0..opts.clients).collect(),
@@ -308,6 +357,7 @@ impl<P: Protocol> Sim<P> {
             ops_completed: 0,
             ops_by_client: vec![0; opts.clients as usize],
             recovering: Default::default(),
+            recoveries_before_switch: 0,
             byzantine,
             unflushed: BTreeMap::new(),
             busy_until: vec![0; processes.len()],
@@ -325,6 +375,9 @@ impl<P: Protocol> Sim<P> {
             twins,
             plan,
             replica_keys,
+            replica_secrets,
+            admin,
+            switched_to: BTreeMap::new(),
             client_keys,
             config,
             quorums,
@@ -387,6 +440,7 @@ impl<P: Protocol> Sim<P> {
                             | SabotageMode::CountProposalsTwice
                             | SabotageMode::SkipRecoveryCheck
                             | SabotageMode::KeepRetiredKeys
+                            | SabotageMode::SharedConfigurationKeys
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -404,7 +458,8 @@ impl<P: Protocol> Sim<P> {
                     | SabotageMode::UnorderedEvents
                     | SabotageMode::CountProposalsTwice
                     | SabotageMode::SkipRecoveryCheck
-                    | SabotageMode::KeepRetiredKeys => {
+                    | SabotageMode::KeepRetiredKeys
+                    | SabotageMode::SharedConfigurationKeys => {
                         unreachable!("guarded above")
                     }
                 };
@@ -419,7 +474,10 @@ impl<P: Protocol> Sim<P> {
         self.start();
         let limit = self.opts.workload_us.max(self.opts.heal_at()) + liveness::PROGRESS_BOUND_US;
         while let Some(t) = self.queue.peek_time() {
-            if t > limit || !self.errors.is_empty() || (self.all_finished() && self.recoveries_done()) {
+            if t > limit
+                || !self.errors.is_empty()
+                || (self.all_finished() && self.recoveries_done() && self.reconfigurations_done())
+            {
                 break;
             }
             let (t, event) = self.queue.pop().expect("peeked");
@@ -450,12 +508,66 @@ impl<P: Protocol> Sim<P> {
         self.recoveries_completed() == self.recovering.len()
     }
 
+    /// Whether the administrator's changes are all ordered and every correct replica ended up
+    /// where they put it (in the last configuration, or stopped if it removed it).
+    fn reconfigurations_done(&self) -> bool {
+        self.reconfiguration_lag().is_empty()
+    }
+
+    /// What keeps `--reconfiguration` from being done, one line per straggler.
+    fn reconfiguration_lag(&self) -> Vec<String> {
+        let Some(admin) = &self.admin else { return Vec::new() };
+        let mut lag = Vec::new();
+        if !admin.done() {
+            lag.push(format!(
+                "the administrator's changes were not all ordered ({} of {}, {} refused)",
+                admin.ordered,
+                admin.changes.len(),
+                admin.refused
+            ));
+        }
+        let last = admin.final_epoch();
+        let last_size = admin.configs[admin.configs.len() - 1].replicas.len();
+        for node in &self.replicas {
+            let correct = self.is_correct(Principal::Order(ReplicaId(node.id)));
+            if !correct || node.dormant {
+                continue;
+            }
+            if node.id as usize >= last_size {
+                if !node.retired {
+                    lag.push(format!(
+                        "replica {} was removed in epoch {last} but still runs (epoch {})",
+                        node.id,
+                        node.config.epoch()
+                    ));
+                }
+            } else if node.host.is_none() || node.config.epoch() != last {
+                lag.push(format!(
+                    "replica {} is in epoch {} at the end of the run, not {last}{}",
+                    node.id,
+                    node.config.epoch(),
+                    if node.host.is_none() { " (down)" } else { "" }
+                ));
+            }
+        }
+        lag
+    }
+
     fn start(&mut self) {
         for r in 0..self.replicas.len() {
             if self.replicas[r].skew != 0 {
                 self.counts.bump("clock_skew");
             }
-            self.restart(r);
+            if !self.replicas[r].dormant {
+                self.restart(r);
+            }
+        }
+        if self.admin.is_some() {
+            // Within the first half of the fault phase, however short the run.
+            let (lo, hi) = crate::reconfig::FIRST_CHANGE_US;
+            let hi = hi.min(self.opts.heal_at() / 2).max(lo + 1);
+            let at = self.rng.random_range(lo..hi);
+            self.push(at, Event::AdminStep);
         }
         for c in 0..self.clients.len() as u32 {
             self.client_input(c, Input::Start);
@@ -513,6 +625,7 @@ impl<P: Protocol> Sim<P> {
                 process,
                 envelope,
                 digest,
+                sealed_in,
             } => {
                 self.trace.update(&self.now.to_le_bytes());
                 self.trace.update(&principal_bytes(from));
@@ -525,6 +638,9 @@ impl<P: Protocol> Sim<P> {
                         let from = from.process();
                         if !self.replicas[r as usize].up() || self.cut_off_drops(r, from) {
                             return;
+                        }
+                        if let Some(epoch) = sealed_in {
+                            self.check_configuration_seal(r, to, epoch, &envelope);
                         }
                         let cost = self.opts.cpu_us_per_message;
                         if cost > 0 {
@@ -604,6 +720,8 @@ impl<P: Protocol> Sim<P> {
             Event::Fault(i) => self.apply_fault(i),
             Event::TwinsRound => self.twins_round(),
             Event::ClientWake(c) => self.wake(c),
+            Event::AdminStep => self.admin_step(),
+            Event::Switch(r) => self.switch(r as usize),
         }
     }
 
@@ -658,7 +776,8 @@ impl<P: Protocol> Sim<P> {
             self.network.partition = None;
             self.network.lagging = None;
             for r in 0..self.replicas.len() {
-                if !self.replicas[r].up() {
+                let node = &self.replicas[r];
+                if !node.up() && !node.dormant && !node.retired {
                     self.restart(r);
                 }
             }
@@ -678,10 +797,19 @@ impl<P: Protocol> Sim<P> {
                 for r in 0..self.replicas.len() {
                     self.crash(r);
                 }
+                // A restart of the power-loss plan brings back only the replicas it lists:
+                // those a reconfiguration added come back with them.
+                for r in 0..self.replicas.len() {
+                    let node = &self.replicas[r];
+                    if !node.dormant && !node.retired && r >= self.quorums.n_replicas() {
+                        self.restart(r);
+                    }
+                }
             }
             FaultStep::Restart(list) => {
                 for r in list {
-                    if !self.replicas[r as usize].up() {
+                    let node = &self.replicas[r as usize];
+                    if !node.up() && !node.dormant && !node.retired {
                         self.restart(r as usize);
                     }
                 }
@@ -765,10 +893,118 @@ impl<P: Protocol> Sim<P> {
         }
     }
 
+    /// The administrator orders its next change (`--reconfiguration`).
+    fn admin_step(&mut self) {
+        let Some(admin) = self.admin.as_mut() else { return };
+        if admin.busy {
+            return;
+        }
+        let Some(operation) = admin.next().map(|c| Bytes::from(c.to_operation())) else {
+            return;
+        };
+        admin.busy = true;
+        let client = admin.client;
+        self.counts.bump("reconfiguration");
+        self.client_input(
+            client,
+            Input::Invoke {
+                operation,
+                path: ReadPath::Ordered,
+            },
+        );
+    }
+
+    /// The administrator's reply: the change was ordered (the next one follows after a pause;
+    /// the replicas it adds start now) or refused (tried again shortly).
+    fn admin_reply(&mut self, result: &Bytes) {
+        let Some(admin) = self.admin.as_mut() else { return };
+        admin.busy = false;
+        let text = String::from_utf8_lossy(result);
+        if text.starts_with("ordered") {
+            let epoch = admin.ordered as u64 + 1;
+            admin.ordered += 1;
+            let more = !admin.done();
+            if epoch == 1 {
+                for r in 0..self.replicas.len() {
+                    if self.replicas[r].dormant && self.replicas[r].id as usize >= self.quorums.n_replicas() {
+                        self.restart(r);
+                    }
+                }
+            }
+            if more {
+                let (lo, hi) = crate::reconfig::NEXT_CHANGE_US;
+                let at = self.now + self.rng.random_range(lo..hi);
+                self.push(at, Event::AdminStep);
+            }
+        } else {
+            admin.refused += 1;
+            self.push(self.now + crate::reconfig::RETRY_US, Event::AdminStep);
+        }
+    }
+
+    /// Replica process `r`'s order member ended its configuration: its logs are flushed and it
+    /// starts again in the next one (as the runtime does), or stays down if removed.
+    fn switch(&mut self, r: usize) {
+        self.flush_replica(r as u32);
+        let node = &mut self.replicas[r];
+        node.switching = false;
+        let Some(mut host) = node.host.take() else { return };
+        let member = host.progress.reconfigured.is_none_or(|(_, member)| member);
+        // A recovery that completed is done; one in progress goes on in the next configuration
+        // (the runtime finds its marker again), or ends with a removed replica.
+        let recovering = self.recovering.contains(&r);
+        let recovered = recovering && host.recovery_complete();
+        if recovered || (recovering && !member) {
+            self.recovering.remove(&r);
+            self.recoveries_before_switch += usize::from(recovered);
+        }
+        for m in host.members_mut() {
+            m.log.sync().expect("the simulated disk does not fail");
+        }
+        node.disk = host.into_members().into_iter().map(|m| (m.kind, m.log)).collect();
+        node.wake_generation += 1;
+        node.wake_at = None;
+        self.cpu_queue[r].clear();
+        self.unflushed.remove(&(r as u32));
+        if member {
+            self.counts.bump("reconfiguration_switch");
+            self.restart_as(r, recovering && !recovered);
+        } else {
+            self.counts.bump("reconfiguration_removed");
+            node_retire(&mut self.replicas[r]);
+        }
+    }
+
+    /// The old-configuration checker: an envelope a correct replica sealed (MAC or
+    /// authenticator) in configuration epoch `epoch` must not open at a replica in another one.
+    fn check_configuration_seal(&mut self, r: u32, to: Principal, epoch: u64, envelope: &Envelope) {
+        let node = &self.replicas[r as usize];
+        let here = node.config.epoch();
+        if here == epoch
+            || !self.is_correct(to)
+            || matches!(envelope.seal, upright_core::message::Seal::None)
+            || !matches!(envelope.from.process(), Process::Replica(_))
+        {
+            return;
+        }
+        let keys = &self.replica_keys[node.id as usize];
+        if envelope.open(keys, to, None).is_ok() && self.errors.len() < 10 {
+            self.errors.push(format!(
+                "configuration: {to:?} in epoch {here} accepted a {} from {:?} sealed in epoch {epoch}",
+                message_name(&envelope.message),
+                envelope.from
+            ));
+        }
+    }
+
     /// The members replica process `r` hosts.
     fn kinds(&self, r: usize) -> Vec<StageKind> {
         let mut out = vec![StageKind::Auth, StageKind::Order];
-        if (self.replicas[r].id as usize) < self.quorums.n_exec {
+        let n_exec = self.replicas[r]
+            .config
+            .validate()
+            .map_or(self.quorums.n_exec, |q| q.n_exec);
+        if (self.replicas[r].id as usize) < n_exec {
             out.push(StageKind::Exec);
         }
         out
@@ -807,6 +1043,29 @@ impl<P: Protocol> Sim<P> {
     /// Restarts replica process `r`; `recovering`: for a proactive recovery.
     fn restart_as(&mut self, r: usize, recovering: bool) {
         let id = ReplicaId(self.replicas[r].id);
+        self.replicas[r].dormant = false;
+        // The configuration its order log records (or the one it was started in).
+        if let Some((_, log)) = self.replicas[r].disk.iter().find(|(k, _)| *k == StageKind::Order) {
+            match upright_core::order::configured(&self.config, log.durable()) {
+                Ok(config) if config.epoch() > self.replicas[r].config.epoch() => {
+                    self.replicas[r].config = Arc::new(config);
+                }
+                Ok(_) => {}
+                Err(e) => self
+                    .errors
+                    .push(format!("simulator: replica {}'s stored configuration: {e}", id.0)),
+            }
+        }
+        let config = self.replicas[r].config.clone();
+        if self.replica_keys[id.0 as usize].config_epoch() != config.epoch() {
+            let ring = Arc::new(KeyRing::new(
+                &config,
+                Process::Replica(id),
+                &self.replica_secrets[id.0 as usize],
+            ));
+            seeded_entropy(&ring, self.opts.seed, u64::from(id.0) + 100 * config.epoch());
+            self.replica_keys[id.0 as usize] = ring;
+        }
         let mut disk = std::mem::take(&mut self.replicas[r].disk);
         let mut members = Vec::new();
         for kind in self.kinds(r) {
@@ -818,13 +1077,10 @@ impl<P: Protocol> Sim<P> {
             let p = kind.member(id);
             let page_store: Option<Box<dyn PageStore>> =
                 (kind == StageKind::Exec).then(|| Box::new(SimPageStore(self.replicas[r].pages.clone())) as _);
-            match self.protocol.stage(
-                &self.config,
-                p,
-                &self.replica_keys[id.0 as usize],
-                log.durable(),
-                page_store,
-            ) {
+            match self
+                .protocol
+                .stage(&config, p, &self.replica_keys[id.0 as usize], log.durable(), page_store)
+            {
                 Ok(stage) => members.push(Member { kind, stage, log }),
                 Err(e) => self.errors.push(format!("simulator: {p:?} refused to start: {e}")),
             }
@@ -891,7 +1147,12 @@ impl<P: Protocol> Sim<P> {
         let next = host
             .next_timer()
             .map(|at| at.saturating_sub(self.replicas[r].skew).max(self.now));
+        let reconfigured = host.progress.reconfigured.is_some();
         self.replicas[r].host = Some(host);
+        if reconfigured && !self.replicas[r].switching {
+            self.replicas[r].switching = true;
+            self.push(self.now, Event::Switch(r as u32));
+        }
         for (from, to, envelope) in routed.sends {
             self.send(Some(r as u32), from, to, envelope);
         }
@@ -988,6 +1249,26 @@ impl<P: Protocol> Sim<P> {
             if let upright_core::stage::Event::Pushed { client, seq, digest } = event {
                 self.pushes.emitted(p, self.now, client, seq, digest);
             }
+            if let upright_core::stage::Event::Reconfigured {
+                epoch,
+                change,
+                boundary,
+                ..
+            } = event
+            {
+                let first = *self.switched_to.entry(epoch).or_insert((change, boundary));
+                if first != (change, boundary) {
+                    self.errors.push(format!(
+                        "agreement: {p:?} switched to epoch {epoch} by change {change:?} after batch {}, another correct replica by {:?} after batch {}",
+                        boundary.0, first.0, first.1 .0
+                    ));
+                }
+                if self.admin.as_ref().and_then(|a| a.digest_of(epoch)) != Some(change) {
+                    self.errors.push(format!(
+                        "configuration: {p:?} switched to epoch {epoch} by a change nobody made"
+                    ));
+                }
+            }
             self.agreement.observe(p, &event);
         }
     }
@@ -1050,6 +1331,7 @@ impl<P: Protocol> Sim<P> {
     /// Sends `envelope` from `from` (hosted by replica process `process`, if a member) to each
     /// of `to` through the network (and a Byzantine sender's filter, and the twins' sides).
     fn send(&mut self, process: Option<u32>, from: Principal, to: Vec<Principal>, envelope: Arc<Envelope>) {
+        let envelope_sent = envelope.clone();
         let byz_replica = from.replica().and_then(|r| self.byzantine.get_mut(&r.0));
         let outgoing = if let Some(byz) = byz_replica {
             byz.outgoing(&mut self.rng, from, to, envelope, &mut self.counts)
@@ -1087,8 +1369,18 @@ impl<P: Protocol> Sim<P> {
                 extra_delay: 0,
             }]
         };
+        // The configuration a correct replica sealed its own envelope in (a Byzantine sender's,
+        // or a copy it forged or replays, is not checked).
+        let sealed_in = process
+            .filter(|&p| {
+                from.replica().is_some()
+                    && self.is_correct(from)
+                    && self.replicas[p as usize].id == from.replica().map_or(u32::MAX, |r| r.0)
+            })
+            .map(|p| self.replicas[p as usize].config.epoch());
         for o in outgoing {
             let digest = Digest::of(&wire::encode(&o.envelope));
+            let sealed_in = sealed_in.filter(|_| Arc::ptr_eq(&o.envelope, &envelope_sent));
             for to in o.to {
                 let processes = self.twin_route(process, from, to);
                 if processes.is_empty() {
@@ -1102,6 +1394,7 @@ impl<P: Protocol> Sim<P> {
                             process,
                             envelope: o.envelope.clone(),
                             digest,
+                            sealed_in,
                         };
                         self.push(self.now + o.extra_delay + delay, event);
                     }
@@ -1215,6 +1508,9 @@ impl<P: Protocol> Sim<P> {
     }
 
     fn on_deliver(&mut self, c: u32, result: Bytes) {
+        if self.admin.as_ref().is_some_and(|a| a.client == c) {
+            return self.admin_reply(&result);
+        }
         if Some(c) == self.byz_client {
             self.byz_client_busy = false;
         } else if let Some(zk) = self.zk.as_mut() {
@@ -1311,6 +1607,7 @@ impl<P: Protocol> Sim<P> {
                     ));
                 }
             }
+            violations.extend(self.reconfiguration_lag().into_iter().map(|l| format!("liveness: {l}")));
             for &r in &self.recovering {
                 if !self.replicas[r].host.as_ref().is_some_and(|h| h.recovery_complete()) {
                     violations.push(format!(
@@ -1356,8 +1653,8 @@ impl<P: Protocol> Sim<P> {
             watch_events: self.zk.as_ref().map_or(0, |zk| zk.watch_events),
             version_conflicts: self.fs.as_ref().map_or(0, |fs| fs.conflicts),
             keys_refreshed: stat_total("keys_refreshed"),
-            recoveries: self.recovering.len() as u64,
-            recoveries_completed: self.recoveries_completed() as u64,
+            recoveries: (self.recovering.len() + self.recoveries_before_switch) as u64,
+            recoveries_completed: (self.recoveries_completed() + self.recoveries_before_switch) as u64,
             ops_completed: self.ops_completed,
         };
         SimReport {
@@ -1384,6 +1681,18 @@ fn model_reply(service: ServiceKind, op: &KvOperation, result: Bytes) -> Bytes {
         .decode(op, &result)
         .map(|reply| reply.encode())
         .unwrap_or_default()
+}
+
+fn node_retire(node: &mut ReplicaNode) {
+    node.retired = true;
+    node.host = None;
+}
+
+/// A message's variant name (for violations).
+fn message_name(message: &Message) -> String {
+    let text = format!("{message:?}");
+    let end = text.find([' ', '(', '{']).unwrap_or(text.len());
+    text[..end].to_string()
 }
 
 fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {

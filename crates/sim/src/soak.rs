@@ -32,6 +32,8 @@ pub struct Lane {
     pub recovery: bool,
     /// Key refresh (`--key-refresh`).
     pub key_refresh: bool,
+    /// The administrator grows the cluster and shrinks it back (`--reconfiguration`).
+    pub reconfiguration: bool,
 }
 
 impl Lane {
@@ -48,6 +50,7 @@ impl Lane {
                     twins: false,
                     recovery: false,
                     key_refresh: false,
+                    reconfiguration: false,
                 };
                 lanes.push(lane);
                 if r > 0 {
@@ -59,19 +62,24 @@ impl Lane {
                     key_refresh: true,
                     ..lane
                 });
+                lanes.push(Lane {
+                    reconfiguration: true,
+                    ..lane
+                });
             }
         }
         lanes
     }
 
     /// The lane's name, as the totals print it: `u1r1 redis mutate`, `u2r1 zk twins`,
-    /// `u1r0 fs recovery`, `u1r1 kv key-refresh`.
+    /// `u1r0 fs recovery`, `u1r1 kv key-refresh`, `u2r1 zk reconfiguration`.
     pub fn name(&self) -> String {
         let drawn = match (self.mutate, self.twins, self.recovery, self.key_refresh) {
             (true, ..) => " mutate",
             (_, true, ..) => " twins",
             (_, _, true, _) => " recovery",
             (_, _, _, true) => " key-refresh",
+            _ if self.reconfiguration => " reconfiguration",
             _ => "",
         };
         format!("u{}r{} {}{drawn}", self.u, self.r, self.service.name())
@@ -164,6 +172,7 @@ pub fn soak(
                 opts.twins = lane.twins;
                 opts.recovery = lane.recovery;
                 opts.key_refresh = lane.key_refresh;
+                opts.reconfiguration = lane.reconfiguration;
                 opts.workload_us = options.workload_us;
                 opts.clients = options.clients;
                 opts.sabotage = options.sabotage;

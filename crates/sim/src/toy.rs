@@ -143,6 +143,7 @@ impl ToyClient {
             operation: op.clone(),
             read_only: false,
             signature: None,
+            config_epoch: 0,
         })
     }
 }

@@ -186,3 +186,11 @@ fn skip_recovery_check_is_caught() {
 fn keep_retired_keys_is_caught() {
     caught(SabotageMode::KeepRetiredKeys);
 }
+
+/// Replica keys that do not bind the configuration epoch: while the administrator grows and
+/// shrinks the cluster, a replica accepts a MAC sealed in another configuration, which the
+/// old-configuration checker reports.
+#[test]
+fn shared_configuration_keys_is_caught() {
+    caught(SabotageMode::SharedConfigurationKeys);
+}

@@ -23,8 +23,8 @@ fn a_soak_deals_seeds_to_every_lane_and_finds_nothing_in_a_correct_protocol() {
     let lanes = Lane::all();
     assert_eq!(
         lanes.len(),
-        65,
-        "3 configurations x 5 services, mutation and twins where r > 0, recovery, key refresh"
+        80,
+        "3 configurations x 5 services, mutation and twins where r > 0, recovery, key refresh, reconfiguration"
     );
     let result = soak(
         &options(lanes.len() as u64, None),

@@ -53,8 +53,11 @@ impl KeySchedule {
 impl AuthStage {
     /// At start: refresh at once if refresh is on, asking every peer for its current NEW-KEY
     /// (after a restart we know none of theirs, and they hold keys to us we no longer have).
+    /// Also without periodic refresh if this process ever announced an epoch (a proactive
+    /// recovery did): its peers still send under that epoch's keys, which the restart lost
+    /// (and a restart into a new configuration changed).
     pub(super) fn start_keys(&mut self, now: Time, out: &mut Vec<Action>) {
-        if self.config.knobs.key_refresh_us > 0 {
+        if self.config.knobs.key_refresh_us > 0 || self.key_schedule.epoch > 0 {
             self.refresh_keys(now, true, out);
         }
     }
@@ -64,8 +67,9 @@ impl AuthStage {
     /// whoever controlled this process before may know, are refused after the overlap.
     pub(super) fn recover_keys(&mut self, now: Time, out: &mut Vec<Action>) {
         self.stats.bump("recovery_new_key");
-        // With periodic refresh, `Input::Start` has just begun this start's epoch.
-        if self.config.knobs.key_refresh_us == 0 {
+        // `start_keys` has just begun this start's epoch if refresh is periodic or this process
+        // announced epochs before.
+        if self.config.knobs.key_refresh_us == 0 && self.keys.epoch() == 0 {
             self.refresh_keys(now, true, out);
         }
     }

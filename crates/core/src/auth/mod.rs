@@ -87,6 +87,9 @@ pub struct AuthStage {
     /// Key refresh (`keys.rs`).
     key_schedule: keys::KeySchedule,
     key_repair: crate::session::KeyRepair,
+    /// When each client behind our configuration was last sent CONFIGURATION (at most one per
+    /// configured client).
+    told_configuration: std::collections::BTreeMap<ClientId, Time>,
     stats: Stats,
 }
 
@@ -130,6 +133,7 @@ impl AuthStage {
             tick_at: None,
             key_schedule: keys::KeySchedule::restore(storage),
             key_repair: Default::default(),
+            told_configuration: Default::default(),
             stats: Stats::default(),
         };
         // Keys sort by (client, request id), so each client's bodies come oldest first. Only the
@@ -166,7 +170,7 @@ impl AuthStage {
     /// Builds the AUTH-REQ item for a request: entry and matrix row.
     fn build(&self, client: ClientId, request_id: RequestId, operation: Bytes, now: Time) -> Forwarded {
         let operation_digest = Digest::of(&operation);
-        let body = if operation.len() <= self.config.knobs.inline_request_bytes_max {
+        let body = if !self.stores_body(client, &operation) {
             RequestBody::Inline(operation.clone())
         } else {
             RequestBody::Digest(operation_digest)
@@ -412,6 +416,7 @@ impl AuthStage {
             request_id,
             operation,
             signature,
+            config_epoch,
             ..
         } = &envelope.message
         else {
@@ -435,6 +440,9 @@ impl AuthStage {
         }
         if rechecked.is_none() && !self.seal_ok(envelope, out) {
             return;
+        }
+        if *config_epoch < self.config.epoch() {
+            self.tell_configuration(now, *client, out);
         }
         let interval = self.config.knobs.auth_retransmit_interval_us;
         let pace = self.new_request_pace();
@@ -503,7 +511,7 @@ impl AuthStage {
             }
         }
         let forwarded = self.build(*client, *request_id, operation.clone(), now);
-        if self.stores_body(operation) {
+        if self.stores_body(*client, operation) {
             let record = crate::codec::to_bytes(&(*client, *request_id, operation));
             out.push(Action::Persist {
                 key: storage_key(*client, *request_id),
@@ -512,7 +520,7 @@ impl AuthStage {
         }
         let item = forwarded.item.clone();
         if let Some((evicted, body)) = self.clients.get_mut(*client).accept(forwarded) {
-            if self.stores_body(&body) {
+            if self.stores_body(*client, &body) {
                 out.push(Action::Persist {
                     key: storage_key(*client, evicted),
                     value: None,
@@ -561,8 +569,41 @@ impl AuthStage {
     /// that travel by digest. An inline body rides in the AUTH-REQ itself and the order stage logs
     /// it with the batch; if this member forgets it in a crash, nothing depends on it (the client,
     /// unanswered, retransmits), so it costs no write on the critical path.
-    fn stores_body(&self, operation: &[u8]) -> bool {
-        operation.len() > self.config.knobs.inline_request_bytes_max
+    /// The administrator's reconfigurations always travel inline (the order stage reads them).
+    fn stores_body(&self, client: ClientId, operation: &[u8]) -> bool {
+        operation.len() > self.config.knobs.inline_request_bytes_max && Some(client) != self.config.admin
+    }
+
+    /// CONFIGURATION to a client that named an earlier configuration epoch (at most once per
+    /// half initial retransmission timeout: it needs `r + 1` copies, from different members).
+    fn tell_configuration(&mut self, now: Time, client: ClientId, out: &mut Vec<Action>) {
+        let Some(change) = crate::reconfig::origin(&self.config) else {
+            return;
+        };
+        let period = self.config.knobs.client_retransmit_initial_us / 2;
+        if self
+            .told_configuration
+            .get(&client)
+            .is_some_and(|at| now < at.saturating_add(period))
+        {
+            return;
+        }
+        self.told_configuration.insert(client, now);
+        self.stats.bump("configuration_told");
+        let to = Principal::Client(client);
+        let envelope = Envelope::seal(
+            &self.keys,
+            &self.quorums,
+            Principal::Auth(self.id),
+            Message::Configuration {
+                change: Box::new(change),
+            },
+            SealFor::One(to),
+        );
+        out.push(Action::Send {
+            to: vec![to],
+            envelope: Arc::new(envelope),
+        });
     }
 
     /// Checks the seal as received by this member; a bad one is counted.

@@ -29,6 +29,7 @@ fn request_signed_with(
             operation: Bytes::copy_from_slice(operation),
             read_only: false,
             signature,
+            config_epoch: 0,
         },
         SealFor::Stage(StageKind::Auth),
     ))

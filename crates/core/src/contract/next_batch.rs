@@ -136,8 +136,8 @@ impl BatchCollector {
     /// The batch digest of `offered` and its entries. If an earlier vote for the same sequence
     /// number has the same time and equal entries, its digest and its copy of the entries are
     /// reused (equal contents have equal digests), so a quorum costs one hashing and one copy of
-    /// the entries, not one per vote. Entries equal only by digest (inline versus digest bodies of
-    /// one request) are hashed and kept on their own: the completing vote's entries are agreed.
+    /// the entries, not one per vote. Other entries are hashed and kept on their own (the form
+    /// of each body is part of the digest, so a copy that swaps it is another batch).
     fn digest_and_entries(&self, offered: &Offered<'_>) -> (Digest, Arc<Vec<RequestEntry>>) {
         let same = self.votes.get(&offered.seqno).and_then(|votes| {
             votes
@@ -262,12 +262,15 @@ mod tests {
     }
 
     #[test]
-    fn inline_and_digest_forms_match_and_the_completing_vote_is_agreed() {
+    fn inline_and_digest_forms_are_different_batches() {
+        // The form of a body is part of what is agreed (`RequestEntry::digest`): a copy that
+        // swaps it does not match.
         let mut c = BatchCollector::new(2, None, 4);
         let inline = vec![entry(1, b"a", true)];
         let by_digest = vec![entry(1, b"a", false)];
         assert_eq!(offer(&mut c, 0, 10, &inline), Ok(false));
-        assert_eq!(offer(&mut c, 1, 10, &by_digest), Ok(true));
+        assert_eq!(offer(&mut c, 1, 10, &by_digest), Ok(false));
+        assert_eq!(offer(&mut c, 2, 10, &by_digest), Ok(true));
         assert_eq!(c.ready(SeqNo(1)).expect("agreed").entries, by_digest);
     }
 

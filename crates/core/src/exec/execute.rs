@@ -257,6 +257,10 @@ impl ExecStage {
     /// which say how many pushes each client has been sent.
     fn execute_batch(&mut self, batch: AgreedBatch, out: &mut Vec<Action>) {
         let requests = self.requests_to_execute(&batch, out);
+        // The administrator's requests are reconfigurations for the order stage, not operations
+        // of the service: they are answered with what the order stage makes of them.
+        let admin = self.config.admin;
+        let (admin_requests, requests): (Vec<_>, Vec<_>) = requests.into_iter().partition(|r| Some(r.client) == admin);
         let mut effects = Effects::default();
         if batch.time_us > 0 {
             let context = BatchContext {
@@ -281,6 +285,13 @@ impl ExecStage {
                     self.replies.record(request.client, request.request_id, result);
                 }
                 self.stats.bump("requests_executed");
+            }
+            for request in admin_requests {
+                let text = crate::reconfig::reply_text(&self.config, batch.seqno, &request.operation);
+                let result = Bytes::from(text.into_bytes());
+                self.send_reply(request.client, request.request_id, &result, false, out);
+                self.replies.record(request.client, request.request_id, result);
+                self.stats.bump("reconfigurations_answered");
             }
             self.last_time_us = batch.time_us;
         } else {

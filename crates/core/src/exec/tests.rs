@@ -54,6 +54,9 @@ impl Net {
                 })
                 .collect(),
             knobs,
+            admin: None,
+            epoch: 0,
+            origin: None,
         };
         let q = config.validate().unwrap();
         let rings = (0..4)

@@ -49,11 +49,16 @@ pub struct RequestEntry {
 }
 
 impl RequestEntry {
-    /// Digest identifying the entry; equal for the inline and the digest form of one request,
-    /// so the choice of form never changes what is agreed.
+    /// Digest identifying the entry, the form of its body included: agreement on a batch fixes
+    /// which entries travel inline, so every member that reads an inline body (the order stage
+    /// reads the administrator's reconfigurations, [`crate::reconfig`]) reads the same ones.
     pub fn digest(&self) -> Digest {
+        let domain = match self.body {
+            RequestBody::Inline(_) => "upright entry v1",
+            RequestBody::Digest(_) => "upright entry by digest v1",
+        };
         Digest::of_parts(
-            "upright entry v1",
+            domain,
             &[
                 &self.client.0.to_le_bytes(),
                 &self.request_id.0.to_le_bytes(),
@@ -143,6 +148,9 @@ pub struct OrderCheckpoint {
     pub exec_state: Digest,
     /// Last ordered request id of each client, sorted by client (for OS3 well-formedness).
     pub last_ordered: Vec<(ClientId, RequestId)>,
+    /// A reconfiguration ordered at or before `seqno` and not yet in effect (or, at a new
+    /// epoch's first checkpoint, the one that made the epoch): [`crate::reconfig`].
+    pub reconfiguration: Option<Box<crate::reconfig::Pending>>,
 }
 
 impl OrderCheckpoint {
@@ -166,7 +174,7 @@ pub struct Signed<T> {
 impl<T: Serialize> Signed<T> {
     /// Signs `value` as order member `signer`.
     pub fn sign(keys: &KeyRing, signer: ReplicaId, value: T) -> Signed<T> {
-        let digest = signed_digest(&value);
+        let digest = signed_digest(&value, keys.config_epoch());
         Signed {
             signature: keys.sign(&digest),
             signer,
@@ -181,14 +189,23 @@ impl<T: Serialize> Signed<T> {
         }
         keys.verify_signature(
             Principal::Order(self.signer),
-            &signed_digest(&self.value),
+            &signed_digest(&self.value, keys.config_epoch()),
             &self.signature,
         )
     }
 }
 
-fn signed_digest<T: Serialize>(value: &T) -> Digest {
-    Digest::of_parts("upright signed v1", &[&crate::codec::to_bytes(value)])
+/// What an order member signs: the value, and in a reconfigured cluster the configuration epoch
+/// (so no signed vote of one configuration counts in another).
+fn signed_digest<T: Serialize>(value: &T, config_epoch: u64) -> Digest {
+    if config_epoch == 0 {
+        Digest::of_parts("upright signed v1", &[&crate::codec::to_bytes(value)])
+    } else {
+        Digest::of_parts(
+            "upright signed in a configuration v1",
+            &[&config_epoch.to_le_bytes(), &crate::codec::to_bytes(value)],
+        )
+    }
 }
 
 /// Every message of every stage.
@@ -209,6 +226,9 @@ pub enum Message {
         /// The client's Ed25519 signature over [`client_request_digest`] when the cluster asks
         /// for signed requests (`knobs.client_signatures`; ordered requests only).
         signature: Option<Signature>,
+        /// The configuration epoch the client knows ([`crate::config::ClusterConfig::epoch`]):
+        /// a replica in a later one answers with CONFIGURATION.
+        config_epoch: u64,
     },
     // ---- authentication -> order ----
     /// AUTH-REQ (tag 19), batched: for each request the sender accepted since its last flush,
@@ -439,6 +459,14 @@ pub enum Message {
         seqno: SeqNo,
         /// The service's `wake_at` after it.
         at_us: Option<u64>,
+    },
+    // ---- authentication -> client (reconfiguration) ----
+    /// CONFIGURATION: the change that made the sender's configuration, to a client whose request
+    /// named an earlier epoch. MAC. A client adopts it on `r + 1` matching copies from replicas
+    /// of the configuration it knows ([`crate::reconfig`]).
+    Configuration {
+        /// The administrator's signed change.
+        change: Box<crate::reconfig::SignedReconfiguration>,
     },
 }
 

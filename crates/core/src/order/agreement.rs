@@ -315,6 +315,11 @@ impl OrderStage {
             if !clients.insert(entry.client) {
                 return Err("drop_batch_client_twice");
             }
+            if Some(entry.client) == self.config.admin && !matches!(entry.body, crate::message::RequestBody::Inline(_))
+            {
+                // The administrator's changes travel inline (the order stage reads them).
+                return Err("drop_batch_admin_by_digest");
+            }
             if entry.request_id != self.projected_last(&p, entry.client).next() {
                 return Err("drop_batch_request_out_of_sequence");
             }
@@ -722,6 +727,11 @@ impl OrderStage {
         let accepted = slot.record.accepted.as_ref().expect("a committed slot holds its batch");
         let history = history_digest(&self.prefix.history, &accepted.digest);
         slot.history = Some(history);
+        let admin_batch = self
+            .config
+            .admin
+            .is_some_and(|a| accepted.batch.entries.iter().any(|e| e.entry.client == a))
+            .then(|| accepted.batch.clone());
         // A null batch (view change) has time 0; a heartbeat's time counts.
         self.prefix.max_time = self.prefix.max_time.max(accepted.batch.time_us);
         for e in &accepted.batch.entries {
@@ -730,6 +740,9 @@ impl OrderStage {
         }
         self.prefix.history = history;
         self.prefix.last_committed = n;
+        if let Some(batch) = admin_batch {
+            self.note_reconfiguration(n, &batch);
+        }
         if n.0.is_multiple_of(self.config.knobs.checkpoint_interval) {
             let last_ordered = self.prefix.last_ordered.iter().map(|(c, r)| (*c, *r)).collect();
             self.prefix.snapshots.insert(
@@ -738,6 +751,7 @@ impl OrderStage {
                     history,
                     time_us: self.prefix.max_time,
                     last_ordered,
+                    pending: self.prefix.pending.clone(),
                 },
             );
         }

@@ -21,7 +21,10 @@ pub use crate::limits::VOTES_PER_MEMBER_MAX;
 /// order members for the checkpoint's `(seqno, digest)`, and a well-formed checkpoint.
 pub fn verify_stable(config: &ClusterConfig, q: &Quorums, keys: &KeyRing, stable: &StableCheckpoint) -> bool {
     let cp = &stable.checkpoint;
-    if cp.seqno.0 == 0 || !cp.seqno.0.is_multiple_of(config.knobs.checkpoint_interval) {
+    if cp.seqno.0 == 0
+        || !cp.seqno.0.is_multiple_of(config.knobs.checkpoint_interval)
+        || !super::reconfig::pending_is_valid(config, cp)
+    {
         return false;
     }
     let well_formed = cp.last_ordered.len() <= config.clients.len()
@@ -53,6 +56,7 @@ impl OrderStage {
         self.prefix.history = cp.history;
         self.prefix.max_time = cp.time_us;
         self.prefix.last_ordered = cp.last_ordered.iter().copied().collect();
+        self.prefix.pending = self.pending_for_next(cp.reconfiguration.as_deref());
         self.stable = Some(stable);
     }
 
@@ -77,6 +81,7 @@ impl OrderStage {
                 time_us: snapshot.time_us,
                 exec_state,
                 last_ordered: snapshot.last_ordered.clone(),
+                reconfiguration: snapshot.pending.clone().map(Box::new),
             };
             let vote = Signed::sign(
                 &self.keys,
@@ -114,14 +119,21 @@ impl OrderStage {
         {
             return self.stats.bump("drop_bad_checkpoint_vote");
         }
+        if self.handover.is_some() && self.on_handover_vote(now, vote, out) {
+            return self.stats.bump("handover_vote");
+        }
         if seqno <= self.h {
             self.stats.bump("drop_old_checkpoint_vote");
-            return self.help_lagging(now, from, out);
+            // The signer, not the envelope's sender: a member handing over to this configuration
+            // signs as its member there.
+            let _ = from;
+            return self.help_lagging(now, vote.signer, out);
         }
         if self.checkpoints.votes.get(&seqno).and_then(|v| v.get(&vote.signer)) == Some(vote) {
             return self.stats.bump("dup_checkpoint_vote");
         }
         if vote.verify(&self.keys, self.sabotage()).is_err() {
+            self.help_previous_epoch(now, Principal::Order(from), out);
             return self.stats.bump("drop_bad_signature");
         }
         let held: Vec<SeqNo> = self
@@ -244,6 +256,7 @@ impl OrderStage {
         if !self.changing {
             self.drain_buffer(now, out);
         }
+        self.check_boundary(now, out);
     }
 
     pub(super) fn on_fetch_checkpoint(
@@ -264,10 +277,16 @@ impl OrderStage {
     }
 
     pub(super) fn on_checkpoint_state(&mut self, now: Time, stable: &StableCheckpoint, out: &mut Vec<Action>) {
+        if self.handover.is_some() && self.on_handover_certificate(now, stable, out) {
+            return self.stats.bump("handover_certificate");
+        }
         if stable.checkpoint.seqno <= self.h {
             return self.stats.bump("drop_old_checkpoint_state");
         }
         if !verify_stable(&self.config, &self.q, &self.keys, stable) {
+            if self.on_joining_certificate(now, stable, out) {
+                return;
+            }
             return self.stats.bump("drop_bad_stable_certificate");
         }
         self.adopt_stable(now, stable.clone(), out);

@@ -19,6 +19,7 @@ pub(crate) mod log;
 pub mod monitor;
 pub(crate) mod persist;
 mod projection;
+mod reconfig;
 mod recovery;
 pub(crate) mod request_pool;
 pub mod view_change;
@@ -47,6 +48,8 @@ use self::log::Slot;
 use self::persist::{OwnCheckpoint, ViewRecord};
 use self::request_pool::RequestPool;
 use self::view_change::ViewChangeState;
+
+pub use self::reconfig::{configured, EpochRecord, StoredConfigError, PREVIOUS_EPOCHS_KEPT};
 
 use crate::limits::VIEW_CHANGE_BACKOFF_MAX;
 /// How long an order member holds back a NEXT-BATCH for another process's execution member, as a
@@ -87,6 +90,7 @@ struct Snapshot {
     history: Digest,
     time_us: u64,
     last_ordered: Vec<(ClientId, RequestId)>,
+    pending: Option<crate::reconfig::Pending>,
 }
 
 /// The committed prefix: everything up to `last_committed` committed here, and what it
@@ -103,6 +107,8 @@ struct CommittedPrefix {
     /// Last ordered request per client in the committed prefix.
     last_ordered: BTreeMap<ClientId, RequestId>,
     snapshots: BTreeMap<SeqNo, Snapshot>,
+    /// A reconfiguration ordered in this epoch and not yet in effect (`reconfig.rs`).
+    pending: Option<crate::reconfig::Pending>,
 }
 
 /// Checkpoints above the low watermark: execution's tokens, the members' signed votes, this
@@ -196,6 +202,24 @@ pub struct OrderStage {
     /// Heartbeats are sped up through this sequence number, for a member's recovery
     /// (`recovery::RECOVERY_HEARTBEAT_US`).
     assist_through: SeqNo,
+    /// The hand-over to the next configuration in progress (`reconfig.rs`).
+    handover: Option<reconfig::Handover>,
+    /// This member's configuration ended (switched or removed): it ignores all input.
+    finished: bool,
+    /// In a reconfigured cluster, the earlier epochs' last certificates (`reconfig.rs`).
+    previous: Vec<StableCheckpoint>,
+    /// After a restart in a cluster that can be reconfigured: the peers that answered this
+    /// member's QUERY-STABLE probe so far (`recovery.rs`; the probe ends with `n - u`).
+    probing: Option<std::collections::BTreeSet<ReplicaId>>,
+    /// When each peer whose message did not verify here was last probed (at most once per tick
+    /// each).
+    probed: BTreeMap<ReplicaId, Time>,
+    /// The highest batch the co-located execution member reported executed (CP-TOKEN or
+    /// LAST-EXEC): a hand-over waits for it to hold the boundary's state (`reconfig.rs`).
+    own_exec_through: SeqNo,
+    /// The committed prefix at the last tick, and for how many ticks it has not moved (a
+    /// member that hears nothing may have missed a reconfiguration: it probes).
+    quiet: (SeqNo, u32),
 }
 
 impl OrderStage {
@@ -217,7 +241,29 @@ impl OrderStage {
                 why: "must be below n_order",
             });
         }
-        let recovered = persist::recover(storage).unwrap_or_else(|e| panic!("corrupt order storage at key {}", e.0));
+        let mut recovered =
+            persist::recover(storage).unwrap_or_else(|e| panic!("corrupt order storage at key {}", e.0));
+        let record = reconfig::stored_record(storage);
+        let stored_epoch = record.as_ref().map_or(0, |r| r.change.change.epoch);
+        if (recovered.view_found || recovered.stable.is_some()) && stored_epoch != config.epoch() {
+            panic!(
+                "this order log is of configuration epoch {stored_epoch}, the replica was started in epoch {} \
+                 (start it in the configuration its log records: upright_core::order::configured)",
+                config.epoch()
+            );
+        }
+        let previous = record.map_or_else(Vec::new, |r| {
+            if let Some(base) = r.base {
+                if recovered
+                    .stable
+                    .as_ref()
+                    .is_none_or(|s| s.checkpoint.seqno <= base.checkpoint.seqno)
+                {
+                    recovered.stable = Some(base);
+                }
+            }
+            r.previous
+        });
         let pool = RequestPool::new(&config);
         let mut stage = OrderStage {
             config,
@@ -254,6 +300,13 @@ impl OrderStage {
             recovery: None,
             stable_answered: BTreeMap::new(),
             assist_through: SeqNo(0),
+            handover: None,
+            finished: false,
+            previous,
+            probing: None,
+            probed: BTreeMap::new(),
+            own_exec_through: SeqNo(0),
+            quiet: (SeqNo(0), 0),
         };
         if let Some(stable) = recovered.stable {
             stage.reset_to_checkpoint(stable);
@@ -325,7 +378,7 @@ impl OrderStage {
     }
 
     fn in_window(&self, seqno: SeqNo) -> bool {
-        seqno > self.h && seqno.0 <= self.h.0 + self.log_window()
+        seqno > self.h && seqno.0 <= self.h.0 + self.log_window() && seqno <= self.epoch_end()
     }
 
     /// Period of the housekeeping tick (retransmissions).
@@ -418,9 +471,17 @@ impl OrderStage {
             self.stats.reject("drop_bad_seal");
             let me = self.me();
             self.key_repair.after_bad_seal(&self.keys, &self.q, me, envelope, out);
+            self.help_previous_epoch(now, envelope.from, out);
+            self.probe_peer(now, envelope.from, out);
             return;
         }
         if !self.config.contains(envelope.from, &self.q) {
+            // A hand-over vote of a member only the next configuration has.
+            if let (Message::Pbft(PbftMessage::Checkpoint(vote)), true) = (&envelope.message, self.handover.is_some()) {
+                if self.on_handover_vote(now, vote, out) {
+                    return self.stats.bump("handover_vote");
+                }
+            }
             self.stats.bump("drop_unknown_sender");
             return;
         }
@@ -473,6 +534,8 @@ impl OrderStage {
         });
         self.helped.clear();
         self.query_stable(out);
+        self.probe_when_quiet();
+        self.probe(out);
         self.send_owed_next_batches(now, SeqNo(u64::MAX), out);
         self.check_quiet_prepares(now, out);
         if self.changing {
@@ -485,6 +548,7 @@ impl OrderStage {
             self.resend_suspicion(out);
         }
         self.retransmit_checkpoint(out);
+        self.send_handover_vote(out);
     }
 
     /// Work that may have become possible after any input: ordering new batches, (re)arming the
@@ -509,6 +573,7 @@ impl OrderSide for OrderStage {
         exec_state: Digest,
         out: &mut Vec<Action>,
     ) {
+        self.own_exec_progress(now, from, seqno, out);
         if !seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) || !self.in_window(seqno) {
             return self.stats.bump("drop_token_out_of_window");
         }
@@ -516,7 +581,8 @@ impl OrderSide for OrderStage {
         self.try_votes(now, out);
     }
 
-    fn last_executed(&mut self, _now: Time, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) {
+    fn last_executed(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) {
+        self.own_exec_progress(now, from, seqno, out);
         self.on_last_executed(from, seqno, out)
     }
 
@@ -532,9 +598,16 @@ impl Stage for OrderStage {
     }
 
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
+        if self.finished {
+            return self.stats.bump("drop_after_reconfiguration");
+        }
         match input {
             Input::Start | Input::Recover => {
+                let joining = self.joining();
                 if mem::take(&mut self.record_start) {
+                    if joining {
+                        reconfig::joining_record(out, &self.config);
+                    }
                     persist_view(out, self.view, self.changing);
                 }
                 out.push(Action::SetTimer {
@@ -550,6 +623,16 @@ impl Stage for OrderStage {
                 self.tell_auth_last_ordered(out);
                 if matches!(input, Input::Recover) {
                     self.begin_recovery(now, out);
+                }
+                if joining {
+                    // A new member: the probe below finds the stable checkpoint to start from.
+                    self.stats.bump("joining");
+                }
+                // A restart at the epoch's boundary (it went down before the hand-over ended).
+                self.check_boundary(now, out);
+                if self.config.admin.is_some() && self.recovery.is_none() {
+                    self.probing = Some(Default::default());
+                    self.probe(out);
                 }
             }
             Input::Message(envelope) => self.on_message(now, &envelope, out),

@@ -45,6 +45,10 @@ pub(super) struct Recovery {
 /// answered (one per tick period per member).
 pub const RECOVERY_HEARTBEAT_US: Time = 2_000;
 
+/// Ticks without a commit (and at least four heartbeat intervals) after which a member of a
+/// cluster that can be reconfigured probes its peers ([`OrderStage::probe_when_quiet`]).
+pub const QUIET_TICKS_PROBE: u32 = 8;
+
 impl OrderStage {
     /// The least time between an idle primary's heartbeats at `seqno`.
     pub(super) fn heartbeat_spacing(&self, seqno: SeqNo) -> Time {
@@ -62,7 +66,7 @@ impl OrderStage {
     }
 
     /// Speeds heartbeats up through `target` (see [`RECOVERY_HEARTBEAT_US`]).
-    fn assist(&mut self, target: SeqNo) {
+    pub(super) fn assist(&mut self, target: SeqNo) {
         if target > self.assist_through {
             self.assist_through = target;
         }
@@ -101,10 +105,67 @@ impl OrderStage {
         }
     }
 
+    /// The restart probe (nonce 0): QUERY-STABLE to the peers that have not answered, at start
+    /// and each tick until `n - u` did. A member that restarts may have missed a reconfiguration
+    /// while it was down; its peers in a later configuration cannot read the probe and answer
+    /// with the earlier configurations' last certificates instead (`reconfig.rs`).
+    pub(super) fn probe(&mut self, out: &mut Vec<Action>) {
+        let Some(answered) = &self.probing else { return };
+        let message = Message::Pbft(PbftMessage::QueryStable { nonce: 0 });
+        let missing: Vec<Principal> = self
+            .other_order_members()
+            .into_iter()
+            .filter(|p| !matches!(p, Principal::Order(r) if answered.contains(r)))
+            .collect();
+        for to in missing {
+            self.send(out, vec![to], message.clone(), SealFor::One(to));
+        }
+    }
+
+    /// Each tick: a member whose committed prefix has not moved for [`QUIET_TICKS_PROBE`] ticks
+    /// while heartbeats are on probes its peers (a cluster that can be reconfigured only): the
+    /// others may have moved to a configuration it does not know, and then nobody sends it
+    /// anything it can read.
+    pub(super) fn probe_when_quiet(&mut self) {
+        if self.config.admin.is_none() || self.config.knobs.heartbeat_interval_us == 0 {
+            return;
+        }
+        let committed = self.prefix.last_committed;
+        if committed != self.quiet.0 {
+            self.quiet = (committed, 0);
+            return;
+        }
+        self.quiet.1 += 1;
+        let period = self.tick_period().max(1);
+        let heartbeat_ticks = self.config.knobs.heartbeat_interval_us.div_ceil(period) as u32;
+        if self.quiet.1 >= QUIET_TICKS_PROBE.max(4 * heartbeat_ticks) && self.probing.is_none() {
+            self.quiet.1 = 0;
+            self.stats.bump("quiet_probe");
+            self.probing = Some(Default::default());
+        }
+    }
+
+    /// A peer's message did not verify here: maybe it is in a later configuration. A probe
+    /// (at most once per tick per peer) gets it to send the certificates that lead there
+    /// (`reconfig.rs`); a peer in the same configuration just answers it.
+    pub(super) fn probe_peer(&mut self, now: Time, from: Principal, out: &mut Vec<Action>) {
+        let Principal::Order(peer) = from else { return };
+        if self.config.admin.is_none() || peer == self.id || (peer.0 as usize) >= self.q.n_order {
+            return;
+        }
+        let period = self.tick_period();
+        if super::once_per(&mut self.probed, now, peer, period) {
+            self.stats.bump("peer_probed");
+            let message = Message::Pbft(PbftMessage::QueryStable { nonce: 0 });
+            self.send(out, vec![from], message, SealFor::One(from));
+        }
+    }
+
     /// A peer's QUERY-STABLE: answer with our stable checkpoint certificate (at most once per
-    /// tick period per peer: the answer is larger than the question).
+    /// tick period per peer: the answer is larger than the question). A recovery's (nonce above
+    /// 0) also speeds heartbeats up, and replaces a recovering primary; a restart probe's does not.
     pub(super) fn on_query_stable(&mut self, now: Time, from: ReplicaId, nonce: u64, out: &mut Vec<Action>) {
-        if !self.changing && self.primary_of(self.view) == from {
+        if nonce != 0 && !self.changing && self.primary_of(self.view) == from {
             // The primary is recovering: it cannot lead this view any more.
             self.stats.bump("primary_recovering");
             self.start_view_change(now, self.view.next(), out);
@@ -114,11 +175,13 @@ impl OrderStage {
             return self.stats.bump("query_stable_rate_limited");
         }
         self.stats.bump("query_stable_answered");
-        // The asker's recovery point is at most the newest stable checkpoint plus `L`, rounded
-        // up; ours may trail the newest by a checkpoint.
-        let knobs = &self.config.knobs;
-        let target = self.h.0 + knobs.log_window + 2 * knobs.checkpoint_interval;
-        self.assist(SeqNo(target));
+        if nonce != 0 {
+            // The asker's recovery point is at most the newest stable checkpoint plus `L`,
+            // rounded up; ours may trail the newest by a checkpoint.
+            let knobs = &self.config.knobs;
+            let target = self.h.0 + knobs.log_window + 2 * knobs.checkpoint_interval;
+            self.assist(SeqNo(target));
+        }
         let to = Principal::Order(from);
         let message = Message::Pbft(PbftMessage::ReplyStable {
             nonce,
@@ -136,6 +199,9 @@ impl OrderStage {
         stable: &Option<StableCheckpoint>,
         out: &mut Vec<Action>,
     ) {
+        if nonce == 0 {
+            return self.on_probe_answer(now, from, stable, out);
+        }
         let Some(recovery) = self.recovery.as_ref().filter(|r| r.point.is_none() && r.nonce == nonce) else {
             return self.stats.bump("drop_reply_stable_unasked");
         };
@@ -163,6 +229,27 @@ impl OrderStage {
             self.on_checkpoint_state(now, s, out);
         }
         self.check_recovery_complete();
+    }
+
+    /// An answer to the restart probe: a newer certificate brings this member forward.
+    fn on_probe_answer(
+        &mut self,
+        now: Time,
+        from: ReplicaId,
+        stable: &Option<StableCheckpoint>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(answered) = self.probing.as_mut() else {
+            return self.stats.bump("drop_reply_stable_unasked");
+        };
+        answered.insert(from);
+        if answered.len() >= self.q.n_order - self.q.u {
+            self.probing = None;
+            self.stats.bump("probe_complete");
+        }
+        if let Some(s) = stable.as_ref().filter(|s| s.checkpoint.seqno > self.h) {
+            self.on_checkpoint_state(now, s, out);
+        }
     }
 
     /// Completes the recovery once a stable checkpoint reached `H`.

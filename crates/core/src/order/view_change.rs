@@ -119,7 +119,13 @@ impl OrderStage {
             }
         }
         let h = stable_seqno(&body.stable);
-        let in_window = |n: SeqNo| n > h && n.0 <= h.0 + self.log_window();
+        // Nothing past the epoch's boundary, if the stable checkpoint carries a pending change.
+        let end = body
+            .stable
+            .as_ref()
+            .and_then(|s| self.pending_for_next(s.checkpoint.reconfiguration.as_deref()))
+            .map_or(SeqNo(u64::MAX), |p| p.boundary);
+        let in_window = |n: SeqNo| n > h && n.0 <= h.0 + self.log_window() && n <= end;
         let mut last = h;
         for p in &body.prepared {
             if p.seqno <= last || !in_window(p.seqno) || p.view >= body.new_view || p.batch.digest() != p.digest {
@@ -327,6 +333,9 @@ impl OrderStage {
             return self.stats.bump("dup_view_change");
         }
         if let Err(reason) = self.validate_view_change(vc) {
+            if reason == "drop_bad_signature" {
+                self.help_previous_epoch(now, Principal::Order(from), out);
+            }
             return self.stats.bump(reason);
         }
         self.view_change.received.insert(vc.signer, vc.clone());

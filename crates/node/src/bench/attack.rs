@@ -446,6 +446,7 @@ impl Attacker {
             operation,
             read_only: false,
             signature: Some(signature),
+            config_epoch: 0,
         };
         let mut envelope = Envelope::seal(
             &self.keys,

@@ -187,6 +187,9 @@ mod tests {
                 .collect(),
             clients: vec![],
             knobs: Knobs::default(),
+            admin: None,
+            epoch: 0,
+            origin: None,
         };
         (config, secrets)
     }

@@ -50,6 +50,9 @@ impl Keys {
                 })
                 .collect(),
             knobs: Knobs::default(),
+            admin: None,
+            epoch: 0,
+            origin: None,
         };
         Keys {
             config,

@@ -43,7 +43,10 @@ impl Agreement {
                     *state_digest,
                 );
             }
-            Event::ViewInstalled { .. } | Event::CheckpointStable { .. } | Event::Pushed { .. } => {}
+            Event::ViewInstalled { .. }
+            | Event::CheckpointStable { .. }
+            | Event::Pushed { .. }
+            | Event::Reconfigured { .. } => {}
         }
     }
 

@@ -84,6 +84,9 @@ fn config(u: usize, r: usize, knobs: Knobs) -> (ClusterConfig, Vec<SecretKeys>) 
             .collect(),
         clients,
         knobs,
+        admin: None,
+        epoch: 0,
+        origin: None,
     };
     (config, secrets)
 }

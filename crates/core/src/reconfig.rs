@@ -1,0 +1,354 @@
+//! Reconfiguration (docs/PROTOCOL.md "Reconfiguration"): an administrator-signed change of the
+//! replicas and of `(u, r)`, ordered like any request and applied at a checkpoint boundary.
+//!
+//! The administrator is one of the configured clients ([`ClusterConfig::admin`]); every ordered
+//! request of that client is a [`SignedReconfiguration`] (never a service operation). The
+//! change names the configuration epoch it creates (the current one plus one), the new fault
+//! model and the whole new replica list with each replica's public keys and an endpoint string
+//! the runtime interprets (its addresses); clients and knobs carry over. The signature (the
+//! admin client's Ed25519 key, over the cluster name and the change) makes the change
+//! self-certifying: a client that learns it from replicas checks it alone, and a new member
+//! started from it knows its peers.
+//!
+//! Every check here is a pure function of the current configuration and the bytes, so every
+//! correct order and execution member decides alike on the same agreed request.
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec;
+use crate::config::{ClusterConfig, ConfigError, PublicKeys, ReplicaInfo};
+use crate::crypto::{Digest, Signature};
+use crate::ids::{ReplicaId, SeqNo};
+
+/// Longest endpoint string of a replica in a change (the runtime's addresses).
+pub const ENDPOINT_BYTES_MAX: usize = 512;
+
+/// A new configuration, as the administrator signs it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Reconfiguration {
+    /// The configuration epoch this change creates.
+    pub epoch: u64,
+    /// The `u` of the configuration it changes (it applies to that configuration only).
+    pub from_u: usize,
+    /// The `r` of the configuration it changes.
+    pub from_r: usize,
+    /// The replicas of the configuration it changes: a new member checks the old
+    /// configuration's last certificate with them ([`predecessor`]).
+    pub from_replicas: Vec<PublicKeys>,
+    /// The new `u`.
+    pub u: usize,
+    /// The new `r`.
+    pub r: usize,
+    /// The new replicas, by new id, with their keys.
+    pub replicas: Vec<PublicKeys>,
+    /// For each replica, where the runtime finds it (opaque to the protocol).
+    pub endpoints: Vec<String>,
+}
+
+/// A change with the administrator's signature.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SignedReconfiguration {
+    /// The change.
+    pub change: Reconfiguration,
+    /// Ed25519 signature of the admin client over [`Reconfiguration::digest`].
+    pub signature: Signature,
+}
+
+impl Reconfiguration {
+    /// What the administrator signs: the cluster name and the encoded change.
+    pub fn digest(&self, cluster_name: &str) -> Digest {
+        Digest::of_parts(
+            "upright reconfiguration v1",
+            &[cluster_name.as_bytes(), &codec::to_bytes(self)],
+        )
+    }
+
+    /// Signs the change with the administrator's key.
+    pub fn sign(self, cluster_name: &str, admin: &crate::crypto::SecretKeys) -> SignedReconfiguration {
+        let signature = admin.sign(&self.digest(cluster_name));
+        SignedReconfiguration {
+            change: self,
+            signature,
+        }
+    }
+}
+
+impl SignedReconfiguration {
+    /// The operation a client orders to apply it.
+    pub fn to_operation(&self) -> Vec<u8> {
+        codec::to_bytes(self)
+    }
+
+    /// Digest of the signed change (identifies it in status and tallies).
+    pub fn digest(&self) -> Digest {
+        Digest::of_parts("upright signed reconfiguration v1", &[&codec::to_bytes(self)])
+    }
+}
+
+/// Why an ordered reconfiguration is refused (every correct member refuses it alike).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReconfigError {
+    /// The configuration names no administrator.
+    #[error("the cluster has no administrator (cluster.toml names no admin client)")]
+    NoAdmin,
+    /// Not a signed change.
+    #[error("not a reconfiguration")]
+    Malformed,
+    /// The signature is not the administrator's.
+    #[error("the signature is not the administrator's")]
+    BadSignature,
+    /// The change was made for another membership.
+    #[error("the change was made for another configuration than the cluster's (its replicas or (u, r) differ)")]
+    OtherConfiguration,
+    /// The change is for another epoch.
+    #[error("the change creates epoch {got}, the cluster is in epoch {current}")]
+    WrongEpoch {
+        /// The change's epoch.
+        got: u64,
+        /// The current epoch.
+        current: u64,
+    },
+    /// One endpoint per replica, each bounded.
+    #[error(
+        "the change lists {replicas} replicas and {endpoints} endpoints (one each, at most {ENDPOINT_BYTES_MAX} bytes)"
+    )]
+    Endpoints {
+        /// Replicas.
+        replicas: usize,
+        /// Endpoints.
+        endpoints: usize,
+    },
+    /// The new configuration is not valid.
+    #[error("the new configuration is invalid: {0}")]
+    Invalid(#[from] ConfigError),
+}
+
+/// Checks `signed` against `current` and returns the configuration it creates. `jump`: accept a
+/// change to any later epoch (a client catching up over several changes; the administrator's key
+/// and the clients never change, so the latest change alone is enough); otherwise only to the
+/// next epoch (ordered requests).
+pub fn successor(
+    current: &ClusterConfig,
+    signed: &SignedReconfiguration,
+    jump: bool,
+) -> Result<ClusterConfig, ReconfigError> {
+    let admin = current
+        .admin
+        .and_then(|a| current.client_keys(a))
+        .ok_or(ReconfigError::NoAdmin)?;
+    let change = &signed.change;
+    let epoch = current.epoch();
+    if !(change.epoch == epoch + 1 || (jump && change.epoch > epoch)) {
+        return Err(ReconfigError::WrongEpoch {
+            got: change.epoch,
+            current: epoch,
+        });
+    }
+    let current_replicas = current.replicas.iter().map(|r| r.keys);
+    if change.epoch == epoch + 1
+        && (change.from_u != current.u
+            || change.from_r != current.r
+            || !change.from_replicas.iter().copied().eq(current_replicas))
+    {
+        return Err(ReconfigError::OtherConfiguration);
+    }
+    if change.endpoints.len() != change.replicas.len() || change.endpoints.iter().any(|e| e.len() > ENDPOINT_BYTES_MAX)
+    {
+        return Err(ReconfigError::Endpoints {
+            replicas: change.replicas.len(),
+            endpoints: change.endpoints.len(),
+        });
+    }
+    crate::crypto::verify_with_public(&admin.ed25519, &change.digest(&current.cluster_name), &signed.signature)
+        .map_err(|_| ReconfigError::BadSignature)?;
+    let next = with_members(
+        current,
+        (change.u, change.r, &change.replicas),
+        change.epoch,
+        Some(codec::to_bytes(signed)),
+    );
+    next.validate()?;
+    Ok(next)
+}
+
+/// `base`'s clients, knobs and administrator with other members: `(u, r, replica keys)`.
+fn with_members(
+    base: &ClusterConfig,
+    (u, r, replicas): (usize, usize, &[PublicKeys]),
+    epoch: u64,
+    origin: Option<Vec<u8>>,
+) -> ClusterConfig {
+    ClusterConfig {
+        cluster_name: base.cluster_name.clone(),
+        u,
+        r,
+        replicas: replicas
+            .iter()
+            .enumerate()
+            .map(|(i, keys)| ReplicaInfo {
+                id: ReplicaId(i as u32),
+                keys: *keys,
+            })
+            .collect(),
+        clients: base.clients.clone(),
+        knobs: base.knobs.clone(),
+        admin: base.admin,
+        epoch,
+        origin,
+    }
+}
+
+/// The configuration `config` was made from (its replicas and fault model as the change names
+/// them; clients, knobs and the administrator carry over). Its own origin is not known, so only
+/// what needs no origin can be checked with it: the signatures of its members, and certificates
+/// whose pending change is the one that made `config`.
+pub fn predecessor(config: &ClusterConfig) -> Option<ClusterConfig> {
+    let change = origin(config)?.change;
+    let members = (change.from_u, change.from_r, &change.from_replicas[..]);
+    let previous = with_members(config, members, change.epoch - 1, None);
+    previous.validate().ok()?;
+    Some(previous)
+}
+
+/// The change that made `config` (none for epoch 0).
+pub fn origin(config: &ClusterConfig) -> Option<SignedReconfiguration> {
+    config.origin.as_deref().and_then(|b| codec::from_bytes(b).ok())
+}
+
+/// An ordered operation of the admin client: the configuration it creates, or why not.
+pub fn decode_and_check(current: &ClusterConfig, operation: &[u8]) -> Result<ClusterConfig, ReconfigError> {
+    let signed: SignedReconfiguration = codec::from_bytes(operation).map_err(|_| ReconfigError::Malformed)?;
+    successor(current, &signed, false)
+}
+
+/// A reconfiguration ordered in the current epoch and not yet in effect: the order stage records
+/// it in its checkpoints (so a member that catches up by state transfer learns it too) and stops
+/// ordering at `boundary`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Pending {
+    /// The change.
+    pub change: SignedReconfiguration,
+    /// Batch it was ordered in.
+    pub ordered_at: SeqNo,
+    /// The last sequence number of the current epoch: the first checkpoint at or after
+    /// `ordered_at`, plus the log window `L`. No member ordered anything past the first
+    /// checkpoint plus `L` before that checkpoint became stable, and none orders past it after.
+    pub boundary: SeqNo,
+}
+
+/// The boundary of a change ordered in batch `seqno`.
+pub fn boundary(seqno: SeqNo, checkpoint_interval: u64, log_window: u64) -> SeqNo {
+    SeqNo(seqno.0.div_ceil(checkpoint_interval) * checkpoint_interval + log_window)
+}
+
+/// The reply the execution stage gives the admin client for an ordered change (deterministic).
+pub fn reply_text(current: &ClusterConfig, seqno: SeqNo, operation: &[u8]) -> String {
+    let knobs = &current.knobs;
+    match decode_and_check(current, operation) {
+        Ok(next) => format!(
+            "ordered in batch {}: epoch {} takes effect after batch {} unless an earlier change of this epoch did",
+            seqno.0,
+            next.epoch(),
+            boundary(seqno, knobs.checkpoint_interval, knobs.log_window).0
+        ),
+        Err(e) => format!("refused: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::SecretKeys;
+    use crate::ids::ClientId;
+    use crate::testing::fixture;
+
+    fn setup() -> (ClusterConfig, SecretKeys) {
+        let f = fixture(1, 1, 2, Default::default());
+        let mut config = (*f.config).clone();
+        config.admin = Some(ClientId(1));
+        // The fixture's client 1 (`testing::fixture` seeds client i with 100 + i).
+        (config, SecretKeys::from_seed([101; 32]))
+    }
+
+    fn grow(config: &ClusterConfig) -> Reconfiguration {
+        let mut replicas: Vec<PublicKeys> = config.replicas.iter().map(|r| r.keys).collect();
+        let from_replicas = replicas.clone();
+        replicas.extend((0..2).map(|i| SecretKeys::from_seed([200 + i; 32]).public()));
+        Reconfiguration {
+            epoch: 1,
+            from_u: config.u,
+            from_r: config.r,
+            from_replicas,
+            u: 2,
+            r: 1,
+            endpoints: vec![String::new(); replicas.len()],
+            replicas,
+        }
+    }
+
+    #[test]
+    fn a_signed_change_makes_the_next_epoch() {
+        let (config, admin) = setup();
+        let signed = grow(&config).sign(&config.cluster_name, &admin);
+        let next = decode_and_check(&config, &signed.to_operation()).expect("valid");
+        assert_eq!((next.epoch(), next.u, next.r, next.replicas.len()), (1, 2, 1, 6));
+        assert_eq!(next.clients, config.clients);
+        let back = predecessor(&next).expect("known");
+        assert_eq!(
+            (back.u, back.r, &back.replicas, back.epoch),
+            (1, 1, &config.replicas, 0)
+        );
+        // Not twice, and not by anyone else.
+        assert!(matches!(
+            successor(&next, &signed, false),
+            Err(ReconfigError::WrongEpoch { got: 1, current: 1 })
+        ));
+        let forged = grow(&config).sign(&config.cluster_name, &SecretKeys::from_seed([9; 32]));
+        assert_eq!(successor(&config, &forged, false), Err(ReconfigError::BadSignature));
+        let mut tampered = signed.clone();
+        tampered.change.u = 1;
+        assert_eq!(successor(&config, &tampered, false), Err(ReconfigError::BadSignature));
+        let mut unadministered = config.clone();
+        unadministered.admin = None;
+        assert_eq!(successor(&unadministered, &signed, false), Err(ReconfigError::NoAdmin));
+        assert_eq!(decode_and_check(&config, b"set x 1"), Err(ReconfigError::Malformed));
+    }
+
+    #[test]
+    fn invalid_changes_are_refused_and_clients_may_jump() {
+        let (config, admin) = setup();
+        let mut change = grow(&config);
+        change.u = 1; // 6 replicas for u = 1, r = 1
+        let signed = change.sign(&config.cluster_name, &admin);
+        assert!(matches!(
+            successor(&config, &signed, false),
+            Err(ReconfigError::Invalid(ConfigError::WrongReplicaCount { .. }))
+        ));
+        let mut change = grow(&config);
+        change.epoch = 3;
+        let signed = change.sign(&config.cluster_name, &admin);
+        assert!(successor(&config, &signed, false).is_err());
+        assert_eq!(successor(&config, &signed, true).map(|c| c.epoch()), Ok(3));
+        let mut change = grow(&config);
+        change.from_replicas.pop();
+        let signed = change.sign(&config.cluster_name, &admin);
+        assert_eq!(
+            successor(&config, &signed, false),
+            Err(ReconfigError::OtherConfiguration)
+        );
+        let mut change = grow(&config);
+        change.endpoints.pop();
+        let signed = change.sign(&config.cluster_name, &admin);
+        assert!(matches!(
+            successor(&config, &signed, false),
+            Err(ReconfigError::Endpoints { .. })
+        ));
+    }
+
+    #[test]
+    fn the_boundary_is_a_checkpoint_plus_the_window() {
+        assert_eq!(boundary(SeqNo(1), 64, 128), SeqNo(192));
+        assert_eq!(boundary(SeqNo(64), 64, 128), SeqNo(192));
+        assert_eq!(boundary(SeqNo(65), 64, 128), SeqNo(256));
+    }
+}
