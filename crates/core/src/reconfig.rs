@@ -346,6 +346,34 @@ mod tests {
     }
 
     #[test]
+    fn replica_keys_and_signatures_bind_the_configuration_epoch_and_client_keys_do_not() {
+        use crate::crypto::{Digest, KeyRing};
+        use crate::ids::{Principal, Process};
+        let f = fixture(1, 1, 2, Default::default());
+        let (config, admin) = setup();
+        let next = successor(&config, &grow(&config).sign(&config.cluster_name, &admin), false).unwrap();
+        let old0 = &f.replicas[0];
+        let new1 = KeyRing::new(&next, Process::Replica(ReplicaId(1)), &SecretKeys::from_seed([2; 32]));
+        let client = &f.clients[0];
+        let digest = Digest::of(b"m");
+        // Replica 0 (old configuration) to replica 1 (new): refused, both MAC and signature.
+        let mac = old0.mac_for(Principal::Order(ReplicaId(1)), &digest);
+        assert!(new1.verify_mac(Principal::Order(ReplicaId(0)), &digest, &mac).is_err());
+        let vote = crate::message::Signed::sign(old0, ReplicaId(0), 7u64);
+        let new_sees = KeyRing::new(&next, Process::Replica(ReplicaId(2)), &SecretKeys::from_seed([3; 32]));
+        assert!(vote.verify(&new_sees, None).is_err());
+        assert!(vote.verify(&f.replicas[2], None).is_ok());
+        // A client's MAC verifies in either configuration (its keys do not bind the epoch).
+        let mac = client.mac_for(Principal::Auth(ReplicaId(1)), &digest);
+        assert!(new1.verify_mac(Principal::Client(ClientId(0)), &digest, &mac).is_ok());
+        // So does the transport's hello key between the replicas.
+        let hello = old0.static_mac_for(Principal::Order(ReplicaId(1)), &digest);
+        assert!(new1
+            .verify_static_mac(Principal::Order(ReplicaId(0)), &digest, &hello)
+            .is_ok());
+    }
+
+    #[test]
     fn the_boundary_is_a_checkpoint_plus_the_window() {
         assert_eq!(boundary(SeqNo(1), 64, 128), SeqNo(192));
         assert_eq!(boundary(SeqNo(64), 64, 128), SeqNo(192));

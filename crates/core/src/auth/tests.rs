@@ -811,3 +811,56 @@ fn the_authentication_member_refreshes_retires_and_installs_keys() {
     let keys = new_keys(&out);
     assert_eq!(keys[0].1.epoch, second.epoch + 1);
 }
+
+/// A replica in a later configuration answers a client that names an earlier epoch with the
+/// change that made its configuration (MACed for the client), at most once per half initial
+/// retransmission timeout, and still forwards the request.
+#[test]
+fn a_client_behind_the_configuration_is_told_the_change() {
+    use crate::config::PublicKeys;
+    use crate::crypto::SecretKeys;
+    use crate::reconfig::Reconfiguration;
+    let f = fixture(1, 1, 2, Knobs::default());
+    let mut base = (*f.config).clone();
+    base.admin = Some(ClientId(1));
+    let keys: Vec<PublicKeys> = base.replicas.iter().map(|r| r.keys).collect();
+    let change = Reconfiguration {
+        epoch: 1,
+        from_u: 1,
+        from_r: 1,
+        from_replicas: keys.clone(),
+        u: 1,
+        r: 1,
+        endpoints: vec![String::new(); 4],
+        replicas: keys,
+    }
+    .sign(&base.cluster_name, &SecretKeys::from_seed([101; 32]));
+    let next = Arc::new(crate::reconfig::successor(&base, &change, false).unwrap());
+    let ring = Arc::new(f.replicas[0].successor(&next, Process::Replica(ReplicaId(0)), false));
+    let mut stage = AuthStage::new(next, ReplicaId(0), ring, &Storage::new()).unwrap();
+    let told = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send { to, envelope } => match &envelope.message {
+                    Message::Configuration { change } => Some((to.clone(), (**change).clone(), envelope.clone())),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let out = run(&mut stage, 0, request(&f, 0, 1, b"op"));
+    let answers = told(&out);
+    assert_eq!(answers.len(), 1);
+    let (to, got, envelope) = &answers[0];
+    assert_eq!(to, &vec![Principal::Client(ClientId(0))]);
+    assert_eq!(got, &change);
+    assert!(envelope
+        .open(&f.clients[0], Principal::Client(ClientId(0)), None)
+        .is_ok());
+    assert!(!auth_requests(&out).is_empty(), "the request is forwarded all the same");
+    // Not again at once.
+    let out = run(&mut stage, 1_000, request(&f, 0, 2, b"op2"));
+    assert!(told(&out).is_empty());
+}

@@ -76,3 +76,114 @@ impl Client {
         &self.config
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::config::{Knobs, PublicKeys};
+    use crate::crypto::SecretKeys;
+    use crate::ids::{ClientId, RequestId};
+    use crate::reconfig::Reconfiguration;
+    use crate::stage::{Input, ReadPath, Stage};
+    use crate::testing::{fixture, Fixture};
+
+    /// A fixture whose client 1 is the administrator, and the change that grows it to u = 2.
+    fn setup() -> (Fixture, ClusterConfig, SignedReconfiguration) {
+        let f = fixture(1, 1, 2, Knobs::default());
+        let mut config = (*f.config).clone();
+        config.admin = Some(ClientId(1));
+        let mut replicas: Vec<PublicKeys> = config.replicas.iter().map(|r| r.keys).collect();
+        let from_replicas = replicas.clone();
+        replicas.extend((0..2).map(|i| SecretKeys::from_seed([210 + i; 32]).public()));
+        let change = Reconfiguration {
+            epoch: 1,
+            from_u: 1,
+            from_r: 1,
+            from_replicas,
+            u: 2,
+            r: 1,
+            endpoints: vec![String::new(); replicas.len()],
+            replicas,
+        }
+        .sign(&config.cluster_name, &SecretKeys::from_seed([101; 32]));
+        (f, config, change)
+    }
+
+    fn told(f: &Fixture, auth: u32, change: &SignedReconfiguration) -> Arc<Envelope> {
+        let to = Principal::Client(ClientId(0));
+        Arc::new(Envelope::seal(
+            &f.replicas[auth as usize],
+            &f.quorums,
+            Principal::Auth(ReplicaId(auth)),
+            Message::Configuration {
+                change: Box::new(change.clone()),
+            },
+            SealFor::One(to),
+        ))
+    }
+
+    #[test]
+    fn a_client_adopts_a_change_on_r_plus_1_matching_copies_and_sends_its_request_again() {
+        let (f, config, change) = setup();
+        let mut c = Client::new(Arc::new(config), ClientId(0), f.clients[0].clone()).unwrap();
+        let mut out = Vec::new();
+        let operation = Bytes::from_static(b"op");
+        c.handle(
+            0,
+            Input::Invoke {
+                operation,
+                path: ReadPath::Ordered,
+            },
+            &mut out,
+        );
+        // One copy is not enough (one replica may lie), nor the same replica twice.
+        let mut out = Vec::new();
+        c.handle(10, Input::Message(told(&f, 0, &change)), &mut out);
+        c.handle(11, Input::Message(told(&f, 0, &change)), &mut out);
+        assert_eq!(c.config().epoch(), 0);
+        assert!(out.is_empty());
+        // A copy under a MAC that does not verify does not count.
+        let mut forged = (*told(&f, 2, &change)).clone();
+        forged.from = Principal::Auth(ReplicaId(3));
+        c.handle(12, Input::Message(Arc::new(forged)), &mut out);
+        assert_eq!(c.config().epoch(), 0);
+        // A second replica: adopted, and the request goes again to the six new members.
+        c.handle(13, Input::Message(told(&f, 2, &change)), &mut out);
+        assert_eq!((c.config().epoch(), c.config().replicas.len()), (1, 6));
+        let resent = out.iter().find_map(|a| match a {
+            Action::Send { to, envelope } => Some((to.clone(), envelope.clone())),
+            _ => None,
+        });
+        let (to, envelope) = resent.expect("the request is sent again");
+        assert_eq!(to.len(), 6);
+        assert!(matches!(
+            envelope.message,
+            Message::ClientRequest {
+                request_id: RequestId(1),
+                config_epoch: 1,
+                ..
+            }
+        ));
+        assert_eq!(c.stats().get("configuration_adopted"), 1);
+    }
+
+    #[test]
+    fn a_change_signed_by_anyone_else_is_refused() {
+        let (f, config, change) = setup();
+        let mut c = Client::new(Arc::new(config.clone()), ClientId(0), f.clients[0].clone()).unwrap();
+        let mut forged = change.clone();
+        forged.signature = change
+            .change
+            .clone()
+            .sign(&config.cluster_name, &SecretKeys::from_seed([9; 32]))
+            .signature;
+        let mut out = Vec::new();
+        for auth in 0..4 {
+            c.handle(auth, Input::Message(told(&f, auth as u32, &forged)), &mut out);
+        }
+        assert_eq!(c.config().epoch(), 0);
+        assert_eq!(c.stats().get("configuration_refused"), 4);
+    }
+}
