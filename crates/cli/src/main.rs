@@ -149,6 +149,35 @@ enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Changes the cluster's replicas or its fault model while it serves (docs/OPERATING.md
+    /// "Reconfiguration"): signs the change with the administrator's key (admin.toml from
+    /// `upright init`), orders it, records it in cluster.toml, and waits until the replicas of
+    /// the new configuration run in it. Added replicas get fresh keys (keys/replica-<id>.key);
+    /// start each with `upright replica --config cluster.toml --id <id>`.
+    Reconfigure {
+        /// Cluster config (updated with the change).
+        #[arg(long)]
+        config: PathBuf,
+        /// Add a replica listening for replicas on HOST:PORT (clients on PORT + 100, metrics on
+        /// 127.0.0.1:PORT + 200, as `upright init` lays them out); repeatable.
+        #[arg(long, value_name = "HOST:PORT")]
+        add: Vec<String>,
+        /// Remove replica ID; repeatable. Only the highest ids can go (ids stay positions).
+        #[arg(long, value_name = "ID")]
+        remove: Vec<u32>,
+        /// The new u (default: unchanged).
+        #[arg(long)]
+        u: Option<usize>,
+        /// The new r (default: unchanged).
+        #[arg(long)]
+        r: Option<usize>,
+        /// The administrator's client file (default: admin.toml beside the config).
+        #[arg(long)]
+        admin: Option<PathBuf>,
+        /// Give up waiting after this many seconds.
+        #[arg(long, default_value_t = 120)]
+        timeout_secs: u64,
+    },
     /// Key-value operations against a running cluster.
     Kv {
         /// Client config (client-<c>.toml from `upright init`).
@@ -358,6 +387,18 @@ fn main() -> ExitCode {
             timeout_secs,
             no_wait,
         } => runtime().block_on(recover(&config, id, timeout_secs, !no_wait)),
+        Command::Reconfigure {
+            config,
+            add,
+            remove,
+            u,
+            r,
+            admin,
+            timeout_secs,
+        } => {
+            let change = ChangeArgs { add, remove, u, r };
+            runtime().block_on(reconfigure(&config, &change, admin, timeout_secs))
+        }
         Command::Kv { client, args } => runtime().block_on(kv(&client, &args)),
         Command::Redis {
             client,
@@ -668,15 +709,20 @@ fn replica(
             .await
             .map_err(|e| FileError(format!("the replica task failed: {e}")))?
     })?;
-    if ended == upright_node::replica::Ended::Recover {
-        // Proactive recovery: nothing of this process's memory survives; the fresh process
-        // finds the marker and recovers (upright_node::recovery).
-        let e = upright_node::recovery::exec_fresh();
-        return Err(FileError(format!(
-            "proactive recovery: cannot restart the replica: {e}"
-        )));
+    match ended {
+        upright_node::replica::Ended::Recover | upright_node::replica::Ended::Reconfigure => {
+            // Proactive recovery: nothing of this process's memory survives; the fresh process
+            // finds the marker and recovers (upright_node::recovery). Reconfiguration: the fresh
+            // process starts in the configuration its order log now records.
+            let e = upright_node::recovery::exec_fresh();
+            Err(FileError(format!("cannot restart the replica: {e}")))
+        }
+        upright_node::replica::Ended::Removed => {
+            println!("replica {id}: removed from the cluster by a reconfiguration; stopping");
+            Ok(ExitCode::SUCCESS)
+        }
+        upright_node::replica::Ended::Shutdown => Ok(ExitCode::SUCCESS),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 async fn status(config: &Path) -> Result<ExitCode, FileError> {
@@ -717,6 +763,190 @@ async fn status(config: &Path) -> Result<ExitCode, FileError> {
 
 /// `upright recover`: asks replica `id` to recover and (with `wait`) follows its status until
 /// the recovery it started has completed.
+/// What `upright reconfigure` changes.
+struct ChangeArgs {
+    add: Vec<String>,
+    remove: Vec<u32>,
+    u: Option<usize>,
+    r: Option<usize>,
+}
+
+/// The new replica entries (with the added replicas' fresh secrets) and fault model.
+#[allow(clippy::type_complexity)]
+fn planned_change(
+    cluster: &Cluster,
+    change: &ChangeArgs,
+) -> Result<
+    (
+        Vec<files::ReplicaEntry>,
+        Vec<(u32, upright_core::crypto::SecretKeys)>,
+        usize,
+        usize,
+    ),
+    FileError,
+> {
+    let mut entries = cluster.file.replicas.clone();
+    let n = entries.len() as u32;
+    let mut removed = change.remove.clone();
+    removed.sort_unstable();
+    removed.dedup();
+    for (k, id) in removed.iter().rev().enumerate() {
+        if *id != n - 1 - k as u32 {
+            return Err(FileError(format!(
+                "cannot remove replica {id}: only the highest ids can be removed (replica ids are positions; \
+                 the cluster has replicas 0..{})",
+                n - 1
+            )));
+        }
+    }
+    entries.truncate((n as usize).saturating_sub(removed.len()));
+    let mut secrets = Vec::new();
+    for addr in &change.add {
+        let (host, port) = addr
+            .rsplit_once(':')
+            .and_then(|(h, p)| p.parse::<u16>().ok().map(|p| (h, p)))
+            .ok_or_else(|| FileError(format!("--add {addr}: expected HOST:PORT")))?;
+        let id = entries.len() as u32;
+        let keys = files::fresh_keys();
+        let entry = files::added_replica(id, host, port, &keys).map_err(|e| FileError(format!("--add {addr}: {e}")))?;
+        entries.push(entry);
+        secrets.push((id, keys));
+    }
+    let u = change.u.unwrap_or(cluster.config.u);
+    let r = change.r.unwrap_or(cluster.config.r);
+    let q = upright_core::quorum::Quorums::new(u, r).map_err(|e| FileError(e.to_string()))?;
+    if entries.len() != q.n_replicas() {
+        return Err(FileError(format!(
+            "u = {u}, r = {r} needs {} replicas; the change would leave {} (use --add / --remove / --u / --r)",
+            q.n_replicas(),
+            entries.len()
+        )));
+    }
+    if entries == cluster.file.replicas && (u, r) == (cluster.config.u, cluster.config.r) {
+        return Err(FileError("nothing to change (give --add, --remove, --u or --r)".into()));
+    }
+    Ok((entries, secrets, u, r))
+}
+
+async fn reconfigure(
+    config_path: &Path,
+    change: &ChangeArgs,
+    admin: Option<PathBuf>,
+    timeout_secs: u64,
+) -> Result<ExitCode, FileError> {
+    use upright_core::reconfig::Reconfiguration;
+    use upright_node::metrics::{http_get, parse_key_values};
+    let cluster = Cluster::load(config_path)?;
+    let dir = config_path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let admin_path = admin.unwrap_or_else(|| dir.join(files::ADMIN_FILE));
+    let mut setup = ClientFile::load(&admin_path).map_err(|e| {
+        FileError(format!(
+            "{e} (the administrator's client file; clusters made before upright init wrote admin.toml have none)"
+        ))
+    })?;
+    if cluster.config.admin != Some(setup.id) {
+        return Err(FileError(format!(
+            "{} is client {}, but the cluster's administrator is {:?}",
+            admin_path.display(),
+            setup.id.0,
+            cluster.config.admin.map(|c| c.0)
+        )));
+    }
+    let (entries, secrets, u, r) = planned_change(&cluster, change)?;
+    let epoch = cluster.config.epoch() + 1;
+    let signed = Reconfiguration {
+        epoch,
+        from_u: cluster.config.u,
+        from_r: cluster.config.r,
+        from_replicas: cluster.config.replicas.iter().map(|r| r.keys).collect(),
+        u,
+        r,
+        replicas: entries
+            .iter()
+            .map(files::ReplicaEntry::public_keys)
+            .collect::<Result<_, _>>()?,
+        endpoints: entries.iter().map(files::endpoint_string).collect(),
+    }
+    .sign(&cluster.config.cluster_name, &setup.keys);
+    // The new replicas' keys first: a change that names them is useless without them.
+    for (id, keys) in &secrets {
+        let path = cluster.key_path(*id);
+        files::write_key_file(
+            &path,
+            &cluster.config.cluster_name,
+            Process::Replica(ReplicaId(*id)),
+            keys,
+        )?;
+        println!("wrote {} (secret: replica {id} only)", path.display());
+    }
+    setup.cluster = cluster.clone();
+    let state = dir.join("admin.last-request-id");
+    let client = upright_node::client::start_client(setup, Some(state))?;
+    println!(
+        "ordering the change to epoch {epoch}: {} replicas, u = {u}, r = {r}",
+        entries.len()
+    );
+    let reply = client
+        .invoke_timeout(
+            bytes::Bytes::from(signed.to_operation()),
+            false,
+            std::time::Duration::from_secs(timeout_secs),
+        )
+        .await
+        .map_err(|e| FileError(format!("the change was not answered: {e}")))?;
+    let text = String::from_utf8_lossy(&reply).to_string();
+    println!("cluster: {text}");
+    if !text.starts_with("ordered") {
+        return Err(FileError(format!("the cluster refused the change: {text}")));
+    }
+    files::record_change(config_path, &signed)?;
+    println!("recorded the change in {}", config_path.display());
+    for (id, _) in &secrets {
+        println!(
+            "start the new replica: upright replica --config {} --id {id}",
+            config_path.display()
+        );
+    }
+    // Wait until every replica of the new configuration that answers runs in it.
+    let token = cluster.metrics_token()?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout_secs);
+    let mut shown = String::new();
+    loop {
+        let mut switched = 0;
+        for entry in &entries {
+            let Ok(addr) = files::resolve(&entry.metrics_addr) else {
+                continue;
+            };
+            if let Ok(body) = http_get(addr, "/status", token.as_deref()).await {
+                let kv = parse_key_values(&body);
+                if kv.get("config_epoch").and_then(|e| e.parse::<u64>().ok()) == Some(epoch) {
+                    switched += 1;
+                }
+            }
+        }
+        let line = format!("{switched} of {} replicas run in epoch {epoch}", entries.len());
+        if line != shown {
+            println!("{line}");
+            shown = line;
+        }
+        if switched == entries.len() {
+            println!(
+                "reconfigured: epoch {epoch}, {} replicas, u = {u}, r = {r}",
+                entries.len()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(FileError(format!(
+                "the change is ordered, but after {timeout_secs} s only {switched} of {} replicas run in epoch {epoch} \
+                 (are the new replicas started?)",
+                entries.len()
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
 async fn recover(config: &Path, id: u32, timeout_secs: u64, wait: bool) -> Result<ExitCode, FileError> {
     use upright_node::metrics::{http_get, http_request, parse_key_values};
     let cluster = Cluster::load(config)?;

@@ -194,7 +194,7 @@ impl TestCluster {
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
-        for id in 0..4 {
+        for id in 0..self.children.len() {
             if self.children[id].is_some() {
                 self.signal(id, libc::SIGCONT);
             }
@@ -636,23 +636,7 @@ fn every_replica_recovers_proactively_in_turn_while_a_workload_runs() {
         let mut acked = write_many(&client, "before", 20).await;
         assert_eq!(acked.len(), 20, "{}", c.logs());
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let writer = {
-            let client = c.client(1);
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let (mut acked, mut slowest, mut i) = (Vec::new(), Duration::ZERO, 0);
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let (k, v) = (format!("during-{i}"), format!("value-{i}"));
-                    let started = Instant::now();
-                    if put(&client, &k, &v).await {
-                        acked.push((k, v));
-                    }
-                    slowest = slowest.max(started.elapsed());
-                    i += 1;
-                }
-                (acked, slowest)
-            })
-        };
+        let writer = spawn_writer(c.client(1), stop.clone());
         let config = c.path().join("cluster.toml");
         let pids: Vec<u32> = c.children.iter().map(|ch| ch.as_ref().unwrap().id()).collect();
         for id in 0..4u32 {
@@ -699,37 +683,169 @@ fn every_replica_recovers_proactively_in_turn_while_a_workload_runs() {
             let log = std::fs::read_to_string(c.path().join(format!("replica-{id}.log"))).unwrap();
             assert!(log.contains("proactive recovery complete"), "{log}");
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let (during, slowest) = writer.await.unwrap();
-        println!(
-            "{} writes acknowledged during the recoveries; the slowest took {slowest:?}",
-            during.len()
-        );
-        assert!(
-            during.len() >= 20,
-            "the cluster kept serving: {} writes\n{}",
-            during.len(),
-            c.logs()
-        );
-        assert!(
-            slowest < Duration::from_secs(10),
-            "a write waited {slowest:?}\n{}",
-            c.logs()
-        );
+        let during = finish_writer(&stop, writer, "recoveries", &c.logs()).await;
         acked.extend(during);
-        let mut lost = Vec::new();
-        for (k, v) in &acked {
-            if get(&client, k).await.as_deref() != Some(v.as_str()) {
-                lost.push(k.clone());
+        assert_none_lost(&client, &acked, &c.logs()).await;
+    });
+}
+
+/// A client that writes `during-<i>` keys until `stop`: what was acknowledged, and the slowest
+/// write.
+fn spawn_writer(
+    client: ClientHandle,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<(Vec<(String, String)>, Duration)> {
+    tokio::spawn(async move {
+        let (mut acked, mut slowest, mut i) = (Vec::new(), Duration::ZERO, 0);
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let (k, v) = (format!("during-{i}"), format!("value-{i}"));
+            let started = Instant::now();
+            if put(&client, &k, &v).await {
+                acked.push((k, v));
             }
+            slowest = slowest.max(started.elapsed());
+            i += 1;
         }
+        (acked, slowest)
+    })
+}
+
+/// Stops the writer of [`spawn_writer`] and checks the cluster kept serving it during `what`:
+/// at least 20 writes, none slower than 10 s. Returns the acknowledged writes.
+async fn finish_writer(
+    stop: &std::sync::atomic::AtomicBool,
+    writer: tokio::task::JoinHandle<(Vec<(String, String)>, Duration)>,
+    what: &str,
+    logs: &str,
+) -> Vec<(String, String)> {
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (during, slowest) = writer.await.unwrap();
+    println!(
+        "{} writes acknowledged during the {what}; the slowest took {slowest:?}",
+        during.len()
+    );
+    assert!(
+        during.len() >= 20,
+        "the cluster kept serving: {} writes\n{logs}",
+        during.len()
+    );
+    assert!(slowest < Duration::from_secs(10), "a write waited {slowest:?}\n{logs}");
+    during
+}
+
+/// Every acknowledged write reads back.
+async fn assert_none_lost(client: &ClientHandle, acked: &[(String, String)], logs: &str) {
+    let mut lost = Vec::new();
+    for (k, v) in acked {
+        if get(client, k).await.as_deref() != Some(v.as_str()) {
+            lost.push(k.clone());
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes lost: {:?}\n{logs}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(20)]
+    );
+}
+
+/// `upright reconfigure` with `args`, to completion (it waits for the new configuration).
+async fn reconfigure(config: &Path, args: &[String]) -> (bool, String) {
+    let (config, args) = (config.to_path_buf(), args.to_vec());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_upright"))
+            .args(["reconfigure", "--config"])
+            .arg(&config)
+            .args(&args)
+            .args(["--timeout-secs", "90"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), printed)
+}
+
+/// Reconfiguration (docs/PROTOCOL.md "Reconfiguration"): a 4-replica cluster (u = 1, r = 1)
+/// grows to 6 (u = 2, r = 1) and shrinks back to 4 while a client writes; the new replicas join
+/// by state transfer, the removed ones stop by themselves, no acknowledged write is lost, and
+/// the client, which knew only the first 4 replicas, keeps being served throughout.
+#[test]
+fn a_four_replica_cluster_grows_to_six_and_shrinks_back_under_load() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    rt().block_on(async {
+        let mut c = TestCluster::start();
+        let client = c.client(0);
+        let mut acked = write_many(&client, "before", 20).await;
+        assert_eq!(acked.len(), 20, "{}", c.logs());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = spawn_writer(c.client(1), stop.clone());
+        let config = c.path().join("cluster.toml");
+        let grow: Vec<String> = vec![
+            "--add".into(),
+            format!("127.0.0.1:{}", free_port()),
+            "--add".into(),
+            format!("127.0.0.1:{}", free_port()),
+            "--u".into(),
+            "2".into(),
+        ];
+        let growing = tokio::spawn({
+            let config = config.clone();
+            async move { reconfigure(&config, &grow).await }
+        });
+        // The change is recorded in cluster.toml once it is ordered: then the new replicas start.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !std::fs::read_to_string(&config).unwrap().contains("reconfigurations") {
+            assert!(Instant::now() < deadline, "the change was not ordered\n{}", c.logs());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        c.children.extend([None, None]);
+        c.spawn(4);
+        c.spawn(5);
+        let (ok, printed) = growing.await.unwrap();
+        println!("{printed}");
+        assert!(ok, "upright reconfigure (grow): {printed}\n{}", c.logs());
         assert!(
-            lost.is_empty(),
-            "{} of {} acknowledged writes lost: {:?}\n{}",
-            lost.len(),
-            acked.len(),
-            &lost[..lost.len().min(20)],
-            c.logs()
+            printed.contains("reconfigured: epoch 1, 6 replicas, u = 2, r = 1"),
+            "{printed}"
         );
+        let shrink: Vec<String> = ["--remove", "4", "--remove", "5", "--u", "1"]
+            .map(String::from)
+            .to_vec();
+        let (ok, printed) = reconfigure(&config, &shrink).await;
+        println!("{printed}");
+        assert!(ok, "upright reconfigure (shrink): {printed}\n{}", c.logs());
+        assert!(
+            printed.contains("reconfigured: epoch 2, 4 replicas, u = 1, r = 1"),
+            "{printed}"
+        );
+        // The removed replicas stop by themselves.
+        for id in [4, 5] {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let status = loop {
+                if let Some(status) = c.children[id].as_mut().unwrap().try_wait().unwrap() {
+                    break status;
+                }
+                assert!(Instant::now() < deadline, "replica {id} still runs after its removal");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+            assert!(status.success(), "replica {id} exited with {status}");
+            let log = std::fs::read_to_string(c.path().join(format!("replica-{id}.log"))).unwrap();
+            assert!(log.contains("removed from the cluster"), "{log}");
+            c.children[id] = None;
+        }
+        for id in 0..4 {
+            let status = c.status(id).await.expect("a member answers");
+            assert_eq!(status.get("config_epoch").map(String::as_str), Some("2"), "{status:?}");
+        }
+        let during = finish_writer(&stop, writer, "reconfigurations", &c.logs()).await;
+        acked.extend(during);
+        assert_none_lost(&client, &acked, &c.logs()).await;
     });
 }

@@ -31,6 +31,13 @@ fn err<T>(msg: impl Into<String>) -> Result<T, FileError> {
     Err(FileError(msg.into()))
 }
 
+impl ReplicaEntry {
+    /// Its public keys, parsed.
+    pub fn public_keys(&self) -> Result<PublicKeys, FileError> {
+        public_keys(&self.x25519, &self.ed25519, &format!("replica {}", self.id))
+    }
+}
+
 /// A replica's entry in `cluster.toml`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaEntry {
@@ -98,13 +105,26 @@ pub struct ClusterFile {
     /// Authorised clients.
     #[serde(default)]
     pub clients: Vec<ClientEntry>,
+    /// The client whose ordered requests are reconfigurations signed with its key
+    /// (`upright init` writes its secret to `admin.toml`); none: the membership is fixed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_client: Option<u32>,
+    /// The administrator's signed changes (hex), oldest first: the cluster's configuration is
+    /// the one the last of them makes from `replicas`, `u` and `r` above (docs/PROTOCOL.md
+    /// "Reconfiguration"). A replica runs in the configuration its own log records.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reconfigurations: Vec<String>,
 }
 
 /// A loaded cluster configuration with resolved addresses.
 #[derive(Clone, Debug)]
 pub struct Cluster {
-    /// The core configuration.
+    /// The core configuration (the latest one `cluster.toml` knows).
     pub config: Arc<ClusterConfig>,
+    /// The configuration the cluster was initialised with (epoch 0).
+    pub initial: Arc<ClusterConfig>,
+    /// Its replicas (`cluster.toml`'s own list).
+    initial_replicas: Vec<ReplicaEntry>,
     /// The file it came from.
     pub file: ClusterFile,
     /// Directory of the file (relative paths resolve against it).
@@ -194,7 +214,7 @@ impl ClusterFile {
             replicas,
             clients,
             knobs: self.knobs.clone().unwrap_or_default(),
-            admin: None,
+            admin: self.admin_client.map(ClientId),
             epoch: 0,
             origin: None,
         };
@@ -243,12 +263,48 @@ impl Cluster {
 
     /// Validates an in-memory cluster file whose relative paths resolve against `base`.
     pub fn from_file(file: ClusterFile, base: &Path) -> Result<Cluster, FileError> {
-        let config = file.to_config()?;
-        Ok(Cluster {
-            config: Arc::new(config),
+        let initial = Arc::new(file.to_config()?);
+        let mut config = initial.clone();
+        for (i, text) in file.reconfigurations.iter().enumerate() {
+            let signed = parse_change(text).map_err(|e| FileError(format!("reconfigurations[{i}]: {e}")))?;
+            let next = upright_core::reconfig::successor(&config, &signed, false)
+                .map_err(|e| FileError(format!("reconfigurations[{i}] does not follow: {e}")))?;
+            config = Arc::new(next);
+        }
+        let cluster = Cluster {
+            config: initial.clone(),
+            initial,
+            initial_replicas: file.replicas.clone(),
             file,
             base: base.to_path_buf(),
-        })
+        };
+        cluster.in_config(config)
+    }
+
+    /// The same cluster seen in configuration `config` (one of its configurations): the replica
+    /// entries, `u` and `r` are the ones it names (addresses from the change's endpoints).
+    pub fn in_config(&self, config: Arc<ClusterConfig>) -> Result<Cluster, FileError> {
+        let mut view = self.clone();
+        if config.epoch() == 0 {
+            view.file.replicas = self.initial_replicas.clone();
+            view.file.u = self.initial.u;
+            view.file.r = self.initial.r;
+        } else {
+            let signed = upright_core::reconfig::origin(&config)
+                .ok_or_else(|| FileError(format!("configuration epoch {} has no change", config.epoch())))?;
+            let change = &signed.change;
+            view.file.replicas = change
+                .replicas
+                .iter()
+                .zip(&change.endpoints)
+                .enumerate()
+                .map(|(i, (keys, endpoint))| replica_entry(i as u32, keys, endpoint))
+                .collect::<Result<_, _>>()?;
+            view.file.u = change.u;
+            view.file.r = change.r;
+        }
+        view.config = config;
+        Ok(view)
     }
 
     /// Data directory of replica `id`.
@@ -415,6 +471,81 @@ impl ClientFile {
     }
 }
 
+/// The endpoint string of a replica in a change: its replica, client and metrics addresses,
+/// separated by single spaces.
+pub fn endpoint_string(entry: &ReplicaEntry) -> String {
+    format!("{} {} {}", entry.replica_addr, entry.client_addr, entry.metrics_addr)
+}
+
+/// A replica entry from its keys and its endpoint string in a change.
+fn replica_entry(id: u32, keys: &upright_core::config::PublicKeys, endpoint: &str) -> Result<ReplicaEntry, FileError> {
+    let parts: Vec<&str> = endpoint.split(' ').collect();
+    let [replica_addr, client_addr, metrics_addr] = parts[..] else {
+        return err(format!(
+            "replica {id}'s endpoint {endpoint:?} is not \"REPLICA_ADDR CLIENT_ADDR METRICS_ADDR\""
+        ));
+    };
+    Ok(ReplicaEntry {
+        id,
+        replica_addr: replica_addr.to_string(),
+        client_addr: client_addr.to_string(),
+        metrics_addr: metrics_addr.to_string(),
+        x25519: hex::encode(keys.x25519),
+        ed25519: hex::encode(keys.ed25519),
+    })
+}
+
+/// The entry of a replica a reconfiguration adds on `host:port`, laid out as `upright init` lays
+/// replicas out: clients on `port + 100`, metrics on `127.0.0.1:port + 200`.
+pub fn added_replica(id: u32, host: &str, port: u16, keys: &SecretKeys) -> Result<ReplicaEntry, FileError> {
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return err(format!("{host:?} is not a host name"));
+    }
+    let (Some(client_port), Some(metrics_port)) = (port.checked_add(100), port.checked_add(200)) else {
+        return err(format!(
+            "port {port} leaves no room for the client and metrics ports (+100, +200)"
+        ));
+    };
+    let public = keys.public();
+    Ok(ReplicaEntry {
+        id,
+        replica_addr: format!("{host}:{port}"),
+        client_addr: format!("{host}:{client_port}"),
+        metrics_addr: format!("127.0.0.1:{metrics_port}"),
+        x25519: hex::encode(public.x25519),
+        ed25519: hex::encode(public.ed25519),
+    })
+}
+
+/// Appends an ordered change to `cluster.toml` at `path` (written whole to a temporary file,
+/// synced, then renamed over it).
+pub fn record_change(path: &Path, signed: &upright_core::reconfig::SignedReconfiguration) -> Result<(), FileError> {
+    let text = fs::read_to_string(path).map_err(|e| FileError(format!("cannot read {}: {e}", path.display())))?;
+    let mut file: ClusterFile =
+        toml::from_str(&text).map_err(|e| FileError(format!("{}: {}", path.display(), one_line(&e.to_string()))))?;
+    file.reconfigurations.push(hex::encode(signed.to_operation()));
+    let text = toml::to_string(&file).map_err(|e| FileError(e.to_string()))?;
+    let tmp = path.with_extension("toml.tmp");
+    let io = |e: std::io::Error| FileError(format!("cannot write {}: {e}", path.display()));
+    {
+        use std::io::Write;
+        let mut f = fs::File::create(&tmp).map_err(io)?;
+        f.write_all(text.as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)?;
+    }
+    fs::rename(&tmp, path).map_err(io)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        crate::storage::sync_dir(dir).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// A signed change from its hex text.
+pub fn parse_change(text: &str) -> Result<upright_core::reconfig::SignedReconfiguration, FileError> {
+    let bytes = hex::decode(text.trim()).map_err(|_| FileError("not hex".into()))?;
+    upright_core::codec::from_bytes(&bytes).map_err(|_| FileError("not a signed reconfiguration".into()))
+}
+
 /// What `upright init` produces.
 pub struct InitPlan {
     /// Cluster name.
@@ -471,6 +602,10 @@ impl MetricsHost {
         }
     }
 }
+
+/// Where `upright init` writes the administrator's client file (its key signs
+/// reconfigurations), relative to the cluster file.
+pub const ADMIN_FILE: &str = "admin.toml";
 
 /// Where `upright init` writes the metrics token, relative to the cluster file.
 pub const METRICS_TOKEN_FILE: &str = "keys/metrics.token";
@@ -541,6 +676,16 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
             }
         })
         .collect();
+    // The administrator: one more client, after the others (`admin.toml`).
+    let admin_keys = fresh_keys();
+    let admin_id = plan.clients;
+    let mut clients: Vec<ClientEntry> = clients;
+    let (x25519, ed25519) = key(&admin_keys);
+    clients.push(ClientEntry {
+        id: admin_id,
+        x25519,
+        ed25519,
+    });
     let file = ClusterFile {
         cluster_name: plan.cluster_name.clone(),
         u: plan.u,
@@ -553,6 +698,8 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         recovery_interval_secs: plan.recovery_interval_secs,
         replicas,
         clients,
+        admin_client: Some(admin_id),
+        reconfigurations: Vec::new(),
     };
     let cluster = Cluster::from_file(file.clone(), out)?;
     fs::create_dir_all(out).map_err(|e| FileError(format!("cannot create {}: {e}", out.display())))?;
@@ -580,6 +727,13 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         let text = toml::to_string(&client).map_err(|e| FileError(e.to_string()))?;
         write_private(&out.join(format!("client-{c}.toml")), &text)?;
     }
+    let admin = ClientFile {
+        client_id: admin_id,
+        secret: secret_hex(&admin_keys),
+        cluster: file.clone(),
+    };
+    let text = toml::to_string(&admin).map_err(|e| FileError(e.to_string()))?;
+    write_private(&out.join(ADMIN_FILE), &text)?;
     Ok(cluster)
 }
 
@@ -651,6 +805,64 @@ mod tests {
         assert_eq!(client.id, ClientId(1));
         let text = fs::read_to_string(dir.path().join("client-1.toml")).unwrap();
         assert_eq!(text.matches("secret").count(), 1, "only the client's own secret");
+    }
+
+    #[test]
+    fn init_names_an_administrator_and_listed_changes_make_the_latest_configuration() {
+        use upright_core::reconfig::Reconfiguration;
+        let dir = tempfile::tempdir().unwrap();
+        init_cluster(&plan(), dir.path()).unwrap();
+        let path = dir.path().join("cluster.toml");
+        let cluster = Cluster::load(&path).unwrap();
+        assert_eq!(cluster.file.admin_client, Some(2), "after clients 0 and 1");
+        assert_eq!(cluster.config.admin, Some(ClientId(2)));
+        let admin = ClientFile::load(&dir.path().join(ADMIN_FILE)).unwrap();
+        assert_eq!(admin.id, ClientId(2));
+        assert_eq!(
+            fs::metadata(dir.path().join(ADMIN_FILE)).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // Grow to six replicas (u = 2): the new ones' addresses come from the change.
+        let mut grown: Vec<String> = cluster.file.replicas.iter().map(endpoint_string).collect();
+        let mut keys: Vec<_> = cluster.config.replicas.iter().map(|r| r.keys).collect();
+        for i in 4..6 {
+            grown.push(format!(
+                "127.0.0.1:{} 127.0.0.1:{} 127.0.0.1:{}",
+                7000 + i,
+                7100 + i,
+                7200 + i
+            ));
+            keys.push(fresh_keys().public());
+        }
+        let change = Reconfiguration {
+            epoch: 1,
+            from_u: 1,
+            from_r: 1,
+            from_replicas: cluster.config.replicas.iter().map(|r| r.keys).collect(),
+            u: 2,
+            r: 1,
+            replicas: keys,
+            endpoints: grown,
+        }
+        .sign(&cluster.config.cluster_name, &admin.keys);
+        let mut file = cluster.file.clone();
+        file.reconfigurations.push(hex::encode(change.to_operation()));
+        let text = toml::to_string(&file).unwrap();
+        fs::write(&path, text).unwrap();
+        let latest = Cluster::load(&path).unwrap();
+        assert_eq!((latest.config.epoch(), latest.config.replicas.len()), (1, 6));
+        assert_eq!((latest.file.u, latest.file.replicas.len()), (2, 6));
+        assert_eq!(latest.file.replica(5).unwrap().client_addr, "127.0.0.1:7105");
+        let initial = latest.in_config(latest.initial.clone()).unwrap();
+        assert_eq!((initial.file.u, initial.file.replicas.len()), (1, 4));
+        assert_eq!(initial.file.replicas, cluster.file.replicas);
+        // A change that does not follow is a clear error.
+        file.reconfigurations.push(hex::encode(change.to_operation()));
+        let e = Cluster::from_file(file.clone(), dir.path()).err().unwrap().to_string();
+        assert!(e.contains("reconfigurations[1] does not follow"), "{e}");
+        file.reconfigurations = vec!["zz".into()];
+        let e = Cluster::from_file(file, dir.path()).err().unwrap().to_string();
+        assert!(e.contains("reconfigurations[0]: not hex"), "{e}");
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub struct Status {
     pub proactive: Proactive,
     /// Set by `POST /recover`; the event loop takes it.
     pub recover_requested: bool,
+    /// The configuration epoch the replica runs in (docs/PROTOCOL.md "Reconfiguration").
+    pub config_epoch: u64,
 }
 
 /// What the status says of proactive recovery.
@@ -177,6 +179,7 @@ impl Status {
         let mut o = String::new();
         let _ = writeln!(o, "replica={}", self.replica);
         let _ = writeln!(o, "health={}", self.health);
+        let _ = writeln!(o, "config_epoch={}", self.config_epoch);
         let _ = writeln!(o, "view={}", p.view);
         let _ = writeln!(o, "committed={}", p.committed);
         let _ = writeln!(o, "executed={}", p.executed);
@@ -382,6 +385,7 @@ mod tests {
         let status = Arc::new(Mutex::new(Status {
             replica: 3,
             health: "ok".into(),
+            config_epoch: 2,
             ..Status::default()
         }));
         tokio::spawn(serve_http(listener, status, Some("s3cret".into())));
@@ -390,6 +394,7 @@ mod tests {
         assert!(http_get(addr, "/metrics", Some("wrong!")).await.is_err());
         let body = http_get(addr, "/status", Some("s3cret")).await.unwrap();
         assert!(body.contains("health=ok"), "{body}");
+        assert!(body.contains("config_epoch=2"), "{body}");
         let metrics = http_get(addr, "/metrics", Some("s3cret")).await.unwrap();
         assert!(metrics.contains("upright_view{replica=\"3\"}"), "{metrics}");
     }

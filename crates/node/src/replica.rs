@@ -409,6 +409,29 @@ pub enum Ended {
     /// A proactive recovery begins: its marker is written; the caller replaces the process
     /// ([`crate::recovery::exec_fresh`]).
     Recover,
+    /// The replica's configuration ended (docs/PROTOCOL.md "Reconfiguration") and its log
+    /// records the next one: the caller replaces the process, which starts in it.
+    Reconfigure,
+    /// A reconfiguration removed this replica: it stops for good.
+    Removed,
+}
+
+/// The configuration replica `spec` runs in: the one its order log records (a replica that has
+/// not switched yet runs in its old configuration even if `cluster.toml` lists newer changes), or,
+/// with an empty log (a new member), the latest one `cluster.toml` knows.
+pub fn running_config(spec: &ReplicaSpec) -> Result<Arc<upright_core::config::ClusterConfig>, FileError> {
+    let dir = spec.cluster.data_dir(spec.id).join(stage_name(StageKind::Order));
+    if !dir.exists() {
+        return Ok(spec.cluster.config.clone());
+    }
+    let (_, storage, _) = StageLog::open(&dir, spec.storage)
+        .map_err(|e| FileError(format!("cannot open storage {}: {e}", dir.display())))?;
+    if storage.is_empty() {
+        return Ok(spec.cluster.config.clone());
+    }
+    let config = upright_core::order::configured(&spec.cluster.initial, &storage)
+        .map_err(|e| FileError(format!("replica {}: {e}", spec.id)))?;
+    Ok(Arc::new(config))
 }
 
 /// Proactive recovery as the event loop sees it ([`crate::recovery`]).
@@ -499,7 +522,37 @@ impl RecoveryCtl {
 }
 
 /// Runs replica `spec.id` until `shutdown` completes or a proactive recovery begins.
-pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) -> Result<Ended, FileError> {
+pub async fn run_replica(mut spec: ReplicaSpec, shutdown: impl Future<Output = ()>) -> Result<Ended, FileError> {
+    let running = running_config(&spec)?;
+    if running.epoch() != spec.cluster.config.epoch() || running.epoch() > 0 {
+        spec.cluster = spec.cluster.in_config(running.clone())?;
+    }
+    match running.replicas.iter().position(|r| r.keys == spec.keys.public()) {
+        Some(position) if position == spec.id as usize => {}
+        Some(position) => {
+            return Err(FileError(format!(
+                "replica {} is replica {position} in configuration epoch {}: renumbered replicas are not supported yet",
+                spec.id,
+                running.epoch()
+            )))
+        }
+        None => {
+            tracing::warn!(
+                epoch = running.epoch(),
+                "this replica is not a member of its configuration: it was removed"
+            );
+            return Ok(Ended::Removed);
+        }
+    }
+    if running.epoch() > 0 {
+        tracing::info!(
+            epoch = running.epoch(),
+            replicas = running.replicas.len(),
+            u = running.u,
+            r = running.r,
+            "running in a reconfigured configuration"
+        );
+    }
     let cluster = spec.cluster.clone();
     let config = cluster.config.clone();
     let me = ReplicaId(spec.id);
@@ -593,6 +646,7 @@ pub async fn run_replica(spec: ReplicaSpec, shutdown: impl Future<Output = ()>) 
     ));
     let status = Arc::new(Mutex::new(Status {
         replica: spec.id,
+        config_epoch: config.epoch(),
         recovery,
         corrupt_recoveries: corrupt,
         health: "starting".into(),
@@ -734,6 +788,19 @@ async fn event_loop(
             tokio::task::yield_now().await;
         }
         host.flush(now, router).map_err(io)?;
+        if let Some((epoch, member)) = host.progress.reconfigured {
+            // The order member wrote its epoch record (synced by the flush): start again in
+            // the new configuration, or stop if the change removed this replica.
+            for m in host.members_mut() {
+                m.log.sync().map_err(io)?;
+            }
+            tracing::info!(
+                epoch,
+                member,
+                "configuration ended: the replica starts again in the next one"
+            );
+            return Ok(if member { Ended::Reconfigure } else { Ended::Removed });
+        }
         // More input waiting: let the connection tasks write this round's sends (and read) first.
         // Nothing waiting: the wait above parks this task, which runs them anyway; a yield here
         // would only cost the runtime an extra zero-timeout poll of the OS per round.
