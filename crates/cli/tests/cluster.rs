@@ -844,7 +844,10 @@ fn a_four_replica_cluster_grows_to_six_and_shrinks_back_under_load() {
             let status = c.status(id).await.expect("a member answers");
             assert_eq!(status.get("config_epoch").map(String::as_str), Some("2"), "{status:?}");
         }
-        let during = finish_writer(&stop, writer, "reconfigurations", &c.logs()).await;
+        // The changes can take well under a second: the writer goes on in the last
+        // configuration for a while too.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let during = finish_writer(&stop, writer, "reconfigurations and a second after", &c.logs()).await;
         acked.extend(during);
         assert_none_lost(&client, &acked, &c.logs()).await;
     });
