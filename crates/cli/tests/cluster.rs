@@ -772,6 +772,38 @@ async fn reconfigure(config: &Path, args: &[String]) -> (bool, String) {
     (out.status.success(), printed)
 }
 
+/// Grows the 4-replica test cluster to 6 (u = 2, r = 1) with `upright reconfigure`, starting
+/// the two new replicas once the change is ordered (recorded in cluster.toml).
+async fn grow_to_six(c: &mut TestCluster, config: &Path) {
+    let grow: Vec<String> = vec![
+        "--add".into(),
+        format!("127.0.0.1:{}", free_port()),
+        "--add".into(),
+        format!("127.0.0.1:{}", free_port()),
+        "--u".into(),
+        "2".into(),
+    ];
+    let growing = tokio::spawn({
+        let config = config.to_path_buf();
+        async move { reconfigure(&config, &grow).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(config).unwrap().contains("reconfigurations") {
+        assert!(Instant::now() < deadline, "the change was not ordered\n{}", c.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.children.extend([None, None]);
+    c.spawn(4);
+    c.spawn(5);
+    let (ok, printed) = growing.await.unwrap();
+    println!("{printed}");
+    assert!(ok, "upright reconfigure (grow): {printed}\n{}", c.logs());
+    assert!(
+        printed.contains("reconfigured: epoch 1, 6 replicas, u = 2, r = 1"),
+        "{printed}"
+    );
+}
+
 /// Reconfiguration (docs/PROTOCOL.md "Reconfiguration"): a 4-replica cluster (u = 1, r = 1)
 /// grows to 6 (u = 2, r = 1) and shrinks back to 4 while a client writes; the new replicas join
 /// by state transfer, the removed ones stop by themselves, no acknowledged write is lost, and
@@ -787,34 +819,7 @@ fn a_four_replica_cluster_grows_to_six_and_shrinks_back_under_load() {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let writer = spawn_writer(c.client(1), stop.clone());
         let config = c.path().join("cluster.toml");
-        let grow: Vec<String> = vec![
-            "--add".into(),
-            format!("127.0.0.1:{}", free_port()),
-            "--add".into(),
-            format!("127.0.0.1:{}", free_port()),
-            "--u".into(),
-            "2".into(),
-        ];
-        let growing = tokio::spawn({
-            let config = config.clone();
-            async move { reconfigure(&config, &grow).await }
-        });
-        // The change is recorded in cluster.toml once it is ordered: then the new replicas start.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !std::fs::read_to_string(&config).unwrap().contains("reconfigurations") {
-            assert!(Instant::now() < deadline, "the change was not ordered\n{}", c.logs());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        c.children.extend([None, None]);
-        c.spawn(4);
-        c.spawn(5);
-        let (ok, printed) = growing.await.unwrap();
-        println!("{printed}");
-        assert!(ok, "upright reconfigure (grow): {printed}\n{}", c.logs());
-        assert!(
-            printed.contains("reconfigured: epoch 1, 6 replicas, u = 2, r = 1"),
-            "{printed}"
-        );
+        grow_to_six(&mut c, &config).await;
         let shrink: Vec<String> = ["--remove", "4", "--remove", "5", "--u", "1"]
             .map(String::from)
             .to_vec();
@@ -849,6 +854,31 @@ fn a_four_replica_cluster_grows_to_six_and_shrinks_back_under_load() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let during = finish_writer(&stop, writer, "reconfigurations and a second after", &c.logs()).await;
         acked.extend(during);
+        assert_none_lost(&client, &acked, &c.logs()).await;
+    });
+}
+
+/// Clients learn the membership from the replicas: a client that knew only the first four
+/// replicas keeps being served after the cluster grew to six (u = 2) and two of those four were
+/// killed; it needs the new replicas for that (four authentication members' rows), which it
+/// found in the change the replicas told it and connected to by itself.
+#[test]
+fn a_client_follows_a_grown_cluster_when_two_original_replicas_go_down() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    rt().block_on(async {
+        let mut c = TestCluster::start();
+        let client = c.client(0);
+        let mut acked = write_many(&client, "before", 10).await;
+        assert_eq!(acked.len(), 10, "{}", c.logs());
+        let config = c.path().join("cluster.toml");
+        grow_to_six(&mut c, &config).await;
+        // The client learns the change with its next requests.
+        acked.extend(write_many(&client, "grown", 10).await);
+        c.kill(0);
+        c.kill(1);
+        let after = write_many(&client, "after", 10).await;
+        assert_eq!(after.len(), 10, "served with replicas 0 and 1 down\n{}", c.logs());
+        acked.extend(after);
         assert_none_lost(&client, &acked, &c.logs()).await;
     });
 }

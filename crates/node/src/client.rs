@@ -328,7 +328,7 @@ fn prepare(setup: &ClientSetup, state_file: Option<PathBuf>) -> Result<Prepared,
 
 /// Dials every replica once for the whole group and spawns each client's task.
 fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>, FileError> {
-    let cluster = &group[0].0.cluster;
+    let cluster = group[0].0.cluster.clone();
     let name = &cluster.config.cluster_name;
     let counters = Arc::new(Counters::default());
     let inboxes: BTreeMap<ClientId, Arc<Inbox>> = group
@@ -368,6 +368,15 @@ fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>,
             },
             client: prepared.client,
             replicas: replicas.clone(),
+            epoch: cluster.config.epoch(),
+            addrs: cluster
+                .file
+                .replicas
+                .iter()
+                .map(|e| (ReplicaId(e.id), e.client_addr.clone()))
+                .collect(),
+            name: name.clone(),
+            counters: counters.clone(),
             inbox: inboxes[&setup.id].clone(),
             state_file: prepared.state_file,
             persisted: prepared.last,
@@ -389,6 +398,11 @@ struct ClientTask {
     client: Client,
     pushes: PushOut,
     replicas: BTreeMap<ReplicaId, Dialer>,
+    /// The configuration epoch `replicas` were dialled for, and each replica's client address.
+    epoch: u64,
+    addrs: BTreeMap<ReplicaId, String>,
+    name: String,
+    counters: Arc<Counters>,
     inbox: Arc<Inbox>,
     state_file: Option<PathBuf>,
     persisted: RequestId,
@@ -521,7 +535,59 @@ impl ClientTask {
                 Action::Persist { .. } | Action::PersistLazily { .. } | Action::Note(_) => {}
             }
         }
+        self.follow_configuration();
         Ok(())
+    }
+
+    /// The core client adopted a newer configuration (docs/PROTOCOL.md "Reconfiguration"):
+    /// dial the replicas it names whose client address this task has no connection to (its own
+    /// connections, with its new keys; the group's stay as they are).
+    fn follow_configuration(&mut self) {
+        let config = self.client.config().clone();
+        if config.epoch() <= self.epoch {
+            return;
+        }
+        self.epoch = config.epoch();
+        let Some(signed) = upright_core::reconfig::origin(&config) else {
+            return;
+        };
+        let inboxes: Arc<BTreeMap<ClientId, Arc<Inbox>>> =
+            Arc::new([(self.client.id(), self.inbox.clone())].into_iter().collect());
+        for (i, text) in signed.change.endpoints.iter().enumerate() {
+            let id = ReplicaId(i as u32);
+            let Some(client_addr) = crate::files::endpoint_client_addr(text) else {
+                tracing::warn!(replica = i, endpoint = %text, "a replica of the new configuration has no client address");
+                continue;
+            };
+            if self.addrs.get(&id).map(String::as_str) == Some(client_addr) {
+                continue;
+            }
+            let Ok(addr) = endpoint(client_addr) else {
+                tracing::warn!(
+                    replica = i,
+                    address = client_addr,
+                    "cannot use the client address of a new replica"
+                );
+                continue;
+            };
+            tracing::info!(
+                replica = i,
+                address = client_addr,
+                epoch = self.epoch,
+                "connecting to a replica of the new configuration"
+            );
+            let dialer = dial_clients(
+                addr,
+                id,
+                vec![self.client.keys().clone()],
+                self.name.clone(),
+                inboxes.clone(),
+                REPLY_FRAME_MAX,
+                self.counters.clone(),
+            );
+            self.replicas.insert(id, dialer);
+            self.addrs.insert(id, client_addr.to_string());
+        }
     }
 
     /// Makes a new ordered request (id and operation) durable in the state file (if there is one)

@@ -477,6 +477,12 @@ pub fn endpoint_string(entry: &ReplicaEntry) -> String {
     format!("{} {} {}", entry.replica_addr, entry.client_addr, entry.metrics_addr)
 }
 
+/// The client address in a replica's endpoint string.
+pub fn endpoint_client_addr(endpoint: &str) -> Option<&str> {
+    let parts: Vec<&str> = endpoint.split(' ').collect();
+    (parts.len() == 3).then(|| parts[1])
+}
+
 /// A replica entry from its keys and its endpoint string in a change.
 fn replica_entry(id: u32, keys: &upright_core::config::PublicKeys, endpoint: &str) -> Result<ReplicaEntry, FileError> {
     let parts: Vec<&str> = endpoint.split(' ').collect();

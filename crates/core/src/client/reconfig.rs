@@ -75,6 +75,11 @@ impl Client {
     pub fn config(&self) -> &Arc<ClusterConfig> {
         &self.config
     }
+
+    /// This client's keys in that configuration (the runtime's hellos to new replicas).
+    pub fn keys(&self) -> &Arc<crate::crypto::KeyRing> {
+        &self.keys
+    }
 }
 
 #[cfg(test)]
