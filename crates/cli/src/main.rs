@@ -907,29 +907,55 @@ async fn reconfigure(
             config_path.display()
         );
     }
-    // Wait until every replica of the new configuration that answers runs in it.
+    // Wait until every replica of the new configuration that answers runs in it, the added ones
+    // answer, and enough answer for its quorums (n - u): a replica that is down (the reason to
+    // grow a cluster is often one that went down) catches up to the new configuration when it
+    // comes back.
     let token = cluster.metrics_token()?;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout_secs);
+    let added: Vec<u32> = secrets.iter().map(|(id, _)| *id).collect();
+    let quorum = entries.len().saturating_sub(u);
     let mut shown = String::new();
+    // Since when each replica has not answered: one restarting into the new configuration is
+    // silent for a moment, one that is down stays so.
+    let mut silent_since: std::collections::BTreeMap<u32, std::time::Instant> = Default::default();
     loop {
-        let mut switched = 0;
+        let (mut switched, mut silent) = (0, Vec::new());
         for entry in &entries {
-            let Ok(addr) = files::resolve(&entry.metrics_addr) else {
-                continue;
+            let body = match files::resolve(&entry.metrics_addr) {
+                Ok(addr) => http_get(addr, "/status", token.as_deref()).await.ok(),
+                Err(_) => None,
             };
-            if let Ok(body) = http_get(addr, "/status", token.as_deref()).await {
-                let kv = parse_key_values(&body);
-                if kv.get("config_epoch").and_then(|e| e.parse::<u64>().ok()) == Some(epoch) {
-                    switched += 1;
+            match body {
+                Some(body) => {
+                    let kv = parse_key_values(&body);
+                    if kv.get("config_epoch").and_then(|e| e.parse::<u64>().ok()) == Some(epoch) {
+                        switched += 1;
+                    }
                 }
+                None => silent.push(entry.id),
             }
         }
-        let line = format!("{switched} of {} replicas run in epoch {epoch}", entries.len());
+        silent_since.retain(|id, _| silent.contains(id));
+        for id in &silent {
+            silent_since.entry(*id).or_insert_with(std::time::Instant::now);
+        }
+        let settled = silent_since
+            .values()
+            .all(|t| t.elapsed() >= std::time::Duration::from_secs(2));
+        let answering = entries.len() - silent.len();
+        let mut line = format!("{switched} of {} replicas run in epoch {epoch}", entries.len());
+        if !silent.is_empty() {
+            line += &format!(" (not answering: {silent:?})");
+        }
         if line != shown {
             println!("{line}");
             shown = line;
         }
-        if switched == entries.len() {
+        if switched == answering && switched >= quorum && settled && !silent.iter().any(|id| added.contains(id)) {
+            for id in &silent {
+                println!("replica {id} does not answer: when it runs again it catches up to epoch {epoch} by itself");
+            }
             println!(
                 "reconfigured: epoch {epoch}, {} replicas, u = {u}, r = {r}",
                 entries.len()
@@ -939,7 +965,7 @@ async fn reconfigure(
         if std::time::Instant::now() >= deadline {
             return Err(FileError(format!(
                 "the change is ordered, but after {timeout_secs} s only {switched} of {} replicas run in epoch {epoch} \
-                 (are the new replicas started?)",
+                 (not answering: {silent:?}; are the new replicas started?)",
                 entries.len()
             )));
         }

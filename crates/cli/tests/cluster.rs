@@ -155,7 +155,9 @@ impl TestCluster {
     }
 
     async fn status(&self, id: u32) -> Option<std::collections::BTreeMap<String, String>> {
-        let addr = files::resolve(&self.cluster.file.replica(id).unwrap().metrics_addr).unwrap();
+        // cluster.toml as it is now: a reconfiguration adds replicas to it.
+        let cluster = Cluster::load(&self.path().join("cluster.toml")).unwrap();
+        let addr = files::resolve(&cluster.file.replica(id).unwrap().metrics_addr).unwrap();
         http_get(addr, "/status", None).await.ok().map(|b| parse_key_values(&b))
     }
 
@@ -879,6 +881,52 @@ fn a_client_follows_a_grown_cluster_when_two_original_replicas_go_down() {
         let after = write_many(&client, "after", 10).await;
         assert_eq!(after.len(), 10, "served with replicas 0 and 1 down\n{}", c.logs());
         acked.extend(after);
+        assert_none_lost(&client, &acked, &c.logs()).await;
+    });
+}
+
+/// The reason to grow a cluster is often a replica that went down: a 4-replica cluster with
+/// replica 3 down grows to 6 (u = 2, r = 1) under load. The next configuration's first
+/// certificate needs 4 votes and only 3 old members are up, so the hand-over needs the new
+/// members' votes: the old members connect to the members the change adds. Replica 3 comes back
+/// afterwards, still in the old configuration, and catches up to the new one by itself.
+#[test]
+fn a_cluster_grows_while_one_of_its_replicas_is_down_and_the_replica_catches_up_later() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    rt().block_on(async {
+        let mut c = TestCluster::start();
+        let client = c.client(0);
+        let mut acked = write_many(&client, "before", 10).await;
+        assert_eq!(acked.len(), 10, "{}", c.logs());
+        c.kill(3);
+        acked.extend(write_many(&client, "down", 10).await);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = spawn_writer(c.client(1), stop.clone());
+        let config = c.path().join("cluster.toml");
+        grow_to_six(&mut c, &config).await;
+        for id in [0, 1, 2, 4, 5] {
+            let status = c.status(id).await.expect("a member answers");
+            assert_eq!(status.get("config_epoch").map(String::as_str), Some("1"), "{status:?}");
+        }
+        let log = std::fs::read_to_string(c.path().join("replica-0.log")).unwrap();
+        assert!(log.contains("connected to the replicas it adds"), "{log}");
+        c.spawn(3);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let epoch = c.status(3).await.and_then(|s| s.get("config_epoch").cloned());
+            if epoch.as_deref() == Some("1") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replica 3 did not reach the new configuration: {epoch:?}\n{}",
+                c.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let during = finish_writer(&stop, writer, "grow with a replica down", &c.logs()).await;
+        acked.extend(during);
         assert_none_lost(&client, &acked, &c.logs()).await;
     });
 }

@@ -118,6 +118,9 @@ pub struct Progress {
     /// whether this replica is a member of it. The host's owner starts the replica again in it
     /// (or stops it) after the next flush.
     pub reconfigured: Option<(u64, bool)>,
+    /// The order member began handing over to the change's configuration
+    /// ([`Event::HandingOver`]); the host's owner takes it to connect to the members it adds.
+    pub handing_over: Option<Box<crate::reconfig::SignedReconfiguration>>,
 }
 
 /// Host-side counters and timings.
@@ -343,6 +346,7 @@ impl<L: Log> Host<L> {
             }
             Event::Pushed { .. } => p.pushes += 1,
             Event::Reconfigured { epoch, member, .. } => p.reconfigured = Some((epoch, member)),
+            Event::HandingOver { change } => p.handing_over = Some(change),
         }
     }
 

@@ -202,6 +202,14 @@ pub enum Event {
         /// Digest of the execution checkpoint.
         state_digest: Digest,
     },
+    /// Order: the configuration reached its boundary and this member, which the change keeps,
+    /// hands over to the next configuration (`change` names its members and their endpoints).
+    /// The host's owner connects to the members the next configuration adds: their votes count
+    /// in this member's hand-over (docs/PROTOCOL.md "Reconfiguration").
+    HandingOver {
+        /// The change being handed over to.
+        change: Box<crate::reconfig::SignedReconfiguration>,
+    },
     /// Order: this replica's part in the current configuration ended; its host starts again in
     /// configuration epoch `epoch` ([`crate::order::configured`]) if `member`, else stops (the
     /// change removed it).

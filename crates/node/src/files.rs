@@ -477,6 +477,12 @@ pub fn endpoint_string(entry: &ReplicaEntry) -> String {
     format!("{} {} {}", entry.replica_addr, entry.client_addr, entry.metrics_addr)
 }
 
+/// The replica-to-replica address in a replica's endpoint string.
+pub fn endpoint_replica_addr(endpoint: &str) -> Option<&str> {
+    let parts: Vec<&str> = endpoint.split(' ').collect();
+    (parts.len() == 3).then(|| parts[0])
+}
+
 /// The client address in a replica's endpoint string.
 pub fn endpoint_client_addr(endpoint: &str) -> Option<&str> {
     let parts: Vec<&str> = endpoint.split(' ').collect();

@@ -261,6 +261,17 @@ struct NetRouter {
     peers: BTreeMap<ReplicaId, Dialer>,
     routes: Arc<ClientRoutes>,
     counters: Arc<Counters>,
+    /// What dialling the members a hand-over adds takes.
+    growth: Growth,
+}
+
+/// A replica's configuration and identity, for [`NetRouter::connect_added`].
+struct Growth {
+    config: Arc<upright_core::config::ClusterConfig>,
+    me: ReplicaId,
+    secret: SecretKeys,
+    name: String,
+    inbox: Arc<Inbox>,
 }
 
 impl Router for NetRouter {
@@ -278,6 +289,66 @@ impl Router for NetRouter {
 }
 
 impl NetRouter {
+    /// The order member hands over to `change`'s configuration: dial the members it adds (not
+    /// in this configuration), whose hand-over votes this member needs when one of the old
+    /// members is down. Before this, nothing connected them: an old member's configuration does
+    /// not know their keys, and the lower id dials. The hello to them is from the next
+    /// configuration's key ring (hellos do not bind the configuration epoch).
+    fn connect_added(&mut self, change: &upright_core::reconfig::SignedReconfiguration) {
+        let growth = &self.growth;
+        let next = match upright_core::reconfig::successor(&growth.config, change, false) {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::error!(error = %e, "the change this replica hands over to does not follow its configuration");
+                return;
+            }
+        };
+        let my_keys = growth.config.replicas[growth.me.0 as usize].keys;
+        if next.replicas.get(growth.me.0 as usize).map(|r| r.keys) != Some(my_keys) {
+            // Renumbered: not offered by `upright reconfigure` (it removes the highest ids).
+            tracing::warn!("this replica's id changes in the next configuration: not connecting to added members");
+            return;
+        }
+        let keys = Arc::new(KeyRing::new(&next, Process::Replica(growth.me), &growth.secret));
+        let current = growth.config.replicas.len();
+        let mut dialled = Vec::new();
+        for (j, replica) in next.replicas.iter().enumerate().skip(current) {
+            let id = ReplicaId(j as u32);
+            if growth.config.replicas.iter().any(|r| r.keys == replica.keys) || self.peers.contains_key(&id) {
+                continue;
+            }
+            let Some(addr) = change
+                .change
+                .endpoints
+                .get(j)
+                .and_then(|e| crate::files::endpoint_replica_addr(e))
+                .and_then(|a| endpoint(a).ok())
+            else {
+                tracing::warn!(
+                    replica = j,
+                    "an added replica's endpoint is not an address: not dialling it"
+                );
+                continue;
+            };
+            let dialer = dial_peer(
+                addr,
+                keys.clone(),
+                growth.name.clone(),
+                Process::Replica(id),
+                growth.inbox.clone(),
+                MESSAGE_BYTES_MAX,
+                self.counters.clone(),
+            );
+            self.peers.insert(id, dialer);
+            dialled.push(j);
+        }
+        tracing::info!(
+            epoch = next.epoch(),
+            added = ?dialled,
+            "handing over to the next configuration: connected to the replicas it adds"
+        );
+    }
+
     fn send_frame(&mut self, to: Process, frame: Arc<Vec<u8>>) {
         match to {
             Process::Replica(r) => match self.peers.get(&r) {
@@ -671,6 +742,13 @@ pub async fn run_replica(mut spec: ReplicaSpec, shutdown: impl Future<Output = (
         peers,
         routes,
         counters: counters.clone(),
+        growth: Growth {
+            config: config.clone(),
+            me,
+            secret: spec.keys.clone(),
+            name: name.clone(),
+            inbox: inbox.clone(),
+        },
     };
     let host = Host::new(me, members);
     let idle_spin = Duration::from_micros(cluster.file.idle_spin_us);
@@ -788,6 +866,9 @@ async fn event_loop(
             tokio::task::yield_now().await;
         }
         host.flush(now, router).map_err(io)?;
+        if let Some(change) = host.progress.handing_over.take() {
+            router.connect_added(&change);
+        }
         if let Some((epoch, member)) = host.progress.reconfigured {
             // The order member wrote its epoch record (synced by the flush): start again in
             // the new configuration, or stop if the change removed this replica.

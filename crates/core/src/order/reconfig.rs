@@ -229,6 +229,9 @@ impl OrderStage {
         self.stats.bump("reconfiguration_handover");
         let holders = holders(&self.config, &next);
         let holders_needed = self.q.u.min(q.u) + 1;
+        out.push(Action::Note(Event::HandingOver {
+            change: Box::new(pending.change.clone()),
+        }));
         self.begin_handover(now, (next, q, keys, id), stable, own, (holders, holders_needed), out);
     }
 

@@ -46,7 +46,8 @@ impl Agreement {
             Event::ViewInstalled { .. }
             | Event::CheckpointStable { .. }
             | Event::Pushed { .. }
-            | Event::Reconfigured { .. } => {}
+            | Event::Reconfigured { .. }
+            | Event::HandingOver { .. } => {}
         }
     }
 
