@@ -78,6 +78,9 @@ pub struct Client {
     key_repair: crate::session::KeyRepair,
     /// The change each authentication member last reported (CONFIGURATION), by digest.
     config_votes: BTreeMap<ReplicaId, Digest>,
+    /// The configuration a change told us of and our keys in it (`client/reconfig.rs`), for
+    /// CONFIGURATION copies from replicas the change renumbered.
+    config_trial: Option<(Digest, Arc<ClusterConfig>, Arc<crate::crypto::KeyRing>)>,
     stats: Stats,
 }
 
@@ -137,6 +140,7 @@ impl Client {
             key_schedule: crate::session::Schedule::default(),
             key_repair: Default::default(),
             config_votes: BTreeMap::new(),
+            config_trial: None,
             stats: Stats::default(),
         })
     }
@@ -268,8 +272,15 @@ impl Client {
             return self.on_new_key(envelope, out);
         }
         if let (Message::Configuration { change }, Principal::Auth(r)) = (&envelope.message, envelope.from) {
-            if (r.0 as usize) < self.quorums.n_auth && self.sealed_for_me(envelope, out) {
+            // Under the long-term keys (`Envelope::seal_static`).
+            if let Some(voter) = self.renumbered_voter(envelope, change) {
+                self.on_configuration(now, voter, change, out);
+            } else if (r.0 as usize) < self.quorums.n_auth
+                && envelope.open_static(&self.keys, self.config.knobs.sabotage).is_ok()
+            {
                 self.on_configuration(now, r, change, out);
+            } else {
+                self.stats.bump("dropped_bad_seal");
             }
             return;
         }

@@ -121,6 +121,80 @@ pub enum ReconfigError {
     /// The new configuration is not valid.
     #[error("the new configuration is invalid: {0}")]
     Invalid(#[from] ConfigError),
+    /// Too few of the next configuration's execution members are execution members now: the
+    /// hand-over needs that many of them to vote (they hold the boundary's state), so it could
+    /// never complete.
+    #[error(
+        "only {holders} of the new configuration's execution replicas execute now, and the hand-over needs {needed} of them (keep execution replicas at the lowest ids)"
+    )]
+    TooFewHolders {
+        /// Execution members of both configurations.
+        holders: usize,
+        /// [`holders_needed`].
+        needed: usize,
+    },
+}
+
+/// Execution members of both `old` and `next` (the same long-term keys), by their id in `next`:
+/// the members whose hand-over votes say they hold the boundary's state.
+pub fn holders(old: &ClusterConfig, next: &ClusterConfig) -> std::collections::BTreeSet<crate::ids::ReplicaId> {
+    let (Ok(q_old), Ok(q_next)) = (old.validate(), next.validate()) else {
+        return Default::default();
+    };
+    next.replicas
+        .iter()
+        .take(q_next.n_exec)
+        .filter(|r| old.replicas.iter().take(q_old.n_exec).any(|o| o.keys == r.keys))
+        .map(|r| r.id)
+        .collect()
+}
+
+/// How many [`holders`] must vote in the hand-over from `old` to `next`: `min(u_old, u_new) + 1`
+/// (one of them correct, so the state stays served).
+pub fn holders_needed(old: &ClusterConfig, next: &ClusterConfig) -> usize {
+    old.u.min(next.u) + 1
+}
+
+/// The members after removing the ids `removed` from `members` (ids are positions), for a
+/// configuration whose first `n_exec_new` members execute (of `members`, the first
+/// `n_exec_old`). A member keeps its id where it can; the execution ids left empty are filled
+/// first with execution members (those above the new size first, who move anyway), then the
+/// other empty ids with the rest. So the hand-over has as many [`holders`] as it can, and few
+/// members change id.
+pub fn without(members: &[PublicKeys], removed: &[usize], n_exec_old: usize, n_exec_new: usize) -> Vec<PublicKeys> {
+    let size = members.len() - removed.iter().filter(|i| **i < members.len()).count();
+    let stays = |i: usize| i < members.len() && !removed.contains(&i);
+    let mut slots: Vec<Option<usize>> = vec![None; size];
+    let mut placed = vec![false; members.len()];
+    for (i, slot) in slots.iter_mut().enumerate().take(n_exec_new.min(size)) {
+        if stays(i) {
+            *slot = Some(i);
+            placed[i] = true;
+        }
+    }
+    let mut candidates: Vec<usize> = (0..members.len()).filter(|&i| stays(i) && !placed[i]).collect();
+    candidates.sort_by_key(|&i| (i >= n_exec_old, i < size, i));
+    for slot in slots.iter_mut().take(n_exec_new).filter(|s| s.is_none()) {
+        if !candidates.is_empty() {
+            let pos = candidates.remove(0);
+            *slot = Some(pos);
+            placed[pos] = true;
+        }
+    }
+    for (i, slot) in slots.iter_mut().enumerate().skip(n_exec_new) {
+        if stays(i) && !placed[i] {
+            *slot = Some(i);
+            placed[i] = true;
+        }
+    }
+    let mut rest = (0..members.len()).filter(|&i| stays(i) && !placed[i]);
+    for slot in slots.iter_mut().filter(|s| s.is_none()) {
+        *slot = rest.next();
+    }
+    slots
+        .into_iter()
+        .map(|i| members[i.expect("as many members as ids")])
+        .collect()
 }
 
 /// Checks `signed` against `current` and returns the configuration it creates. `jump`: accept a
@@ -168,6 +242,12 @@ pub fn successor(
         Some(codec::to_bytes(signed)),
     );
     next.validate()?;
+    if change.epoch == epoch + 1 {
+        let (holders, needed) = (holders(current, &next).len(), holders_needed(current, &next));
+        if holders < needed {
+            return Err(ReconfigError::TooFewHolders { holders, needed });
+        }
+    }
     Ok(next)
 }
 
@@ -312,6 +392,41 @@ mod tests {
         unadministered.admin = None;
         assert_eq!(successor(&unadministered, &signed, false), Err(ReconfigError::NoAdmin));
         assert_eq!(decode_and_check(&config, b"set x 1"), Err(ReconfigError::Malformed));
+    }
+
+    #[test]
+    fn removing_any_replica_keeps_ids_where_it_can_and_execution_replicas_at_execution_ids() {
+        let keys: Vec<PublicKeys> = (0..6).map(|i| SecretKeys::from_seed([40 + i; 32]).public()).collect();
+        let ids = |out: Vec<PublicKeys>| -> Vec<usize> {
+            out.iter().map(|k| keys.iter().position(|x| x == k).unwrap()).collect()
+        };
+        // (2, 1) to (1, 1): 5 execution replicas to 3. The highest two: nobody moves.
+        assert_eq!(ids(without(&keys, &[4, 5], 5, 3)), vec![0, 1, 2, 3]);
+        // An execution id left empty takes an execution replica that moves anyway (4)...
+        assert_eq!(ids(without(&keys, &[0, 5], 5, 3)), vec![4, 1, 2, 3]);
+        // ...or one from a non-execution id (3) rather than a non-execution replica (5).
+        assert_eq!(ids(without(&keys, &[0, 4], 5, 3)), vec![3, 1, 2, 5]);
+        assert_eq!(ids(without(&keys, &[0, 2], 5, 3)), vec![4, 1, 3, 5]);
+    }
+
+    #[test]
+    fn a_change_that_leaves_too_few_execution_replicas_in_place_is_refused() {
+        let (config, _) = setup();
+        // (1, 1): execution replicas 0, 1, 2. Two new replicas take ids 0 and 1: one execution
+        // replica of both configurations, and the hand-over needs min(1, 1) + 1 = 2.
+        let mut replicas: Vec<PublicKeys> = config.replicas.iter().map(|r| r.keys).collect();
+        replicas[0] = SecretKeys::from_seed([210; 32]).public();
+        replicas[1] = SecretKeys::from_seed([211; 32]).public();
+        let signed = crate::testing::membership_change(&config, replicas.clone());
+        assert_eq!(
+            successor(&config, &signed, false),
+            Err(ReconfigError::TooFewHolders { holders: 1, needed: 2 })
+        );
+        // One replaced execution replica leaves two in place: accepted.
+        replicas[1] = config.replicas[1].keys;
+        let signed = crate::testing::membership_change(&config, replicas);
+        let next = successor(&config, &signed, false).expect("two holders");
+        assert_eq!(holders(&config, &next).len(), 2);
     }
 
     #[test]

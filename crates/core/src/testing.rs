@@ -71,3 +71,29 @@ pub fn fixture(u: usize, r: usize, clients: u32, knobs: Knobs) -> Fixture {
         clients,
     }
 }
+
+/// A change of `config` (epoch 0, its (u, r) kept) to the replicas `replicas`, signed by the
+/// fixture's client 1 as administrator (seeded with 101; set `config.admin` to client 1).
+pub fn membership_change(
+    config: &ClusterConfig,
+    replicas: Vec<crate::config::PublicKeys>,
+) -> crate::reconfig::SignedReconfiguration {
+    crate::reconfig::Reconfiguration {
+        epoch: 1,
+        from_u: config.u,
+        from_r: config.r,
+        from_replicas: config.replicas.iter().map(|r| r.keys).collect(),
+        u: config.u,
+        r: config.r,
+        endpoints: vec![String::new(); replicas.len()],
+        replicas,
+    }
+    .sign(&config.cluster_name, &SecretKeys::from_seed([101; 32]))
+}
+
+/// [`membership_change`] that swaps replicas `a` and `b`.
+pub fn swap_change(config: &ClusterConfig, a: usize, b: usize) -> crate::reconfig::SignedReconfiguration {
+    let mut replicas: Vec<_> = config.replicas.iter().map(|r| r.keys).collect();
+    replicas.swap(a, b);
+    membership_change(config, replicas)
+}

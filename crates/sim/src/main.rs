@@ -69,6 +69,10 @@ struct Args {
     /// transfer, clients learn the membership from the replicas.
     #[arg(long, conflicts_with_all = ["mutate", "twins"])]
     reconfiguration: bool,
+    /// With --reconfiguration: two thirds of the shrinks remove any two replicas, not the two
+    /// added ones; the replicas above the new size take the removed ids (renumbered).
+    #[arg(long, requires = "reconfiguration")]
+    shrink_any: bool,
     /// Prints every named Byzantine behaviour (replicas', then the client's), one per line, and
     /// exits.
     #[arg(long)]
@@ -287,6 +291,7 @@ fn main() {
         opts.key_refresh = args.key_refresh;
         opts.recovery = args.recovery;
         opts.reconfiguration = args.reconfiguration || sabotage == Some(SabotageMode::SharedConfigurationKeys);
+        opts.shrink_any = args.shrink_any;
         opts.defences = defences;
         opts.service = upright_sim::ServiceKind::parse(&args.service).expect("clap checked the name");
         let report = upright_sim::run(opts.clone());

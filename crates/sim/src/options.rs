@@ -173,6 +173,10 @@ pub struct SimOptions {
     /// Reconfiguration: the administrator grows the cluster by two replicas and shrinks it back
     /// during the fault phase ([`crate::reconfig`]).
     pub reconfiguration: bool,
+    /// With `reconfiguration`: two thirds of the shrinks remove any two replicas (the ones
+    /// above the new size take the removed ids, [`upright_core::reconfig::without`]) instead
+    /// of the two added ones.
+    pub shrink_any: bool,
 }
 
 impl SimOptions {
@@ -201,6 +205,7 @@ impl SimOptions {
             key_refresh: false,
             recovery: false,
             reconfiguration: false,
+            shrink_any: false,
         }
     }
 
@@ -269,6 +274,9 @@ impl SimOptions {
         }
         if self.reconfiguration {
             cmd.push_str(" --reconfiguration");
+        }
+        if self.shrink_any {
+            cmd.push_str(" --shrink-any");
         }
         if let Some(attack) = self.attack {
             // The attack's own workload comes with it.

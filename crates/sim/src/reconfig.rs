@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use upright_core::config::{ClusterConfig, PublicKeys};
 use upright_core::crypto::{Digest, SecretKeys};
+use upright_core::quorum::Quorums;
 use upright_core::reconfig::{self, Reconfiguration, SignedReconfiguration};
 use upright_core::stage::Time;
 
@@ -42,12 +43,21 @@ pub struct Admin {
 
 impl Admin {
     /// The grow and shrink changes of `base`, signed with `admin`'s key; `added`: the new
-    /// replicas' public keys.
-    pub fn new(client: u32, base: &ClusterConfig, admin: &SecretKeys, added: &[PublicKeys]) -> Admin {
+    /// replicas' public keys; `removed`: the ids (in the grown configuration) the shrink
+    /// removes ([`reconfig::without`] renumbers the members above the new size into them).
+    pub fn new(
+        client: u32,
+        base: &ClusterConfig,
+        admin: &SecretKeys,
+        added: &[PublicKeys],
+        removed: &[usize],
+    ) -> Admin {
         let base_keys: Vec<PublicKeys> = base.replicas.iter().map(|r| r.keys).collect();
         let mut grown = base_keys.clone();
         grown.extend_from_slice(added);
-        let plans = [(1, base.u + 1, base.r, grown), (2, base.u, base.r, base_keys)];
+        let n_exec = |u: usize, r: usize| Quorums::new(u, r).expect("valid (u, r)").n_exec;
+        let small = reconfig::without(&grown, removed, n_exec(base.u + 1, base.r), n_exec(base.u, base.r));
+        let plans = [(1, base.u + 1, base.r, grown), (2, base.u, base.r, small)];
         let mut changes = Vec::new();
         let mut configs = Vec::new();
         let mut current = base.clone();
@@ -75,6 +85,13 @@ impl Admin {
             busy: false,
             refused: 0,
         }
+    }
+
+    /// Whether replica process `keys` is a member of the last configuration.
+    pub fn stays(&self, keys: &PublicKeys) -> bool {
+        self.configs
+            .last()
+            .is_some_and(|c| c.replicas.iter().any(|r| r.keys == *keys))
     }
 
     /// The next change to order, if any is left.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use upright_core::config::{ClientInfo, ClusterConfig, ReplicaInfo};
+use upright_core::config::{ClientInfo, ClusterConfig, PublicKeys, ReplicaInfo};
 use upright_core::crypto::{Digest, KeyRing, SecretKeys};
 use upright_core::fair::FairQueues;
 use upright_core::host::{Host, Log, Member, Router};
@@ -68,8 +68,15 @@ pub const FLUSH_DEFER_US_MAX: Time = 5_000;
 /// One replica process: the runtime's host over the simulated disk while it is up; only the
 /// disk while it is down.
 struct ReplicaNode {
-    /// The identity it runs as (its index, but for a twin's second copy).
+    /// The identity it runs as: its replica id in the configuration it runs in (its index at
+    /// first, but for a twin's second copy; a shrink renumbers replicas above the new size).
     id: u32,
+    /// Its process identity: the index of its keys in `replica_secrets` and `replica_keys` (its
+    /// first id; the twin's second copy shares its identity's).
+    slot: u32,
+    /// The next configuration while its order member hands over to it
+    /// ([`upright_core::stage::Event::HandingOver`]): it routes to that configuration's members.
+    handing_over: Option<Arc<ClusterConfig>>,
     host: Option<Host<SimLog>>,
     /// The members' logs while the replica is down (what survived the crash).
     disk: Vec<(StageKind, SimLog)>,
@@ -121,6 +128,8 @@ pub struct Sim<P: Protocol> {
     replica_keys: Vec<Arc<KeyRing>>,
     /// Every replica process's long-term secrets (key rings for new configurations).
     replica_secrets: Vec<SecretKeys>,
+    /// Their public keys (the routing of messages to a configuration's members).
+    replica_public: Vec<PublicKeys>,
     /// `--reconfiguration`: the administrator's changes and progress.
     admin: Option<Admin>,
     /// The change each correct replica switched to, by epoch (the agreement of reconfigurations).
@@ -248,7 +257,24 @@ impl<P: Protocol> Sim<P> {
         config.validate().expect("simulator configuration is valid");
         let admin = opts.reconfiguration.then(|| {
             let added: Vec<_> = added_secrets.iter().map(SecretKeys::public).collect();
-            Admin::new(last_client, &config, &client_secrets[last_client as usize], &added)
+            // The shrink removes the two added replicas, or with --shrink-any (two times in
+            // three) any two, renumbering the ones above the new size.
+            let grown = n + crate::reconfig::ADDED_REPLICAS;
+            let added_only = rng.random_bool(1.0 / 3.0);
+            let first = rng.random_range(0..grown);
+            let second = (first + rng.random_range(1..grown)) % grown;
+            let removed: Vec<usize> = if added_only || !opts.shrink_any {
+                (n..grown).collect()
+            } else {
+                vec![first, second]
+            };
+            Admin::new(
+                last_client,
+                &config,
+                &client_secrets[last_client as usize],
+                &added,
+                &removed,
+            )
         });
         let replica_secrets: Vec<SecretKeys> = replica_secrets.into_iter().chain(added_secrets).collect();
         let replica_keys: Vec<Arc<KeyRing>> = (0..replica_secrets.len())
@@ -321,6 +347,8 @@ impl<P: Protocol> Sim<P> {
                 .iter()
                 .map(|&i| ReplicaNode {
                     id: i,
+                    slot: i,
+                    handing_over: None,
                     host: None,
                     disk: Vec::new(),
                     pages: Arc::default(),
@@ -375,6 +403,7 @@ impl<P: Protocol> Sim<P> {
             twins,
             plan,
             replica_keys,
+            replica_public: replica_secrets.iter().map(SecretKeys::public).collect(),
             replica_secrets,
             admin,
             switched_to: BTreeMap::new(),
@@ -496,12 +525,21 @@ impl<P: Protocol> Sim<P> {
         self.correct_clients.iter().all(|&c| self.workload.finished(c))
     }
 
-    /// The replicas that began a proactive recovery and have completed it.
+    /// The replicas that began a proactive recovery and have completed it (or that the last
+    /// configuration does not have: nothing more is asked of them).
     fn recoveries_completed(&self) -> usize {
         self.recovering
             .iter()
-            .filter(|&&r| self.replicas[r].host.as_ref().is_some_and(|h| h.recovery_complete()))
+            .filter(|&&r| self.recovered_or_removed(r))
             .count()
+    }
+
+    fn recovered_or_removed(&self, r: usize) -> bool {
+        let removed = self
+            .admin
+            .as_ref()
+            .is_some_and(|a| !a.stays(&self.replica_public[self.replicas[r].slot as usize]));
+        removed || self.replicas[r].host.as_ref().is_some_and(|h| h.recovery_complete())
     }
 
     fn recoveries_done(&self) -> bool {
@@ -528,20 +566,23 @@ impl<P: Protocol> Sim<P> {
         }
         let last = admin.final_epoch();
         let last_size = admin.configs[admin.configs.len() - 1].replicas.len();
-        for node in &self.replicas {
-            let correct = self.is_correct(Principal::Order(ReplicaId(node.id)));
-            if !correct || node.dormant {
+        for (r, node) in self.replicas.iter().enumerate() {
+            if !self.is_correct_node(r) || node.dormant {
                 continue;
             }
-            if node.id as usize >= last_size {
-                if !node.retired {
+            if !admin.stays(&self.replica_public[node.slot as usize]) {
+                // A removed replica that missed the old configuration's last certificate learns
+                // it from the members that switched, whose answers go to its id: not when the
+                // change gave its id to another replica (docs/PROTOCOL.md "Reconfiguration").
+                let id_reused = (node.id as usize) < last_size;
+                if !node.retired && !id_reused {
                     lag.push(format!(
                         "replica {} was removed in epoch {last} but still runs (epoch {})",
                         node.id,
                         node.config.epoch()
                     ));
                 }
-            } else if node.host.is_none() || node.config.epoch() != last {
+            } else if (node.host.is_none() || node.config.epoch() != last) && self.can_find_the_cluster(r) {
                 lag.push(format!(
                     "replica {} is in epoch {} at the end of the run, not {last}{}",
                     node.id,
@@ -551,6 +592,20 @@ impl<P: Protocol> Sim<P> {
             }
         }
         lag
+    }
+
+    /// Whether replica process `r` can learn of the configurations after its own: some other
+    /// member of its configuration is in the last one, to answer its probes. A replica that was
+    /// down while the changes removed all the others cannot: the operator starts it again with
+    /// an empty data directory (docs/OPERATING.md "Reconfiguration").
+    fn can_find_the_cluster(&self, r: usize) -> bool {
+        let Some(admin) = &self.admin else { return true };
+        let me = self.replica_public[self.replicas[r].slot as usize];
+        self.replicas[r]
+            .config
+            .replicas
+            .iter()
+            .any(|m| m.keys != me && admin.stays(&m.keys))
     }
 
     fn start(&mut self) {
@@ -987,7 +1042,7 @@ impl<P: Protocol> Sim<P> {
         {
             return;
         }
-        let keys = &self.replica_keys[node.id as usize];
+        let keys = &self.replica_keys[node.slot as usize];
         if envelope.open(keys, to, None).is_ok() && self.errors.len() < 10 {
             self.errors.push(format!(
                 "configuration: {to:?} in epoch {here} accepted a {} from {:?} sealed in epoch {epoch}",
@@ -1031,8 +1086,8 @@ impl<P: Protocol> Sim<P> {
         node.wake_generation += 1;
         node.wake_at = None;
         // The session keys were in the process's memory.
-        let id = node.id as usize;
-        self.replica_keys[id].reset_session();
+        let slot = node.slot as usize;
+        self.replica_keys[slot].reset_session();
         self.unflushed.remove(&(r as u32));
     }
 
@@ -1042,8 +1097,9 @@ impl<P: Protocol> Sim<P> {
 
     /// Restarts replica process `r`; `recovering`: for a proactive recovery.
     fn restart_as(&mut self, r: usize, recovering: bool) {
-        let id = ReplicaId(self.replicas[r].id);
+        let slot = self.replicas[r].slot as usize;
         self.replicas[r].dormant = false;
+        self.replicas[r].handing_over = None;
         // The configuration its order log records (or the one it was started in).
         if let Some((_, log)) = self.replicas[r].disk.iter().find(|(k, _)| *k == StageKind::Order) {
             match upright_core::order::configured(&self.config, log.durable()) {
@@ -1051,20 +1107,34 @@ impl<P: Protocol> Sim<P> {
                     self.replicas[r].config = Arc::new(config);
                 }
                 Ok(_) => {}
-                Err(e) => self
-                    .errors
-                    .push(format!("simulator: replica {}'s stored configuration: {e}", id.0)),
+                Err(e) => self.errors.push(format!(
+                    "simulator: replica {}'s stored configuration: {e}",
+                    self.replicas[r].id
+                )),
             }
         }
         let config = self.replicas[r].config.clone();
-        if self.replica_keys[id.0 as usize].config_epoch() != config.epoch() {
-            let ring = Arc::new(KeyRing::new(
-                &config,
-                Process::Replica(id),
-                &self.replica_secrets[id.0 as usize],
-            ));
-            seeded_entropy(&ring, self.opts.seed, u64::from(id.0) + 100 * config.epoch());
-            self.replica_keys[id.0 as usize] = ring;
+        // Its id in that configuration: the position of its keys (a shrink renumbers).
+        let id = match config.replicas.iter().position(|m| m.keys == self.replica_public[slot]) {
+            Some(position) => ReplicaId(position as u32),
+            None => {
+                self.errors.push(format!(
+                    "simulator: replica process {slot} restarted in epoch {}, which does not have it",
+                    config.epoch()
+                ));
+                return;
+            }
+        };
+        if self.replicas[r].id != id.0 {
+            self.counts.bump("reconfiguration_renumbered");
+        }
+        self.replicas[r].id = id.0;
+        if self.replica_keys[slot].config_epoch() != config.epoch()
+            || self.replica_keys[slot].me() != Process::Replica(id)
+        {
+            let ring = Arc::new(KeyRing::new(&config, Process::Replica(id), &self.replica_secrets[slot]));
+            seeded_entropy(&ring, self.opts.seed, slot as u64 + 100 * config.epoch());
+            self.replica_keys[slot] = ring;
         }
         let mut disk = std::mem::take(&mut self.replicas[r].disk);
         let mut members = Vec::new();
@@ -1079,7 +1149,7 @@ impl<P: Protocol> Sim<P> {
                 (kind == StageKind::Exec).then(|| Box::new(SimPageStore(self.replicas[r].pages.clone())) as _);
             match self
                 .protocol
-                .stage(&config, p, &self.replica_keys[id.0 as usize], log.durable(), page_store)
+                .stage(&config, p, &self.replica_keys[slot], log.durable(), page_store)
             {
                 Ok(stage) => members.push(Member { kind, stage, log }),
                 Err(e) => self.errors.push(format!("simulator: {p:?} refused to start: {e}")),
@@ -1136,8 +1206,17 @@ impl<P: Protocol> Sim<P> {
                 .push(format!("panic in replica {r}: {}", panic_text(&panic)));
             return; // the replica is gone; the run ends with the panic as its finding
         }
+        let correct = self.is_correct_node(r);
         for (p, event) in host.take_notes() {
-            self.observe(p, event);
+            self.observe(p, correct, event);
+        }
+        if let Some(change) = host.progress.handing_over.take() {
+            match upright_core::reconfig::successor(&self.replicas[r].config, &change, false) {
+                Ok(next) => self.replicas[r].handing_over = Some(Arc::new(next)),
+                Err(e) => self.errors.push(format!(
+                    "simulator: replica {r} hands over to a change that does not follow: {e}"
+                )),
+            }
         }
         for member in host.members_mut() {
             if member.log.is_dirty() && self.rng.random_bool(BACKGROUND_SYNC_PROBABILITY) {
@@ -1184,11 +1263,46 @@ impl<P: Protocol> Sim<P> {
     fn is_correct(&self, p: Principal) -> bool {
         match p {
             Principal::Client(c) => Some(c.0) != self.byz_client,
-            _ => {
-                let r = p.replica().expect("member").0;
-                !self.byzantine.contains_key(&r) && self.twins.as_ref().is_none_or(|t| t.identity != r)
+            // Every process that now runs as that replica (two for a moment after a shrink
+            // renumbered one into a removed one's id).
+            _ => self
+                .nodes_of(p.replica().expect("member").0)
+                .all(|r| self.is_correct_node(r)),
+        }
+    }
+
+    /// Whether replica process `r` is correct (faults belong to processes, not ids).
+    fn is_correct_node(&self, r: usize) -> bool {
+        let slot = self.replicas[r].slot;
+        !self.byzantine.contains_key(&slot) && self.twins.as_ref().is_none_or(|t| t.identity != slot)
+    }
+
+    /// The replica processes (not a twin's second copy) that run as replica `id` now: the one
+    /// with that id in its configuration, started and not removed; by default process `id`.
+    fn nodes_of(&self, id: u32) -> impl Iterator<Item = usize> + '_ {
+        let claim = move |r: &usize| {
+            let node = &self.replicas[*r];
+            node.slot as usize == *r && node.id == id && !node.dormant && !node.retired
+        };
+        let any = (0..self.replicas.len()).any(|r| claim(&r));
+        (0..self.replicas.len()).filter(move |r| if any { claim(r) } else { *r == id as usize })
+    }
+
+    /// The replica processes a message from process `process` (a client's: `None`) to replica
+    /// `id` goes to: a replica routes by the keys its configuration (during a hand-over, the
+    /// next one) names for that id, as the runtime's connections go to addresses; a client's
+    /// message goes to every process that runs as `id` now (after a shrink that renumbered,
+    /// for a while both the removed replica and the one given its id: each reads what is
+    /// sealed for its configuration).
+    fn route_nodes(&self, process: Option<u32>, id: u32) -> Vec<u32> {
+        let sender = process.map(|p| &self.replicas[p as usize]);
+        let config = sender.map(|s| s.handing_over.as_ref().unwrap_or(&s.config));
+        if let Some(keys) = config.and_then(|c| c.replicas.get(id as usize)).map(|m| m.keys) {
+            if let Some(slot) = self.replica_public.iter().position(|k| *k == keys) {
+                return vec![slot as u32];
             }
         }
+        self.nodes_of(id).map(|r| r as u32).collect()
     }
 
     /// Carries out a client's actions (replicas' go through their host).
@@ -1234,18 +1348,18 @@ impl<P: Protocol> Sim<P> {
                         }
                     }
                 }
-                Action::Note(event) => self.observe(p, event),
+                Action::Note(event) => self.observe(p, self.is_correct(p), event),
             }
         }
     }
 
     /// A stage's note: traced if asked, and observed by the checkers if the stage is correct.
-    fn observe(&mut self, p: Principal, event: upright_core::stage::Event) {
+    fn observe(&mut self, p: Principal, correct: bool, event: upright_core::stage::Event) {
         if self.trace_events {
             let byzantine: Vec<&u32> = self.byzantine.keys().collect();
             eprintln!("{:>9} {p:?} {event:?} (byzantine replicas: {byzantine:?})", self.now);
         }
-        if self.is_correct(p) {
+        if correct {
             if let upright_core::stage::Event::Pushed { client, seq, digest } = event {
                 self.pushes.emitted(p, self.now, client, seq, digest);
             }
@@ -1332,7 +1446,11 @@ impl<P: Protocol> Sim<P> {
     /// of `to` through the network (and a Byzantine sender's filter, and the twins' sides).
     fn send(&mut self, process: Option<u32>, from: Principal, to: Vec<Principal>, envelope: Arc<Envelope>) {
         let envelope_sent = envelope.clone();
-        let byz_replica = from.replica().and_then(|r| self.byzantine.get_mut(&r.0));
+        let byz_replica = match (process, from.replica()) {
+            (Some(p), Some(_)) => self.byzantine.get_mut(&self.replicas[p as usize].slot),
+            (None, Some(r)) => self.byzantine.get_mut(&r.0),
+            _ => None,
+        };
         let outgoing = if let Some(byz) = byz_replica {
             byz.outgoing(&mut self.rng, from, to, envelope, &mut self.counts)
         } else if let Some(behaviour) = self
@@ -1407,16 +1525,16 @@ impl<P: Protocol> Sim<P> {
     /// arrives at (for a client recipient: one entry, unused, if it arrives): replica
     /// `to.replica()`, or under `--twins` what the round's sides let through.
     fn twin_route(&self, process: Option<u32>, from: Principal, to: Principal) -> Vec<u32> {
-        let usual = to.replica().map_or(0, |r| r.0);
+        let usual = to.replica().map_or(vec![0], |r| self.route_nodes(process, r.0));
         let Some(twins) = &self.twins else {
-            return vec![usual];
+            return usual;
         };
         let src = Twins::node(from, process.or(from.replica().map(|r| r.0)).unwrap_or(0));
         let targets = match to {
             Principal::Client(c) => vec![(Node::Client(c.0), 0)],
-            _ => twins
-                .destinations(src, usual)
+            _ => usual
                 .into_iter()
+                .flat_map(|usual| twins.destinations(src, usual))
                 .map(|p| (Node::Replica(p), p))
                 .collect(),
         };
@@ -1609,7 +1727,7 @@ impl<P: Protocol> Sim<P> {
             }
             violations.extend(self.reconfiguration_lag().into_iter().map(|l| format!("liveness: {l}")));
             for &r in &self.recovering {
-                if !self.replicas[r].host.as_ref().is_some_and(|h| h.recovery_complete()) {
+                if !self.recovered_or_removed(r) {
                     violations.push(format!(
                         "liveness: replica {}'s proactive recovery did not complete by the end of the run",
                         self.replicas[r].id

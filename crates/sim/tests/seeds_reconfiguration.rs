@@ -5,7 +5,8 @@
 //! replicas agree on every batch and state across the changes, every correct replica ends in the
 //! last configuration (the removed ones stopped), no replica accepts a MAC sealed in another
 //! configuration, and the clients learn each membership from the replicas. 60 + 40 + 30 seeds
-//! for CI's budget; `upright-sim --reconfiguration --seeds N` runs more.
+//! for CI's budget, and 60 + 30 where the shrink removes any two replicas (`--shrink-any`,
+//! renumbering the ones above the new size); `upright-sim --reconfiguration --seeds N` runs more.
 
 use upright_sim::sweep::sweep;
 use upright_sim::SimOptions;
@@ -47,4 +48,36 @@ fn seeds_with_reconfiguration_and_recovery_u1_r1() {
 #[test]
 fn seeds_with_reconfiguration_u1_r0() {
     reconfiguring(20_000, 30, 1, 0, false);
+}
+
+/// `--shrink-any`: the shrink removes any two replicas; the ones above the new size take their
+/// ids. Renumbered replicas switch like the others, a client counts a renumbered replica's copy
+/// of the change as the vote of the replica with its keys, and a removed replica keeps serving
+/// the boundary's state until the next configuration started.
+fn shrinking_any(first: u64, seeds: u64, u: usize, r: usize) {
+    let result = sweep(first, seeds, |seed| {
+        let mut opts = SimOptions::new(seed, u, r);
+        opts.reconfiguration = true;
+        opts.shrink_any = true;
+        opts
+    });
+    let line = result.summary.line(&[]);
+    println!("u = {u}, r = {r}, shrink any: {line}");
+    assert!(result.failures.is_empty(), "{}\n{line}", result.describe_failures(3));
+    let counts = &result.summary.counts;
+    assert!(
+        counts.get("reconfiguration_renumbered") >= seeds / 2,
+        "too few renumbered replicas: {line}"
+    );
+    assert!(counts.get("reconfiguration_removed") <= seeds * 2, "{line}");
+}
+
+#[test]
+fn seeds_with_reconfiguration_shrinking_any_u1_r1() {
+    shrinking_any(30_000, 60, 1, 1);
+}
+
+#[test]
+fn seeds_with_reconfiguration_shrinking_any_u1_r0() {
+    shrinking_any(40_000, 30, 1, 0);
 }

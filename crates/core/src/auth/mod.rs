@@ -439,6 +439,14 @@ impl AuthStage {
             return;
         }
         if rechecked.is_none() && !self.seal_ok(envelope, out) {
+            // A client of an earlier configuration sealed for the members it knows: a member a
+            // shrink renumbered cannot check that MAC (it was for another id), and the client
+            // needs its copy of the change. CONFIGURATION is what every member of this
+            // configuration may tell anyone; it goes to the named client only, at most once
+            // per period.
+            if *config_epoch < self.config.epoch() {
+                self.tell_configuration(now, *client, out);
+            }
             return;
         }
         if *config_epoch < self.config.epoch() {
@@ -591,14 +599,13 @@ impl AuthStage {
         self.told_configuration.insert(client, now);
         self.stats.bump("configuration_told");
         let to = Principal::Client(client);
-        let envelope = Envelope::seal(
+        let envelope = Envelope::seal_static(
             &self.keys,
-            &self.quorums,
             Principal::Auth(self.id),
             Message::Configuration {
                 change: Box::new(change),
             },
-            SealFor::One(to),
+            to,
         );
         out.push(Action::Send {
             to: vec![to],

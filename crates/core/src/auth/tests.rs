@@ -856,11 +856,40 @@ fn a_client_behind_the_configuration_is_told_the_change() {
     let (to, got, envelope) = &answers[0];
     assert_eq!(to, &vec![Principal::Client(ClientId(0))]);
     assert_eq!(got, &change);
-    assert!(envelope
-        .open(&f.clients[0], Principal::Client(ClientId(0)), None)
-        .is_ok());
+    assert!(envelope.open_static(&f.clients[0], None).is_ok());
     assert!(!auth_requests(&out).is_empty(), "the request is forwarded all the same");
     // Not again at once.
     let out = run(&mut stage, 1_000, request(&f, 0, 2, b"op2"));
     assert!(told(&out).is_empty());
+}
+
+/// A member a shrink renumbered cannot check a MAC a client of the earlier configuration made
+/// for its old id; it still tells that client the change (nothing else of the request counts).
+#[test]
+fn a_client_behind_whose_mac_does_not_verify_here_is_told_the_change_and_nothing_more() {
+    let f = fixture(1, 1, 2, Knobs::default());
+    let mut base = (*f.config).clone();
+    base.admin = Some(ClientId(1));
+    let change = crate::testing::swap_change(&base, 0, 3);
+    let next = Arc::new(crate::reconfig::successor(&base, &change, false).unwrap());
+    // Replica 3's process, renumbered to 0.
+    let ring = Arc::new(f.replicas[3].successor(&next, Process::Replica(ReplicaId(0)), false));
+    let mut stage = AuthStage::new(next, ReplicaId(0), ring, &Storage::new()).unwrap();
+    // The client sealed for replica 0 of epoch 0 (another process).
+    let out = run(&mut stage, 0, request(&f, 0, 1, b"op"));
+    let told: Vec<&Arc<Envelope>> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send { envelope, .. } if matches!(envelope.message, Message::Configuration { .. }) => {
+                Some(envelope)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(told.len(), 1, "{out:?}");
+    assert!(
+        auth_requests(&out).is_empty(),
+        "a request whose MAC failed goes nowhere"
+    );
+    assert_eq!(stage.stats().get("dropped_bad_seal"), 1);
 }

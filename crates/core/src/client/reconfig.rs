@@ -37,6 +37,40 @@ impl Client {
 
     /// Switches to `next`: new replicas and keys; the request in progress goes again, to every
     /// authentication member of the new configuration.
+    /// A CONFIGURATION from a replica the change renumbered (a shrink gives removed replicas'
+    /// ids to members above the new size): it is sealed as the sender's id in the configuration
+    /// the change makes, with the keys of that id. It counts as the vote of the replica of our
+    /// configuration with the same long-term keys (the same process). `None` if the sender's id
+    /// is the same in both, or the copy does not verify that way.
+    pub(super) fn renumbered_voter(
+        &mut self,
+        envelope: &Envelope,
+        change: &SignedReconfiguration,
+    ) -> Option<ReplicaId> {
+        let Principal::Auth(sender) = envelope.from else {
+            return None;
+        };
+        let digest = change.digest();
+        if self.config_trial.as_ref().is_none_or(|(d, _, _)| *d != digest) {
+            let next = reconfig::successor(&self.config, change, true).ok()?;
+            let next = Arc::new(next);
+            let keys = Arc::new(self.keys.successor(&next, Process::Client(self.id), false));
+            self.config_trial = Some((digest, next, keys));
+        }
+        let (_, next, keys) = self.config_trial.as_ref().expect("set above");
+        let sender_keys = next.replicas.get(sender.0 as usize)?.keys;
+        if self.config.replicas.get(sender.0 as usize).map(|r| r.keys) == Some(sender_keys) {
+            return None;
+        }
+        let ours = self.config.replicas.iter().position(|r| r.keys == sender_keys)?;
+        let q = next.validate().ok()?;
+        if sender.0 as usize >= q.n_auth || envelope.open_static(keys, self.config.knobs.sabotage).is_err() {
+            return None;
+        }
+        self.stats.bump("configuration_renumbered_vote");
+        Some(ReplicaId(ours as u32))
+    }
+
     fn adopt(&mut self, now: Time, next: ClusterConfig, out: &mut Vec<Action>) {
         let quorums = next.validate().expect("checked by reconfig::successor");
         let next = Arc::new(next);
@@ -44,6 +78,7 @@ impl Client {
         self.config = next;
         self.quorums = quorums;
         self.config_votes.clear();
+        self.config_trial = None;
         self.preferred_start = self.id.0 as usize % quorums.n_auth;
         self.stats.bump("configuration_adopted");
         self.start_keys(now, out);
@@ -118,14 +153,13 @@ mod tests {
 
     fn told(f: &Fixture, auth: u32, change: &SignedReconfiguration) -> Arc<Envelope> {
         let to = Principal::Client(ClientId(0));
-        Arc::new(Envelope::seal(
+        Arc::new(Envelope::seal_static(
             &f.replicas[auth as usize],
-            &f.quorums,
             Principal::Auth(ReplicaId(auth)),
             Message::Configuration {
                 change: Box::new(change.clone()),
             },
-            SealFor::One(to),
+            to,
         ))
     }
 
@@ -190,5 +224,44 @@ mod tests {
         }
         assert_eq!(c.config().epoch(), 0);
         assert_eq!(c.stats().get("configuration_refused"), 4);
+    }
+
+    #[test]
+    fn a_renumbered_replicas_copy_counts_as_the_vote_of_the_replica_with_its_keys() {
+        let (f, config, _) = setup();
+        let change = crate::testing::swap_change(&config, 0, 3);
+        let next = reconfig::successor(&config, &change, false).expect("valid");
+        // Replica 3's process, now replica 0, tells the client as Auth(0) of the new
+        // configuration, under its keys there.
+        let as_new_0 = |ring: &crate::crypto::KeyRing| {
+            Arc::new(Envelope::seal_static(
+                &ring.successor(&next, Process::Replica(ReplicaId(0)), false),
+                Principal::Auth(ReplicaId(0)),
+                Message::Configuration {
+                    change: Box::new(change.clone()),
+                },
+                Principal::Client(ClientId(0)),
+            ))
+        };
+        let mut c = Client::new(Arc::new(config), ClientId(0), f.clients[0].clone()).unwrap();
+        let mut out = Vec::new();
+        c.handle(10, Input::Message(as_new_0(&f.replicas[3])), &mut out);
+        assert_eq!(c.stats().get("configuration_renumbered_vote"), 1);
+        assert_eq!(c.config().epoch(), 0, "one copy is not enough");
+        // The same process again as its old id: still one vote.
+        c.handle(11, Input::Message(told(&f, 3, &change)), &mut out);
+        assert_eq!(c.config().epoch(), 0, "one process, one vote");
+        // A forged renumbered copy (replica 1's process claiming to be new replica 0) counts
+        // for nobody.
+        c.handle(12, Input::Message(as_new_0(&f.replicas[1])), &mut out);
+        assert_eq!(c.stats().get("configuration_renumbered_vote"), 1);
+        assert_eq!(c.config().epoch(), 0);
+        // Replica 0's process (at id 3 now) sealing as new replica 0 is not the renumbered
+        // replica (the keys there are replica 3's); its MAC is the one it had as replica 0 of
+        // our configuration, so it counts as that: a second process, adopted.
+        c.handle(13, Input::Message(as_new_0(&f.replicas[0])), &mut out);
+        assert_eq!(c.stats().get("configuration_renumbered_vote"), 1);
+        assert_eq!(c.config().epoch(), 1);
+        assert_eq!(c.config().replicas[0].keys, f.config.replicas[3].keys);
     }
 }

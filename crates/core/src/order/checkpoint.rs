@@ -280,6 +280,9 @@ impl OrderStage {
         if self.handover.is_some() && self.on_handover_certificate(now, stable, out) {
             return self.stats.bump("handover_certificate");
         }
+        if self.leaving.is_some() && self.on_leaving_certificate(stable, out) {
+            return;
+        }
         if stable.checkpoint.seqno <= self.h {
             return self.stats.bump("drop_old_checkpoint_state");
         }

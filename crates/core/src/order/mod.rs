@@ -206,6 +206,9 @@ pub struct OrderStage {
     handover: Option<reconfig::Handover>,
     /// This member's configuration ended (switched or removed): it ignores all input.
     finished: bool,
+    /// Removed by the change at the boundary, but still serving the old configuration's last
+    /// state until the next configuration started (`reconfig.rs`).
+    leaving: Option<reconfig::Leaving>,
     /// In a reconfigured cluster, the earlier epochs' last certificates (`reconfig.rs`).
     previous: Vec<StableCheckpoint>,
     /// After a restart in a cluster that can be reconfigured: the peers that answered this
@@ -302,6 +305,7 @@ impl OrderStage {
             assist_through: SeqNo(0),
             handover: None,
             finished: false,
+            leaving: None,
             previous,
             probing: None,
             probed: BTreeMap::new(),
@@ -533,6 +537,7 @@ impl OrderStage {
             at: now + self.tick_period(),
         });
         self.helped.clear();
+        self.tick_leaving(out);
         self.query_stable(out);
         self.probe_when_quiet();
         self.probe(out);

@@ -36,7 +36,7 @@ use crate::crypto::KeyRing;
 use crate::ids::{Principal, Process, ReplicaId, SeqNo};
 use crate::message::{CheckpointVote, Message, OrderCheckpoint, PbftMessage, SealFor, Signed, StableCheckpoint};
 use crate::quorum::Quorums;
-use crate::reconfig::{self, Pending, SignedReconfiguration};
+use crate::reconfig::{self, holders, Pending, SignedReconfiguration};
 use crate::stage::{Action, Event, Storage, Time};
 
 /// Key of the epoch record.
@@ -106,6 +106,24 @@ pub(crate) fn stored_record(storage: &Storage) -> Option<EpochRecord> {
     storage.get(EPOCH_KEY).and_then(|b| codec::from_bytes(b).ok())
 }
 
+/// Ticks a removed member keeps serving after the boundary when no certificate of the next
+/// configuration reaches it (one whose peers cannot talk to it any more).
+pub const LEAVING_TICKS_MAX: u32 = 40;
+
+/// A member the change removes, after the boundary: it stays up, so that its execution member
+/// serves the boundary's state to the next configuration's members that lag (they vote in the
+/// hand-over only once they hold it, and the members that had it may all be removed), until a
+/// certificate of the next configuration at or after the boundary shows the hand-over done,
+/// or [`LEAVING_TICKS_MAX`] ticks passed.
+pub(super) struct Leaving {
+    pub config: Arc<ClusterConfig>,
+    pub q: Quorums,
+    pub keys: Arc<KeyRing>,
+    pub boundary: SeqNo,
+    pub change: crate::crypto::Digest,
+    pub ticks: u32,
+}
+
 /// The hand-over in progress at a member whose stable checkpoint reached the boundary.
 pub(super) struct Handover {
     /// The next configuration, its quorums, and this process's keys and id in it.
@@ -130,20 +148,6 @@ pub(super) struct Handover {
     /// configuration's `checkpoint_token` quorum guaranteed; a configuration that grows `u`
     /// has its full guarantee once the new members fetched the state).
     pub holders_needed: usize,
-}
-
-/// The next configuration's members that were execution members of `old` too and stay ones:
-/// their votes say they hold the boundary's state.
-fn holders(old: &ClusterConfig, next: &ClusterConfig) -> std::collections::BTreeSet<ReplicaId> {
-    let (Ok(q_old), Ok(q_next)) = (old.validate(), next.validate()) else {
-        return Default::default();
-    };
-    next.replicas
-        .iter()
-        .take(q_next.n_exec)
-        .filter(|r| old.replicas.iter().take(q_old.n_exec).any(|o| o.keys == r.keys))
-        .map(|r| r.id)
-        .collect()
 }
 
 impl OrderStage {
@@ -189,7 +193,7 @@ impl OrderStage {
 
     /// After a checkpoint became stable: at the boundary, begin the hand-over.
     pub(super) fn check_boundary(&mut self, now: Time, out: &mut Vec<Action>) {
-        if self.handover.is_some() || self.finished {
+        if self.handover.is_some() || self.finished || self.leaving.is_some() {
             return;
         }
         let Some(pending) = self.prefix.pending.clone() else {
@@ -204,15 +208,18 @@ impl OrderStage {
         };
         let my_keys = self.config.replicas[self.id.0 as usize].keys;
         let Some(position) = next.replicas.iter().position(|r| r.keys == my_keys) else {
-            // Removed: nothing more to do in any epoch.
-            self.stats.bump("reconfiguration_removed");
-            self.finished = true;
-            out.push(Action::Note(Event::Reconfigured {
-                epoch: next.epoch(),
-                member: false,
-                change: pending.change.digest(),
+            // Removed: serve the boundary's state until the next configuration started.
+            self.stats.bump("reconfiguration_leaving");
+            let q = next.validate().expect("checked when ordered");
+            let keys = Arc::new(self.keys.successor(&next, Process::Replica(self.id), false));
+            self.leaving = Some(Leaving {
+                config: next,
+                q,
+                keys,
                 boundary: pending.boundary,
-            }));
+                change: pending.change.digest(),
+                ticks: 0,
+            });
             return;
         };
         let id = ReplicaId(position as u32);
@@ -228,7 +235,7 @@ impl OrderStage {
         );
         self.stats.bump("reconfiguration_handover");
         let holders = holders(&self.config, &next);
-        let holders_needed = self.q.u.min(q.u) + 1;
+        let holders_needed = reconfig::holders_needed(&self.config, &next);
         out.push(Action::Note(Event::HandingOver {
             change: Box::new(pending.change.clone()),
         }));
@@ -259,6 +266,42 @@ impl OrderStage {
             holders_needed,
         });
         self.check_ready(now, out);
+    }
+
+    /// A certificate while leaving: one of the next configuration at or after the boundary
+    /// ends it. Returns whether it was one.
+    pub(super) fn on_leaving_certificate(&mut self, stable: &StableCheckpoint, out: &mut Vec<Action>) -> bool {
+        let Some(leaving) = &self.leaving else { return false };
+        if stable.checkpoint.seqno < leaving.boundary
+            || !verify_stable(&leaving.config, &leaving.q, &leaving.keys, stable)
+        {
+            return false;
+        }
+        self.stats.bump("leaving_certificate");
+        self.leave(out);
+        true
+    }
+
+    /// Each tick while leaving: leave after [`LEAVING_TICKS_MAX`].
+    pub(super) fn tick_leaving(&mut self, out: &mut Vec<Action>) {
+        let Some(leaving) = self.leaving.as_mut() else { return };
+        leaving.ticks += 1;
+        if leaving.ticks >= LEAVING_TICKS_MAX {
+            self.stats.bump("leaving_timeout");
+            self.leave(out);
+        }
+    }
+
+    fn leave(&mut self, out: &mut Vec<Action>) {
+        let Some(leaving) = self.leaving.take() else { return };
+        self.stats.bump("reconfiguration_removed");
+        self.finished = true;
+        out.push(Action::Note(Event::Reconfigured {
+            epoch: leaving.config.epoch(),
+            member: false,
+            change: leaving.change,
+            boundary: leaving.boundary,
+        }));
     }
 
     /// The co-located execution member reported its progress.
@@ -402,13 +445,25 @@ impl OrderStage {
         // A member of the next configuration (new, or already switched) asking while this one
         // hands over: the boundary's certificate.
         certificates.extend(self.handover.as_ref().map(|h| h.previous.clone()));
-        if certificates.is_empty() || member == self.id || !self.may_help(now, member) {
+        // The sender named itself by its id in its own configuration, maybe the previous one,
+        // where a shrink may have given it another id than it has here: to that id in this
+        // configuration too (the one its keys have here), so the help reaches it.
+        let mut to = vec![from];
+        let renumbered = reconfig::origin(&self.config)
+            .and_then(|o| o.change.from_replicas.get(member.0 as usize).copied())
+            .and_then(|keys| self.config.replicas.iter().position(|r| r.keys == keys))
+            .map(|k| Principal::Order(ReplicaId(k as u32)));
+        if let Some(here) = renumbered.filter(|p| *p != from) {
+            to.push(here);
+        }
+        to.retain(|p| *p != Principal::Order(self.id));
+        if certificates.is_empty() || to.is_empty() || !self.may_help(now, member) {
             return;
         }
         self.stats.bump("previous_epoch_helped");
         for previous in certificates {
             let message = Message::Pbft(PbftMessage::OrderCheckpointState(previous));
-            self.send(out, vec![from], message, SealFor::Nothing);
+            self.send(out, to.clone(), message, SealFor::Nothing);
         }
     }
 
@@ -456,7 +511,7 @@ impl OrderStage {
         );
         self.stats.bump("joining_handover");
         let holders = holders(&previous, &self.config);
-        let holders_needed = q.u.min(self.q.u) + 1;
+        let holders_needed = reconfig::holders_needed(&previous, &self.config);
         // A hand-over into the configuration this member is already in: when it completes,
         // the member starts again from the new certificate. A new member holds no state, so it
         // never counts as a holder.
