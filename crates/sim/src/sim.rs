@@ -1289,14 +1289,18 @@ impl<P: Protocol> Sim<P> {
     }
 
     /// The replica processes a message from process `process` (a client's: `None`) to replica
-    /// `id` goes to: a replica routes by the keys its configuration (during a hand-over, the
-    /// next one) names for that id, as the runtime's connections go to addresses; a client's
-    /// message goes to every process that runs as `id` now (after a shrink that renumbered,
-    /// for a while both the removed replica and the one given its id: each reads what is
-    /// sealed for its configuration).
+    /// `id` goes to: a replica routes by the keys its configuration names for that id, or,
+    /// handing over, the next one for the ids above its configuration's (the members the
+    /// change adds), as the runtime's connections go to addresses; a client's message goes to
+    /// every process that runs as `id` now (after a shrink that renumbered, for a while both
+    /// the removed replica and the one given its id: each reads what is sealed for its
+    /// configuration).
     fn route_nodes(&self, process: Option<u32>, id: u32) -> Vec<u32> {
         let sender = process.map(|p| &self.replicas[p as usize]);
-        let config = sender.map(|s| s.handing_over.as_ref().unwrap_or(&s.config));
+        let config = sender.map(|s| match &s.handing_over {
+            Some(next) if id as usize >= s.config.replicas.len() => next,
+            _ => &s.config,
+        });
         if let Some(keys) = config.and_then(|c| c.replicas.get(id as usize)).map(|m| m.keys) {
             if let Some(slot) = self.replica_public.iter().position(|k| *k == keys) {
                 return vec![slot as u32];

@@ -334,8 +334,21 @@ impl OrderStage {
         let Some(handover) = self.handover.as_ref().filter(|h| h.ready) else {
             return;
         };
+        // Addressed as this configuration knows them, where it does (a member a shrink
+        // renumbers is still at its old id until it switches); the members the change adds by
+        // their new ids (above this configuration's, where the host connected to them).
         let to: Vec<Principal> = ClusterConfig::order_members(&handover.q)
             .filter(|p| *p != Principal::Order(handover.id))
+            .map(|p| {
+                let keys = p
+                    .replica()
+                    .and_then(|r| handover.config.replicas.get(r.0 as usize))
+                    .map(|m| m.keys);
+                match keys.and_then(|k| self.config.replicas.iter().position(|m| m.keys == k)) {
+                    Some(here) => Principal::Order(ReplicaId(here as u32)),
+                    None => p,
+                }
+            })
             .collect();
         // Sealed with nothing (the vote is signed), so members of either epoch can read it.
         self.send(
