@@ -80,7 +80,7 @@ pub struct Client {
     config_votes: BTreeMap<ReplicaId, Digest>,
     /// The configuration a change told us of and our keys in it (`client/reconfig.rs`), for
     /// CONFIGURATION copies from replicas the change renumbered.
-    config_trial: Option<(Digest, Arc<ClusterConfig>, Arc<crate::crypto::KeyRing>)>,
+    config_trial: Option<ConfigTrial>,
     stats: Stats,
 }
 
@@ -99,6 +99,14 @@ pub const READ_ONLY_PAUSE_INITIAL_US: u64 = 100_000;
 /// Longest pause of the read-only path: with an execution member down, one read in this long
 /// pays the read-only timeout before it is ordered.
 pub const READ_ONLY_PAUSE_MAX_US: u64 = 10_000_000;
+
+/// The configuration the last change told of made from ours (`client/reconfig.rs`).
+struct ConfigTrial {
+    digest: Digest,
+    config: Arc<ClusterConfig>,
+    /// Our keys in it, once a copy from a renumbered replica needed them.
+    keys: Option<Arc<crate::crypto::KeyRing>>,
+}
 
 impl Client {
     /// This client's id.

@@ -436,6 +436,15 @@ impl ClusterConfig {
         self.epoch
     }
 
+    /// The id of the replica with long-term keys `keys` here (ids are positions, so the same
+    /// replica may have another id in another configuration).
+    pub fn replica_with(&self, keys: &PublicKeys) -> Option<ReplicaId> {
+        self.replicas
+            .iter()
+            .position(|r| r.keys == *keys)
+            .map(|i| ReplicaId(i as u32))
+    }
+
     /// Whether `principal` is a member or client of this configuration.
     pub fn contains(&self, principal: Principal, quorums: &Quorums) -> bool {
         match principal {

@@ -477,22 +477,26 @@ pub fn endpoint_string(entry: &ReplicaEntry) -> String {
     format!("{} {} {}", entry.replica_addr, entry.client_addr, entry.metrics_addr)
 }
 
+/// A replica's endpoint string in a change ([`endpoint_string`]): its replica, client and
+/// metrics addresses.
+fn endpoint_parts(endpoint: &str) -> Option<[&str; 3]> {
+    let parts: Vec<&str> = endpoint.split(' ').collect();
+    parts.try_into().ok()
+}
+
 /// The replica-to-replica address in a replica's endpoint string.
 pub fn endpoint_replica_addr(endpoint: &str) -> Option<&str> {
-    let parts: Vec<&str> = endpoint.split(' ').collect();
-    (parts.len() == 3).then(|| parts[0])
+    endpoint_parts(endpoint).map(|[replica, _, _]| replica)
 }
 
 /// The client address in a replica's endpoint string.
 pub fn endpoint_client_addr(endpoint: &str) -> Option<&str> {
-    let parts: Vec<&str> = endpoint.split(' ').collect();
-    (parts.len() == 3).then(|| parts[1])
+    endpoint_parts(endpoint).map(|[_, client, _]| client)
 }
 
 /// A replica entry from its keys and its endpoint string in a change.
 fn replica_entry(id: u32, keys: &upright_core::config::PublicKeys, endpoint: &str) -> Result<ReplicaEntry, FileError> {
-    let parts: Vec<&str> = endpoint.split(' ').collect();
-    let [replica_addr, client_addr, metrics_addr] = parts[..] else {
+    let Some([replica_addr, client_addr, metrics_addr]) = endpoint_parts(endpoint) else {
         return err(format!(
             "replica {id}'s endpoint {endpoint:?} is not \"REPLICA_ADDR CLIENT_ADDR METRICS_ADDR\""
         ));

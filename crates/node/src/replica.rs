@@ -314,7 +314,7 @@ impl NetRouter {
         let mut dialled = Vec::new();
         for (j, replica) in next.replicas.iter().enumerate().skip(current) {
             let id = ReplicaId(j as u32);
-            if growth.config.replicas.iter().any(|r| r.keys == replica.keys) || self.peers.contains_key(&id) {
+            if growth.config.replica_with(&replica.keys).is_some() || self.peers.contains_key(&id) {
                 continue;
             }
             let Some(addr) = change
@@ -598,8 +598,8 @@ pub async fn run_replica(mut spec: ReplicaSpec, shutdown: impl Future<Output = (
     if running.epoch() != spec.cluster.config.epoch() || running.epoch() > 0 {
         spec.cluster = spec.cluster.in_config(running.clone())?;
     }
-    match running.replicas.iter().position(|r| r.keys == spec.keys.public()) {
-        Some(position) if position == spec.id as usize => {}
+    match running.replica_with(&spec.keys.public()).map(|r| r.0) {
+        Some(position) if position == spec.id => {}
         Some(position) => {
             return Err(FileError(format!(
                 "replica {} is replica {position} in configuration epoch {}: renumbered replicas are not supported yet",

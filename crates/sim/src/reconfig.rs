@@ -89,9 +89,7 @@ impl Admin {
 
     /// Whether replica process `keys` is a member of the last configuration.
     pub fn stays(&self, keys: &PublicKeys) -> bool {
-        self.configs
-            .last()
-            .is_some_and(|c| c.replicas.iter().any(|r| r.keys == *keys))
+        self.configs.last().is_some_and(|c| c.replica_with(keys).is_some())
     }
 
     /// The next change to order, if any is left.

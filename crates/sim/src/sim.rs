@@ -1115,8 +1115,8 @@ impl<P: Protocol> Sim<P> {
         }
         let config = self.replicas[r].config.clone();
         // Its id in that configuration: the position of its keys (a shrink renumbers).
-        let id = match config.replicas.iter().position(|m| m.keys == self.replica_public[slot]) {
-            Some(position) => ReplicaId(position as u32),
+        let id = match config.replica_with(&self.replica_public[slot]) {
+            Some(id) => id,
             None => {
                 self.errors.push(format!(
                     "simulator: replica process {slot} restarted in epoch {}, which does not have it",

@@ -438,19 +438,16 @@ impl AuthStage {
             self.stats.bump("dropped_bad_request");
             return;
         }
-        if rechecked.is_none() && !self.seal_ok(envelope, out) {
-            // A client of an earlier configuration sealed for the members it knows: a member a
-            // shrink renumbered cannot check that MAC (it was for another id), and the client
-            // needs its copy of the change. CONFIGURATION is what every member of this
-            // configuration may tell anyone; it goes to the named client only, at most once
-            // per period.
-            if *config_epoch < self.config.epoch() {
-                self.tell_configuration(now, *client, out);
-            }
-            return;
-        }
+        // Before the MAC: a client of an earlier configuration sealed for the members it knows,
+        // and a member a shrink renumbered cannot check that MAC (it was for another id), while
+        // the client needs its copy of the change. CONFIGURATION is what every member of this
+        // configuration may tell anyone; it goes to the named client only, at most once per
+        // period.
         if *config_epoch < self.config.epoch() {
             self.tell_configuration(now, *client, out);
+        }
+        if rechecked.is_none() && !self.seal_ok(envelope, out) {
+            return;
         }
         let interval = self.config.knobs.auth_retransmit_interval_us;
         let pace = self.new_request_pace();

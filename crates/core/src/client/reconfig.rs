@@ -23,7 +23,7 @@ impl Client {
         change: &SignedReconfiguration,
         out: &mut Vec<Action>,
     ) {
-        let Ok(next) = reconfig::successor(&self.config, change, true) else {
+        let Some(next) = self.told(change) else {
             return self.stats.bump("configuration_refused");
         };
         let digest = change.digest();
@@ -32,11 +32,25 @@ impl Client {
         if matching < self.quorums.small() {
             return self.stats.bump("configuration_vote");
         }
-        self.adopt(now, next, out);
+        self.adopt(now, (*next).clone(), out);
     }
 
-    /// Switches to `next`: new replicas and keys; the request in progress goes again, to every
-    /// authentication member of the new configuration.
+    /// The configuration `change` makes from ours, checked once per change (the copies of every
+    /// member carry the same one; the check verifies the administrator's signature).
+    fn told(&mut self, change: &SignedReconfiguration) -> Option<Arc<ClusterConfig>> {
+        let digest = change.digest();
+        if let Some(trial) = self.config_trial.as_ref().filter(|t| t.digest == digest) {
+            return Some(trial.config.clone());
+        }
+        let next = Arc::new(reconfig::successor(&self.config, change, true).ok()?);
+        self.config_trial = Some(super::ConfigTrial {
+            digest,
+            config: next.clone(),
+            keys: None,
+        });
+        Some(next)
+    }
+
     /// A CONFIGURATION from a replica the change renumbered (a shrink gives removed replicas'
     /// ids to members above the new size): it is sealed as the sender's id in the configuration
     /// the change makes, with the keys of that id. It counts as the vote of the replica of our
@@ -50,27 +64,30 @@ impl Client {
         let Principal::Auth(sender) = envelope.from else {
             return None;
         };
-        let digest = change.digest();
-        if self.config_trial.as_ref().is_none_or(|(d, _, _)| *d != digest) {
-            let next = reconfig::successor(&self.config, change, true).ok()?;
-            let next = Arc::new(next);
-            let keys = Arc::new(self.keys.successor(&next, Process::Client(self.id), false));
-            self.config_trial = Some((digest, next, keys));
-        }
-        let (_, next, keys) = self.config_trial.as_ref().expect("set above");
+        let next = self.told(change)?;
         let sender_keys = next.replicas.get(sender.0 as usize)?.keys;
         if self.config.replicas.get(sender.0 as usize).map(|r| r.keys) == Some(sender_keys) {
             return None;
         }
-        let ours = self.config.replicas.iter().position(|r| r.keys == sender_keys)?;
-        let q = next.validate().ok()?;
-        if sender.0 as usize >= q.n_auth || envelope.open_static(keys, self.config.knobs.sabotage).is_err() {
+        let ours = self.config.replica_with(&sender_keys)?;
+        if sender.0 as usize >= next.validate().ok()?.n_auth {
+            return None;
+        }
+        // Our keys in the new configuration: built once per change, for renumbered senders only.
+        let trial = self.config_trial.as_mut().expect("set by told");
+        let keys = trial
+            .keys
+            .get_or_insert_with(|| Arc::new(self.keys.successor(&next, Process::Client(self.id), false)))
+            .clone();
+        if envelope.open_static(&keys, self.config.knobs.sabotage).is_err() {
             return None;
         }
         self.stats.bump("configuration_renumbered_vote");
-        Some(ReplicaId(ours as u32))
+        Some(ours)
     }
 
+    /// Switches to `next`: new replicas and keys; the request in progress goes again, to every
+    /// authentication member of the new configuration.
     fn adopt(&mut self, now: Time, next: ClusterConfig, out: &mut Vec<Action>) {
         let quorums = next.validate().expect("checked by reconfig::successor");
         let next = Arc::new(next);

@@ -207,7 +207,7 @@ impl OrderStage {
             Err(e) => panic!("a pending change was checked when ordered: {e}"),
         };
         let my_keys = self.config.replicas[self.id.0 as usize].keys;
-        let Some(position) = next.replicas.iter().position(|r| r.keys == my_keys) else {
+        let Some(id) = next.replica_with(&my_keys) else {
             // Removed: serve the boundary's state until the next configuration started.
             self.stats.bump("reconfiguration_leaving");
             let q = next.validate().expect("checked when ordered");
@@ -222,7 +222,6 @@ impl OrderStage {
             });
             return;
         };
-        let id = ReplicaId(position as u32);
         let q = next.validate().expect("checked when ordered");
         let keys = Arc::new(self.keys.successor(&next, Process::Replica(id), false));
         let own = Signed::sign(
@@ -344,8 +343,8 @@ impl OrderStage {
                     .replica()
                     .and_then(|r| handover.config.replicas.get(r.0 as usize))
                     .map(|m| m.keys);
-                match keys.and_then(|k| self.config.replicas.iter().position(|m| m.keys == k)) {
-                    Some(here) => Principal::Order(ReplicaId(here as u32)),
+                match keys.and_then(|k| self.config.replica_with(&k)) {
+                    Some(here) => Principal::Order(here),
                     None => p,
                 }
             })
@@ -464,8 +463,8 @@ impl OrderStage {
         let mut to = vec![from];
         let renumbered = reconfig::origin(&self.config)
             .and_then(|o| o.change.from_replicas.get(member.0 as usize).copied())
-            .and_then(|keys| self.config.replicas.iter().position(|r| r.keys == keys))
-            .map(|k| Principal::Order(ReplicaId(k as u32)));
+            .and_then(|keys| self.config.replica_with(&keys))
+            .map(Principal::Order);
         if let Some(here) = renumbered.filter(|p| *p != from) {
             to.push(here);
         }
