@@ -152,8 +152,8 @@ enum Command {
     /// Changes the cluster's replicas or its fault model while it serves (docs/OPERATING.md
     /// "Reconfiguration"): signs the change with the administrator's key (admin.toml from
     /// `upright init`), orders it, records it in cluster.toml, and waits until the replicas of
-    /// the new configuration run in it. Added replicas get fresh keys (keys/replica-<id>.key);
-    /// start each with `upright replica --config cluster.toml --id <id>`.
+    /// the new configuration run in it. Added replicas get fresh keys and the next free ids
+    /// (keys/replica-<id>.key); start each with `upright replica --config cluster.toml --id <id>`.
     Reconfigure {
         /// Cluster config (updated with the change).
         #[arg(long)]
@@ -162,7 +162,9 @@ enum Command {
         /// 127.0.0.1:PORT + 200, as `upright init` lays them out); repeatable.
         #[arg(long, value_name = "HOST:PORT")]
         add: Vec<String>,
-        /// Remove replica ID; repeatable. Only the highest ids can go (ids stay positions).
+        /// Remove replica ID (the id `upright status` shows and `upright replica --id` takes);
+        /// repeatable. The others keep their ids; inside the protocol some may move to the
+        /// removed one's position (docs/OPERATING.md).
         #[arg(long, value_name = "ID")]
         remove: Vec<u32>,
         /// The new u (default: unchanged).
@@ -647,7 +649,7 @@ fn replica(
 ) -> Result<ExitCode, FileError> {
     init_logging("info");
     let cluster = Cluster::load(config)?;
-    cluster.file.replica(id)?;
+    cluster.slot_keys(id)?;
     let key_path = key.unwrap_or_else(|| cluster.key_path(id));
     let keys = files::load_replica_keys(&cluster, id, &key_path)?;
     let storage = StorageOptions {
@@ -737,6 +739,11 @@ async fn status(config: &Path) -> Result<ExitCode, FileError> {
     for entry in &cluster.file.replicas {
         // Replicas past the first n_exec host no execution member: nothing to show there.
         let hosts_exec = (entry.id as usize) < n_exec;
+        let slot = entry
+            .public_keys()
+            .ok()
+            .and_then(|k| cluster.slot_of(&k))
+            .unwrap_or(entry.id);
         let addr = files::resolve(&entry.metrics_addr)?;
         match upright_node::metrics::http_get(addr, "/status", token.as_deref()).await {
             Ok(body) => {
@@ -745,7 +752,7 @@ async fn status(config: &Path) -> Result<ExitCode, FileError> {
                 let g = |k: &str| kv.get(k).cloned().unwrap_or_else(|| "-".into());
                 println!(
                     "{:<8} {:<11} {:>6} {:>10} {:>10} {:>11} {:>10}",
-                    entry.id,
+                    slot,
                     g("health"),
                     g("view"),
                     g("committed"),
@@ -754,7 +761,7 @@ async fn status(config: &Path) -> Result<ExitCode, FileError> {
                     if hosts_exec { g("exec_checkpoint") } else { "-".into() }
                 );
             }
-            Err(e) => println!("{:<8} {:<11} ({}: {e})", entry.id, "down", entry.metrics_addr),
+            Err(e) => println!("{:<8} {:<11} ({}: {e})", slot, "down", entry.metrics_addr),
         }
     }
     println!("{up} of {} replicas answered", cluster.file.replicas.len());
@@ -771,50 +778,71 @@ struct ChangeArgs {
     r: Option<usize>,
 }
 
-/// The new replica entries (with the added replicas' fresh secrets) and fault model.
-#[allow(clippy::type_complexity)]
-fn planned_change(
-    cluster: &Cluster,
-    change: &ChangeArgs,
-) -> Result<
-    (
-        Vec<files::ReplicaEntry>,
-        Vec<(u32, upright_core::crypto::SecretKeys)>,
-        usize,
-        usize,
-    ),
-    FileError,
-> {
-    let mut entries = cluster.file.replicas.clone();
-    let n = entries.len() as u32;
-    let mut removed = change.remove.clone();
+/// The change `upright reconfigure` asks for, planned.
+struct PlannedChange {
+    /// The new configuration's replica entries (ids: positions).
+    entries: Vec<files::ReplicaEntry>,
+    /// Each entry's slot ([`Cluster::slots`]; the added ones take the next free ones).
+    slots: Vec<u32>,
+    /// The added replicas' slots and fresh secrets.
+    secrets: Vec<(u32, upright_core::crypto::SecretKeys)>,
+    u: usize,
+    r: usize,
+}
+
+/// Plans `change` against `cluster`'s latest configuration: the removed replicas go (the
+/// others keep their positions where they can, execution positions filled first:
+/// `upright_core::reconfig::without`), then the added ones come last.
+fn planned_change(cluster: &Cluster, change: &ChangeArgs) -> Result<PlannedChange, FileError> {
+    let current = &cluster.config;
+    let u = change.u.unwrap_or(current.u);
+    let r = change.r.unwrap_or(current.r);
+    let q_old = current.validate().map_err(|e| FileError(e.to_string()))?;
+    let q = upright_core::quorum::Quorums::new(u, r).map_err(|e| FileError(e.to_string()))?;
+    let mut removed = Vec::new();
+    for slot in &change.remove {
+        let keys = cluster.slot_keys(*slot)?;
+        let position = current.replica_with(&keys).ok_or_else(|| {
+            FileError(format!(
+                "cannot remove replica {slot}: it is not a member of the cluster (epoch {})",
+                current.epoch()
+            ))
+        })?;
+        removed.push(position.0 as usize);
+    }
     removed.sort_unstable();
     removed.dedup();
-    for (k, id) in removed.iter().rev().enumerate() {
-        if *id != n - 1 - k as u32 {
-            return Err(FileError(format!(
-                "cannot remove replica {id}: only the highest ids can be removed (replica ids are positions; \
-                 the cluster has replicas 0..{})",
-                n - 1
-            )));
-        }
+    let members: Vec<_> = current.replicas.iter().map(|m| m.keys).collect();
+    let kept = upright_core::reconfig::without(&members, &removed, q_old.n_exec, q.n_exec);
+    let mut entries = Vec::new();
+    let mut slots = Vec::new();
+    for (position, keys) in kept.iter().enumerate() {
+        let old = current.replica_with(keys).expect("kept members are members");
+        let mut entry = cluster.file.replica(old.0)?.clone();
+        entry.id = position as u32;
+        entries.push(entry);
+        slots.push(cluster.slot_of(keys).expect("members have slots"));
     }
-    entries.truncate((n as usize).saturating_sub(removed.len()));
     let mut secrets = Vec::new();
     for addr in &change.add {
         let (host, port) = addr
             .rsplit_once(':')
             .and_then(|(h, p)| p.parse::<u16>().ok().map(|p| (h, p)))
             .ok_or_else(|| FileError(format!("--add {addr}: expected HOST:PORT")))?;
-        let id = entries.len() as u32;
         let keys = files::fresh_keys();
-        let entry = files::added_replica(id, host, port, &keys).map_err(|e| FileError(format!("--add {addr}: {e}")))?;
+        let entry = files::added_replica(entries.len() as u32, host, port, &keys)
+            .map_err(|e| FileError(format!("--add {addr}: {e}")))?;
+        if let Some(clash) = entries.iter().find(|e| e.replica_addr == entry.replica_addr) {
+            return Err(FileError(format!(
+                "--add {addr}: replica {} already listens there",
+                slots[clash.id as usize]
+            )));
+        }
+        let slot = (cluster.slots().len() + secrets.len()) as u32;
         entries.push(entry);
-        secrets.push((id, keys));
+        slots.push(slot);
+        secrets.push((slot, keys));
     }
-    let u = change.u.unwrap_or(cluster.config.u);
-    let r = change.r.unwrap_or(cluster.config.r);
-    let q = upright_core::quorum::Quorums::new(u, r).map_err(|e| FileError(e.to_string()))?;
     if entries.len() != q.n_replicas() {
         return Err(FileError(format!(
             "u = {u}, r = {r} needs {} replicas; the change would leave {} (use --add / --remove / --u / --r)",
@@ -822,10 +850,16 @@ fn planned_change(
             entries.len()
         )));
     }
-    if entries == cluster.file.replicas && (u, r) == (cluster.config.u, cluster.config.r) {
+    if entries == cluster.file.replicas && (u, r) == (current.u, current.r) {
         return Err(FileError("nothing to change (give --add, --remove, --u or --r)".into()));
     }
-    Ok((entries, secrets, u, r))
+    Ok(PlannedChange {
+        entries,
+        slots,
+        secrets,
+        u,
+        r,
+    })
 }
 
 async fn reconfigure(
@@ -852,7 +886,13 @@ async fn reconfigure(
             cluster.config.admin.map(|c| c.0)
         )));
     }
-    let (entries, secrets, u, r) = planned_change(&cluster, change)?;
+    let PlannedChange {
+        entries,
+        slots,
+        secrets,
+        u,
+        r,
+    } = planned_change(&cluster, change)?;
     let epoch = cluster.config.epoch() + 1;
     let signed = Reconfiguration {
         epoch,
@@ -868,6 +908,18 @@ async fn reconfigure(
         endpoints: entries.iter().map(files::endpoint_string).collect(),
     }
     .sign(&cluster.config.cluster_name, &setup.keys);
+    // Refused here what the cluster would refuse (say a hand-over that could not complete).
+    upright_core::reconfig::successor(&cluster.config, &signed, false)
+        .map_err(|e| FileError(format!("the change cannot be made: {e}")))?;
+    for (position, slot) in slots.iter().enumerate() {
+        let before = cluster
+            .slot_keys(*slot)
+            .ok()
+            .and_then(|k| cluster.config.replica_with(&k));
+        if before.is_some_and(|b| b.0 as usize != position) {
+            println!("replica {slot} runs as member {position} of the new configuration");
+        }
+    }
     // The new replicas' keys first: a change that names them is useless without them.
     for (id, keys) in &secrets {
         let path = cluster.key_path(*id);
@@ -921,7 +973,7 @@ async fn reconfigure(
     let mut silent_since: std::collections::BTreeMap<u32, std::time::Instant> = Default::default();
     loop {
         let (mut switched, mut silent) = (0, Vec::new());
-        for entry in &entries {
+        for (entry, slot) in entries.iter().zip(&slots) {
             let body = match files::resolve(&entry.metrics_addr) {
                 Ok(addr) => http_get(addr, "/status", token.as_deref()).await.ok(),
                 Err(_) => None,
@@ -933,7 +985,7 @@ async fn reconfigure(
                         switched += 1;
                     }
                 }
-                None => silent.push(entry.id),
+                None => silent.push(*slot),
             }
         }
         silent_since.retain(|id, _| silent.contains(id));
@@ -976,7 +1028,7 @@ async fn reconfigure(
 async fn recover(config: &Path, id: u32, timeout_secs: u64, wait: bool) -> Result<ExitCode, FileError> {
     use upright_node::metrics::{http_get, http_request, parse_key_values};
     let cluster = Cluster::load(config)?;
-    let entry = cluster.file.replica(id)?;
+    let entry = cluster.member_entry(id)?;
     let addr = files::resolve(&entry.metrics_addr)?;
     let token = cluster.metrics_token()?;
     let unreachable = |e: std::io::Error| {

@@ -154,10 +154,11 @@ impl TestCluster {
         start_client(setup, Some(self.path().join(format!("client-{c}.id")))).unwrap()
     }
 
+    /// Replica `id`'s (its slot's) status, if it answers.
     async fn status(&self, id: u32) -> Option<std::collections::BTreeMap<String, String>> {
         // cluster.toml as it is now: a reconfiguration adds replicas to it.
         let cluster = Cluster::load(&self.path().join("cluster.toml")).unwrap();
-        let addr = files::resolve(&cluster.file.replica(id).unwrap().metrics_addr).unwrap();
+        let addr = files::resolve(&cluster.member_entry(id).unwrap().metrics_addr).unwrap();
         http_get(addr, "/status", None).await.ok().map(|b| parse_key_values(&b))
     }
 
@@ -169,7 +170,7 @@ impl TestCluster {
     }
 
     fn logs(&self) -> String {
-        (0..4)
+        (0..self.children.len())
             .map(|i| std::fs::read_to_string(self.path().join(format!("replica-{i}.log"))).unwrap_or_default())
             .map(|l| {
                 let lines: Vec<&str> = l.lines().collect();
@@ -774,6 +775,41 @@ async fn reconfigure(config: &Path, args: &[String]) -> (bool, String) {
     (out.status.success(), printed)
 }
 
+/// The replicas `ids`, removed by a reconfiguration, stop by themselves (successfully, saying so).
+async fn removed_ones_stop(c: &mut TestCluster, ids: &[usize]) {
+    for &id in ids {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = c.children[id].as_mut().unwrap().try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "replica {id} still runs after its removal");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(status.success(), "replica {id} exited with {status}");
+        let log = std::fs::read_to_string(c.path().join(format!("replica-{id}.log"))).unwrap();
+        assert!(log.contains("removed from the cluster"), "{log}");
+        c.children[id] = None;
+    }
+}
+
+/// Waits (at most 60 s) until replica `id` answers that it runs in configuration `epoch`.
+async fn wait_for_epoch(c: &TestCluster, id: u32, epoch: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = c.status(id).await.and_then(|s| s.get("config_epoch").cloned());
+        if now == Some(epoch.to_string()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replica {id} did not reach epoch {epoch}: {now:?}\n{}",
+            c.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Grows the 4-replica test cluster to 6 (u = 2, r = 1) with `upright reconfigure`, starting
 /// the two new replicas once the change is ordered (recorded in cluster.toml).
 async fn grow_to_six(c: &mut TestCluster, config: &Path) {
@@ -806,6 +842,36 @@ async fn grow_to_six(c: &mut TestCluster, config: &Path) {
     );
 }
 
+/// A test cluster grown to 6 replicas while client 1 writes (still writing), and client 0's
+/// acknowledged writes from before.
+struct Grown {
+    c: TestCluster,
+    client: ClientHandle,
+    acked: Vec<(String, String)>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    writer: tokio::task::JoinHandle<(Vec<(String, String)>, Duration)>,
+    config: std::path::PathBuf,
+}
+
+async fn grown_under_load() -> Grown {
+    let mut c = TestCluster::start();
+    let client = c.client(0);
+    let acked = write_many(&client, "before", 10).await;
+    assert_eq!(acked.len(), 10, "{}", c.logs());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = spawn_writer(c.client(1), stop.clone());
+    let config = c.path().join("cluster.toml");
+    grow_to_six(&mut c, &config).await;
+    Grown {
+        c,
+        client,
+        acked,
+        stop,
+        writer,
+        config,
+    }
+}
+
 /// Reconfiguration (docs/PROTOCOL.md "Reconfiguration"): a 4-replica cluster (u = 1, r = 1)
 /// grows to 6 (u = 2, r = 1) and shrinks back to 4 while a client writes; the new replicas join
 /// by state transfer, the removed ones stop by themselves, no acknowledged write is lost, and
@@ -814,14 +880,14 @@ async fn grow_to_six(c: &mut TestCluster, config: &Path) {
 fn a_four_replica_cluster_grows_to_six_and_shrinks_back_under_load() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     rt().block_on(async {
-        let mut c = TestCluster::start();
-        let client = c.client(0);
-        let mut acked = write_many(&client, "before", 20).await;
-        assert_eq!(acked.len(), 20, "{}", c.logs());
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let writer = spawn_writer(c.client(1), stop.clone());
-        let config = c.path().join("cluster.toml");
-        grow_to_six(&mut c, &config).await;
+        let Grown {
+            mut c,
+            client,
+            mut acked,
+            stop,
+            writer,
+            config,
+        } = grown_under_load().await;
         let shrink: Vec<String> = ["--remove", "4", "--remove", "5", "--u", "1"]
             .map(String::from)
             .to_vec();
@@ -833,20 +899,7 @@ fn a_four_replica_cluster_grows_to_six_and_shrinks_back_under_load() {
             "{printed}"
         );
         // The removed replicas stop by themselves.
-        for id in [4, 5] {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let status = loop {
-                if let Some(status) = c.children[id].as_mut().unwrap().try_wait().unwrap() {
-                    break status;
-                }
-                assert!(Instant::now() < deadline, "replica {id} still runs after its removal");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            };
-            assert!(status.success(), "replica {id} exited with {status}");
-            let log = std::fs::read_to_string(c.path().join(format!("replica-{id}.log"))).unwrap();
-            assert!(log.contains("removed from the cluster"), "{log}");
-            c.children[id] = None;
-        }
+        removed_ones_stop(&mut c, &[4, 5]).await;
         for id in 0..4 {
             let status = c.status(id).await.expect("a member answers");
             assert_eq!(status.get("config_epoch").map(String::as_str), Some("2"), "{status:?}");
@@ -855,6 +908,73 @@ fn a_four_replica_cluster_grows_to_six_and_shrinks_back_under_load() {
         // configuration for a while too.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let during = finish_writer(&stop, writer, "reconfigurations and a second after", &c.logs()).await;
+        acked.extend(during);
+        assert_none_lost(&client, &acked, &c.logs()).await;
+    });
+}
+
+/// Removing replicas from the middle (docs/OPERATING.md "Reconfiguration"): the cluster grows
+/// to 6 (u = 2, r = 1), then replicas 1 and 2 are removed (u = 1) under load while replica 3 is
+/// down. Replicas 3, 4 and 5 move to other positions in the protocol (ids are positions there,
+/// and execution positions are filled first); the operator keeps calling every replica by its
+/// id. Replica 3 comes back in the old configuration, and it and the others, now in the new
+/// one, connect as each one's configuration names them: it catches up to its new position. A
+/// moved replica killed and restarted afterwards comes back in its new position too; no
+/// acknowledged write is lost.
+#[test]
+fn replicas_removed_from_the_middle_leave_the_others_serving_at_their_new_positions() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    rt().block_on(async {
+        let Grown {
+            mut c,
+            client,
+            mut acked,
+            stop,
+            writer,
+            config,
+        } = grown_under_load().await;
+        // Replica 3 is down while it changes position: it comes back in the old configuration.
+        c.kill(3);
+        let shrink: Vec<String> = ["--remove", "1", "--remove", "2", "--u", "1"]
+            .map(String::from)
+            .to_vec();
+        let (ok, printed) = reconfigure(&config, &shrink).await;
+        println!("{printed}");
+        assert!(ok, "upright reconfigure (shrink): {printed}\n{}", c.logs());
+        assert!(
+            printed.contains("reconfigured: epoch 2, 4 replicas, u = 1, r = 1"),
+            "{printed}"
+        );
+        assert!(
+            printed.contains("replica 4 runs as member 1 of the new configuration"),
+            "{printed}"
+        );
+        assert!(printed.contains("replica 3 does not answer"), "{printed}");
+        c.spawn(3);
+        removed_ones_stop(&mut c, &[1, 2]).await;
+        for id in [0, 3, 4, 5] {
+            wait_for_epoch(&c, id, 2).await;
+        }
+        let log = std::fs::read_to_string(c.path().join("replica-3.log")).unwrap();
+        assert!(log.contains("it is member 2 of its configuration"), "{log}");
+        // A moved replica restarts into its new position (its data directory and key keep its id).
+        c.kill(4);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        c.spawn(4);
+        wait_for_epoch(&c, 4, 2).await;
+        let log = std::fs::read_to_string(c.path().join("replica-4.log")).unwrap();
+        assert!(log.contains("it is member 1 of its configuration"), "{log}");
+        // The client (which knew only the first configuration) learns the change with its
+        // next requests: r + 1 of the replicas it knows tell it, replica 3 under its new id.
+        let shrunk = write_many(&client, "shrunk", 10).await;
+        assert_eq!(shrunk.len(), 10, "{}", c.logs());
+        acked.extend(shrunk);
+        // Served with replica 0 down too: the three others, all at new positions, are a quorum.
+        c.kill(0);
+        let after = write_many(&client, "after", 10).await;
+        assert_eq!(after.len(), 10, "served with replica 0 down\n{}", c.logs());
+        acked.extend(after);
+        let during = finish_writer(&stop, writer, "shrink from the middle", &c.logs()).await;
         acked.extend(during);
         assert_none_lost(&client, &acked, &c.logs()).await;
     });
@@ -911,19 +1031,7 @@ fn a_cluster_grows_while_one_of_its_replicas_is_down_and_the_replica_catches_up_
         let log = std::fs::read_to_string(c.path().join("replica-0.log")).unwrap();
         assert!(log.contains("connected to the replicas it adds"), "{log}");
         c.spawn(3);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let epoch = c.status(3).await.and_then(|s| s.get("config_epoch").cloned());
-            if epoch.as_deref() == Some("1") {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "replica 3 did not reach the new configuration: {epoch:?}\n{}",
-                c.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_for_epoch(&c, 3, 1).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let during = finish_writer(&stop, writer, "grow with a replica down", &c.logs()).await;
         acked.extend(during);

@@ -125,6 +125,8 @@ pub struct Cluster {
     pub initial: Arc<ClusterConfig>,
     /// Its replicas (`cluster.toml`'s own list).
     initial_replicas: Vec<ReplicaEntry>,
+    /// The keys of every replica the cluster has had, by slot ([`Cluster::slots`]).
+    slots: Vec<PublicKeys>,
     /// The file it came from.
     pub file: ClusterFile,
     /// Directory of the file (relative paths resolve against it).
@@ -265,16 +267,23 @@ impl Cluster {
     pub fn from_file(file: ClusterFile, base: &Path) -> Result<Cluster, FileError> {
         let initial = Arc::new(file.to_config()?);
         let mut config = initial.clone();
+        let mut slots: Vec<PublicKeys> = initial.replicas.iter().map(|r| r.keys).collect();
         for (i, text) in file.reconfigurations.iter().enumerate() {
             let signed = parse_change(text).map_err(|e| FileError(format!("reconfigurations[{i}]: {e}")))?;
             let next = upright_core::reconfig::successor(&config, &signed, false)
                 .map_err(|e| FileError(format!("reconfigurations[{i}] does not follow: {e}")))?;
+            for replica in &next.replicas {
+                if !slots.contains(&replica.keys) {
+                    slots.push(replica.keys);
+                }
+            }
             config = Arc::new(next);
         }
         let cluster = Cluster {
             config: initial.clone(),
             initial,
             initial_replicas: file.replicas.clone(),
+            slots,
             file,
             base: base.to_path_buf(),
         };
@@ -307,12 +316,49 @@ impl Cluster {
         Ok(view)
     }
 
-    /// Data directory of replica `id`.
+    /// The keys of every replica the cluster has had, by slot: the name of its key file, its
+    /// data directory, and what `upright replica --id`, `recover --id`, `reconfigure --remove`
+    /// and `status` call it. The replicas `upright init` made have slots `0..n` (their ids in
+    /// the first configuration); each replica a reconfiguration adds takes the next free slot.
+    /// A replica's id in the protocol is its position in the configuration it runs in, which a
+    /// shrink may change; its slot never changes.
+    pub fn slots(&self) -> &[PublicKeys] {
+        &self.slots
+    }
+
+    /// The slot of the replica with `keys`.
+    pub fn slot_of(&self, keys: &PublicKeys) -> Option<u32> {
+        self.slots.iter().position(|k| k == keys).map(|s| s as u32)
+    }
+
+    /// The keys of the replica in `slot`.
+    pub fn slot_keys(&self, slot: u32) -> Result<PublicKeys, FileError> {
+        self.slots.get(slot as usize).copied().ok_or_else(|| {
+            FileError(format!(
+                "there is no replica {slot} (the cluster has had replicas 0..{})",
+                self.slots.len().saturating_sub(1)
+            ))
+        })
+    }
+
+    /// The entry (in this view's configuration) of the replica in `slot`, if it is a member.
+    pub fn member_entry(&self, slot: u32) -> Result<&ReplicaEntry, FileError> {
+        let keys = self.slot_keys(slot)?;
+        let position = self.config.replica_with(&keys).ok_or_else(|| {
+            FileError(format!(
+                "replica {slot} is not a member of configuration epoch {} (a reconfiguration removed it)",
+                self.config.epoch()
+            ))
+        })?;
+        self.file.replica(position.0)
+    }
+
+    /// Data directory of the replica in slot `id`.
     pub fn data_dir(&self, id: u32) -> PathBuf {
         self.base.join(&self.file.data_dir).join(format!("replica-{id}"))
     }
 
-    /// Default key file of replica `id`.
+    /// Default key file of the replica in slot `id`.
     pub fn key_path(&self, id: u32) -> PathBuf {
         self.base.join("keys").join(format!("replica-{id}.key"))
     }
@@ -392,7 +438,8 @@ pub fn write_key_file(path: &Path, cluster_name: &str, process: Process, keys: &
     write_private(path, &toml::to_string(&file).expect("key file serializes"))
 }
 
-/// Loads replica `id`'s key file and checks it against the configuration.
+/// Loads the key file of the replica in slot `id` ([`Cluster::slots`]) and checks it against the
+/// configuration.
 pub fn load_replica_keys(cluster: &Cluster, id: u32, path: &Path) -> Result<SecretKeys, FileError> {
     let text =
         fs::read_to_string(path).map_err(|e| FileError(format!("cannot read key file {}: {e}", path.display())))?;
@@ -415,7 +462,7 @@ pub fn load_replica_keys(cluster: &Cluster, id: u32, path: &Path) -> Result<Secr
         ));
     }
     let keys = parse_secret(&file.secret, &path.display().to_string())?;
-    let configured = cluster.config.replicas.get(id as usize).map(|r| r.keys);
+    let configured = cluster.slots().get(id as usize).copied();
     if configured != Some(keys.public()) {
         return err(format!(
             "key file {} does not match the public keys of {expected} in the config",
@@ -879,6 +926,75 @@ mod tests {
         file.reconfigurations = vec!["zz".into()];
         let e = Cluster::from_file(file, dir.path()).err().unwrap().to_string();
         assert!(e.contains("reconfigurations[0]: not hex"), "{e}");
+    }
+
+    #[test]
+    fn replicas_keep_their_slot_when_a_change_moves_them_and_added_ones_take_fresh_slots() {
+        use upright_core::reconfig::Reconfiguration;
+        let dir = tempfile::tempdir().unwrap();
+        init_cluster(&plan(), dir.path()).unwrap();
+        let path = dir.path().join("cluster.toml");
+        let admin = ClientFile::load(&dir.path().join(ADMIN_FILE)).unwrap();
+        // Applies a change to `keys` with `endpoints` and (u, r), as `upright reconfigure` would.
+        let change = |keys: Vec<PublicKeys>, endpoints: Vec<String>, u: usize| {
+            let cluster = Cluster::load(&path).unwrap();
+            let signed = Reconfiguration {
+                epoch: cluster.config.epoch() + 1,
+                from_u: cluster.config.u,
+                from_r: cluster.config.r,
+                from_replicas: cluster.config.replicas.iter().map(|r| r.keys).collect(),
+                u,
+                r: 1,
+                replicas: keys,
+                endpoints,
+            }
+            .sign(&cluster.config.cluster_name, &admin.keys);
+            record_change(&path, &signed).unwrap();
+            Cluster::load(&path).unwrap()
+        };
+        let first = Cluster::load(&path).unwrap();
+        let endpoint = |i: u32| format!("127.0.0.1:{} 127.0.0.1:{} 127.0.0.1:{}", 7000 + i, 7100 + i, 7200 + i);
+        let mut keys: Vec<_> = first.config.replicas.iter().map(|r| r.keys).collect();
+        let mut endpoints: Vec<String> = first.file.replicas.iter().map(endpoint_string).collect();
+        let added = [fresh_keys().public(), fresh_keys().public()];
+        keys.extend(added);
+        endpoints.extend([endpoint(4), endpoint(5)]);
+        let grown = change(keys.clone(), endpoints.clone(), 2);
+        assert_eq!(grown.slots(), &keys[..]);
+        // Remove slots 1 and 2 (u = 1): the others move to the positions reconfig::without gives.
+        let kept = upright_core::reconfig::without(&keys, &[1, 2], 5, 3);
+        let kept_endpoints: Vec<String> = kept
+            .iter()
+            .map(|k| endpoints[keys.iter().position(|x| x == k).unwrap()].clone())
+            .collect();
+        let shrunk = change(kept.clone(), kept_endpoints.clone(), 1);
+        assert_eq!(shrunk.slots(), &keys[..], "slots never change");
+        assert_eq!(shrunk.slot_of(&keys[4]), Some(4));
+        let moved = shrunk.config.replica_with(&keys[4]).unwrap();
+        assert_ne!(moved.0, 4, "slot 4 moved");
+        assert_eq!(shrunk.member_entry(4).unwrap().id, moved.0);
+        assert_eq!(shrunk.member_entry(4).unwrap().replica_addr, "127.0.0.1:7004");
+        let e = shrunk.member_entry(1).err().unwrap().to_string();
+        assert!(e.contains("replica 1 is not a member of configuration epoch 2"), "{e}");
+        let e = shrunk.slot_keys(6).err().unwrap().to_string();
+        assert!(
+            e.contains("there is no replica 6 (the cluster has had replicas 0..5)"),
+            "{e}"
+        );
+        // A replica added now takes slot 6, not a freed position's number.
+        let mut regrown = kept.clone();
+        regrown.extend([fresh_keys().public(), fresh_keys().public()]);
+        let mut regrown_endpoints = kept_endpoints;
+        regrown_endpoints.extend([endpoint(6), endpoint(7)]);
+        let again = change(regrown.clone(), regrown_endpoints, 2);
+        assert_eq!(again.slot_of(&regrown[4]), Some(6));
+        assert_eq!(again.slot_of(&regrown[5]), Some(7));
+        assert_eq!(again.member_entry(6).unwrap().id, 4);
+        // The key file of a moved replica loads by its slot.
+        let moved = again.config.replica_with(&keys[3]).unwrap();
+        assert_ne!(moved.0, 3, "slot 3 moved");
+        let secret = load_replica_keys(&again, 3, &again.key_path(3)).unwrap();
+        assert_eq!(secret.public(), keys[3]);
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub async fn run_norep_server(
         .map_err(|e| FileError(format!("cannot listen on {addr} (clients): {e}")))?;
     tokio::spawn(serve(
         listener,
-        keys.clone(),
+        Arc::new(crate::transport::Identities::single(keys.clone())),
         config.cluster_name.clone(),
         |p| matches!(p, Process::Client(_)),
         inbox.clone(),

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use tokio::net::TcpListener;
 use upright_core::config::ConfigError;
+use upright_core::config::PublicKeys;
 use upright_core::crypto::{KeyRing, SecretKeys};
 use upright_core::ids::{Principal, Process, ReplicaId, StageKind};
 use upright_core::limits::MESSAGE_BYTES_MAX;
@@ -25,7 +26,9 @@ use crate::host::{Host, Member, Router};
 use crate::metrics::{serve_http, Status};
 use crate::storage::{Recovery, StageLog, StorageOptions};
 use crate::timeline;
-use crate::transport::{dial_peer, serve, ClientRoutes, Counters, Dialer, Inbox, Listener, PeerLinks};
+use crate::transport::{
+    dial_peer_as, serve, ClientRoutes, Counters, Dialer, Identities, Identity, Inbox, Listener, PeerLinks,
+};
 
 /// Most inbound envelopes handled between two flushes (bounds the group-commit batch).
 pub const INPUTS_PER_ROUND_MAX: usize = 256;
@@ -36,7 +39,9 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 pub struct ReplicaSpec {
     /// The cluster.
     pub cluster: Cluster,
-    /// Which replica.
+    /// Which replica: its slot, the name its key file and data directory carry
+    /// ([`Cluster::slots`]); its id in the protocol is the position of its keys in the
+    /// configuration it runs in.
     pub id: u32,
     /// Its secret keys (checked against the config by the loader).
     pub keys: SecretKeys,
@@ -261,17 +266,59 @@ struct NetRouter {
     peers: BTreeMap<ReplicaId, Dialer>,
     routes: Arc<ClientRoutes>,
     counters: Arc<Counters>,
-    /// What dialling the members a hand-over adds takes.
+    /// What connecting to the members a hand-over adds takes.
     growth: Growth,
 }
 
 /// A replica's configuration and identity, for [`NetRouter::connect_added`].
 struct Growth {
     config: Arc<upright_core::config::ClusterConfig>,
-    me: ReplicaId,
     secret: SecretKeys,
     name: String,
     inbox: Arc<Inbox>,
+    identities: Arc<Identities>,
+    links: Arc<PeerLinks>,
+    /// The epoch this replica connected for, once it hands over.
+    handing_over: Option<u64>,
+}
+
+/// Whether a replica with keys `mine` dials the one with `theirs` (else that one dials it): the
+/// lower Ed25519 key dials. Not the lower id: a shrink may renumber replicas, and the two ends
+/// of a link may run in different configurations for a while (one switched, one not yet).
+fn dials(mine: &PublicKeys, theirs: &PublicKeys) -> bool {
+    mine.ed25519 < theirs.ed25519
+}
+
+/// The identity of the replica with `secret` in `other`, a configuration next to `current` (the
+/// one before it, or the one it hands over to): its key ring there, and the peers `other` names,
+/// each routed to its id in `current`, or, for members `current` does not have, to its id in
+/// `other` if that is above `current`'s ids (members a hand-over adds, addressed so by the
+/// order stage). `None` if `other` does not have this replica.
+fn identity_in(
+    other: &upright_core::config::ClusterConfig,
+    current: &upright_core::config::ClusterConfig,
+    secret: &SecretKeys,
+) -> Option<Identity> {
+    let me = other.replica_with(&secret.public())?;
+    let keys = Arc::new(KeyRing::new(other, Process::Replica(me), secret));
+    let peers = other
+        .replicas
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != me.0 as usize)
+        .filter_map(|(j, r)| {
+            let routed = match current.replica_with(&r.keys) {
+                Some(here) => here,
+                None if j >= current.replicas.len() => ReplicaId(j as u32),
+                None => return None,
+            };
+            Some((Process::Replica(ReplicaId(j as u32)), Process::Replica(routed)))
+        })
+        .collect();
+    Some(Identity {
+        keys,
+        peers: Some(peers),
+    })
 }
 
 impl Router for NetRouter {
@@ -289,13 +336,14 @@ impl Router for NetRouter {
 }
 
 impl NetRouter {
-    /// The order member hands over to `change`'s configuration: dial the members it adds (not
-    /// in this configuration), whose hand-over votes this member needs when one of the old
-    /// members is down. Before this, nothing connected them: an old member's configuration does
-    /// not know their keys, and the lower id dials. The hello to them is from the next
-    /// configuration's key ring (hellos do not bind the configuration epoch).
+    /// The order member hands over to `change`'s configuration: connect to the members it adds
+    /// (not in this configuration), whose hand-over votes this member needs when one of the old
+    /// members is down, and answer hellos from the next configuration's members as that
+    /// configuration names us (one that switched first and may have renumbered us). Before
+    /// this, nothing connected the added members: an old member's configuration does not know
+    /// their keys.
     fn connect_added(&mut self, change: &upright_core::reconfig::SignedReconfiguration) {
-        let growth = &self.growth;
+        let growth = &mut self.growth;
         let next = match upright_core::reconfig::successor(&growth.config, change, false) {
             Ok(next) => next,
             Err(e) => {
@@ -303,18 +351,28 @@ impl NetRouter {
                 return;
             }
         };
-        let my_keys = growth.config.replicas[growth.me.0 as usize].keys;
-        if next.replicas.get(growth.me.0 as usize).map(|r| r.keys) != Some(my_keys) {
-            // Renumbered: not offered by `upright reconfigure` (it removes the highest ids).
-            tracing::warn!("this replica's id changes in the next configuration: not connecting to added members");
+        if growth.handing_over == Some(next.epoch()) {
             return;
         }
-        let keys = Arc::new(KeyRing::new(&next, Process::Replica(growth.me), &growth.secret));
+        growth.handing_over = Some(next.epoch());
+        let Some(identity) = identity_in(&next, &growth.config, &growth.secret) else {
+            // Removed: it serves the boundary's state to the others until they start.
+            return;
+        };
+        let keys = identity.keys.clone();
+        growth.identities.add(identity);
+        let mine = growth.secret.public();
         let current = growth.config.replicas.len();
         let mut dialled = Vec::new();
         for (j, replica) in next.replicas.iter().enumerate().skip(current) {
             let id = ReplicaId(j as u32);
             if growth.config.replica_with(&replica.keys).is_some() || self.peers.contains_key(&id) {
+                continue;
+            }
+            if !dials(&mine, &replica.keys) {
+                // It dials us, as the next configuration names us.
+                let link = growth.links.register(Process::Replica(id), self.counters.clone());
+                self.peers.insert(id, link);
                 continue;
             }
             let Some(addr) = change
@@ -330,11 +388,11 @@ impl NetRouter {
                 );
                 continue;
             };
-            let dialer = dial_peer(
+            let dialer = dial_peer_as(
                 addr,
-                keys.clone(),
-                growth.name.clone(),
+                vec![(keys.clone(), Process::Replica(id))],
                 Process::Replica(id),
+                growth.name.clone(),
                 growth.inbox.clone(),
                 MESSAGE_BYTES_MAX,
                 self.counters.clone(),
@@ -344,7 +402,7 @@ impl NetRouter {
         }
         tracing::info!(
             epoch = next.epoch(),
-            added = ?dialled,
+            dialled = ?dialled,
             "handing over to the next configuration: connected to the replicas it adds"
         );
     }
@@ -382,14 +440,14 @@ pub struct Built {
     pub corrupt: u64,
 }
 
-/// Opens the logs and builds the co-located stages. Corrupt storage is logged and the stage starts
+/// Opens the logs (in replica `spec.id`'s data directory) and builds the co-located stages of
+/// member `id` of the configuration. Corrupt storage is logged and the stage starts
 /// empty (it then recovers from its peers).
-pub fn build_members(spec: &ReplicaSpec, keys: &Arc<KeyRing>) -> Result<Built, FileError> {
+pub fn build_members(spec: &ReplicaSpec, id: ReplicaId, keys: &Arc<KeyRing>) -> Result<Built, FileError> {
     let config = spec.cluster.config.clone();
     let q = config.validate().map_err(|e| FileError(e.to_string()))?;
-    let id = ReplicaId(spec.id);
     let mut kinds = vec![StageKind::Auth, StageKind::Order];
-    if (spec.id as usize) < q.n_exec {
+    if (id.0 as usize) < q.n_exec {
         kinds.push(StageKind::Exec);
     }
     let mut members = Vec::new();
@@ -598,22 +656,21 @@ pub async fn run_replica(mut spec: ReplicaSpec, shutdown: impl Future<Output = (
     if running.epoch() != spec.cluster.config.epoch() || running.epoch() > 0 {
         spec.cluster = spec.cluster.in_config(running.clone())?;
     }
-    match running.replica_with(&spec.keys.public()).map(|r| r.0) {
-        Some(position) if position == spec.id => {}
-        Some(position) => {
-            return Err(FileError(format!(
-                "replica {} is replica {position} in configuration epoch {}: renumbered replicas are not supported yet",
-                spec.id,
-                running.epoch()
-            )))
-        }
-        None => {
-            tracing::warn!(
-                epoch = running.epoch(),
-                "this replica is not a member of its configuration: it was removed"
-            );
-            return Ok(Ended::Removed);
-        }
+    let Some(me) = running.replica_with(&spec.keys.public()) else {
+        tracing::warn!(
+            epoch = running.epoch(),
+            "this replica is not a member of its configuration: it was removed"
+        );
+        return Ok(Ended::Removed);
+    };
+    if me.0 != spec.id {
+        tracing::info!(
+            slot = spec.id,
+            id = me.0,
+            epoch = running.epoch(),
+            "a reconfiguration renumbered this replica: it is member {} of its configuration",
+            me.0
+        );
     }
     if running.epoch() > 0 {
         tracing::info!(
@@ -626,15 +683,14 @@ pub async fn run_replica(mut spec: ReplicaSpec, shutdown: impl Future<Output = (
     }
     let cluster = spec.cluster.clone();
     let config = cluster.config.clone();
-    let me = ReplicaId(spec.id);
     crate::timeline::start(&format!("replica-{}", spec.id));
-    let entry = cluster.file.replica(spec.id)?.clone();
+    let entry = cluster.file.replica(me.0)?.clone();
     let keys = Arc::new(KeyRing::new(&config, Process::Replica(me), &spec.keys));
     let Built {
         members,
         recovery,
         corrupt,
-    } = build_members(&spec, &keys)?;
+    } = build_members(&spec, me, &keys)?;
     let counters = Arc::new(Counters::default());
     let inbox = Arc::new(Inbox::new(counters.clone()));
     let routes = Arc::new(ClientRoutes::default());
@@ -656,9 +712,9 @@ pub async fn run_replica(mut spec: ReplicaSpec, shutdown: impl Future<Output = (
     let n = cluster.file.replicas.len() as u32;
     let mut proactive = RecoveryCtl {
         next_due_ms: (period_ms > 0)
-            .then(|| crate::recovery::next_scheduled(crate::recovery::unix_ms(), period_ms, spec.id, n)),
+            .then(|| crate::recovery::next_scheduled(crate::recovery::unix_ms(), period_ms, me.0, n)),
         dir: data_dir,
-        id: spec.id,
+        id: me.0,
         n,
         period_ms,
         marker: marker.clone(),
@@ -671,42 +727,68 @@ pub async fn run_replica(mut spec: ReplicaSpec, shutdown: impl Future<Output = (
             "proactive recovery: started fresh; new key epoch, recovery point from the peers, state to be checked against a certified checkpoint"
         );
     }
-    // One connection per replica pair, dialled by the lower id and carrying both directions
-    // (transport::PeerLinks): the queues for lower ids exist before the listener runs.
+    // One connection per replica pair, dialled by the lower key and carrying both directions
+    // (transport::PeerLinks): the queues for those that dial us exist before the listener runs.
+    // A replica that runs in a reconfigured configuration also speaks as the previous one names
+    // it, to the members that have not switched yet (transport::Identities).
+    let previous = upright_core::reconfig::predecessor(&config).and_then(|p| identity_in(&p, &config, &spec.keys));
+    let mut identities = vec![Identity {
+        keys: keys.clone(),
+        peers: None,
+    }];
+    identities.extend(previous.clone());
+    let identities = Arc::new(Identities::new(identities));
     let links = Arc::new(PeerLinks::default());
+    let mine = spec.keys.public();
     let mut peers = BTreeMap::new();
-    for peer in &cluster.file.replicas {
-        let id = ReplicaId(peer.id);
-        if peer.id < spec.id {
-            peers.insert(id, links.register(Process::Replica(id), counters.clone()));
-        } else if peer.id > spec.id {
-            let addr = endpoint(&peer.replica_addr)?;
-            let dialer = dial_peer(
-                addr,
-                keys.clone(),
-                name.clone(),
-                Process::Replica(id),
-                inbox.clone(),
-                MESSAGE_BYTES_MAX,
-                counters.clone(),
-            );
-            peers.insert(id, dialer);
+    for (j, peer) in cluster.file.replicas.iter().enumerate() {
+        let id = ReplicaId(j as u32);
+        let theirs = config.replicas[j].keys;
+        if id == me {
+            continue;
         }
+        if !dials(&mine, &theirs) {
+            peers.insert(id, links.register(Process::Replica(id), counters.clone()));
+            continue;
+        }
+        let mut named = vec![(keys.clone(), Process::Replica(id))];
+        if let Some(previous) = &previous {
+            let before = previous
+                .peers
+                .iter()
+                .flatten()
+                .find(|(_, routed)| **routed == Process::Replica(id))
+                .map(|(there, _)| *there);
+            named.extend(before.map(|there| (previous.keys.clone(), there)));
+        }
+        let addr = endpoint(&peer.replica_addr)?;
+        let dialer = dial_peer_as(
+            addr,
+            named,
+            Process::Replica(id),
+            name.clone(),
+            inbox.clone(),
+            MESSAGE_BYTES_MAX,
+            counters.clone(),
+        );
+        peers.insert(id, dialer);
     }
     tokio::spawn(serve(
         replica_listener,
-        keys.clone(),
+        identities.clone(),
         name.clone(),
         |p| matches!(p, Process::Replica(_)),
         inbox.clone(),
         None,
-        Some(links),
+        Some(links.clone()),
         MESSAGE_BYTES_MAX,
         counters.clone(),
     ));
+    // Clients too may name this replica as the previous configuration does (one that has not
+    // learnt of the change yet): it learns of it once connected.
     tokio::spawn(serve(
         client_listener,
-        keys.clone(),
+        identities.clone(),
         name.clone(),
         |p| matches!(p, Process::Client(_)),
         inbox.clone(),
@@ -744,10 +826,12 @@ pub async fn run_replica(mut spec: ReplicaSpec, shutdown: impl Future<Output = (
         counters: counters.clone(),
         growth: Growth {
             config: config.clone(),
-            me,
             secret: spec.keys.clone(),
             name: name.clone(),
             inbox: inbox.clone(),
+            identities,
+            links,
+            handing_over: None,
         },
     };
     let host = Host::new(me, members);
@@ -783,6 +867,7 @@ async fn event_loop(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Ended, FileError> {
     let mut clock = Clock::new();
+    let epoch = router.growth.config.epoch();
     let io = |e: std::io::Error| FileError(format!("storage failure: {e}"));
     if recovery.marker.is_some() {
         host.start_recovering(clock.now());
@@ -840,11 +925,17 @@ async fn event_loop(
         host.fire_timers(now);
         for (from, envelope) in inbox.pop_round_robin(INPUTS_PER_ROUND_MAX) {
             timeline::message("recv", &envelope.message, timeline::peer(&envelope.from));
-            // Peer replicas' messages pass the cut-off (`upright_core::cutoff`), if it is on.
+            // Peer replicas' messages pass the cut-off (`upright_core::cutoff`), if it is on;
+            // not those of a peer running in another configuration (during a reconfiguration,
+            // its messages fail our checks without proving it faulty; its hello said so).
             let (Process::Replica(peer), Some(cutoff)) = (from, cutoff.as_mut()) else {
                 host.deliver(now, envelope);
                 continue;
             };
+            if inbox.peer_epoch(from).is_some_and(|e| e != epoch) {
+                host.deliver(now, envelope);
+                continue;
+            }
             if cutoff.is_cut(peer, now) {
                 counters.bump("net_dropped_cut_off");
                 continue;

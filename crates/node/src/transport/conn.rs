@@ -115,6 +115,110 @@ impl PeerLinks {
     }
 }
 
+/// Whom a replica's peer connections speak as: its configuration's key ring, and while a
+/// reconfiguration is under way a neighbouring configuration's (docs/PROTOCOL.md
+/// "Reconfiguration"): a peer still in the previous configuration, or one the hand-over adds,
+/// names both ends of a connection by that configuration's ids, which a shrink may have changed.
+pub struct Identities {
+    rings: std::sync::RwLock<Vec<Identity>>,
+}
+
+/// One configuration's key ring, and the peers it names with the id this replica's router knows
+/// each by (its own configuration's id, or a member the hand-over adds by its next id).
+#[derive(Clone)]
+pub struct Identity {
+    /// The key ring (this replica as the configuration numbers it).
+    pub keys: Arc<KeyRing>,
+    /// Peer as this configuration names it -> the router's id for it; `None`: every peer, by
+    /// its own name (one configuration only). A hello from a peer not listed is refused.
+    pub peers: Option<BTreeMap<Process, Process>>,
+}
+
+impl Identity {
+    /// The router's id of `peer` as this identity's configuration names it.
+    fn route(&self, peer: Process) -> Option<Process> {
+        match &self.peers {
+            None => Some(peer),
+            Some(peers) => peers.get(&peer).copied(),
+        }
+    }
+}
+
+impl Identities {
+    /// One key ring, every peer by its own name.
+    pub fn single(keys: Arc<KeyRing>) -> Identities {
+        Identities::new(vec![Identity { keys, peers: None }])
+    }
+
+    /// These identities, the first the replica's own configuration.
+    pub fn new(rings: Vec<Identity>) -> Identities {
+        assert!(!rings.is_empty(), "at least the replica's own configuration");
+        Identities {
+            rings: std::sync::RwLock::new(rings),
+        }
+    }
+
+    /// Adds an identity (a configuration the replica hands over to).
+    pub fn add(&self, identity: Identity) {
+        self.rings.write().expect("identities lock").push(identity);
+    }
+
+    /// The replica's own configuration's key ring.
+    pub fn primary(&self) -> Arc<KeyRing> {
+        self.rings.read().expect("identities lock")[0].keys.clone()
+    }
+
+    /// A client connection's hello list, checked under the first identity it is meant for (a
+    /// client that has not learnt of a reconfiguration yet names this replica by its id in an
+    /// earlier configuration, and learns of the change once connected); else the error of
+    /// checking it under the primary ring.
+    fn check_clients(
+        &self,
+        body: &[u8],
+        cluster_name: &str,
+        admit: fn(Process) -> bool,
+        challenge: &Nonce,
+    ) -> Result<(Arc<KeyRing>, BTreeSet<ClientId>), &'static str> {
+        let rings = self.rings.read().expect("identities lock");
+        let mut first = None;
+        for identity in rings.iter() {
+            match HelloList::check(body, &identity.keys, cluster_name, admit, challenge) {
+                Ok(clients) => return Ok((identity.keys.clone(), clients)),
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        Err(first.unwrap_or("net_hello_bad_mac"))
+    }
+
+    /// The identity a replica hello is meant for and checks under, with the router's id of its
+    /// sender; else the error of checking it under the primary ring (the counter to bump).
+    fn check(
+        &self,
+        hello: &Hello,
+        cluster_name: &str,
+        challenge: &Nonce,
+    ) -> Result<(Arc<KeyRing>, Process), &'static str> {
+        let rings = self.rings.read().expect("identities lock");
+        let mut first = None;
+        for identity in rings.iter() {
+            match hello.check(&identity.keys, cluster_name, challenge) {
+                Ok(()) => {
+                    return identity
+                        .route(hello.from)
+                        .map(|router| (identity.keys.clone(), router))
+                        .ok_or("net_hello_unknown_peer")
+                }
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        Err(first.unwrap_or("net_hello_bad_mac"))
+    }
+}
+
 /// Dials peer replica `peer` at `addr` (and redials on failure), answering each connection's
 /// challenge with a hello from `keys.me()`, and writes our frames to it; the peer answers with its
 /// own hello (answering our nonce) on the same connection and then writes its frames to us there
@@ -128,39 +232,88 @@ pub fn dial_peer(
     max_frame: usize,
     counters: Arc<Counters>,
 ) -> Dialer {
+    dial_peer_as(addr, vec![(keys, peer)], peer, cluster_name, inbox, max_frame, counters)
+}
+
+/// [`dial_peer`] for a peer that may run in another configuration than ours (a reconfiguration
+/// under way): each `(keys, named)` is one configuration's key ring and the peer's id there.
+/// A connection whose hello the peer does not answer is redialled with the next one; the one
+/// it answered is kept. Its envelopes go into `inbox` as from `router` (our id for the peer).
+pub fn dial_peer_as(
+    addr: Endpoint,
+    identities: Vec<(Arc<KeyRing>, Process)>,
+    router: Process,
+    cluster_name: String,
+    inbox: Arc<Inbox>,
+    max_frame: usize,
+    counters: Arc<Counters>,
+) -> Dialer {
+    assert!(!identities.is_empty(), "at least one identity to dial as");
     let reader_counters = counters.clone();
-    let (hello_keys, hello_cluster) = (keys.clone(), cluster_name.clone());
+    let identities = Arc::new(identities);
+    let hello_cluster = cluster_name.clone();
+    // Which identity this connection presents, whether the peer answered it, and whether one
+    // was presented at all yet.
+    let choice = Arc::new(std::sync::Mutex::new(DialChoice::default()));
+    let (hello_choice, hello_identities) = (choice.clone(), identities.clone());
     dial_with(
         addr,
         move |challenge: &Nonce, nonce: &Nonce| {
-            let hello = Hello::new(&hello_keys, &hello_cluster, peer, *challenge, *nonce);
+            let mut c = hello_choice.lock().expect("dial choice lock");
+            if c.presented && !c.answered {
+                c.index = (c.index + 1) % hello_identities.len();
+            }
+            c.presented = true;
+            c.answered = false;
+            let (keys, named) = &hello_identities[c.index];
+            let running = hello_identities[0].0.config_epoch();
+            let hello = Hello::new_in(keys, &hello_cluster, *named, *challenge, *nonce, running);
             upright_core::codec::to_bytes(&hello)
         },
         move |reader, nonce| {
-            let (keys, cluster_name) = (keys.clone(), cluster_name.clone());
-            let (inbox, counters) = (inbox.clone(), reader_counters.clone());
-            tokio::spawn(read_from_peer(
-                reader,
-                Greeted { peer, nonce },
-                keys,
-                cluster_name,
-                inbox,
-                max_frame,
-                counters,
-            ))
+            let index = choice.lock().expect("dial choice lock").index;
+            let (keys, named) = identities[index].clone();
+            let running = identities[0].0.config_epoch();
+            let cluster_name = cluster_name.clone();
+            let (inbox, counters, choice) = (inbox.clone(), reader_counters.clone(), choice.clone());
+            tokio::spawn(async move {
+                let greeted = Greeted {
+                    peer: named,
+                    router,
+                    nonce,
+                    running,
+                };
+                read_from_peer(reader, greeted, keys, cluster_name, inbox, max_frame, counters, || {
+                    choice.lock().expect("dial choice lock").answered = true;
+                })
+                .await
+            })
         },
         counters,
     )
 }
 
-/// Whom a dialled connection reaches and the nonce our hello sent it.
+/// The identity a dialled connection presents ([`dial_peer_as`]).
+#[derive(Default)]
+struct DialChoice {
+    index: usize,
+    presented: bool,
+    answered: bool,
+}
+
+/// Whom a dialled connection reaches (as the identity we presented names it, and as our router
+/// knows it) and the nonce our hello sent it.
 struct Greeted {
     peer: Process,
+    router: Process,
     nonce: Nonce,
+    /// The configuration epoch we run in.
+    running: u64,
 }
 
 /// The dialling side's reader: the peer's hello (it must name the peer we dialled, be meant for
-/// us and answer our nonce), then its frames.
+/// us and answer our nonce; then `answered` runs), then its frames.
+#[allow(clippy::too_many_arguments)]
 async fn read_from_peer(
     mut reader: ReadHalf,
     greeted: Greeted,
@@ -169,20 +322,36 @@ async fn read_from_peer(
     inbox: Arc<Inbox>,
     max_frame: usize,
     counters: Arc<Counters>,
+    answered: impl FnOnce(),
 ) {
-    let Greeted { peer, nonce } = greeted;
+    let Greeted {
+        peer,
+        router,
+        nonce,
+        running,
+    } = greeted;
     let checked = match read_hello_frame(&mut reader, HELLO_BYTES_MAX).await {
         Ok(body) => checked_hello(&body, &keys, &cluster_name, &nonce).and_then(|hello| match hello.from == peer {
-            true => Ok(()),
+            true => Ok(hello.epoch),
             false => Err("net_closed_bad_hello"),
         }),
         Err(reason) => Err(reason),
     };
-    if let Err(reason) = checked {
-        counters.bump(reason);
-        return;
-    }
-    read_loop(reader, Peers::One(peer), inbox, max_frame, counters).await;
+    let epoch = match checked {
+        Ok(epoch) => epoch,
+        Err(reason) => {
+            counters.bump(reason);
+            return;
+        }
+    };
+    answered();
+    inbox.note_peer_epoch(router, epoch);
+    let peers = Peers::One {
+        named: peer,
+        router,
+        foreign: epoch != running,
+    };
+    read_loop(reader, peers, inbox, max_frame, counters).await;
 }
 
 /// The first frame of a connection (at most `bound` bytes), within [`HELLO_TIMEOUT`].
@@ -253,8 +422,8 @@ where
             tokio::time::sleep(backoff).await;
             continue;
         }
-        backoff = BACKOFF_MIN;
         counters.bump("net_connects");
+        let connected = Instant::now();
         let mut reading = read(reader, nonce);
         loop {
             tokio::select! {
@@ -272,6 +441,14 @@ where
         }
         reading.abort();
         counters.bump("net_disconnects");
+        // A connection that ended at once (its hello refused, say) is redialled after the
+        // backoff, not in a tight loop; one that lasted, at once.
+        if connected.elapsed() < BACKOFF_MAX {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        } else {
+            backoff = BACKOFF_MIN;
+        }
     }
 }
 
@@ -344,16 +521,29 @@ async fn write_batch<T: Outgoing>(
 /// Whose envelopes an inbound connection may carry: one peer process (a replica), or the clients
 /// its hello list named.
 enum Peers {
-    One(Process),
+    /// A peer replica, as the connection's hello named it (its envelopes must come from it) and
+    /// as our router knows it (its envelopes go into the inbox as from it).
+    /// `foreign`: the peer runs in another configuration than ours (its hello said so), where
+    /// its id may differ from the one it is named by here: envelopes from any replica are taken
+    /// (the stages check whose they are).
+    One {
+        named: Process,
+        router: Process,
+        foreign: bool,
+    },
     Clients(BTreeSet<ClientId>),
 }
 
 impl Peers {
-    fn carries(&self, from: Process) -> bool {
+    /// Whether an envelope from `from` may come on this connection, and the sender the inbox
+    /// queues it under.
+    fn carries(&self, from: Process) -> Option<Process> {
         match (self, from) {
-            (Peers::One(peer), from) => *peer == from,
-            (Peers::Clients(clients), Process::Client(c)) => clients.contains(&c),
-            (Peers::Clients(_), Process::Replica(_)) => false,
+            (Peers::One { named, router, foreign }, from) => {
+                (*named == from || (*foreign && matches!(from, Process::Replica(_)))).then_some(*router)
+            }
+            (Peers::Clients(clients), Process::Client(c)) => clients.contains(&c).then_some(from),
+            (Peers::Clients(_), Process::Replica(_)) => None,
         }
     }
 }
@@ -372,10 +562,10 @@ async fn read_loop(reader: ReadHalf, peers: Peers, inbox: Arc<Inbox>, max_frame:
         let closing = loop {
             match frames.next_frame() {
                 Ok(Some(body)) => match upright_core::wire::decode(&body) {
-                    Ok(envelope) if peers.carries(envelope.from.process()) => {
-                        batch.push((envelope.from.process(), Arc::new(envelope)))
-                    }
-                    Ok(_) => wrong_sender += 1,
+                    Ok(envelope) => match peers.carries(envelope.from.process()) {
+                        Some(queue_as) => batch.push((queue_as, Arc::new(envelope))),
+                        None => wrong_sender += 1,
+                    },
                     Err(_) => break Some("net_closed_garbage"),
                 },
                 Ok(None) => break None,
@@ -404,7 +594,7 @@ async fn read_loop(reader: ReadHalf, peers: Peers, inbox: Arc<Inbox>, max_frame:
 #[allow(clippy::too_many_arguments)] // the listener's whole context, passed once at start-up
 pub async fn serve(
     listener: Listener,
-    keys: Arc<KeyRing>,
+    identities: Arc<Identities>,
     cluster_name: String,
     admit: fn(Process) -> bool,
     inbox: Arc<Inbox>,
@@ -414,7 +604,7 @@ pub async fn serve(
     counters: Arc<Counters>,
 ) {
     let context = Arc::new(Listening {
-        keys,
+        identities,
         cluster_name,
         admit,
         inbox,
@@ -443,7 +633,7 @@ pub async fn serve(
 
 /// What a listener's connections share.
 struct Listening {
-    keys: Arc<KeyRing>,
+    identities: Arc<Identities>,
     cluster_name: String,
     admit: fn(Process) -> bool,
     inbox: Arc<Inbox>,
@@ -457,7 +647,7 @@ impl Listening {
     /// Reads and checks the first frame: one hello (replica listener) or a hello list (client
     /// listener), answering `challenge`. With the peers, the dialler's nonce (for our hello to
     /// answer). The error names the counter to bump; the connection is then closed.
-    async fn greet(&self, reader: &mut ReadHalf, challenge: &Nonce) -> Result<(Peers, Nonce), &'static str> {
+    async fn greet(&self, reader: &mut ReadHalf, challenge: &Nonce) -> Result<Greeting, &'static str> {
         let bound = if self.routes.is_some() {
             HELLO_LIST_BYTES_MAX
         } else {
@@ -465,15 +655,39 @@ impl Listening {
         };
         let body = read_hello_frame(reader, bound).await?;
         if self.routes.is_some() {
-            let clients = HelloList::check(&body, &self.keys, &self.cluster_name, self.admit, challenge)?;
-            return Ok((Peers::Clients(clients), [0; 32]));
+            let (keys, clients) = self
+                .identities
+                .check_clients(&body, &self.cluster_name, self.admit, challenge)?;
+            return Ok(Greeting {
+                peers: Peers::Clients(clients),
+                nonce: [0; 32],
+                keys,
+            });
         }
-        let hello = checked_hello(&body, &self.keys, &self.cluster_name, challenge)?;
+        let hello = upright_core::codec::from_bytes::<Hello>(&body).map_err(|_| "net_closed_bad_hello")?;
+        let (keys, router) = self.identities.check(&hello, &self.cluster_name, challenge)?;
         if !(self.admit)(hello.from) {
             return Err("net_closed_wrong_listener");
         }
-        Ok((Peers::One(hello.from), hello.nonce))
+        self.inbox.note_peer_epoch(router, hello.epoch);
+        Ok(Greeting {
+            peers: Peers::One {
+                named: hello.from,
+                router,
+                foreign: hello.epoch != self.identities.primary().config_epoch(),
+            },
+            nonce: hello.nonce,
+            keys,
+        })
     }
+}
+
+/// A connection's checked first frame: whom it carries, the dialler's nonce (for our hello to
+/// answer) and the key ring its hello checked under (ours answers under it too).
+struct Greeting {
+    peers: Peers,
+    nonce: Nonce,
+    keys: Arc<KeyRing>,
 }
 
 async fn accept_one(stream: Stream, context: &Listening) {
@@ -483,7 +697,7 @@ async fn accept_one(stream: Stream, context: &Listening) {
     if write_frame(&mut writer, &challenge).await.is_err() || writer.flush().await.is_err() {
         return;
     }
-    let (peers, nonce) = match context.greet(&mut reader, &challenge).await {
+    let Greeting { peers, nonce, keys } = match context.greet(&mut reader, &challenge).await {
         Ok(greeted) => greeted,
         Err(reason) => {
             context.counters.bump(reason);
@@ -503,10 +717,11 @@ async fn accept_one(stream: Stream, context: &Listening) {
     };
     // A peer replica that dials us also carries our frames to it.
     let link = match (&context.links, &peers, writer) {
-        (Some(links), Peers::One(peer), Some(writer)) => {
-            let hello = Hello::new(&context.keys, &context.cluster_name, *peer, nonce, [0; 32]);
+        (Some(links), Peers::One { named, router, .. }, Some(writer)) => {
+            let running = context.identities.primary().config_epoch();
+            let hello = Hello::new_in(&keys, &context.cluster_name, *named, nonce, [0; 32], running);
             let hello_bytes = upright_core::codec::to_bytes(&hello);
-            links.attach(*peer, writer, hello_bytes, context.counters.clone())
+            links.attach(*router, writer, hello_bytes, context.counters.clone())
         }
         _ => None,
     };

@@ -19,6 +19,8 @@ pub struct Inbox {
     state: Mutex<FairQueues<Process, Arc<Envelope>>>,
     notify: Notify,
     counters: Arc<Counters>,
+    /// The configuration epoch each peer replica's latest connection said it runs in.
+    peer_epochs: Mutex<std::collections::BTreeMap<Process, u64>>,
 }
 
 impl Inbox {
@@ -33,7 +35,19 @@ impl Inbox {
             state: Mutex::new(FairQueues::new(per_peer_max)),
             notify: Notify::new(),
             counters,
+            peer_epochs: Mutex::default(),
         }
+    }
+
+    /// Notes the configuration epoch peer `from`'s newest connection said (in its hello) it
+    /// runs in.
+    pub fn note_peer_epoch(&self, from: Process, epoch: u64) {
+        self.peer_epochs.lock().expect("inbox lock").insert(from, epoch);
+    }
+
+    /// The configuration epoch peer `from` last said it runs in, if it connected.
+    pub fn peer_epoch(&self, from: Process) -> Option<u64> {
+        self.peer_epochs.lock().expect("inbox lock").get(&from).copied()
     }
 
     /// Queues an envelope from `from`; drops it (counted) if that peer's queue is full.

@@ -6,11 +6,14 @@
 //! MACed with their pairwise key over that nonce (and its own fresh nonce, which the accepting
 //! replica's hello answers in turn), so a connection is tied to its peers and a recorded hello
 //! cannot open another one (it answers an old challenge: refused, counted
-//! `net_hello_stale_challenge`). Every envelope that arrives on a connection must come from a
-//! principal of one of its peers (else it is dropped and counted).
-//! A replica pair shares one connection for both directions: the lower id dials
-//! ([`dial_peer`]) and presents its [`Hello`], the higher id answers with its own hello and writes
-//! its frames to the lower id on that connection ([`PeerLinks`]; the newest connection from a peer
+//! `net_hello_stale_challenge`). Every envelope that arrives at a replica must come from a
+//! principal of the peer the connection's hello named (else it is dropped and counted); a client
+//! takes envelopes from any replica on the connections it dialled (a reconfiguration may have
+//! renumbered the replica; the client stage checks whose they are). During a reconfiguration a
+//! replica answers hellos as each neighbouring configuration names it ([`Identities`]).
+//! A replica pair shares one connection for both directions: the replica with the lower
+//! Ed25519 key dials ([`dial_peer`]) and presents its [`Hello`], the other answers with its own
+//! hello and writes its frames to the dialler on that connection ([`PeerLinks`]; the newest connection from a peer
 //! takes over the queue). So a TCP ACK rides on data going the other way instead of travelling
 //! alone (a batch of 16 Redis SETs cost 91-94 TCP segments with one connection per direction,
 //! 68-72 with one per pair). All clients of one process share one connection
@@ -37,7 +40,10 @@ use serde::{Deserialize, Serialize};
 use upright_core::crypto::{Digest, KeyRing, Mac};
 use upright_core::ids::{Principal, Process};
 
-pub use conn::{dial_peer, serve, Dialer, PeerLinks, CONNECTIONS_MAX, OUTBOUND_QUEUE_MAX, QUEUED_AGE_MAX};
+pub use conn::{
+    dial_peer, dial_peer_as, serve, Dialer, Identities, Identity, PeerLinks, CONNECTIONS_MAX, OUTBOUND_QUEUE_MAX,
+    QUEUED_AGE_MAX,
+};
 pub use endpoint::{resolve_tcp, Endpoint, Listener, ReadHalf, Stream, WriteHalf, UNIX_PATH_BYTES_MAX, UNIX_PREFIX};
 pub use frame::{read_frame, write_frame, write_tagged_frame, FrameError, FrameReader, READ_CHUNK_BYTES};
 pub use inbox::{Inbox, INBOX_PER_PEER_MAX};
@@ -102,6 +108,11 @@ pub struct Hello {
     /// The dialler's fresh nonce, for the accepting replica's hello to answer (zeros in that
     /// answer).
     pub nonce: Nonce,
+    /// The configuration epoch the sender runs in (which may differ from the one whose ids
+    /// name the two ends, during a reconfiguration: [`Identities`]). A peer running in another
+    /// configuration sends what ours refuses without being faulty: the replica's cut-off spares
+    /// it (`upright_core::cutoff`).
+    pub epoch: u64,
     /// MAC with the pairwise key of `from` and `to` over the fields above.
     pub mac: Mac,
 }
@@ -114,32 +125,48 @@ pub fn key_principal(process: Process) -> Principal {
     }
 }
 
-fn hello_digest(cluster_name: &str, from: Process, to: Process, challenge: &Nonce, nonce: &Nonce) -> Digest {
+fn hello_digest(hello: &Hello) -> Digest {
     Digest::of_parts(
-        "upright hello v2",
+        "upright hello v3",
         &[&upright_core::codec::to_bytes(&(
-            cluster_name,
-            from,
-            to,
-            challenge,
-            nonce,
+            &hello.cluster_name,
+            hello.from,
+            hello.to,
+            &hello.challenge,
+            &hello.nonce,
+            hello.epoch,
         ))],
     )
 }
 
 impl Hello {
-    /// A hello from `keys.me()` to `to` answering `challenge`, with the dialler's `nonce`.
+    /// A hello from `keys.me()` to `to` answering `challenge`, with the dialler's `nonce`, from a
+    /// sender running in the configuration of `keys`.
     pub fn new(keys: &KeyRing, cluster_name: &str, to: Process, challenge: Nonce, nonce: Nonce) -> Hello {
-        let from = keys.me();
-        let digest = hello_digest(cluster_name, from, to, &challenge, &nonce);
-        Hello {
+        Hello::new_in(keys, cluster_name, to, challenge, nonce, keys.config_epoch())
+    }
+
+    /// [`Hello::new`] from a sender running in configuration `epoch` (`keys` may be a
+    /// neighbouring configuration's).
+    pub fn new_in(
+        keys: &KeyRing,
+        cluster_name: &str,
+        to: Process,
+        challenge: Nonce,
+        nonce: Nonce,
+        epoch: u64,
+    ) -> Hello {
+        let mut hello = Hello {
             cluster_name: cluster_name.to_string(),
-            from,
+            from: keys.me(),
             to,
             challenge,
             nonce,
-            mac: keys.static_mac_for(key_principal(to), &digest),
-        }
+            epoch,
+            mac: Mac::default(),
+        };
+        hello.mac = keys.static_mac_for(key_principal(to), &hello_digest(&hello));
+        hello
     }
 
     /// Checks a received hello: right cluster, meant for us, answering `challenge` (the nonce we
@@ -154,8 +181,7 @@ impl Hello {
         if self.challenge != *challenge {
             return Err("net_hello_stale_challenge");
         }
-        let digest = hello_digest(&self.cluster_name, self.from, self.to, &self.challenge, &self.nonce);
-        keys.verify_static_mac(key_principal(self.from), &digest, &self.mac)
+        keys.verify_static_mac(key_principal(self.from), &hello_digest(self), &self.mac)
             .map_err(|_| "net_hello_bad_mac")
     }
 }

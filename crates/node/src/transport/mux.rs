@@ -169,18 +169,14 @@ pub fn dial_clients(
 
 /// One frame read from a client connection.
 enum Demuxed {
-    /// An envelope for a client of this process, from the dialled replica.
+    /// An envelope for a client of this process, from a replica.
     For(ClientId, Arc<Envelope>),
     /// Dropped (counted under the name).
     Dropped(&'static str),
 }
 
 /// Splits a frame into its client and envelope. `Err`: garbage, the connection closes.
-fn demux_frame(
-    body: &[u8],
-    replica: Process,
-    inboxes: &BTreeMap<ClientId, Arc<Inbox>>,
-) -> Result<Demuxed, &'static str> {
+fn demux_frame(body: &[u8], inboxes: &BTreeMap<ClientId, Arc<Inbox>>) -> Result<Demuxed, &'static str> {
     if body.len() <= CLIENT_TAG_BYTES {
         return Err("net_closed_garbage");
     }
@@ -190,7 +186,10 @@ fn demux_frame(
         return Ok(Demuxed::Dropped("net_dropped_unknown_client"));
     }
     let envelope = upright_core::wire::decode(envelope).map_err(|_| "net_closed_garbage")?;
-    if envelope.from.process() != replica {
+    // From a replica; not necessarily the id dialled: a reconfiguration may have renumbered it
+    // (it answers a client that has not learnt of the change yet under its new id). The client
+    // stage checks whose it is.
+    if !matches!(envelope.from.process(), Process::Replica(_)) {
         return Ok(Demuxed::Dropped("net_dropped_wrong_sender"));
     }
     Ok(Demuxed::For(client, Arc::new(envelope)))
@@ -213,7 +212,7 @@ async fn demux_loop(
         }
         let closing = loop {
             match frames.next_frame() {
-                Ok(Some(body)) => match demux_frame(&body, replica, &inboxes) {
+                Ok(Some(body)) => match demux_frame(&body, &inboxes) {
                     Ok(Demuxed::For(client, envelope)) => batch.entry(client).or_default().push(envelope),
                     Ok(Demuxed::Dropped(reason)) => counters.bump(reason),
                     Err(reason) => break Some(reason),

@@ -14,7 +14,8 @@ use upright_core::message::{Message, Seal};
 
 use super::*;
 use crate::transport::{
-    dial_peer, fresh_nonce, read_frame, serve, write_frame, write_tagged_frame, Listener, PeerLinks, HELLO_BYTES_MAX,
+    dial_peer, dial_peer_as, fresh_nonce, read_frame, serve, write_frame, write_tagged_frame, Identities, Identity,
+    Listener, PeerLinks, HELLO_BYTES_MAX,
 };
 
 const NAME: &str = "mux";
@@ -107,7 +108,7 @@ async fn listen(
     let name = NAME.into();
     tokio::spawn(serve(
         listener,
-        keys,
+        Arc::new(crate::transport::Identities::single(keys)),
         name,
         admit,
         inbox.clone(),
@@ -299,7 +300,7 @@ async fn replies_reach_the_right_client_of_a_shared_connection() {
 }
 
 #[tokio::test]
-async fn the_client_side_drops_unknown_ids_and_foreign_senders_and_closes_on_garbage() {
+async fn the_client_side_drops_unknown_ids_and_non_replica_senders_and_closes_on_garbage() {
     let keys = Keys::new();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -325,7 +326,8 @@ async fn the_client_side_drops_unknown_ids_and_foreign_senders_and_closes_on_gar
     let tag = |c: u32| c.to_le_bytes();
     let exec = |r: u32| envelope(Principal::Exec(ReplicaId(r)), 5);
     write_tagged_frame(&mut s, &tag(99), &exec(0)).await.unwrap(); // not a client of this process
-    write_tagged_frame(&mut s, &tag(1), &exec(2)).await.unwrap(); // not from the dialled replica
+    let from_client = envelope(Principal::Client(ClientId(7)), 5);
+    write_tagged_frame(&mut s, &tag(1), &from_client).await.unwrap(); // not from a replica
     write_tagged_frame(&mut s, &tag(1), &exec(0)).await.unwrap();
     s.flush().await.unwrap();
     eventually("the reply", || inbox.len() == 1).await;
@@ -518,4 +520,143 @@ async fn frames_that_waited_too_long_for_a_peer_are_dropped_and_fresh_ones_deliv
     eventually("the fresh frame at replica 0", || !inbox_0.is_empty()).await;
     eventually("the stale count", || counters_1.get("net_dropped_stale") == 1).await;
     assert_eq!(from_replica(&inbox_0), vec![(Process::Replica(ReplicaId(1)), 2)]);
+}
+
+/// `Keys`' configuration after a change that swapped replicas 2 and 3 (the keys of the first
+/// configuration's replica 2 at position 3, and the other way round), as a shrink may renumber.
+fn swapped(keys: &Keys) -> ClusterConfig {
+    let mut config = keys.config.clone();
+    config.replicas.swap(2, 3);
+    for (i, r) in config.replicas.iter_mut().enumerate() {
+        r.id = ReplicaId(i as u32);
+    }
+    config.epoch = 1;
+    config
+}
+
+/// A replica that switched to the swapped configuration (the first one's replica 2, now 3) and
+/// one still in the first (replica 3 there, 2 now) connect: the straggler's hello, naming both
+/// ends as the first configuration does, checks under the switched replica's previous identity;
+/// the link is attributed to the straggler's id in the new configuration, and the switched
+/// replica's answer (as the first configuration names it) passes the straggler's check. The
+/// other way round, a dialler in the new configuration whose hello the straggler refuses
+/// presents its identity in the first configuration next.
+#[tokio::test]
+async fn replicas_in_neighbouring_configurations_connect_as_each_names_the_other() {
+    let keys = Keys::new();
+    let next = swapped(&keys);
+    let counters = Arc::new(Counters::default());
+    // The switched replica: its own configuration's ring and the previous one's.
+    let current = Arc::new(KeyRing::new(&next, Process::Replica(ReplicaId(3)), &keys.replicas[2]));
+    let previous = Identity {
+        keys: Arc::new(keys.replica(2)),
+        peers: Some(
+            (0..4u32)
+                .filter(|j| *j != 2)
+                .map(|j| {
+                    let routed = next.replica_with(&keys.replicas[j as usize].public()).unwrap();
+                    (Process::Replica(ReplicaId(j)), Process::Replica(routed))
+                })
+                .collect(),
+        ),
+    };
+    let identities = Arc::new(Identities::new(vec![
+        Identity {
+            keys: current.clone(),
+            peers: None,
+        },
+        previous,
+    ]));
+    let links = Arc::new(PeerLinks::default());
+    // The straggler is replica 2 of the new configuration: it dials (the test's choice).
+    let to_straggler = links.register(Process::Replica(ReplicaId(2)), counters.clone());
+    let listener = Listener::bind(&tcp_any()).await.unwrap();
+    let addr = listener.local_endpoint().unwrap();
+    let inbox = Arc::new(Inbox::new(counters.clone()));
+    tokio::spawn(serve(
+        listener,
+        identities,
+        NAME.into(),
+        |p| matches!(p, Process::Replica(_)),
+        inbox.clone(),
+        None,
+        Some(links),
+        1 << 16,
+        counters.clone(),
+    ));
+    // The straggler: replica 3 of the first configuration, dialling replica 2 there.
+    let straggler_counters = Arc::new(Counters::default());
+    let straggler_inbox = Arc::new(Inbox::new(straggler_counters.clone()));
+    let to_switched = dial_peer(
+        addr.clone(),
+        Arc::new(keys.replica(3)),
+        NAME.into(),
+        Process::Replica(ReplicaId(2)),
+        straggler_inbox.clone(),
+        1 << 16,
+        straggler_counters.clone(),
+    );
+    to_switched.send(Arc::new(envelope(Principal::Order(ReplicaId(3)), 1)));
+    to_straggler.send(Arc::new(envelope(Principal::Order(ReplicaId(3)), 2)));
+    eventually("straggler -> switched", || inbox.len() == 1).await;
+    eventually("switched -> straggler", || straggler_inbox.len() == 1).await;
+    // Queued as from the straggler's id in the new configuration; the answer as from replica 2
+    // of the first.
+    assert_eq!(from_replica(&inbox), vec![(Process::Replica(ReplicaId(2)), 1)]);
+    assert_eq!(
+        from_replica(&straggler_inbox),
+        vec![(Process::Replica(ReplicaId(2)), 2)]
+    );
+    assert_eq!(counters.get("net_links"), 1);
+
+    // A dialler of the new configuration (its replica 2) to the straggler's listener, which
+    // knows only the first configuration (where it is replica 2 as well: the swapped pair).
+    let straggler_links = Arc::new(PeerLinks::default());
+    let _to_dialler = straggler_links.register(Process::Replica(ReplicaId(3)), straggler_counters.clone());
+    let (straggler_addr, straggler_listener_inbox) = listen(
+        &keys,
+        2,
+        tcp_any(),
+        |p| matches!(p, Process::Replica(_)),
+        None,
+        Some(straggler_links),
+        straggler_counters.clone(),
+    )
+    .await;
+    let dialler_counters = Arc::new(Counters::default());
+    let dialler = dial_peer_as(
+        straggler_addr,
+        vec![
+            (
+                Arc::new(KeyRing::new(&next, Process::Replica(ReplicaId(2)), &keys.replicas[3])),
+                Process::Replica(ReplicaId(3)),
+            ),
+            (Arc::new(keys.replica(3)), Process::Replica(ReplicaId(2))),
+        ],
+        Process::Replica(ReplicaId(3)),
+        NAME.into(),
+        Arc::new(Inbox::new(dialler_counters.clone())),
+        1 << 16,
+        dialler_counters.clone(),
+    );
+    // Frames written on the refused connection are lost (the protocol resends): send until one
+    // arrives.
+    for _ in 0..100 {
+        dialler.send(Arc::new(envelope(Principal::Order(ReplicaId(3)), 7)));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if !straggler_listener_inbox.is_empty() {
+            break;
+        }
+    }
+    eventually("the second identity", || !straggler_listener_inbox.is_empty()).await;
+    assert_eq!(
+        straggler_counters.get("net_hello_wrong_receiver"),
+        1,
+        "the first refused"
+    );
+    assert_eq!(
+        from_replica(&straggler_listener_inbox)[0],
+        (Process::Replica(ReplicaId(3)), 7)
+    );
+    assert_eq!(dialler_counters.get("net_connects"), 2, "the second identity was kept");
 }
