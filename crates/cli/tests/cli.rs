@@ -78,7 +78,7 @@ fn init_then_misconfigurations_are_one_line_errors() {
     );
     one_line_error(
         &["replica", "--config", &config, "--id", "7"],
-        "replica id 7 is not in the config",
+        "there is no replica 7 (the cluster has had replicas 0..3)",
     );
     one_line_error(
         &["replica", "--config", "/nonexistent/cluster.toml", "--id", "0"],
