@@ -81,3 +81,29 @@ fn seeds_with_reconfiguration_shrinking_any_u1_r1() {
 fn seeds_with_reconfiguration_shrinking_any_u1_r0() {
     shrinking_any(40_000, 30, 1, 0);
 }
+
+/// `--shrink-any --recovery` seeds 10, 40, 325 and 434 (u = r = 1) began a proactive recovery
+/// while another replica's ran: the simulator counted a recovering replica that a later change
+/// removes as done (in 325 three execution members recovered at once and none completed). A
+/// recovery now waits for the previous one to complete or its replica to stop.
+#[test]
+fn a_recovery_waits_for_one_that_a_later_change_ends() {
+    for seed in [10, 40, 325, 434] {
+        let result = sweep(seed, 1, |seed| {
+            let mut opts = SimOptions::new(seed, 1, 1);
+            opts.reconfiguration = true;
+            opts.shrink_any = true;
+            opts.recovery = true;
+            opts
+        });
+        let line = result.summary.line(&[]);
+        assert!(
+            result.failures.is_empty(),
+            "seed {seed}: {}\n{line}",
+            result.describe_failures(3)
+        );
+        let tallies = &result.summary.tallies;
+        assert!(tallies.recoveries >= 2, "seed {seed}: {line}");
+        assert_eq!(tallies.recoveries, tallies.recoveries_completed, "seed {seed}: {line}");
+    }
+}
