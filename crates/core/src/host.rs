@@ -157,6 +157,10 @@ pub struct Host<L> {
     local: VecDeque<(usize, Arc<Envelope>)>,
     /// Notes kept for [`Host::take_notes`] (only when [`Host::keep_notes`] asked for them).
     notes: Option<Vec<(Principal, Event)>>,
+    /// Notes of progress ([`Event::reports_durable_progress`]) emitted after an eager persist
+    /// that is not synced yet: they take effect after the sync, like the sends (a batch noted
+    /// committed is durably so; a crash before the sync loses them with what they report).
+    noted_behind: Vec<(usize, Event)>,
     /// Progress from notes.
     pub progress: Progress,
     /// Counters.
@@ -175,6 +179,7 @@ impl<L: Log> Host<L> {
             outbox: Vec::new(),
             local: VecDeque::new(),
             notes: None,
+            noted_behind: Vec::new(),
             progress: Progress::default(),
             stats: HostStats::default(),
         }
@@ -312,18 +317,20 @@ impl<L: Log> Host<L> {
                         self.timers.remove(&(old, index, timer));
                     }
                 }
-                Action::Note(event) => {
-                    if let Some(notes) = &mut self.notes {
-                        notes.push((self.members[index].kind.member(self.me), event.clone()));
-                    }
-                    self.note(event)
+                Action::Note(event) if self.sync_due() && event.reports_durable_progress() => {
+                    self.noted_behind.push((index, event))
                 }
+                Action::Note(event) => self.note(index, event),
                 Action::Deliver { .. } | Action::DeliverPush { .. } | Action::PushGap { .. } => {}
             }
         }
     }
 
-    fn note(&mut self, event: Event) {
+    /// A note of member `index` takes effect: kept for [`Host::take_notes`], and progress.
+    fn note(&mut self, index: usize, event: Event) {
+        if let Some(notes) = &mut self.notes {
+            notes.push((self.members[index].kind.member(self.me), event.clone()));
+        }
         let p = &mut self.progress;
         match event {
             Event::Committed { seqno, view, .. } => {
@@ -388,6 +395,9 @@ impl<L: Log> Host<L> {
             self.flush_members(now);
             self.route_ahead(router);
             self.sync_logs()?;
+            for (index, event) in std::mem::take(&mut self.noted_behind) {
+                self.note(index, event);
+            }
             for (index, to, envelope) in std::mem::take(&mut self.outbox) {
                 self.route(index, to, envelope, router);
             }

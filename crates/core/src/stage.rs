@@ -233,6 +233,16 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// Whether the note reports progress that holds only once the stage's eager persists are
+    /// durable (a commit, an execution, a checkpoint, a loaded state, a push): a host holds such
+    /// a note back until its sync, like the sends that depend on it. The notes the host acts on
+    /// (a hand-over, a switch) take effect at once.
+    pub fn reports_durable_progress(&self) -> bool {
+        !matches!(self, Event::HandingOver { .. } | Event::Reconfigured { .. })
+    }
+}
+
 /// Counters a stage keeps (messages dropped by reason, work done). Names are stable strings so
 /// hosts can export them as metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

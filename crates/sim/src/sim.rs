@@ -1078,6 +1078,9 @@ impl<P: Protocol> Sim<P> {
     }
 
     fn crash(&mut self, r: usize) {
+        if self.trace_events {
+            eprintln!("{:>9} process {r} (replica {}) crashes", self.now, self.replicas[r].id);
+        }
         // What waited in its queue is lost with it, and so is its cut-off state.
         self.cpu_queue[r].clear();
         if let Some(cut_off) = self.cut_off[r].as_mut() {
@@ -1109,6 +1112,13 @@ impl<P: Protocol> Sim<P> {
 
     /// Restarts replica process `r`; `recovering`: for a proactive recovery.
     fn restart_as(&mut self, r: usize, recovering: bool) {
+        if self.trace_events {
+            let how = if recovering { " for a proactive recovery" } else { "" };
+            eprintln!(
+                "{:>9} process {r} (replica {}) restarts{how}",
+                self.now, self.replicas[r].id
+            );
+        }
         let slot = self.replicas[r].slot as usize;
         self.replicas[r].dormant = false;
         self.replicas[r].handing_over = None;

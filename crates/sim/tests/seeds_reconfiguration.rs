@@ -107,3 +107,20 @@ fn a_recovery_waits_for_one_that_a_later_change_ends() {
         assert_eq!(tallies.recoveries, tallies.recoveries_completed, "seed {seed}: {line}");
     }
 }
+
+/// Seed 152 at u = 1, r = 0 with recoveries and changes: an order member noted batch 85
+/// committed, then crashed for a proactive recovery before its prepare was durable, and the next
+/// view ordered another batch at 85 (nothing had executed it). The host now holds a note of
+/// progress back until the sync that makes it true, like the sends that depend on it.
+#[test]
+fn a_commit_is_noted_once_it_is_durable() {
+    let result = sweep(152, 1, |seed| {
+        let mut opts = SimOptions::new(seed, 1, 0);
+        opts.reconfiguration = true;
+        opts.recovery = true;
+        opts
+    });
+    let line = result.summary.line(&[]);
+    assert!(result.failures.is_empty(), "{}\n{line}", result.describe_failures(3));
+    assert!(result.summary.tallies.recoveries >= 2, "{line}");
+}
