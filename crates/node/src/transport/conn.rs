@@ -179,17 +179,10 @@ impl Identities {
         admit: fn(Process) -> bool,
         challenge: &Nonce,
     ) -> Result<(Arc<KeyRing>, BTreeSet<ClientId>), &'static str> {
-        let rings = self.rings.read().expect("identities lock");
-        let mut first = None;
-        for identity in rings.iter() {
-            match HelloList::check(body, &identity.keys, cluster_name, admit, challenge) {
-                Ok(clients) => return Ok((identity.keys.clone(), clients)),
-                Err(e) => {
-                    first.get_or_insert(e);
-                }
-            }
-        }
-        Err(first.unwrap_or("net_hello_bad_mac"))
+        self.first_checking(|identity| {
+            HelloList::check(body, &identity.keys, cluster_name, admit, challenge)
+                .map(|clients| (identity.keys.clone(), clients))
+        })
     }
 
     /// The identity a replica hello is meant for and checks under, with the router's id of its
@@ -200,16 +193,24 @@ impl Identities {
         cluster_name: &str,
         challenge: &Nonce,
     ) -> Result<(Arc<KeyRing>, Process), &'static str> {
+        self.first_checking(|identity| {
+            hello.check(&identity.keys, cluster_name, challenge).map(|()| {
+                identity
+                    .route(hello.from)
+                    .map(|router| (identity.keys.clone(), router))
+                    .ok_or("net_hello_unknown_peer")
+            })
+        })?
+    }
+
+    /// What `check` makes of the first identity it accepts, in order; else its error for the
+    /// primary one.
+    fn first_checking<T>(&self, check: impl Fn(&Identity) -> Result<T, &'static str>) -> Result<T, &'static str> {
         let rings = self.rings.read().expect("identities lock");
         let mut first = None;
         for identity in rings.iter() {
-            match hello.check(&identity.keys, cluster_name, challenge) {
-                Ok(()) => {
-                    return identity
-                        .route(hello.from)
-                        .map(|router| (identity.keys.clone(), router))
-                        .ok_or("net_hello_unknown_peer")
-                }
+            match check(identity) {
+                Ok(found) => return Ok(found),
                 Err(e) => {
                     first.get_or_insert(e);
                 }
