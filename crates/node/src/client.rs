@@ -245,8 +245,10 @@ fn write_saved(path: &PathBuf, id: RequestId, operation: &[u8]) -> std::io::Resu
     f.write_all(format!("{}\n{}\n", id.0, hex::encode(operation)).as_bytes())?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        crate::storage::sync_dir(dir)?;
+    // A bare file name's parent is "" (the current directory).
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => crate::storage::sync_dir(dir)?,
+        _ => crate::storage::sync_dir(std::path::Path::new("."))?,
     }
     Ok(())
 }
