@@ -31,6 +31,7 @@ fn cluster() -> (ClusterConfig, Vec<SecretKeys>) {
         admin: None,
         epoch: 0,
         origin: None,
+        protocol: Default::default(),
     };
     (config, secrets)
 }

@@ -44,6 +44,9 @@ pub enum Sabotage {
     SkipMac,
     /// Order members release a batch to execution as soon as they accept its PRE-PREPARE.
     EarlyExecute,
+    /// LCR members decide a broadcast as soon as they receive it: before it is stable, and in
+    /// the order it arrived instead of LCR's total order.
+    UnstableDelivery,
     /// Clients accept a read-only result on `r + 1` matching replies instead of
     /// [`Quorums::read_only`] (`n_exec`): a lagging execution member can then serve a stale read.
     WeakReadQuorum,
@@ -257,6 +260,43 @@ pub struct ClusterConfig {
     /// epoch 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Vec<u8>>,
+    /// The ordering protocol the order members run (`protocol = "pbft" | "lcr"`).
+    #[serde(default, skip_serializing_if = "OrderProtocol::is_default")]
+    pub protocol: OrderProtocol,
+}
+
+/// The ordering protocol of a cluster's order stage. The execution stage is the same under every
+/// one of them ([`crate::contract`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OrderProtocol {
+    /// PBFT's three-phase agreement with UpRight's and Aardvark's changes (`crate::order`).
+    #[default]
+    Pbft,
+    /// LCR, the crash-only ring with vector clocks (Quéma ch. 2; `crate::lcr`): `r = 0` only.
+    Lcr,
+}
+
+impl OrderProtocol {
+    /// Whether this is the default (PBFT).
+    pub fn is_default(&self) -> bool {
+        *self == OrderProtocol::Pbft
+    }
+
+    /// Its name in cluster.toml and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            OrderProtocol::Pbft => "pbft",
+            OrderProtocol::Lcr => "lcr",
+        }
+    }
+
+    /// The protocol named `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<OrderProtocol> {
+        [OrderProtocol::Pbft, OrderProtocol::Lcr]
+            .into_iter()
+            .find(|p| p.name() == name)
+    }
 }
 
 /// Why a configuration is unusable.
@@ -360,6 +400,22 @@ impl ClusterConfig {
         }
         let k = &self.knobs;
         let bad = |name, value: u64, why| Err(ConfigError::BadKnob { name, value, why });
+        if self.protocol == OrderProtocol::Lcr {
+            if self.r != 0 {
+                return bad(
+                    "r",
+                    self.r as u64,
+                    "must be 0 with protocol = \"lcr\" (LCR tolerates crashes only)",
+                );
+            }
+            if self.admin.is_some() {
+                return bad(
+                    "admin",
+                    1,
+                    "must be unset with protocol = \"lcr\" (its membership changes only through its own views)",
+                );
+            }
+        }
         if k.batch_size_max == 0 || k.batch_size_max > crate::limits::BATCH_REQUESTS_MAX {
             return bad(
                 "batch_size_max",

@@ -880,6 +880,7 @@ mod tests {
             admin: None,
             epoch: 0,
             origin: None,
+            protocol: Default::default(),
         };
         (config, secrets, client)
     }

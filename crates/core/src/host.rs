@@ -65,7 +65,7 @@ pub fn stage_for(message: &Message) -> Option<StageKind> {
         ClientRequest { .. } | BatchComplete { .. } | Fetch { .. } | PrimaryHint { .. } | NewKey { .. } => {
             Some(StageKind::Auth)
         }
-        AuthRequest { .. } | Pbft(_) | CheckpointToken { .. } | LastExecuted { .. } | WakeAt { .. } => {
+        AuthRequest { .. } | Pbft(_) | Lcr(_) | CheckpointToken { .. } | LastExecuted { .. } | WakeAt { .. } => {
             Some(StageKind::Order)
         }
         Command { .. }

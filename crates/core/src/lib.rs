@@ -43,6 +43,7 @@ pub mod client;
 pub mod exec;
 pub mod host;
 pub mod kv;
+pub mod lcr;
 pub mod objects;
 pub mod order;
 

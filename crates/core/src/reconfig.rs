@@ -275,6 +275,7 @@ fn with_members(
         admin: base.admin,
         epoch,
         origin,
+        protocol: base.protocol,
     }
 }
 

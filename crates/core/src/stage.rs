@@ -35,6 +35,8 @@ pub enum Timer {
     ExecRetry,
     /// Client: refresh its session keys, or retire the previous ones (`crate::session`).
     KeyRefresh,
+    /// The order stage's timers (LCR).
+    Lcr(crate::message::lcr::LcrTimer),
     /// Never set by a stage: kept for a wrapper around one (the testing stand-ins for Byzantine
     /// replicas release the messages they hold back when it fires).
     Held,

@@ -52,6 +52,7 @@ pub fn fixture(u: usize, r: usize, clients: u32, knobs: Knobs) -> Fixture {
         admin: None,
         epoch: 0,
         origin: None,
+        protocol: Default::default(),
     });
     config.validate().unwrap();
     let replicas = replica_secrets

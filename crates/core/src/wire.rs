@@ -202,6 +202,7 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
             limit(pages.len() <= PAGE_ITEMS_PER_FETCH, "answered pages")?;
             limit(pages.iter().all(|(_, page)| page.len() <= PAGE_BYTES_MAX), "page")
         }
+        Message::Lcr(lcr) => validate_lcr(lcr),
         Message::Pbft(PbftMessage::Prepare { .. })
         | Message::Pbft(PbftMessage::Commit { .. })
         | Message::Pbft(PbftMessage::Checkpoint(_))
@@ -219,5 +220,50 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
         | Message::PushResume { .. }
         | Message::PushGap { .. }
         | Message::NewKey { .. } => Ok(()),
+    }
+}
+
+fn validate_broadcast(b: &crate::message::lcr::Broadcast) -> Result<(), DecodeError> {
+    limit(b.clock.len() <= MAX_FAULTS * 3 + 1, "vector clock")?;
+    limit(b.entries.len() <= BATCH_REQUESTS_MAX, "broadcast entries")?;
+    b.entries.iter().try_for_each(validate_entry)
+}
+
+fn validate_decided(
+    log: &[crate::message::lcr::Decided],
+    low: &crate::message::lcr::Snapshot,
+) -> Result<(), DecodeError> {
+    limit(log.len() <= LIST_ENTRIES_MAX, "decided batches")?;
+    limit(low.last_ordered.len() <= LIST_ENTRIES_MAX, "snapshot clients")?;
+    for d in log {
+        limit(d.entries.len() <= BATCH_REQUESTS_MAX, "decided entries")?;
+        d.entries.iter().try_for_each(validate_entry)?;
+    }
+    Ok(())
+}
+
+fn validate_lcr(message: &crate::message::lcr::LcrMessage) -> Result<(), DecodeError> {
+    use crate::message::lcr::{LcrMessage, RingRecord};
+    match message {
+        LcrMessage::Ring { records, .. } => {
+            limit(records.len() <= LIST_ENTRIES_MAX, "ring records")?;
+            records.iter().try_for_each(|r| match r {
+                RingRecord::Data(b) => validate_broadcast(b),
+                RingRecord::Ack(_) => Ok(()),
+            })
+        }
+        LcrMessage::Recover(r) => {
+            validate_decided(&r.log, &r.low)?;
+            limit(r.pending.len() <= LIST_ENTRIES_MAX, "pending broadcasts")?;
+            r.pending.iter().try_for_each(validate_broadcast)
+        }
+        LcrMessage::NewView(nv) => {
+            limit(nv.ring.len() <= MAX_FAULTS * 3 + 1, "ring")?;
+            validate_decided(&nv.entries, &nv.low)
+        }
+        LcrMessage::LinkAck { .. }
+        | LcrMessage::Change { .. }
+        | LcrMessage::Accepted { .. }
+        | LcrMessage::End { .. } => Ok(()),
     }
 }

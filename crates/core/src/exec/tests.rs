@@ -57,6 +57,7 @@ impl Net {
             admin: None,
             epoch: 0,
             origin: None,
+            protocol: Default::default(),
         };
         let q = config.validate().unwrap();
         let rings = (0..4)

@@ -12,6 +12,7 @@ use crate::crypto::{AuthError, Authenticator, Digest, KeyRing, Mac, MatrixRow, M
 use crate::ids::{ClientId, Principal, Process, ReplicaId, RequestId, SeqNo, StageKind, View};
 use crate::quorum::Quorums;
 
+pub mod lcr;
 pub mod pbft;
 pub use pbft::{
     CheckpointVote, NewView, PbftMessage, PbftTimer, PrePreparedClaim, PreparedClaim, StableCheckpoint, ViewChange,
@@ -468,6 +469,9 @@ pub enum Message {
         /// The administrator's signed change.
         change: Box<crate::reconfig::SignedReconfiguration>,
     },
+    // ---- order <-> order (LCR) ----
+    /// LCR's messages among order members ([`lcr`]), when the cluster runs `protocol = "lcr"`.
+    Lcr(lcr::LcrMessage),
 }
 
 /// A reply's result, full or as a digest.

@@ -29,19 +29,7 @@ impl OrderStage {
     /// Whether `row` is a row of authentication member `row.signer` valid for this member (any
     /// row of a configured authentication member under `Sabotage::SkipMac`).
     fn row_valid(&self, digest: &Digest, row: &MatrixRow) -> bool {
-        if (row.signer.0 as usize) >= self.q.n_auth {
-            return false;
-        }
-        self.sabotage() == Some(Sabotage::SkipMac)
-            || self
-                .keys
-                .verify_authenticator(
-                    Principal::Auth(row.signer),
-                    self.id.0 as usize,
-                    digest,
-                    &row.authenticator,
-                )
-                .is_ok()
+        matrix_row_valid(&self.keys, &self.q, self.id, self.sabotage(), digest, row)
     }
 
     fn on_auth_request(
@@ -144,4 +132,23 @@ impl OrderStage {
         let full = ready.len() >= max;
         (ready, full)
     }
+}
+
+/// Whether `row` is a row of authentication member `row.signer` valid for order member `me`
+/// (any row of a configured authentication member under `Sabotage::SkipMac`).
+pub(crate) fn matrix_row_valid(
+    keys: &crate::crypto::KeyRing,
+    q: &crate::quorum::Quorums,
+    me: ReplicaId,
+    sabotage: Option<Sabotage>,
+    digest: &Digest,
+    row: &MatrixRow,
+) -> bool {
+    if (row.signer.0 as usize) >= q.n_auth {
+        return false;
+    }
+    sabotage == Some(Sabotage::SkipMac)
+        || keys
+            .verify_authenticator(Principal::Auth(row.signer), me.0 as usize, digest, &row.authenticator)
+            .is_ok()
 }

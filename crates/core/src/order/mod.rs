@@ -14,7 +14,7 @@ mod agreement;
 mod catch_up;
 pub mod checkpoint;
 mod handoff;
-mod intake;
+pub(crate) mod intake;
 pub(crate) mod log;
 pub mod monitor;
 pub(crate) mod persist;

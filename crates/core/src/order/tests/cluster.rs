@@ -87,6 +87,7 @@ fn config(u: usize, r: usize, knobs: Knobs) -> (ClusterConfig, Vec<SecretKeys>) 
         admin: None,
         epoch: 0,
         origin: None,
+        protocol: Default::default(),
     };
     (config, secrets)
 }
