@@ -843,6 +843,7 @@ pub(crate) mod tests {
             admin: None,
             epoch: 0,
             origin: None,
+            protocol: Default::default(),
         };
         let mut rings: Vec<Arc<KeyRing>> = (0..4)
             .map(|i| {

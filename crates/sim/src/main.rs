@@ -39,6 +39,9 @@ struct Args {
     /// or `fs` (upright-fs, driven by NFSv3 calls: each key a chain of immutable version files).
     #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "paged-kv", "zk", "fs"])]
     service: String,
+    /// The ordering protocol: `pbft` (the default) or `lcr` (crash-only: needs --r 0).
+    #[arg(long, default_value = "pbft", value_parser = ["pbft", "lcr"])]
+    protocol: String,
     /// Print every violation (otherwise the first of each failing seed).
     #[arg(long)]
     verbose: bool,
@@ -293,6 +296,7 @@ fn main() {
         opts.reconfiguration = args.reconfiguration || sabotage == Some(SabotageMode::SharedConfigurationKeys);
         opts.shrink_any = args.shrink_any;
         opts.defences = defences;
+        opts.protocol = upright_core::config::OrderProtocol::from_name(&args.protocol).expect("clap checked the name");
         opts.service = upright_sim::ServiceKind::parse(&args.service).expect("clap checked the name");
         let report = upright_sim::run(opts.clone());
         if let Some(filter) = &args.stage_stats {

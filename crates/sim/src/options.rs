@@ -48,11 +48,14 @@ pub enum SabotageMode {
     /// Replicas' keys do not bind the configuration epoch
     /// (`Sabotage::SharedConfigurationKeys`); the run reconfigures (`--reconfiguration`).
     SharedConfigurationKeys,
+    /// LCR members decide a broadcast as soon as it arrives, before it is stable and in arrival
+    /// order (`Sabotage::UnstableDelivery`); the run uses `--protocol lcr` (`r = 0`).
+    LcrDeliverUnstable,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 14] = [
+    pub const ALL: [SabotageMode; 15] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -67,6 +70,7 @@ impl SabotageMode {
         SabotageMode::SkipRecoveryCheck,
         SabotageMode::KeepRetiredKeys,
         SabotageMode::SharedConfigurationKeys,
+        SabotageMode::LcrDeliverUnstable,
     ];
 
     /// Its command-line name.
@@ -86,6 +90,7 @@ impl SabotageMode {
             SabotageMode::SkipRecoveryCheck => "skip-recovery-check",
             SabotageMode::KeepRetiredKeys => "keep-retired-keys",
             SabotageMode::SharedConfigurationKeys => "shared-configuration-keys",
+            SabotageMode::LcrDeliverUnstable => "lcr-deliver-unstable",
         }
     }
 
@@ -110,6 +115,7 @@ impl SabotageMode {
             SabotageMode::SkipRecoveryCheck => Some(Sabotage::SkipRecoveryCheck),
             SabotageMode::KeepRetiredKeys => Some(Sabotage::KeepRetiredKeys),
             SabotageMode::SharedConfigurationKeys => Some(Sabotage::SharedConfigurationKeys),
+            SabotageMode::LcrDeliverUnstable => Some(Sabotage::UnstableDelivery),
         }
     }
 }
@@ -177,6 +183,8 @@ pub struct SimOptions {
     /// above the new size take the removed ids, [`upright_core::reconfig::without`]) instead
     /// of the two added ones.
     pub shrink_any: bool,
+    /// The ordering protocol the order members run.
+    pub protocol: upright_core::config::OrderProtocol,
 }
 
 impl SimOptions {
@@ -206,6 +214,7 @@ impl SimOptions {
             recovery: false,
             reconfiguration: false,
             shrink_any: false,
+            protocol: Default::default(),
         }
     }
 
@@ -256,6 +265,9 @@ impl SimOptions {
         );
         if let Some(s) = self.sabotage {
             cmd.push_str(&format!(" --sabotage {}", s.name()));
+        }
+        if !self.protocol.is_default() {
+            cmd.push_str(&format!(" --protocol {}", self.protocol.name()));
         }
         if self.service != ServiceKind::Kv {
             cmd.push_str(&format!(" --service {}", self.service.name()));

@@ -215,6 +215,9 @@ impl<P: Protocol> Sim<P> {
         if opts.sabotage == Some(SabotageMode::SharedConfigurationKeys) {
             opts.reconfiguration = true;
         }
+        if opts.sabotage == Some(SabotageMode::LcrDeliverUnstable) {
+            opts.protocol = upright_core::config::OrderProtocol::Lcr;
+        }
         let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
         let quorums = Quorums::new(opts.u, opts.r).expect("valid (u, r)");
         let n = quorums.n_replicas();
@@ -253,6 +256,7 @@ impl<P: Protocol> Sim<P> {
             admin: opts.reconfiguration.then_some(ClientId(last_client)),
             epoch: 0,
             origin: None,
+            protocol: opts.protocol,
         });
         config.validate().expect("simulator configuration is valid");
         let admin = opts.reconfiguration.then(|| {
@@ -470,6 +474,7 @@ impl<P: Protocol> Sim<P> {
                             | SabotageMode::SkipRecoveryCheck
                             | SabotageMode::KeepRetiredKeys
                             | SabotageMode::SharedConfigurationKeys
+                            | SabotageMode::LcrDeliverUnstable
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -488,7 +493,8 @@ impl<P: Protocol> Sim<P> {
                     | SabotageMode::CountProposalsTwice
                     | SabotageMode::SkipRecoveryCheck
                     | SabotageMode::KeepRetiredKeys
-                    | SabotageMode::SharedConfigurationKeys => {
+                    | SabotageMode::SharedConfigurationKeys
+                    | SabotageMode::LcrDeliverUnstable => {
                         unreachable!("guarded above")
                     }
                 };

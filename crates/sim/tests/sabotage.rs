@@ -194,3 +194,10 @@ fn keep_retired_keys_is_caught() {
 fn shared_configuration_keys_is_caught() {
     caught(SabotageMode::SharedConfigurationKeys);
 }
+
+/// LCR deciding what arrives, in arrival order, without waiting for it to be stable: members
+/// decide different batches at one sequence number.
+#[test]
+fn lcr_deliver_unstable_is_caught() {
+    caught_with(SabotageMode::LcrDeliverUnstable, 1, 0);
+}
