@@ -146,6 +146,7 @@ pub fn start_local_cluster_with(
         metrics_host: Default::default(),
         metrics_token: false,
         recovery_interval_secs: 0,
+        protocol: Default::default(),
     };
     files::init_cluster(&plan, dir)?;
     let exe = std::env::current_exe().map_err(|e| FileError(format!("cannot find own executable: {e}")))?;

@@ -95,6 +95,11 @@ enum Command {
         /// when told (`upright recover`). Written to cluster.toml as `recovery_interval_secs`.
         #[arg(long, default_value_t = 0)]
         recovery_interval_secs: u64,
+        /// The ordering protocol: `pbft` (Byzantine faults) or `lcr` (crashes only, needs
+        /// --r 0; its membership is fixed, so no admin.toml is written). Written to cluster.toml
+        /// as `protocol`.
+        #[arg(long, default_value = "pbft", value_parser = ["pbft", "lcr"])]
+        protocol: String,
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
@@ -364,9 +369,11 @@ fn main() -> ExitCode {
             metrics_token,
             key_refresh_secs,
             recovery_interval_secs,
+            protocol,
             out,
         } => init(
             (replicas, u, r),
+            &protocol,
             hosts,
             clients,
             name,
@@ -555,6 +562,7 @@ fn hex_of(bytes: &[u8]) -> String {
 #[allow(clippy::too_many_arguments)]
 fn init(
     (replicas, u, r): (usize, usize, usize),
+    protocol: &str,
     hosts: Vec<String>,
     clients: u32,
     name: String,
@@ -594,6 +602,7 @@ fn init(
             .unwrap_or_default(),
         metrics_token,
         recovery_interval_secs,
+        protocol: upright_core::config::OrderProtocol::from_name(protocol).expect("clap checked the name"),
     };
     let cluster = files::init_cluster(&plan, out)?;
     println!(

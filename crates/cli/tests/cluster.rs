@@ -56,6 +56,18 @@ impl TestCluster {
     /// Starts replicas at `hosts` (one for all, or one each); `in_netns` runs one of them inside
     /// that network namespace.
     fn start_on(hosts: Vec<String>, in_netns: Option<(usize, String)>) -> TestCluster {
+        TestCluster::start_running(hosts, in_netns, upright_core::config::OrderProtocol::Pbft)
+    }
+
+    /// Starts a cluster ordering with `protocol`: four replicas (u = r = 1), or three (u = 1,
+    /// r = 0) for LCR.
+    fn start_running(
+        hosts: Vec<String>,
+        in_netns: Option<(usize, String)>,
+        protocol: upright_core::config::OrderProtocol,
+    ) -> TestCluster {
+        let lcr = protocol == upright_core::config::OrderProtocol::Lcr;
+        let (r, n) = if lcr { (0, 3) } else { (1, 4) };
         let dir = tempfile::tempdir().unwrap();
         let knobs = Knobs {
             checkpoint_interval: 8,
@@ -66,11 +78,11 @@ impl TestCluster {
         let plan = InitPlan {
             cluster_name: "multiprocess".into(),
             u: 1,
-            r: 1,
+            r,
             hosts,
             clients: 4,
             base_port: 0,
-            ports: Some((0..4).map(|_| (free_port(), free_port(), free_port())).collect()),
+            ports: Some((0..n).map(|_| (free_port(), free_port(), free_port())).collect()),
             knobs: Some(knobs),
             fsync: Default::default(),
             idle_spin_us: upright_node::spin::IDLE_SPIN_DEFAULT_US,
@@ -79,16 +91,17 @@ impl TestCluster {
             metrics_host: files::MetricsHost::Replica,
             metrics_token: false,
             recovery_interval_secs: 0,
+            protocol,
         };
         let cluster = files::init_cluster(&plan, dir.path()).unwrap();
         let mut c = TestCluster {
             dir,
             cluster,
-            children: (0..4).map(|_| None).collect(),
+            children: (0..n).map(|_| None).collect(),
             in_netns,
             env: Vec::new(),
         };
-        for id in 0..4 {
+        for id in 0..n {
             c.spawn(id);
         }
         c
@@ -283,6 +296,45 @@ fn workload_continues_while_a_replica_is_killed_and_restarted() {
         while c.executed(2).await < c.executed(0).await.saturating_sub(2) {
             assert!(Instant::now() < deadline, "replica 2 did not catch up\n{}", c.logs());
             tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+}
+
+/// LCR (`protocol = "lcr"`, u = 1, r = 0: three replicas): each replica in turn is SIGKILLed
+/// while a client writes and restarted (the ring moves to a view without it, then to one with
+/// it again), then all three are SIGKILLed at once and restarted: every acknowledged write is
+/// readable, and a restarted replica catches up.
+#[test]
+fn lcr_serves_through_sigkill_of_each_replica_and_of_all_at_once() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    rt().block_on(async {
+        let mut c =
+            TestCluster::start_running(vec!["127.0.0.1".into()], None, upright_core::config::OrderProtocol::Lcr);
+        let client = c.client(0);
+        let mut acked = write_many(&client, "before", 20).await;
+        assert_eq!(acked.len(), 20, "{}", c.logs());
+        for id in 0..3 {
+            c.kill(id);
+            let during = write_many(&client, &format!("without-{id}"), 20).await;
+            assert_eq!(during.len(), 20, "writes continue with replica {id} down\n{}", c.logs());
+            acked.extend(during);
+            c.spawn(id);
+            acked.extend(write_many(&client, &format!("back-{id}"), 10).await);
+        }
+        for id in 0..3 {
+            c.kill(id);
+        }
+        for id in 0..3 {
+            c.spawn(id);
+        }
+        acked.extend(write_many(&client, "after-all", 10).await);
+        assert_all_readable(&c, &client, &acked).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for id in 0..3 {
+            while c.executed(id).await < c.executed((id + 1) % 3).await.saturating_sub(2) {
+                assert!(Instant::now() < deadline, "replica {id} did not catch up\n{}", c.logs());
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
     });
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use upright_core::config::{ClientInfo, ClusterConfig, Knobs, PublicKeys, ReplicaInfo};
+use upright_core::config::{ClientInfo, ClusterConfig, Knobs, OrderProtocol, PublicKeys, ReplicaInfo};
 use upright_core::crypto::SecretKeys;
 use upright_core::ids::{ClientId, Process, ReplicaId};
 
@@ -87,6 +87,9 @@ pub struct ClusterFile {
     /// the same way (up to `crate::spin::SYNC_SPIN_MAX`). 0: sleep at once. See `crate::spin`.
     #[serde(default = "default_idle_spin_us")]
     pub idle_spin_us: u64,
+    /// The ordering protocol: `"pbft"` (the default) or `"lcr"` (crash-only, `r = 0`).
+    #[serde(default, skip_serializing_if = "OrderProtocol::is_default")]
+    pub protocol: OrderProtocol,
     /// Protocol knobs (all defaults if absent).
     #[serde(default)]
     pub knobs: Option<Knobs>,
@@ -219,6 +222,7 @@ impl ClusterFile {
             admin: self.admin_client.map(ClientId),
             epoch: 0,
             origin: None,
+            protocol: self.protocol,
         };
         config
             .validate()
@@ -642,6 +646,8 @@ pub struct InitPlan {
     pub metrics_token: bool,
     /// Proactive recovery's period `T_w` in seconds (0: only on command).
     pub recovery_interval_secs: u64,
+    /// The ordering protocol. Under LCR the membership is fixed (no administrator).
+    pub protocol: OrderProtocol,
 }
 
 /// Where the metrics endpoints listen (`upright init --metrics-host`).
@@ -739,16 +745,20 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
             }
         })
         .collect();
-    // The administrator: one more client, after the others (`admin.toml`).
+    // The administrator: one more client, after the others (`admin.toml`). An LCR cluster's
+    // membership is fixed: it has none.
+    let administered = plan.protocol.is_default();
     let admin_keys = fresh_keys();
     let admin_id = plan.clients;
     let mut clients: Vec<ClientEntry> = clients;
     let (x25519, ed25519) = key(&admin_keys);
-    clients.push(ClientEntry {
-        id: admin_id,
-        x25519,
-        ed25519,
-    });
+    if administered {
+        clients.push(ClientEntry {
+            id: admin_id,
+            x25519,
+            ed25519,
+        });
+    }
     let file = ClusterFile {
         cluster_name: plan.cluster_name.clone(),
         u: plan.u,
@@ -756,12 +766,13 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         data_dir: "data".into(),
         fsync: plan.fsync,
         idle_spin_us: plan.idle_spin_us,
+        protocol: plan.protocol,
         knobs: plan.knobs.clone(),
         metrics_token_file: plan.metrics_token.then(|| METRICS_TOKEN_FILE.to_string()),
         recovery_interval_secs: plan.recovery_interval_secs,
         replicas,
         clients,
-        admin_client: Some(admin_id),
+        admin_client: administered.then_some(admin_id),
         reconfigurations: Vec::new(),
     };
     let cluster = Cluster::from_file(file.clone(), out)?;
@@ -790,13 +801,15 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         let text = toml::to_string(&client).map_err(|e| FileError(e.to_string()))?;
         write_private(&out.join(format!("client-{c}.toml")), &text)?;
     }
-    let admin = ClientFile {
-        client_id: admin_id,
-        secret: secret_hex(&admin_keys),
-        cluster: file.clone(),
-    };
-    let text = toml::to_string(&admin).map_err(|e| FileError(e.to_string()))?;
-    write_private(&out.join(ADMIN_FILE), &text)?;
+    if administered {
+        let admin = ClientFile {
+            client_id: admin_id,
+            secret: secret_hex(&admin_keys),
+            cluster: file.clone(),
+        };
+        let text = toml::to_string(&admin).map_err(|e| FileError(e.to_string()))?;
+        write_private(&out.join(ADMIN_FILE), &text)?;
+    }
     Ok(cluster)
 }
 
@@ -821,6 +834,7 @@ mod tests {
             metrics_host: Default::default(),
             metrics_token: false,
             recovery_interval_secs: 0,
+            protocol: Default::default(),
         }
     }
 

@@ -122,6 +122,7 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
         metrics_host: Default::default(),
         metrics_token: false,
         recovery_interval_secs: 0,
+        protocol: Default::default(),
     };
     files::init_cluster(&plan, dir)?;
     let config = dir.join("cluster.toml").display().to_string();

@@ -99,6 +99,7 @@ mod tests {
             metrics_host: Default::default(),
             metrics_token: false,
             recovery_interval_secs: 0,
+            protocol: Default::default(),
         };
         init_cluster(&plan, dir.path()).unwrap();
         dir

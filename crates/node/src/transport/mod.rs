@@ -216,6 +216,7 @@ mod tests {
             admin: None,
             epoch: 0,
             origin: None,
+            protocol: Default::default(),
         };
         (config, secrets)
     }

@@ -54,6 +54,7 @@ impl Keys {
             admin: None,
             epoch: 0,
             origin: None,
+            protocol: Default::default(),
         };
         Keys {
             config,

@@ -38,6 +38,7 @@ pub fn make_cluster(dir: &Path, name: &str) -> Cluster {
         metrics_host: Default::default(),
         metrics_token: false,
         recovery_interval_secs: 0,
+        protocol: Default::default(),
     };
     files::init_cluster(&plan, dir).unwrap()
 }
