@@ -13,9 +13,12 @@
 //! - **FIFO links over a lossy network.** RING messages are numbered per link and view; the
 //!   successor takes them in order (holding a bounded number that arrive early) and answers
 //!   LINK-ACK; the sender retransmits what is unacknowledged at each tick.
-//! - **Crash-recovery instead of crash-stop.** A member writes every broadcast it receives, and
-//!   every batch it decides, before it forwards anything that depends on it; a member that
-//!   restarts rejoins through a view change with what it wrote.
+//! - **Crash-recovery instead of crash-stop ("Durability").** A member makes every broadcast it
+//!   receives from another origin durable before it forwards anything after it, so a decided
+//!   broadcast is on the disks of every ring member but its origin: `n - 1 >= u + 1` of them,
+//!   and every RECOVER quorum (`n - u`) includes one. Its own broadcasts, its decisions and the
+//!   stable marks are written lazily (a view change finds them again); a member that restarts
+//!   rejoins through a view change with what it wrote.
 //! - **Views without a perfect failure detector.** The paper's view change (RECOVER,
 //!   ACK_RECOVER, END_RECOVERY) relies on a group membership service that never errs. Here a
 //!   member that sees no progress for the view-change timeout (or restarts) moves to the next
@@ -35,9 +38,13 @@
 //!   traffic always goes first, so no member's bursts crowd out the others (the paper's
 //!   `burst_size` rule serves the same purpose with per-origin counters).
 //!
-//! Requests need one matrix row (`q.matrix_accept()`, the co-located authentication member's):
-//! no member lies at `r = 0`. The same request may be broadcast by two members; the second is
-//! dropped when it is decided (each client's last ordered request is part of the decided state).
+//! Requests need one matrix row (`q.matrix_accept()`): no member lies at `r = 0`. Every
+//! authentication member forwards each request to every order member at once, and client `c`'s
+//! requests are broadcast by the ring member at position `c mod ring length` only, so each
+//! request crosses the ring once (a member that holds a ready request nobody ordered for the
+//! view-change timeout moves to the next view, whose ring leaves a silent member out). A request
+//! broadcast twice all the same (the ring changed in between) is dropped when it is decided a
+//! second time: each client's last ordered request is part of the decided state.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -428,11 +435,12 @@ impl LcrStage {
         self.send(out, vec![to], message, SealFor::One(to));
     }
 
-    /// PRIMARY-HINT naming this member: its authentication member forwards requests here first.
+    /// PRIMARY-HINT naming no primary: the authentication member forwards every request to
+    /// every order member at once (the member a client is assigned to broadcasts it).
     fn hint_auth(&self, out: &mut Vec<Action>) {
         let message = Message::PrimaryHint {
             view: View(self.id.0 as u64),
-            installed: self.active,
+            installed: false,
         };
         self.send_to_own_auth(out, message);
     }
@@ -463,6 +471,11 @@ impl LcrStage {
 
     fn delete(out: &mut Vec<Action>, key: String) {
         out.push(Action::Persist { key, value: None });
+    }
+
+    /// A write later sends need not wait for ([`Action::PersistLazily`]; `None` deletes).
+    fn write_lazily(out: &mut Vec<Action>, key: String, value: Option<Bytes>) {
+        out.push(Action::PersistLazily { key, value });
     }
 
     fn log_key(seqno: SeqNo) -> String {
@@ -507,7 +520,13 @@ impl LcrStage {
     /// Appends `d` (the next batch) to the decided sequence; released at once when `release`.
     fn append(&mut self, now: Time, d: Decided, release: bool, out: &mut Vec<Action>) {
         debug_assert_eq!(d.seqno, self.prefix.seqno.next());
-        Self::write(out, Self::log_key(d.seqno), &d);
+        // Lazily: every ring member but the origin wrote the broadcast before it forwarded it,
+        // so a view change finds it again if this record is lost (module doc, "Durability").
+        Self::write_lazily(
+            out,
+            Self::log_key(d.seqno),
+            Some(Bytes::from(crate::codec::to_bytes(&d))),
+        );
         self.prefix.apply(&d);
         for e in &d.entries {
             self.pool.gc(e.client, e.request_id);
@@ -577,8 +596,10 @@ impl LcrStage {
     fn try_deliver(&mut self, now: Time, out: &mut Vec<Action>) {
         while self.pending.first().is_some_and(|h| h.stable) {
             let held = self.pending.remove(0);
-            Self::delete(out, Self::pending_key(&held.broadcast.id));
             self.decide(now, &held.broadcast, out);
+            // After the decision's record, so a crash that loses a suffix of the lazy writes
+            // keeps the broadcast in one form or the other.
+            Self::write_lazily(out, Self::pending_key(&held.broadcast.id), None);
         }
     }
 
@@ -647,7 +668,13 @@ impl LcrStage {
     /// Writes broadcast `b` and adds it to the pending list.
     fn hold(&mut self, b: Broadcast, stable: bool, out: &mut Vec<Action>) {
         let held = Held { broadcast: b, stable };
-        Self::write(out, Self::pending_key(&held.broadcast.id), &held);
+        let (key, value) = (Self::pending_key(&held.broadcast.id), crate::codec::to_bytes(&held));
+        if held.broadcast.id.origin as usize == self.position().unwrap_or(usize::MAX) {
+            // Its own broadcast: the others' copies make it durable (module doc, "Durability").
+            Self::write_lazily(out, key, Some(Bytes::from(value)));
+        } else {
+            Self::write(out, key, &held);
+        }
         insert_sorted(&mut self.pending, held, |h| &h.broadcast);
     }
 
@@ -741,11 +768,8 @@ impl LcrStage {
                         continue;
                     }
                     if let Some(held) = self.pending.iter_mut().find(|h| h.broadcast.id == *id) {
-                        if !held.stable {
-                            held.stable = true;
-                            let held = held.clone();
-                            Self::write(out, Self::pending_key(id), &held);
-                        }
+                        // Not written: a restarted member reports what it holds, stable or not.
+                        held.stable = true;
                     } else {
                         self.stats.bump("ack_of_unknown_broadcast");
                     }
@@ -818,9 +842,14 @@ impl LcrStage {
         let rows = self.q.matrix_accept();
         let mut entries = Vec::new();
         let mut last_client = None;
+        let (me, members) = (self.position().unwrap_or(0), self.ring.len().max(1));
         for client in self.pool.clients_after(self.batch_cursor) {
             if entries.len() >= size_max {
                 break;
+            }
+            if client.0 as usize % members != me {
+                // Another member's client: it broadcasts the request.
+                continue;
             }
             let last = self
                 .prefix
@@ -856,6 +885,16 @@ impl LcrStage {
             self.proposed.insert(e.client, e.request_id);
         }
         self.broadcast(now, entries, out);
+    }
+
+    /// Whether some client's next request is ready to be ordered here (if its member does not
+    /// broadcast it, the ring moves to a view without that member).
+    fn requests_wait(&self) -> bool {
+        let rows = self.q.matrix_accept();
+        self.pool.clients().any(|client| {
+            let next = self.prefix.last_ordered_of(client).next();
+            self.pool.ready(client, next, rows).is_some()
+        })
     }
 
     /// Whether a wake-up batch is due and this member (the ring's first, with nothing of its
@@ -1215,7 +1254,7 @@ impl LcrStage {
                     envelope: envelope.clone(),
                 });
             }
-            let waiting = !self.pending.is_empty() || !self.unacked.is_empty();
+            let waiting = !self.pending.is_empty() || !self.unacked.is_empty() || self.requests_wait();
             if waiting && now >= self.last_progress.saturating_add(self.timeout()) {
                 self.stats.bump("suspected_ring");
                 self.start_change(now, self.promised + 1, out);
