@@ -42,6 +42,10 @@ pub struct BenchArgs {
     /// Fault settings u/r, comma-separated (2u + r + 1 replica processes each).
     #[arg(long, value_delimiter = ',', default_value = "1/1")]
     ur: Vec<String>,
+    /// Ordering protocols to measure, comma-separated: `pbft`, `lcr` (LCR tolerates crashes
+    /// only: it runs at r = 0 with each --ur's u). Each result carries its protocol.
+    #[arg(long, value_delimiter = ',', default_value = "pbft", value_parser = ["pbft", "lcr"])]
+    protocol: Vec<String>,
     /// Batch sizes (batch_size_max), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "128")]
     batch: Vec<usize>,
@@ -134,6 +138,11 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
         workloads,
         clients: args.clients.clone(),
         faults: args.ur.iter().map(|s| parse_ur(s)).collect::<Result<_, _>>()?,
+        protocols: args
+            .protocol
+            .iter()
+            .map(|p| upright_core::config::OrderProtocol::from_name(p).expect("clap checked the name"))
+            .collect(),
         batch_sizes: args.batch.clone(),
         pipeline_window: args.pipeline,
         batch_delay_us: args.batch_delay_us,
@@ -230,6 +239,11 @@ async fn run_attacks(args: &BenchArgs, options: &BenchOptions, attacks: &str) ->
         "off" => false,
         other => return Err(FileError(format!("--defences {other:?}: expected on or off"))),
     };
+    if options.protocols != [upright_core::config::OrderProtocol::Pbft] {
+        return Err(FileError(
+            "--attack measures PBFT's and Aardvark's defences: give no --protocol, or --protocol pbft".into(),
+        ));
+    }
     if options.workloads.len() > 1
         || options.clients.len() > 1
         || options.faults.len() > 1

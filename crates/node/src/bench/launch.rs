@@ -76,6 +76,8 @@ pub struct Target {
     /// Client identities created after the `clients` ones for attackers (not started as
     /// clients; `upright bench --attack`).
     pub attackers: u32,
+    /// The ordering protocol.
+    pub protocol: upright_core::config::OrderProtocol,
 }
 
 fn spawn(
@@ -122,7 +124,7 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
         metrics_host: Default::default(),
         metrics_token: false,
         recovery_interval_secs: 0,
-        protocol: Default::default(),
+        protocol: target.protocol,
     };
     files::init_cluster(&plan, dir)?;
     let config = dir.join("cluster.toml").display().to_string();

@@ -20,7 +20,7 @@ pub mod state_transfer;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use upright_core::config::Knobs;
+use upright_core::config::{Knobs, OrderProtocol};
 
 pub use launch::{cpu_us, parse_stat_cpu_ticks};
 pub use load::{Measurement, Workload};
@@ -46,6 +46,9 @@ pub struct BenchOptions {
     pub clients: Vec<u32>,
     /// `(u, r)` settings.
     pub faults: Vec<(usize, usize)>,
+    /// Ordering protocols, each run at every `(u, r)` (LCR at `(u, 0)`: it tolerates crashes
+    /// only).
+    pub protocols: Vec<OrderProtocol>,
     /// Batch sizes (`batch_size_max`).
     pub batch_sizes: Vec<usize>,
     /// `pipeline_window` of the replicas (`None`: the default knob).
@@ -77,6 +80,8 @@ pub struct Point {
     pub u: usize,
     /// Byzantine faults tolerated.
     pub r: usize,
+    /// The ordering protocol.
+    pub protocol: OrderProtocol,
     /// `batch_size_max`.
     pub batch_size: usize,
     /// Log sync policy.
@@ -181,15 +186,17 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
             replica_args: Vec::new(),
             replica_env: Vec::new(),
             attackers: 0,
+            protocol: OrderProtocol::Pbft,
         };
         norep = Some(start(options, target).await?);
     }
     let mut points = Vec::new();
-    for &(u, r) in &options.faults {
+    for (protocol, u, r) in settings(options) {
         for &batch_size in &options.batch_sizes {
             let target = Target {
                 u,
                 r,
+                protocol,
                 knobs: bench_knobs(options, batch_size),
                 fsync: options.fsync,
                 idle_spin_us: options.idle_spin_us,
@@ -206,6 +213,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
                     clients,
                     u,
                     r,
+                    protocol,
                     batch_size,
                     fsync: options.fsync,
                     upright: Measurement::default(),
@@ -216,6 +224,21 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
         }
     }
     Ok(points)
+}
+
+/// Every `(protocol, u, r)` the run measures, in order: each protocol at each `--ur` (LCR at
+/// `r = 0`, once per `u`).
+fn settings(options: &BenchOptions) -> Vec<(OrderProtocol, usize, usize)> {
+    let mut out = Vec::new();
+    for &protocol in &options.protocols {
+        for &(u, r) in &options.faults {
+            let r = if protocol == OrderProtocol::Lcr { 0 } else { r };
+            if !out.contains(&(protocol, u, r)) {
+                out.push((protocol, u, r));
+            }
+        }
+    }
+    out
 }
 
 async fn sweep(
@@ -234,7 +257,8 @@ async fn sweep(
     for &n in &options.clients {
         let mut p = point(n);
         let label = format!(
-            "upright u={} r={} batch={} {} {n:>3} clients",
+            "upright {} u={} r={} batch={} {} {n:>3} clients",
+            p.protocol.name(),
             p.u,
             p.r,
             p.batch_size,

@@ -22,9 +22,10 @@ pub(super) fn ms(us: u64) -> String {
 pub fn result_line(p: &Point) -> String {
     let m = &p.upright;
     let mut line = format!(
-        "RESULT {} clients={} u={} r={} batch={} fsync={}: {:.0} ops/s, p50 {} ms, p99 {} ms, p99.9 {} ms, cpu {:.1} us/op",
+        "RESULT {} clients={} protocol={} u={} r={} batch={} fsync={}: {:.0} ops/s, p50 {} ms, p99 {} ms, p99.9 {} ms, cpu {:.1} us/op",
         p.workload.name(),
         p.clients,
+        p.protocol.name(),
         p.u,
         p.r,
         p.batch_size,
@@ -60,16 +61,17 @@ pub fn result_line(p: &Point) -> String {
 /// A Markdown table of every point (ratios are upright / NO-REP).
 pub fn table(points: &[Point]) -> String {
     let mut s = String::from(
-        "| workload | clients | u/r | batch | fsync | ops/s | NO-REP ops/s | ratio | p50 ms | NO-REP p50 | ratio | p99 ms | p99.9 ms | cpu us/op | NO-REP cpu | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| workload | clients | protocol | u/r | batch | fsync | ops/s | NO-REP ops/s | ratio | p50 ms | NO-REP p50 | ratio | p99 ms | p99.9 ms | cpu us/op | NO-REP cpu | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for p in points {
         let m = &p.upright;
         let b = p.baseline.clone().unwrap_or_default();
         let _ = writeln!(
             s,
-            "| {} | {} | {}/{} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |",
+            "| {} | {} | {} | {}/{} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |",
             p.workload.name(),
             p.clients,
+            p.protocol.name(),
             p.u,
             p.r,
             p.batch_size,
@@ -120,9 +122,10 @@ fn json_ratio(m: &Measurement, b: &Measurement) -> String {
 fn json_point_fields(p: &Point) -> String {
     let m = json_measurement(&p.upright);
     let mut s = format!(
-        "\"workload\": \"{}\", \"clients\": {}, \"u\": {}, \"r\": {}, \"batch_size\": {}, \"fsync\": \"{}\", {}",
+        "\"workload\": \"{}\", \"clients\": {}, \"protocol\": \"{}\", \"u\": {}, \"r\": {}, \"batch_size\": {}, \"fsync\": \"{}\", {}",
         p.workload.name(),
         p.clients,
+        p.protocol.name(),
         p.u,
         p.r,
         p.batch_size,
