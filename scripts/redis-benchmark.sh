@@ -3,10 +3,12 @@
 # (no persistence) and redis-server with `appendfsync always` (the durable baseline), one after
 # the other in the same run, and prints one CSV table: test, target, requests/s, p50 ms, p99 ms.
 #
-#   scripts/redis-benchmark.sh [REQUESTS] [CLIENTS] [TESTS]
+#   scripts/redis-benchmark.sh [REQUESTS] [CLIENTS] [TESTS] [PROTOCOLS]
 #
-# Defaults: 20000 requests, 50 clients (redis-benchmark's default), and the tests
-# set,get,incr,lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin,lrange,mset.
+# Defaults: 20000 requests, 50 clients (redis-benchmark's default), the tests
+# set,get,incr,lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin,lrange,mset, and the ordering
+# protocol pbft. PROTOCOLS is a comma-separated list of `upright demo --protocol` values (pbft,
+# lcr); each runs its own demo, target `upright` for pbft and `upright-<protocol>` otherwise.
 # Needs redis-server and redis-benchmark (Debian: redis-server, redis-tools) and a release build
 # (cargo build --release). Ports 16390-16392; data in a temporary directory removed at the end.
 set -euo pipefail
@@ -14,6 +16,7 @@ set -euo pipefail
 REQUESTS=${1:-20000}
 CLIENTS=${2:-50}
 TESTS=${3:-set,get,incr,lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin,lrange,mset}
+PROTOCOLS=${4:-pbft}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 UPRIGHT=$ROOT/target/release/upright
 WORK=$(mktemp -d)
@@ -51,11 +54,15 @@ measure() {
 
 echo "test,target,requests_per_s,p50_ms,p99_ms"
 
-"$UPRIGHT" demo --port 16390 >"$WORK/upright.log" 2>&1 &
-PIDS+=($!)
-wait_port 16390
-measure 16390 upright
-kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+for protocol in ${PROTOCOLS//,/ }; do
+    target=upright
+    [ "$protocol" = pbft ] || target=upright-$protocol
+    "$UPRIGHT" demo --port 16390 --protocol "$protocol" >"$WORK/upright-$protocol.log" 2>&1 &
+    PIDS+=($!)
+    wait_port 16390
+    measure 16390 "$target"
+    kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+done
 
 redis-server --port 16391 --save "" --appendonly no --dir "$WORK" >"$WORK/redis.log" 2>&1 &
 PIDS+=($!)

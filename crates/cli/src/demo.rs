@@ -10,13 +10,23 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
+use upright_core::config::OrderProtocol;
 use upright_core::kv::{KvOperation, KvReply};
 use upright_node::client::{start_client, ClientHandle};
 use upright_node::files::{self, ClientFile, FileError, InitPlan};
 use upright_node::transport::Endpoint;
 
 /// Replicas of the demo cluster.
+/// Replicas of the demo under PBFT (u = r = 1); LCR's runs one fewer (u = 1, r = 0).
 const REPLICAS: usize = 4;
+
+/// `(u, r, replicas)` of the demo ordering with `protocol`.
+fn shape(protocol: OrderProtocol) -> (usize, usize, usize) {
+    match protocol {
+        OrderProtocol::Pbft => (1, 1, REPLICAS),
+        OrderProtocol::Lcr => (1, 0, REPLICAS - 1),
+    }
+}
 /// The replica the smoke run kills and restarts.
 const VICTIM: usize = 1;
 const OP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -122,15 +132,17 @@ pub fn start_local_cluster_with(
     service: &str,
     idle_spin_us: u64,
     transport: Transport,
+    protocol: OrderProtocol,
 ) -> Result<Cluster, FileError> {
+    let (u, r, replicas) = shape(protocol);
     let mut ports = Vec::new();
-    for _ in 0..REPLICAS {
+    for _ in 0..replicas {
         ports.push((free_port()?, free_port()?, free_port()?));
     }
     let plan = InitPlan {
         cluster_name: "upright-demo".into(),
-        u: 1,
-        r: 1,
+        u,
+        r,
         hosts: vec!["127.0.0.1".into()],
         clients,
         base_port: 0,
@@ -146,7 +158,7 @@ pub fn start_local_cluster_with(
         metrics_host: Default::default(),
         metrics_token: false,
         recovery_interval_secs: 0,
-        protocol: Default::default(),
+        protocol,
     };
     files::init_cluster(&plan, dir)?;
     let exe = std::env::current_exe().map_err(|e| FileError(format!("cannot find own executable: {e}")))?;
@@ -154,9 +166,9 @@ pub fn start_local_cluster_with(
         exe,
         dir: dir.to_path_buf(),
         service: service.to_string(),
-        children: (0..REPLICAS).map(|_| None).collect(),
+        children: (0..replicas).map(|_| None).collect(),
     };
-    for id in 0..REPLICAS {
+    for id in 0..replicas {
         cluster.spawn(id)?;
     }
     Ok(cluster)
@@ -213,7 +225,7 @@ pub async fn run(
     service: &str,
     gateway: Gateway,
     idle_spin_us: u64,
-    transport: Transport,
+    (transport, protocol): (Transport, OrderProtocol),
 ) -> Result<ExitCode, FileError> {
     let Gateway { port, pool: pool_size } = gateway;
     let redis = service == "redis";
@@ -239,7 +251,7 @@ pub async fn run(
         .tempdir()
         .map_err(|e| FileError(format!("cannot create a temporary directory: {e}")))?;
     let dir = temp.path().to_path_buf();
-    let mut cluster = start_local_cluster_with(&dir, clients.max(1) + 1, service, idle_spin_us, transport)?;
+    let mut cluster = start_local_cluster_with(&dir, clients.max(1) + 1, service, idle_spin_us, transport, protocol)?;
     let cfg = files::Cluster::load(&dir.join("cluster.toml"))?.file;
     let what = if redis {
         "Redis-compatible KV service"
@@ -259,7 +271,11 @@ pub async fn run(
     } else {
         "loopback TCP"
     };
-    println!("upright demo: 4 replicas (u = 1, r = 1) on this host over {over}, {what}");
+    let (u, r, replicas) = shape(protocol);
+    println!(
+        "upright demo: {replicas} replicas (u = {u}, r = {r}, {}) on this host over {over}, {what}",
+        protocol.name()
+    );
     for r in &cfg.replicas {
         println!(
             "  replica {}: replicas {}  clients {}  metrics http://{}/metrics  log {}/replica-{}.log",

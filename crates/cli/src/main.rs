@@ -264,7 +264,8 @@ enum Command {
         #[command(flatten)]
         tls: TlsArgs,
     },
-    /// Start a local 4-replica cluster (u = r = 1) on this host; runs until Ctrl-C.
+    /// Start a local 4-replica cluster (u = r = 1; with --protocol lcr 3 replicas, u = 1, r = 0)
+    /// on this host; runs until Ctrl-C.
     Demo {
         /// Run a client workload with a replica SIGKILLed and restarted, report, and exit.
         #[arg(long)]
@@ -299,6 +300,10 @@ enum Command {
         /// machines would, instead of Unix-domain sockets in the demo's directory.
         #[arg(long)]
         tcp: bool,
+        /// The ordering protocol: `pbft` (4 replicas, u = r = 1) or `lcr` (3 replicas, u = 1,
+        /// r = 0: crashes only).
+        #[arg(long, default_value = "pbft", value_parser = ["pbft", "lcr"])]
+        protocol: String,
     },
     /// Benchmark a local cluster beside the NO-REP baseline: throughput, latency, CPU per operation.
     Bench(bench::BenchArgs),
@@ -447,6 +452,7 @@ fn main() -> ExitCode {
             gateway_pool,
             idle_spin_us,
             tcp,
+            protocol,
         } => {
             init_logging("warn");
             let service = if smoke { "kv" } else { service.as_str() };
@@ -477,7 +483,10 @@ fn main() -> ExitCode {
                 service,
                 gateway,
                 idle_spin_us,
-                transport,
+                (
+                    transport,
+                    upright_core::config::OrderProtocol::from_name(&protocol).expect("clap checked the name"),
+                ),
             ))
         }
         Command::Bench(args) => {
