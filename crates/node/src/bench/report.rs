@@ -275,9 +275,11 @@ pub fn to_svg(points: &[Point], workload: Workload) -> String {
         Some((_, v)) => v.push((x, y, c)),
         None => series.push((name, vec![(x, y, c)])),
     };
+    let mut baseline_clients = Vec::new();
     for p in points.iter().filter(|p| p.workload == workload) {
         let name = format!(
-            "upright u={} r={} batch={} fsync={}",
+            "upright {} u={} r={} batch={} fsync={}",
+            p.protocol.name(),
             p.u,
             p.r,
             p.batch_size,
@@ -285,7 +287,11 @@ pub fn to_svg(points: &[Point], workload: Workload) -> String {
         );
         add(name, p.upright.throughput, p.upright.p50_us as f64 / 1000.0, p.clients);
         if let Some(b) = &p.baseline {
-            add("NO-REP".into(), b.throughput, b.p50_us as f64 / 1000.0, p.clients);
+            // One NO-REP point per client count (each protocol's points have their own).
+            if !baseline_clients.contains(&p.clients) {
+                baseline_clients.push(p.clients);
+                add("NO-REP".into(), b.throughput, b.p50_us as f64 / 1000.0, p.clients);
+            }
         }
     }
     let all = series.iter().flat_map(|(_, v)| v.iter());
