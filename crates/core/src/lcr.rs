@@ -1402,6 +1402,141 @@ mod tests {
         assert!(!precedes(&m3_after, &m1));
     }
 
+    fn entry(client: u32) -> RequestEntry {
+        RequestEntry {
+            client: ClientId(client),
+            request_id: RequestId(1),
+            body: crate::message::RequestBody::Inline(Bytes::from_static(b"op")),
+        }
+    }
+
+    fn with_entry(mut b: Broadcast, client: u32) -> Broadcast {
+        b.entries = vec![entry(client)];
+        b
+    }
+
+    /// Member `leader` of a fresh 3-member cluster (u = 1), moved to `view` (which it leads).
+    fn leader_of(leader: u32, view: u64) -> (LcrStage, Vec<Action>) {
+        let f = crate::testing::fixture(1, 0, 4, crate::config::Knobs::default());
+        let mut stage = LcrStage::new(
+            f.config.clone(),
+            ReplicaId(leader),
+            f.replicas[leader as usize].clone(),
+            &Storage::new(),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        stage.handle(0, Input::Start, &mut out);
+        stage.start_change(0, view, &mut out);
+        assert!(stage.leading.is_some(), "member {leader} leads view {view}");
+        (stage, out)
+    }
+
+    fn recover(view: u64, installed: u64, log: Vec<Decided>, pending: Vec<Broadcast>) -> Recover {
+        Recover {
+            view,
+            installed,
+            low: Snapshot::default(),
+            log,
+            pending,
+        }
+    }
+
+    fn new_view(stage: &LcrStage) -> Arc<NewView> {
+        stage
+            .leading
+            .as_ref()
+            .and_then(|l| l.new_view.clone())
+            .expect("NEW-VIEW composed")
+    }
+
+    #[test]
+    fn a_new_view_keeps_what_one_member_decided_and_orders_the_rest_by_precedence() {
+        // View 0, ring [0, 1, 2]. x from 0; z from 2 after it had x; y from 1 after x, before z.
+        let x = with_entry(b(0, 1, &[1, 0, 0]), 0);
+        let z = with_entry(b(2, 1, &[1, 0, 1]), 2);
+        let y = with_entry(b(1, 1, &[1, 1, 0]), 1);
+        assert!(precedes(&x, &z) && precedes(&z, &y) && precedes(&x, &y));
+        let decided_x = Prefix::default().decide(&x).unwrap();
+        let (mut leader, mut out) = leader_of(1, 1);
+        // Member 0 decided x and holds y; member 2 holds z and x (not decided there yet).
+        leader.on_recover(
+            0,
+            ReplicaId(0),
+            recover(1, 0, vec![decided_x.clone()], vec![y.clone()]),
+            &mut out,
+        );
+        leader.on_recover(
+            0,
+            ReplicaId(2),
+            recover(1, 0, vec![], vec![z.clone(), x.clone()]),
+            &mut out,
+        );
+        let nv = new_view(&leader);
+        assert_eq!(nv.ring, vec![ReplicaId(0), ReplicaId(1), ReplicaId(2)]);
+        let from: Vec<BroadcastId> = nv.entries.iter().map(|d| d.from).collect();
+        assert_eq!(from, vec![x.id, z.id, y.id], "x once, then z before y");
+        assert_eq!(nv.entries[0], decided_x);
+        assert_eq!(nv.entries.iter().map(|d| d.seqno.0).collect::<Vec<_>>(), vec![1, 2, 3]);
+        // The leader accepted it itself: its decided log holds the new start, not yet released.
+        assert_eq!(leader.last_decided(), SeqNo(3));
+        assert_eq!(leader.released, SeqNo(0));
+    }
+
+    #[test]
+    fn a_new_view_follows_the_latest_installed_view_and_ignores_older_pending_broadcasts() {
+        let x = with_entry(b(0, 1, &[1, 0, 0]), 0);
+        let w = with_entry(b(1, 1, &[0, 1, 0]), 1);
+        let decided_x = Prefix::default().decide(&x).unwrap();
+        let (mut leader, mut out) = leader_of(2, 2);
+        // Member 0 installed view 1 (whose start decided x); member 1 is still in view 0 and
+        // holds w, which view 1's start did not take: nobody decided it.
+        leader.on_recover(
+            0,
+            ReplicaId(0),
+            recover(2, 1, vec![decided_x.clone()], vec![]),
+            &mut out,
+        );
+        leader.on_recover(0, ReplicaId(1), recover(2, 0, vec![], vec![w]), &mut out);
+        let nv = new_view(&leader);
+        assert_eq!(nv.entries, vec![decided_x]);
+    }
+
+    #[test]
+    fn the_leader_waits_for_every_member_of_the_ring_before_it_ends_the_view_change() {
+        let (mut leader, mut out) = leader_of(1, 1);
+        leader.on_recover(0, ReplicaId(0), recover(1, 0, vec![], vec![]), &mut out);
+        leader.on_recover(0, ReplicaId(2), recover(1, 0, vec![], vec![]), &mut out);
+        assert!(!leader.is_active());
+        leader.on_accepted(0, ReplicaId(0), 1, &mut out);
+        assert!(!leader.is_active(), "member 2 has not accepted");
+        leader.on_accepted(0, ReplicaId(2), 1, &mut out);
+        assert!(leader.is_active());
+        let ends = out
+            .iter()
+            .filter(|a| matches!(a, Action::Send { envelope, .. } if matches!(envelope.message, Message::Lcr(LcrMessage::End { view: 1 }))))
+            .count();
+        assert_eq!(ends, 2, "END to members 0 and 2");
+    }
+
+    #[test]
+    fn a_member_that_moved_to_a_later_view_refuses_an_earlier_new_view() {
+        let f = crate::testing::fixture(1, 0, 4, crate::config::Knobs::default());
+        let mut stage = LcrStage::new(f.config.clone(), ReplicaId(0), f.replicas[0].clone(), &Storage::new()).unwrap();
+        let mut out = Vec::new();
+        stage.handle(0, Input::Start, &mut out);
+        stage.start_change(0, 4, &mut out);
+        let nv = NewView {
+            view: 1,
+            ring: vec![ReplicaId(0), ReplicaId(1), ReplicaId(2)],
+            low: Snapshot::default(),
+            entries: Vec::new(),
+        };
+        stage.on_new_view(0, ReplicaId(1), &nv, &mut out);
+        assert_eq!(stage.installed, 0);
+        assert_eq!(stage.view(), 4);
+    }
+
     #[test]
     fn one_origins_broadcasts_keep_their_order() {
         let a = b(2, 1, &[0, 0, 1]);
