@@ -271,6 +271,25 @@ fn main() {
         eprintln!("need u >= 1 and u >= r");
         std::process::exit(2);
     }
+    if args.protocol == "lcr" {
+        let unsupported = [
+            (args.r > 0, "--r above 0 (LCR tolerates crashes only)"),
+            (args.recovery, "--recovery (LCR has no proactive recovery)"),
+            (
+                args.reconfiguration,
+                "--reconfiguration (an LCR cluster's membership is fixed)",
+            ),
+            (args.mutate || args.twins, "--mutate or --twins (they need r > 0)"),
+            (
+                args.attack.is_some() || args.soak.is_some(),
+                "--attack or --soak (they choose their own protocols)",
+            ),
+        ];
+        if let Some((_, what)) = unsupported.iter().find(|(bad, _)| *bad) {
+            eprintln!("--protocol lcr does not go with {what}");
+            std::process::exit(2);
+        }
+    }
     // Stage panics are caught and reported as violations with their message; the default hook
     // would also print a backtrace for each.
     // `UPRIGHT_SIM_PANICS=1` keeps the default hook (a panic of the simulator itself).

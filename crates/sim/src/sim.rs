@@ -215,7 +215,7 @@ impl<P: Protocol> Sim<P> {
         if opts.sabotage == Some(SabotageMode::SharedConfigurationKeys) {
             opts.reconfiguration = true;
         }
-        if opts.sabotage == Some(SabotageMode::LcrDeliverUnstable) {
+        if opts.sabotage == Some(SabotageMode::LcrDeliverUnstable) && opts.r == 0 {
             opts.protocol = upright_core::config::OrderProtocol::Lcr;
         }
         let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use upright_core::config::OrderProtocol;
+
 use crate::{SabotageMode, ServiceKind, SimOptions, Summary};
 
 /// The (u, r) configurations a soak covers.
@@ -34,6 +36,8 @@ pub struct Lane {
     pub key_refresh: bool,
     /// The administrator grows the cluster and shrinks it back (`--reconfiguration`).
     pub reconfiguration: bool,
+    /// The ordering protocol (`--protocol`).
+    pub protocol: OrderProtocol,
 }
 
 impl Lane {
@@ -51,8 +55,21 @@ impl Lane {
                     recovery: false,
                     key_refresh: false,
                     reconfiguration: false,
+                    protocol: OrderProtocol::Pbft,
                 };
                 lanes.push(lane);
+                if r == 0 {
+                    // LCR, crash-only: plain and with key refresh.
+                    let lcr = Lane {
+                        protocol: OrderProtocol::Lcr,
+                        ..lane
+                    };
+                    lanes.push(lcr);
+                    lanes.push(Lane {
+                        key_refresh: true,
+                        ..lcr
+                    });
+                }
                 if r > 0 {
                     lanes.push(Lane { mutate: true, ..lane });
                     lanes.push(Lane { twins: true, ..lane });
@@ -82,7 +99,11 @@ impl Lane {
             _ if self.reconfiguration => " reconfiguration",
             _ => "",
         };
-        format!("u{}r{} {}{drawn}", self.u, self.r, self.service.name())
+        let protocol = match self.protocol {
+            OrderProtocol::Pbft => "",
+            OrderProtocol::Lcr => " lcr",
+        };
+        format!("u{}r{} {}{protocol}{drawn}", self.u, self.r, self.service.name())
     }
 }
 
@@ -173,6 +194,7 @@ pub fn soak(
                 opts.recovery = lane.recovery;
                 opts.key_refresh = lane.key_refresh;
                 opts.reconfiguration = lane.reconfiguration;
+                opts.protocol = lane.protocol;
                 opts.workload_us = options.workload_us;
                 opts.clients = options.clients;
                 opts.sabotage = options.sabotage;

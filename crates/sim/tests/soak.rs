@@ -23,8 +23,9 @@ fn a_soak_deals_seeds_to_every_lane_and_finds_nothing_in_a_correct_protocol() {
     let lanes = Lane::all();
     assert_eq!(
         lanes.len(),
-        80,
-        "3 configurations x 5 services, mutation and twins where r > 0, recovery, key refresh, reconfiguration"
+        90,
+        "3 configurations x 5 services, mutation and twins where r > 0, recovery, key refresh, reconfiguration, \
+         LCR with and without key refresh where r = 0"
     );
     let result = soak(
         &options(lanes.len() as u64, None),
