@@ -96,10 +96,11 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         recovery_interval_secs: u64,
         /// The ordering protocol: `pbft` (Byzantine faults) or `lcr` (crashes only, needs
-        /// --r 0; its membership is fixed, so no admin.toml is written). Written to cluster.toml
-        /// as `protocol`.
-        #[arg(long, default_value = "pbft", value_parser = ["pbft", "lcr"])]
-        protocol: String,
+        /// --r 0; its membership is fixed, so no admin.toml is written). Default: lcr with --r 0,
+        /// pbft otherwise (give --protocol pbft for an r = 0 cluster that is to be
+        /// reconfigured). Written to cluster.toml as `protocol`.
+        #[arg(long, value_parser = ["pbft", "lcr"])]
+        protocol: Option<String>,
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
@@ -378,7 +379,7 @@ fn main() -> ExitCode {
             out,
         } => init(
             (replicas, u, r),
-            &protocol,
+            protocol.as_deref().unwrap_or(if r == 0 { "lcr" } else { "pbft" }),
             hosts,
             clients,
             name,
@@ -615,8 +616,14 @@ fn init(
     };
     let cluster = files::init_cluster(&plan, out)?;
     println!(
-        "wrote {}/cluster.toml (public: share with every machine)",
-        out.display()
+        "wrote {}/cluster.toml (public: share with every machine); ordering protocol {}{}",
+        out.display(),
+        protocol,
+        if protocol == "lcr" {
+            " (crashes only; the membership is fixed)"
+        } else {
+            ""
+        }
     );
     for i in 0..replicas as u32 {
         println!(
