@@ -105,8 +105,13 @@ fn benchmark(port: u16) {
     assert_eq!(cli(port, &["STRLEN", "key:__rand_int__"]), "3");
 }
 
+/// The demos of this file run one at a time (each starts its replicas; the machine may have two
+/// cores, and the replica count checks look at every process).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn real_redis_clients_against_a_cluster_with_a_byzantine_replica() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !have("redis-cli") {
         eprintln!(
             "\n\n*** SKIPPED real_redis_clients: redis-cli is not installed (apt-get install redis-tools) ***\n\n"
@@ -129,8 +134,43 @@ fn real_redis_clients_against_a_cluster_with_a_byzantine_replica() {
     stopped_by_sigterm_with_its_replicas(demo);
 }
 
+/// redis-cli, redis-py and redis-benchmark against `upright demo --protocol lcr` (three
+/// replicas, u = 1, r = 0, ordering on LCR's ring): the clients cannot tell the protocols apart.
+#[test]
+fn real_redis_clients_against_an_lcr_cluster() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !have("redis-cli") {
+        eprintln!("\n\n*** SKIPPED real_redis_clients (lcr): redis-cli is not installed ***\n\n");
+        return;
+    }
+    let port = free_port();
+    let demo = demo::start_demo_running(
+        "redis",
+        port,
+        &format!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}"),
+        &["--protocol", "lcr"],
+    );
+    assert!(
+        demo.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("3 replicas (u = 1, r = 0, lcr)")),
+        "the demo ran LCR"
+    );
+    redis_cli_round_trips(port);
+    python_client(port);
+    benchmark(port);
+    stopped_by_sigterm_with(demo, 3);
+}
+
 /// `kill <demo>` (SIGTERM, what a service manager sends) stops the demo and its replica processes.
-fn stopped_by_sigterm_with_its_replicas(mut demo: Demo) {
+fn stopped_by_sigterm_with_its_replicas(demo: Demo) {
+    stopped_by_sigterm_with(demo, 4);
+}
+
+/// [`stopped_by_sigterm_with_its_replicas`] for a demo of `expected` replica processes.
+fn stopped_by_sigterm_with(mut demo: Demo, expected: usize) {
     let dir = std::path::Path::new(&demo.log_dir)
         .parent()
         .expect("replica log inside the demo directory")
@@ -144,7 +184,7 @@ fn stopped_by_sigterm_with_its_replicas(mut demo: Demo) {
             .filter(|c| c.contains(" replica ") && c.contains(&dir))
             .count()
     };
-    assert_eq!(replicas(), 4, "four replica processes run from {dir}");
+    assert_eq!(replicas(), expected, "{expected} replica processes run from {dir}");
     unsafe { libc::kill(demo.child.id() as i32, libc::SIGTERM) };
     let until = Instant::now() + Duration::from_secs(15);
     while Instant::now() < until && !matches!(demo.child.try_wait(), Ok(Some(_))) {

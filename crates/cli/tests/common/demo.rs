@@ -92,9 +92,29 @@ pub fn start_demo(port: u16) -> Demo {
 /// Starts `upright demo --service SERVICE --port PORT` with replica 2 corrupting (as
 /// [`start_demo`]) and waits for the line `ready` that says the gateway serves.
 pub fn start_service_demo(service: &str, port: u16, ready: &str) -> Demo {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_upright"))
-        .args(["demo", "--service", service, "--port", &port.to_string()])
-        .env("UPRIGHT_TEST_CORRUPT_REPLICA", "2")
+    start_demo_running(service, port, ready, &["--env", "UPRIGHT_TEST_CORRUPT_REPLICA=2"])
+}
+
+/// Starts `upright demo --service SERVICE --port PORT` with `extra` arguments (`--env NAME=VALUE`
+/// sets an environment variable of the demo instead) and waits for the line `ready`.
+#[allow(dead_code)]
+pub fn start_demo_running(service: &str, port: u16, ready: &str, extra: &[&str]) -> Demo {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_upright"));
+    command.args(["demo", "--service", service, "--port", &port.to_string()]);
+    let mut rest = extra.iter();
+    while let Some(arg) = rest.next() {
+        if *arg == "--env" {
+            let (name, value) = rest
+                .next()
+                .expect("--env NAME=VALUE")
+                .split_once('=')
+                .expect("NAME=VALUE");
+            command.env(name, value);
+        } else {
+            command.arg(arg);
+        }
+    }
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
