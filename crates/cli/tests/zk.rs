@@ -111,12 +111,16 @@ fn c_client(port: u16) {
     println!("C client: ok");
 }
 
+/// The demos of this file run one at a time (each starts its replicas on a two-core machine).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn kazoo_through_the_zookeeper_gateway_with_a_lying_replica() {
     if !have_kazoo() {
         eprintln!("\n\n*** SKIPPED upright-zk client test: python3 -m pip install kazoo ***\n\n");
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let port = free_port();
     let demo = start_service_demo("zk", port, &format!("ZooKeeper protocol on 127.0.0.1:{port}"));
     assert_eq!(four_letter_word(port, "ruok"), "imok");
@@ -137,4 +141,33 @@ fn kazoo_through_the_zookeeper_gateway_with_a_lying_replica() {
     // The Byzantine stand-in really ran.
     let log = std::fs::read_to_string(&demo.log_dir).unwrap_or_default();
     assert!(log.contains("corrupts its replies and pushed events"), "{log}");
+}
+
+/// kazoo against `upright demo --service zk --protocol lcr` (three replicas, u = 1, r = 0), with
+/// replica 1 SIGKILLed and restarted while it runs: sessions, watches and ephemerals on LCR's
+/// ring (its wake-ups expire sessions).
+#[test]
+fn kazoo_through_the_zookeeper_gateway_on_lcr() {
+    if !have_kazoo() {
+        eprintln!("\n\n*** SKIPPED upright-zk client test (lcr): python3 -m pip install kazoo ***\n\n");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let port = free_port();
+    let demo = demo::start_demo_running(
+        "zk",
+        port,
+        &format!("ZooKeeper protocol on 127.0.0.1:{port}"),
+        &["--protocol", "lcr"],
+    );
+    assert_eq!(four_letter_word(port, "ruok"), "imok");
+    let kazoo = std::thread::spawn(move || demo::run_python_checks("zk_clients.py", port, "kazoo"));
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(demo.kill_replica(1), "replica 1's process not found");
+    let stdout = kazoo.join().expect("kazoo checks");
+    assert!(stdout.contains("kazoo: all checks passed"));
+    assert!(
+        demo.wait_for_line("replica 1 restarted", Duration::from_secs(30)),
+        "the demo did not restart replica 1"
+    );
 }

@@ -4,8 +4,9 @@
 //! Each connection opens or resumes a session with an ordered `Connect` and then sends its
 //! requests one at a time, in order: writes, watches and `sync` are ordered; reads without a
 //! watch take the serializable read path (`r + 1` matching replies) and are ordered instead when
-//! the answer is older than what the session has already seen (a client sees its own writes, and
-//! after `sync` the latest). Pings are answered here. Watch events come as pushed messages, are
+//! the answer is older than what the gateway has already answered to any of its sessions (a
+//! client sees its own writes and those completed through the same gateway before, as on one
+//! ZooKeeper server, and after `sync` the latest). Pings are answered here. Watch events come as pushed messages, are
 //! routed by session, and are written in the service's order among the replies: before any reply
 //! that the service says follows them, after the reply of the request they follow. The
 //! gateway keeps its live sessions alive with one ordered `Touch` per second; a session whose
@@ -374,7 +375,11 @@ async fn connection(accepted: Accepted, id: u64, shared: Arc<Shared>) {
                 Gate::lock(&gate).in_flight = true;
                 let mut answer = None;
                 if plain_read {
-                    answer = shared.invoke(session, &command, true).await.filter(|a| a.zxid >= seen);
+                    // Not older than anything this gateway answered to any session: its sessions
+                    // see one state that only moves forward, as those of one ZooKeeper server do
+                    // (a session sees another's write that completed before its read began).
+                    let floor = seen.max(shared.zxid.load(Ordering::Relaxed));
+                    answer = shared.invoke(session, &command, true).await.filter(|a| a.zxid >= floor);
                 }
                 if answer.is_none() {
                     answer = shared.invoke(session, &command, false).await;
