@@ -49,8 +49,6 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use crate::config::{ClusterConfig, ConfigError, Sabotage};
 use crate::contract::tokens::TokenTally;
 use crate::contract::{self, OrderSide, Routed, WakeUps};
@@ -61,6 +59,7 @@ use crate::message::lcr::{
     Broadcast, BroadcastId, Decided, LcrMessage, LcrTimer, NewView, Recover, RingRecord, Snapshot,
 };
 use crate::message::{batch_digest, history_digest, AuthItem, Envelope, Message, RequestEntry, SealFor};
+use crate::order::persist;
 use crate::order::request_pool::{Inserted, RequestPool};
 use crate::quorum::Quorums;
 use crate::stage::{Action, Event, Input, Stage, Stats, Storage, Time, Timer};
@@ -260,7 +259,7 @@ pub struct LcrStage {
     batch_close_due: bool,
     wakes: WakeUps,
     wake_armed: Option<Time>,
-    retransmitted: BTreeMap<ClientId, (RequestId, Time)>,
+    retransmitted: crate::order::intake::RetransmitPacer,
 }
 
 impl LcrStage {
@@ -275,13 +274,7 @@ impl LcrStage {
         storage: &Storage,
     ) -> Result<LcrStage, ConfigError> {
         let q = config.validate()?;
-        if id.0 as usize >= q.n_order {
-            return Err(ConfigError::BadKnob {
-                name: "order member id",
-                value: id.0 as u64,
-                why: "must be below n_order",
-            });
-        }
+        crate::order::check_member_id(&q, id)?;
         let view: Option<ViewRecord> = storage
             .get(VIEW_KEY)
             .map(|b| crate::codec::from_bytes(b).unwrap_or_else(|_| panic!("corrupt LCR storage at {VIEW_KEY}")));
@@ -346,7 +339,7 @@ impl LcrStage {
             batch_close_due: false,
             wakes: WakeUps::default(),
             wake_armed: None,
-            retransmitted: BTreeMap::new(),
+            retransmitted: Default::default(),
         };
         stage.rebuild_prefix();
         Ok(stage)
@@ -460,23 +453,7 @@ impl LcrStage {
         self.tell_auth_ordered(self.released, requests, out);
     }
 
-    // ---- storage ----
-
-    fn write<T: serde::Serialize>(out: &mut Vec<Action>, key: String, value: &T) {
-        out.push(Action::Persist {
-            key,
-            value: Some(Bytes::from(crate::codec::to_bytes(value))),
-        });
-    }
-
-    fn delete(out: &mut Vec<Action>, key: String) {
-        out.push(Action::Persist { key, value: None });
-    }
-
-    /// A write later sends need not wait for ([`Action::PersistLazily`]; `None` deletes).
-    fn write_lazily(out: &mut Vec<Action>, key: String, value: Option<Bytes>) {
-        out.push(Action::PersistLazily { key, value });
-    }
+    // ---- storage (written with the order stage's helpers, `crate::order::persist`) ----
 
     fn log_key(seqno: SeqNo) -> String {
         format!("{LOG_PREFIX}{:020}", seqno.0)
@@ -492,7 +469,7 @@ impl LcrStage {
             installed: self.installed,
             ring: self.ring.clone(),
         };
-        Self::write(out, VIEW_KEY.to_string(), &record);
+        persist::write(out, VIEW_KEY.to_string(), &record);
     }
 
     /// Recomputes the prefix and the checkpoint candidates from `low` through the log.
@@ -522,11 +499,7 @@ impl LcrStage {
         debug_assert_eq!(d.seqno, self.prefix.seqno.next());
         // Lazily: every ring member but the origin wrote the broadcast before it forwarded it,
         // so a view change finds it again if this record is lost (module doc, "Durability").
-        Self::write_lazily(
-            out,
-            Self::log_key(d.seqno),
-            Some(Bytes::from(crate::codec::to_bytes(&d))),
-        );
+        persist::write_lazily(out, Self::log_key(d.seqno), &d);
         self.prefix.apply(&d);
         for e in &d.entries {
             self.pool.gc(e.client, e.request_id);
@@ -599,7 +572,7 @@ impl LcrStage {
             self.decide(now, &held.broadcast, out);
             // After the decision's record, so a crash that loses a suffix of the lazy writes
             // keeps the broadcast in one form or the other.
-            Self::write_lazily(out, Self::pending_key(&held.broadcast.id), None);
+            persist::delete_lazily(out, Self::pending_key(&held.broadcast.id));
         }
     }
 
@@ -617,11 +590,11 @@ impl LcrStage {
         };
         let mut low = self.candidates[&seqno].clone();
         low.exec_state = Some(exec_state);
-        Self::write(out, LOW_KEY.to_string(), &low);
+        persist::write(out, LOW_KEY.to_string(), &low);
         let dropped: Vec<SeqNo> = self.log.range(..=seqno).map(|(s, _)| *s).collect();
         for s in dropped {
             self.log.remove(&s);
-            Self::delete(out, Self::log_key(s));
+            persist::delete(out, Self::log_key(s));
         }
         self.candidates = self.candidates.split_off(&seqno.next());
         self.tokens.prune_below(seqno.next());
@@ -668,12 +641,12 @@ impl LcrStage {
     /// Writes broadcast `b` and adds it to the pending list.
     fn hold(&mut self, b: Broadcast, stable: bool, out: &mut Vec<Action>) {
         let held = Held { broadcast: b, stable };
-        let (key, value) = (Self::pending_key(&held.broadcast.id), crate::codec::to_bytes(&held));
+        let key = Self::pending_key(&held.broadcast.id);
         if held.broadcast.id.origin as usize == self.position().unwrap_or(usize::MAX) {
             // Its own broadcast: the others' copies make it durable (module doc, "Durability").
-            Self::write_lazily(out, key, Some(Bytes::from(value)));
+            persist::write_lazily(out, key, &held);
         } else {
-            Self::write(out, key, &held);
+            persist::write(out, key, &held);
         }
         insert_sorted(&mut self.pending, held, |h| &h.broadcast);
     }
@@ -692,15 +665,7 @@ impl LcrStage {
         }
         if seq < self.in_next {
             self.stats.bump("ring_duplicate");
-            self.send_to(
-                out,
-                from,
-                LcrMessage::LinkAck {
-                    view,
-                    through: self.in_next - 1,
-                },
-            );
-            return;
+            return self.link_ack(from, out);
         }
         if seq > self.in_next {
             if self.early_links.len() < EARLY_LINKS_MAX {
@@ -716,14 +681,16 @@ impl LcrStage {
         }
         self.early_links = self.early_links.split_off(&self.in_next);
         self.last_progress = now;
-        self.send_to(
-            out,
-            from,
-            LcrMessage::LinkAck {
-                view,
-                through: self.in_next - 1,
-            },
-        );
+        self.link_ack(from, out);
+    }
+
+    /// LINK-ACK to the predecessor `to`: every RING message before `in_next` arrived.
+    fn link_ack(&self, to: ReplicaId, out: &mut Vec<Action>) {
+        let message = LcrMessage::LinkAck {
+            view: self.installed,
+            through: self.in_next - 1,
+        };
+        self.send_to(out, to, message);
     }
 
     fn process_records(&mut self, now: Time, records: &[RingRecord], out: &mut Vec<Action>) {
@@ -1061,26 +1028,26 @@ impl LcrStage {
     /// Writes `nv` and answers ACCEPTED: the decided start it carries is released at END.
     fn accept(&mut self, now: Time, nv: &NewView, out: &mut Vec<Action>) {
         for held in std::mem::take(&mut self.pending) {
-            Self::delete(out, Self::pending_key(&held.broadcast.id));
+            persist::delete(out, Self::pending_key(&held.broadcast.id));
         }
         if self.released < nv.low.seqno {
             // Behind the start: adopt its prefix.
             for s in self.log.keys() {
-                Self::delete(out, Self::log_key(*s));
+                persist::delete(out, Self::log_key(*s));
             }
             self.log.clear();
             self.low = nv.low.clone();
-            Self::write(out, LOW_KEY.to_string(), &self.low);
+            persist::write(out, LOW_KEY.to_string(), &self.low);
             self.released = self.released.max(nv.low.seqno);
         } else {
             let replaced: Vec<SeqNo> = self.log.range(nv.low.seqno.next()..).map(|(s, _)| *s).collect();
             for s in replaced {
                 self.log.remove(&s);
-                Self::delete(out, Self::log_key(s));
+                persist::delete(out, Self::log_key(s));
             }
         }
         for d in nv.entries.iter().filter(|d| d.seqno > self.low.seqno) {
-            Self::write(out, Self::log_key(d.seqno), d);
+            persist::write(out, Self::log_key(d.seqno), d);
             self.log.insert(d.seqno, d.clone());
         }
         self.rebuild_prefix();
@@ -1189,12 +1156,9 @@ impl LcrStage {
 
     fn retransmit_reply(&mut self, now: Time, client: ClientId, request_id: RequestId, out: &mut Vec<Action>) {
         let interval = self.config.knobs.auth_retransmit_interval_us;
-        if let Some(&(rid, at)) = self.retransmitted.get(&client) {
-            if rid == request_id && now < at.saturating_add(interval) {
-                return;
-            }
+        if !self.retransmitted.due(now, interval, client, request_id) {
+            return;
         }
-        self.retransmitted.insert(client, (request_id, now));
         for exec in ClusterConfig::exec_members(&self.q) {
             self.send(
                 out,
@@ -1379,6 +1343,7 @@ impl Stage for LcrStage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn b(origin: u32, index: u64, clock: &[u64]) -> Broadcast {
         Broadcast {

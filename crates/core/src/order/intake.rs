@@ -70,12 +70,9 @@ impl OrderStage {
     /// `auth_retransmit_interval_us`.
     fn retransmit_reply(&mut self, now: Time, client: ClientId, request_id: RequestId, out: &mut Vec<Action>) {
         let interval = self.config.knobs.auth_retransmit_interval_us;
-        if let Some(&(rid, at)) = self.retransmitted.get(&client) {
-            if rid == request_id && now < at.saturating_add(interval) {
-                return self.stats.bump("retransmit_suppressed");
-            }
+        if !self.retransmitted.due(now, interval, client, request_id) {
+            return self.stats.bump("retransmit_suppressed");
         }
-        self.retransmitted.insert(client, (request_id, now));
         self.stats.bump("retransmit_sent");
         for exec in ClusterConfig::exec_members(&self.q) {
             self.send(
@@ -151,4 +148,25 @@ pub(crate) fn matrix_row_valid(
         || keys
             .verify_authenticator(Principal::Auth(row.signer), me.0 as usize, digest, &row.authenticator)
             .is_ok()
+}
+
+/// The last RETRANSMIT sent for each client: an order stage sends one for a request at most once
+/// per interval (clients and authentication members retransmit more often than that).
+#[derive(Default)]
+pub(crate) struct RetransmitPacer {
+    last: std::collections::BTreeMap<ClientId, (RequestId, Time)>,
+}
+
+impl RetransmitPacer {
+    /// Whether a RETRANSMIT for `(client, request_id)` may go out at `now` (and if so, it is
+    /// counted as sent).
+    pub(crate) fn due(&mut self, now: Time, interval: u64, client: ClientId, request_id: RequestId) -> bool {
+        if let Some(&(rid, at)) = self.last.get(&client) {
+            if rid == request_id && now < at.saturating_add(interval) {
+                return false;
+            }
+        }
+        self.last.insert(client, (request_id, now));
+        true
+    }
 }

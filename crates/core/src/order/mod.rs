@@ -168,8 +168,8 @@ pub struct OrderStage {
     batch_cursor: ClientId,
     /// The primary's BatchClose timer is armed.
     batch_timer_armed: bool,
-    /// Last RETRANSMIT per client (request, time).
-    retransmitted: BTreeMap<ClientId, (RequestId, Time)>,
+    /// Last RETRANSMIT per client.
+    retransmitted: intake::RetransmitPacer,
     /// The wake-ups execution members asked for (WAKE-AT): an idle primary orders an empty batch
     /// when one is due, and backups accept it then.
     wakes: WakeUps,
@@ -237,13 +237,7 @@ impl OrderStage {
         storage: &Storage,
     ) -> Result<OrderStage, ConfigError> {
         let q = config.validate()?;
-        if id.0 as usize >= q.n_order {
-            return Err(ConfigError::BadKnob {
-                name: "order member id",
-                value: id.0 as u64,
-                why: "must be below n_order",
-            });
-        }
+        check_member_id(&q, id)?;
         let mut recovered =
             persist::recover(storage).unwrap_or_else(|e| panic!("corrupt order storage at key {}", e.0));
         let record = reconfig::stored_record(storage);
@@ -289,7 +283,7 @@ impl OrderStage {
             batch_cursor: ClientId(u32::MAX),
             batch_timer_armed: false,
             wakes: WakeUps::default(),
-            retransmitted: BTreeMap::new(),
+            retransmitted: Default::default(),
             checkpoints: Checkpoints {
                 own: recovered.checkpoints,
                 ..Checkpoints::default()
@@ -684,6 +678,18 @@ fn once_per(last: &mut BTreeMap<ReplicaId, Time>, now: Time, member: ReplicaId, 
             true
         }
     }
+}
+
+/// An order member's id is below `n_order` (for every ordering protocol's stage).
+pub(crate) fn check_member_id(q: &Quorums, id: ReplicaId) -> Result<(), ConfigError> {
+    if id.0 as usize >= q.n_order {
+        return Err(ConfigError::BadKnob {
+            name: "order member id",
+            value: id.0 as u64,
+            why: "must be below n_order",
+        });
+    }
+    Ok(())
 }
 
 /// Persists the view record.

@@ -96,6 +96,11 @@ pub(crate) fn delete(out: &mut Vec<Action>, key: String) {
     out.push(Action::Persist { key, value: None });
 }
 
+/// A delete that later sends need not wait for ([`Action::PersistLazily`]).
+pub(crate) fn delete_lazily(out: &mut Vec<Action>, key: String) {
+    out.push(Action::PersistLazily { key, value: None });
+}
+
 /// Why storage could not be read (our own writes: a corrupted store is not something to guess
 /// around, so `new` fails loudly).
 #[derive(Debug)]
