@@ -32,8 +32,8 @@ pub(super) struct PushInbox {
     gaps: BTreeMap<ReplicaId, u64>,
     /// Whether the client has received any push (then it polls).
     active: bool,
-    /// Whether [`Timer::PushResume`] is set.
-    armed: bool,
+    /// When [`Timer::PushResume`] is set to fire, if it is.
+    armed: Option<Time>,
 }
 
 impl Default for PushInbox {
@@ -43,7 +43,7 @@ impl Default for PushInbox {
             candidates: BTreeMap::new(),
             gaps: BTreeMap::new(),
             active: false,
-            armed: false,
+            armed: None,
         }
     }
 }
@@ -155,18 +155,21 @@ impl Client {
     }
 
     fn arm_push_resume(&mut self, now: Time, wait_us: u64, out: &mut Vec<Action>) {
-        if !self.pushes.armed {
-            self.pushes.armed = true;
+        // An earlier deadline replaces a later one: a hole found while the timer waits out the
+        // poll interval is asked about after a retransmission interval, not the poll's rest.
+        let at = now + wait_us;
+        if self.pushes.armed.is_none_or(|armed| at < armed) {
+            self.pushes.armed = Some(at);
             out.push(Action::SetTimer {
                 timer: Timer::PushResume,
-                at: now + wait_us,
+                at,
             });
         }
     }
 
     /// [`Timer::PushResume`]: ask every execution member for the pushes from `next` on.
     pub(super) fn push_resume(&mut self, now: Time, out: &mut Vec<Action>) {
-        self.pushes.armed = false;
+        self.pushes.armed = None;
         if !self.pushes.active {
             return;
         }
@@ -368,5 +371,32 @@ mod tests {
             _ => false,
         });
         assert!(asked, "PUSH-RESUME from 1 sent");
+    }
+
+    /// The resume timer waits out the poll interval while nothing is missing; a hole found
+    /// meanwhile brings it forward to a retransmission interval (session 37: a client whose
+    /// every copy of one push was lost heard of the hole from the next push, and then waited
+    /// out the rest of the poll interval, past the simulator's progress bound).
+    #[test]
+    fn a_hole_brings_the_resume_timer_forward() {
+        let (f, mut c) = setup();
+        let at = |out: &[Action]| {
+            out.iter().find_map(|a| match a {
+                Action::SetTimer {
+                    timer: Timer::PushResume,
+                    at,
+                } => Some(*at),
+                _ => None,
+            })
+        };
+        step(&mut c, push(&f, 0, 1, "one"));
+        step(&mut c, push(&f, 1, 1, "one"));
+        let polling = at(&step(&mut c, Input::Timer(Timer::PushResume)));
+        assert_eq!(polling, Some(PUSH_POLL_US), "nothing missing: polling");
+        // Push 2 is lost; push 3 arrives: a hole.
+        let sooner = at(&step(&mut c, push(&f, 0, 3, "three")));
+        assert_eq!(sooner, Some(f.config.knobs.client_retransmit_initial_us));
+        // A later deadline does not replace it.
+        assert_eq!(at(&step(&mut c, push(&f, 1, 3, "three"))), None);
     }
 }
