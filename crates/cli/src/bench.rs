@@ -56,6 +56,10 @@ pub struct BenchArgs {
     /// default: the knob's default).
     #[arg(long)]
     batch_delay_us: Option<u64>,
+    /// Tentative execution: batches of at most this many requests are executed once prepared
+    /// (the tentative_entries_max knob; 0: off; default: the knob's default, 8).
+    #[arg(long)]
+    tentative: Option<usize>,
     /// Key refresh of the replicas and clients every this many seconds (the key_refresh_us
     /// knob; 0: none).
     #[arg(long, default_value_t = 0)]
@@ -146,6 +150,7 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
         batch_sizes: args.batch.clone(),
         pipeline_window: args.pipeline,
         batch_delay_us: args.batch_delay_us,
+        tentative_entries_max: args.tentative,
         key_refresh_us: args.key_refresh_secs.saturating_mul(1_000_000),
         duration: parse_duration(&args.duration)?,
         warmup: parse_duration(&args.warmup)?,

@@ -40,6 +40,17 @@ struct Outstanding {
     /// Latest reply per execution member: result digest and the full body if it sent one (then
     /// the digest is the body's).
     replies: BTreeMap<ReplicaId, (Digest, Option<Bytes>)>,
+    /// Latest tentative reply per execution member: result digest, the view and history of the
+    /// tentatively executed batch, and the full body if it sent one.
+    tentative: BTreeMap<ReplicaId, Tentative>,
+}
+
+/// A TENTATIVE-REPLY as a client holds it.
+struct Tentative {
+    digest: Digest,
+    view: crate::ids::View,
+    history: Digest,
+    body: Option<Bytes>,
 }
 
 /// A client's protocol state machine.
@@ -234,6 +245,7 @@ impl Client {
             sent_at: now,
             timeout_us,
             replies: BTreeMap::new(),
+            tentative: BTreeMap::new(),
         });
     }
 
@@ -301,6 +313,23 @@ impl Client {
         };
         match &envelope.message {
             Message::Reply { .. } => self.on_reply(now, exec, envelope, out),
+            Message::TentativeReply {
+                request_id,
+                result,
+                view,
+                history,
+                pushes_sent,
+            } => {
+                if let Err(reason) = self.reply_wanted(exec, *request_id, false) {
+                    self.stats.bump(reason);
+                    return;
+                }
+                if self.sealed_for_me(envelope, out) {
+                    self.pushes_owed(now, *pushes_sent, out);
+                    let tag = Some((*view, *history));
+                    self.on_ordered_reply(now, exec, *request_id, result, tag, out);
+                }
+            }
             Message::Push { seq, payload } => {
                 if self.sealed_for_me(envelope, out) {
                     self.on_push(now, exec, *seq, payload, out);
@@ -369,7 +398,7 @@ impl Client {
         if *read_only {
             self.on_read_only_reply(now, exec, *request_id, result, out);
         } else {
-            self.on_ordered_reply(now, exec, *request_id, result, out);
+            self.on_ordered_reply(now, exec, *request_id, result, None, out);
         }
     }
 
@@ -385,26 +414,43 @@ impl Client {
         }
     }
 
-    /// An ordered reply (sender, request id and seal already checked).
+    /// An ordered reply (sender, request id and seal already checked): committed, or, with
+    /// `tentative` (view and history of the batch), a TENTATIVE-REPLY. Delivered on
+    /// `q.reply()` matching committed replies or `q.tentative_reply()` matching tentative ones
+    /// (same result digest, view and history), with a full body of that digest from either.
     fn on_ordered_reply(
         &mut self,
         now: Time,
         exec: ReplicaId,
         request_id: RequestId,
         result: &ReplyBody,
+        tentative: Option<(crate::ids::View, Digest)>,
         out: &mut Vec<Action>,
     ) {
+        let tentative_quorum = if self.config.knobs.sabotage == Some(crate::config::Sabotage::TentativeSmallQuorum) {
+            self.quorums.reply()
+        } else {
+            self.quorums.tentative_reply()
+        };
         let outstanding = self
             .outstanding
             .as_mut()
             .filter(|o| o.request_id == request_id)
             .expect("reply_wanted checked the request id");
+        let mut bodies = outstanding
+            .replies
+            .values()
+            .filter_map(|(d, b)| Some((*d, b.as_ref()?)))
+            .chain(
+                outstanding
+                    .tentative
+                    .values()
+                    .filter_map(|t| Some((t.digest, t.body.as_ref()?))),
+            );
         // A full body equal to one already held has that one's digest: no hashing.
         let digest = match result {
-            ReplyBody::Full(bytes) => outstanding
-                .replies
-                .values()
-                .find_map(|(d, b)| (b.as_ref() == Some(bytes)).then_some(*d))
+            ReplyBody::Full(bytes) => bodies
+                .find_map(|(d, b)| (b == bytes).then_some(d))
                 .unwrap_or_else(|| Digest::of(bytes)),
             ReplyBody::Digest(d) => *d,
         };
@@ -412,24 +458,64 @@ impl Client {
             ReplyBody::Full(bytes) => Some(bytes.clone()),
             ReplyBody::Digest(_) => None,
         };
-        // Keep a full body we already have from this member if it now sends the same digest.
-        let entry = outstanding.replies.entry(exec).or_insert((digest, None));
-        if entry.0 != digest {
-            *entry = (digest, body);
-        } else if body.is_some() {
-            entry.1 = body;
-        }
-        let matching = outstanding.replies.values().filter(|(d, _)| *d == digest).count();
-        if matching < self.quorums.reply() {
+        let quorum_met = match tentative {
+            None => {
+                // Keep a full body we already have from this member if it now sends the same
+                // digest.
+                let entry = outstanding.replies.entry(exec).or_insert((digest, None));
+                if entry.0 != digest {
+                    *entry = (digest, body);
+                } else if body.is_some() {
+                    entry.1 = body;
+                }
+                let matching = outstanding.replies.values().filter(|(d, _)| *d == digest).count();
+                matching >= self.quorums.reply()
+            }
+            Some((view, history)) => {
+                let fresh = Tentative {
+                    digest,
+                    view,
+                    history,
+                    body: None,
+                };
+                let entry = outstanding.tentative.entry(exec).or_insert(fresh);
+                if (entry.digest, entry.view, entry.history) != (digest, view, history) {
+                    *entry = Tentative {
+                        digest,
+                        view,
+                        history,
+                        body,
+                    };
+                } else if body.is_some() {
+                    entry.body = body;
+                }
+                let matching = outstanding
+                    .tentative
+                    .values()
+                    .filter(|t| (t.digest, t.view, t.history) == (digest, view, history))
+                    .count();
+                matching >= tentative_quorum
+            }
+        };
+        if !quorum_met {
             return;
         }
-        let Some(full) = outstanding
+        let full = outstanding
             .replies
             .values()
             .find_map(|(d, b)| if *d == digest { b.clone() } else { None })
-        else {
+            .or_else(|| {
+                outstanding
+                    .tentative
+                    .values()
+                    .find_map(|t| if t.digest == digest { t.body.clone() } else { None })
+            });
+        let Some(full) = full else {
             return;
         };
+        if tentative.is_some() {
+            self.stats.bump("delivered_tentative");
+        }
         let latency = now.saturating_sub(outstanding.sent_at);
         let request_id = outstanding.request_id;
         self.outstanding = None;
@@ -506,6 +592,95 @@ mod tests {
             },
             SealFor::One(Principal::Client(ClientId(to))),
         ))
+    }
+
+    fn tentative_reply(f: &Fixture, exec: u32, request_id: u64, result: ReplyBody, view: u64) -> Arc<Envelope> {
+        Arc::new(Envelope::seal(
+            &f.replicas[exec as usize],
+            &f.quorums,
+            Principal::Exec(ReplicaId(exec)),
+            Message::TentativeReply {
+                request_id: RequestId(request_id),
+                result,
+                view: crate::ids::View(view),
+                history: Digest::of(b"batch"),
+                pushes_sent: 0,
+            },
+            SealFor::One(Principal::Client(ClientId(0))),
+        ))
+    }
+
+    fn delivered(actions: &[Action]) -> Vec<Bytes> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Deliver { result, .. } => Some(result.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tentative_replies_deliver_only_on_the_tentative_quorum_of_one_view_and_history() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        assert_eq!(f.quorums.tentative_reply(), 3);
+        let mut c = client(&f, 0);
+        step(&mut c, 0, invoke(b"op"));
+        let good = Bytes::from_static(b"result");
+        let digest = Digest::of(&good);
+        // r + 1 = 2 tentative replies are not enough (a committed result would be).
+        assert!(delivered(&step(
+            &mut c,
+            1,
+            Input::Message(tentative_reply(&f, 0, 1, ReplyBody::Full(good.clone()), 0))
+        ))
+        .is_empty());
+        assert!(delivered(&step(
+            &mut c,
+            2,
+            Input::Message(tentative_reply(&f, 1, 1, ReplyBody::Digest(digest), 0))
+        ))
+        .is_empty());
+        // A third from another view does not match.
+        assert!(delivered(&step(
+            &mut c,
+            3,
+            Input::Message(tentative_reply(&f, 2, 1, ReplyBody::Digest(digest), 1))
+        ))
+        .is_empty());
+        // The same member in the same view completes it.
+        let out = step(
+            &mut c,
+            4,
+            Input::Message(tentative_reply(&f, 2, 1, ReplyBody::Digest(digest), 0)),
+        );
+        assert_eq!(delivered(&out), [good]);
+        assert_eq!(c.stats().get("delivered_tentative"), 1);
+    }
+
+    #[test]
+    fn committed_replies_complete_with_a_body_from_a_tentative_one() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = client(&f, 0);
+        step(&mut c, 0, invoke(b"op"));
+        let good = Bytes::from_static(b"result");
+        let digest = Digest::of(&good);
+        // One member's tentative reply carried the body; two committed digests (r + 1) follow
+        // while the third member is down.
+        step(
+            &mut c,
+            1,
+            Input::Message(tentative_reply(&f, 0, 1, ReplyBody::Full(good.clone()), 0)),
+        );
+        assert!(delivered(&step(
+            &mut c,
+            2,
+            Input::Message(reply(&f, 1, 0, 1, ReplyBody::Digest(digest)))
+        ))
+        .is_empty());
+        let out = step(&mut c, 3, Input::Message(reply(&f, 0, 0, 1, ReplyBody::Digest(digest))));
+        assert_eq!(delivered(&out), [good]);
+        assert_eq!(c.stats().get("delivered_tentative"), 0);
     }
 
     fn step(c: &mut Client, now: Time, input: Input) -> Vec<Action> {

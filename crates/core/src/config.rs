@@ -73,6 +73,13 @@ pub enum Sabotage {
     /// Replicas' MAC keys and signatures do not bind the configuration epoch: what a replica
     /// sealed in one configuration is accepted in another.
     SharedConfigurationKeys,
+    /// Clients accept `q.reply()` (`r + 1`) matching tentative replies instead of
+    /// `q.tentative_reply()`: a batch prepared at too few order members, which a view change may
+    /// replace, is then reported done.
+    TentativeSmallQuorum,
+    /// Execution members do not roll a tentatively executed batch back when a different batch
+    /// commits at its sequence number: they go on from a state no agreed history made.
+    TentativeNoRollback,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.
@@ -154,8 +161,23 @@ pub struct Knobs {
     /// sealed before it had the NEW-KEY); refused after it.
     #[serde(default = "default_key_overlap_us")]
     pub key_overlap_us: u64,
+    /// Tentative execution (PBFT thesis 5.1.3; docs/PROTOCOL.md "Tentative execution"): an
+    /// order member hands a batch of at most this many requests to its co-located execution
+    /// member once prepared, before it commits, and clients accept `q.tentative_reply()`
+    /// matching tentative replies; one message delay less per request while load is light.
+    /// Larger batches (heavy load, where latency is queueing) take the committed path only.
+    /// 0: off.
+    #[serde(default = "default_tentative_entries_max")]
+    pub tentative_entries_max: usize,
     /// Testing only: a deliberately broken protocol (see [`Sabotage`]).
     pub sabotage: Option<Sabotage>,
+}
+
+/// Default of [`Knobs::tentative_entries_max`].
+pub const TENTATIVE_ENTRIES_MAX_DEFAULT: usize = 8;
+
+fn default_tentative_entries_max() -> usize {
+    TENTATIVE_ENTRIES_MAX_DEFAULT
 }
 
 /// Default of [`Knobs::key_overlap_us`]: 2 s, far above a NEW-KEY's trip to a peer and the
@@ -227,6 +249,7 @@ impl Default for Knobs {
             client_signatures: false,
             key_refresh_us: 0,
             key_overlap_us: KEY_OVERLAP_US_DEFAULT,
+            tentative_entries_max: TENTATIVE_ENTRIES_MAX_DEFAULT,
             sabotage: None,
         }
     }

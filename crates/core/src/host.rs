@@ -70,6 +70,7 @@ pub fn stage_for(message: &Message) -> Option<StageKind> {
         }
         Command { .. }
         | NextBatch { .. }
+        | TentativeBatch { .. }
         | LoadCheckpoint { .. }
         | Retransmit { .. }
         | FetchState { .. }
@@ -79,7 +80,7 @@ pub fn stage_for(message: &Message) -> Option<StageKind> {
         | PageAnswer { .. }
         | ReadOnlyRequest { .. }
         | PushResume { .. } => Some(StageKind::Exec),
-        Reply { .. } | Push { .. } | PushGap { .. } | Configuration { .. } => None,
+        Reply { .. } | TentativeReply { .. } | Push { .. } | PushGap { .. } | Configuration { .. } => None,
     }
 }
 

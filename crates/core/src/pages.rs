@@ -355,6 +355,21 @@ impl Pages {
         self.checkpointed(index)
     }
 
+    /// Puts the state back as of the last checkpoint ([`Pages::freeze`]): every change since is
+    /// undone (a tentatively executed batch rolled back). The older checkpoints' versions are
+    /// untouched.
+    pub fn revert(&mut self) {
+        let frozen = std::mem::take(&mut self.frozen);
+        let len = usize::try_from(self.frozen_len).expect("page count fits in memory");
+        self.live.resize_with(len, || Slot::Memory(Bytes::new()));
+        for (index, old) in frozen {
+            if let (Some(old), Some(slot)) = (old, self.live.get_mut(index as usize)) {
+                *slot = old;
+            }
+        }
+        self.bytes = self.live.iter().map(Slot::len).sum();
+    }
+
     /// Makes the current state the checkpointed one; returns the pages changed since the previous
     /// checkpoint, ascending (some may now be past the end: truncated).
     pub fn freeze(&mut self) -> Vec<u64> {
@@ -495,6 +510,32 @@ mod tests {
         assert_eq!(pages.checkpointed(3), Some(b("d")));
         assert_eq!(pages.total_bytes(), 1);
         assert_eq!(pages.freeze(), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn revert_undoes_every_change_since_the_last_freeze() {
+        let mut pages = Pages::from_pages(vec![b("a"), b("b"), b("c")]);
+        pages.set(0, b("A"));
+        pages.freeze();
+        let root = tree_of(&pages).root();
+        pages.set(0, b("AA"));
+        pages.set(1, b("B"));
+        pages.truncate(1);
+        pages.set(5, b("f"));
+        assert_eq!(pages.len(), 6);
+        pages.revert();
+        assert_eq!(pages.len(), 3);
+        assert_eq!(
+            (0..3).map(|i| pages.get(i).unwrap()).collect::<Vec<_>>(),
+            [b("A"), b("b"), b("c")]
+        );
+        assert_eq!(pages.total_bytes(), 3);
+        assert_eq!(pages.changed(), 0);
+        assert_eq!(tree_of(&pages).root(), root);
+        // Growth alone is undone too.
+        pages.set(3, b("d"));
+        pages.revert();
+        assert_eq!((pages.len(), pages.get(3)), (3, None));
     }
 
     #[test]

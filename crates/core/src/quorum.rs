@@ -97,6 +97,23 @@ impl Quorums {
         self.r + 1
     }
 
+    /// Tentative reply quorum (PBFT thesis 5.1.3, tentative execution): matching TENTATIVE-REPLYs
+    /// (same result digest, view and history) from this many distinct execution members before a
+    /// client accepts a result that is not yet committed: `order_medium() = u + r + 1`.
+    ///
+    /// Execution member `i` executes a batch tentatively only once its co-located order member
+    /// (one process with it) has prepared the batch in that view and synced the prepared
+    /// certificate, with every batch before it committed. So the replies show `u + r + 1` order
+    /// members prepared the batch in one view, of which at most `r` lie: exactly what a commit
+    /// certificate (`order_medium` COMMITs, each sent only after preparing) shows, and the view
+    /// change keeps such a batch (PROTOCOL.md "View change"). Reachable only while `u + r + 1`
+    /// execution members are up (`n_exec = 2u + 1` of them, so all of them at `u = r`); otherwise
+    /// the client waits for `reply()` committed replies, which every execution member also sends
+    /// once the batch commits.
+    pub fn tentative_reply(&self) -> usize {
+        self.order_medium()
+    }
+
     /// Read-only reply quorum `q_r`: matching read-only replies, each with a full body, from this
     /// many distinct execution members before a client accepts a read-only result.
     ///
@@ -228,6 +245,13 @@ mod tests {
             assert!(q.reply() + q.read_only() > q.n_exec + r, "u={u} r={r}"); // q_w + q_r >= n_exec + r + 1
             assert!(q.reply() + q.read_only() - q.n_exec > r);
             assert_eq!(q.read_only(), q.n_exec, "u={u} r={r}");
+            // Tentative replies: as many as a commit certificate, and from execution members.
+            assert_eq!(q.tentative_reply(), q.order_medium());
+            assert!(q.tentative_reply() <= q.n_exec, "u={u} r={r}");
+            assert!(
+                q.tentative_reply() - r > u,
+                "u={u} r={r}: more than u correct members prepared"
+            );
         }
     }
 

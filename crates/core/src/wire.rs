@@ -163,12 +163,12 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
         }
         Message::Pbft(PbftMessage::OrderCheckpointState(stable)) => validate_stable(stable),
         Message::Pbft(PbftMessage::ReplyStable { stable, .. }) => stable.as_ref().map_or(Ok(()), validate_stable),
-        Message::NextBatch { entries, .. } => {
+        Message::NextBatch { entries, .. } | Message::TentativeBatch { entries, .. } => {
             limit(entries.len() <= BATCH_REQUESTS_MAX, "batch entries")?;
             entries.iter().try_for_each(validate_entry)
         }
         Message::BatchComplete { requests, .. } => limit(requests.len() <= BATCH_REQUESTS_MAX, "batch entries"),
-        Message::Reply { result, .. } => match result {
+        Message::Reply { result, .. } | Message::TentativeReply { result, .. } => match result {
             ReplyBody::Full(bytes) => limit(bytes.len() <= OPERATION_BYTES_MAX, "reply"),
             ReplyBody::Digest(_) => Ok(()),
         },

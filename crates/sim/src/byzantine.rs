@@ -338,6 +338,32 @@ impl Byzantine {
                     };
                     out.extend(self.reseal(from, &message, &envelope.seal, &remote));
                 }
+                Message::TentativeReply {
+                    request_id,
+                    result,
+                    view,
+                    history,
+                    pushes_sent,
+                } => {
+                    // A wrong result, or the right one for a batch of another view or history
+                    // (a tentative execution nobody else did).
+                    counts.bump(class);
+                    let (result, view, history) = if rng.random_bool(0.5) {
+                        (wrong(result), *view, *history)
+                    } else {
+                        let mut other = *history;
+                        other.0[0] ^= 1;
+                        (result.clone(), upright_core::ids::View(view.0 + 1), other)
+                    };
+                    let message = Message::TentativeReply {
+                        request_id: *request_id,
+                        result,
+                        view,
+                        history,
+                        pushes_sent: *pushes_sent,
+                    };
+                    out.extend(self.reseal(from, &message, &envelope.seal, &remote));
+                }
                 Message::Push { seq, payload } => {
                     // A forged push under the same number, and now and then a false claim that
                     // the next pushes are gone.

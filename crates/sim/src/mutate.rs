@@ -321,6 +321,44 @@ pub fn mutate(rng: &mut ChaCha8Rng, keys: &KeyRing, me: ReplicaId, message: &Mes
             };
             (m, kind)
         }
+        Message::TentativeReply {
+            request_id,
+            result,
+            view,
+            history,
+            pushes_sent,
+        } => {
+            let (mut request_id, mut result, mut view, mut history) = (request_id, result, view, history);
+            let kind = match pick {
+                0 => {
+                    request_id = RequestId(nudge(request_id.0, rng));
+                    "mutate_request_id"
+                }
+                1 => {
+                    view = upright_core::ids::View(nudge(view.0, rng));
+                    "mutate_view"
+                }
+                2 => {
+                    history = flip_digest(&history);
+                    "mutate_digest"
+                }
+                _ => {
+                    result = match result {
+                        ReplyBody::Full(bytes) => ReplyBody::Full(flip_bytes(&bytes, rng)),
+                        ReplyBody::Digest(d) => ReplyBody::Digest(flip_digest(&d)),
+                    };
+                    "mutate_payload"
+                }
+            };
+            let m = Message::TentativeReply {
+                request_id,
+                result,
+                view,
+                history,
+                pushes_sent,
+            };
+            (m, kind)
+        }
         Message::StateManifest {
             seqno: s,
             total_bytes,

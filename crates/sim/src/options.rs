@@ -51,11 +51,17 @@ pub enum SabotageMode {
     /// LCR members decide a broadcast as soon as it arrives, before it is stable and in arrival
     /// order (`Sabotage::UnstableDelivery`); the run uses `--protocol lcr` (`r = 0`).
     LcrDeliverUnstable,
+    /// Clients accept tentative replies on `r + 1` matching ones instead of
+    /// `q.tentative_reply()` (`Sabotage::TentativeSmallQuorum`).
+    TentativeSmallQuorum,
+    /// Execution members keep a tentatively executed batch that a view change replaced
+    /// (`Sabotage::TentativeNoRollback`).
+    TentativeNoRollback,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 15] = [
+    pub const ALL: [SabotageMode; 17] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -71,6 +77,8 @@ impl SabotageMode {
         SabotageMode::KeepRetiredKeys,
         SabotageMode::SharedConfigurationKeys,
         SabotageMode::LcrDeliverUnstable,
+        SabotageMode::TentativeSmallQuorum,
+        SabotageMode::TentativeNoRollback,
     ];
 
     /// Its command-line name.
@@ -91,6 +99,8 @@ impl SabotageMode {
             SabotageMode::KeepRetiredKeys => "keep-retired-keys",
             SabotageMode::SharedConfigurationKeys => "shared-configuration-keys",
             SabotageMode::LcrDeliverUnstable => "lcr-deliver-unstable",
+            SabotageMode::TentativeSmallQuorum => "tentative-small-quorum",
+            SabotageMode::TentativeNoRollback => "tentative-no-rollback",
         }
     }
 
@@ -116,6 +126,8 @@ impl SabotageMode {
             SabotageMode::KeepRetiredKeys => Some(Sabotage::KeepRetiredKeys),
             SabotageMode::SharedConfigurationKeys => Some(Sabotage::SharedConfigurationKeys),
             SabotageMode::LcrDeliverUnstable => Some(Sabotage::UnstableDelivery),
+            SabotageMode::TentativeSmallQuorum => Some(Sabotage::TentativeSmallQuorum),
+            SabotageMode::TentativeNoRollback => Some(Sabotage::TentativeNoRollback),
         }
     }
 }

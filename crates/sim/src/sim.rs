@@ -455,6 +455,32 @@ impl<P: Protocol> Sim<P> {
                 plan.steps = vec![(at, FaultStep::PowerLoss), (at + 50_000, FaultStep::Restart(all))];
                 plan
             }
+            Some(SabotageMode::TentativeSmallQuorum | SabotageMode::TentativeNoRollback) => {
+                // Batches prepared at some members and then replaced: lossy links, and the
+                // primaries of views 0, 1, 2, ... cut off in turn while the workload runs, so
+                // view changes come while batches are prepared but not committed.
+                let mut plan = FaultPlan::quiet(shape);
+                plan.network.loss = 0.15;
+                plan.network.reordering = 0.05;
+                let mut t: u64 = rng.random_range(50_000..150_000);
+                let mut replica = 0;
+                let crash = opts.sabotage == Some(SabotageMode::TentativeSmallQuorum);
+                while t + 100_000 < shape.heal_at {
+                    let back = t + rng.random_range(30_000..80_000);
+                    if crash {
+                        // A backup that executed a batch alone crashes: the others may
+                        // replace it.
+                        plan.steps.push((t, FaultStep::Crash(vec![replica])));
+                        plan.steps.push((back, FaultStep::Restart(vec![replica])));
+                    } else {
+                        plan.steps.push((t, FaultStep::Partition(vec![replica])));
+                        plan.steps.push((back, FaultStep::Heal));
+                    }
+                    replica = (replica + 1) % shape.n_replicas as u32;
+                    t += rng.random_range(100_000..200_000);
+                }
+                plan
+            }
             Some(SabotageMode::UncheckedPages) => {
                 // The usual crashes and partitions (so members fall behind and transfer state),
                 // with one execution member serving wrong state.
@@ -475,6 +501,8 @@ impl<P: Protocol> Sim<P> {
                             | SabotageMode::KeepRetiredKeys
                             | SabotageMode::SharedConfigurationKeys
                             | SabotageMode::LcrDeliverUnstable
+                            | SabotageMode::TentativeSmallQuorum
+                            | SabotageMode::TentativeNoRollback
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -494,7 +522,9 @@ impl<P: Protocol> Sim<P> {
                     | SabotageMode::SkipRecoveryCheck
                     | SabotageMode::KeepRetiredKeys
                     | SabotageMode::SharedConfigurationKeys
-                    | SabotageMode::LcrDeliverUnstable => {
+                    | SabotageMode::LcrDeliverUnstable
+                    | SabotageMode::TentativeSmallQuorum
+                    | SabotageMode::TentativeNoRollback => {
                         unreachable!("guarded above")
                     }
                 };

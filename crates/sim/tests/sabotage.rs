@@ -201,3 +201,19 @@ fn shared_configuration_keys_is_caught() {
 fn lcr_deliver_unstable_is_caught() {
     caught_with(SabotageMode::LcrDeliverUnstable, 1, 0);
 }
+
+/// Tentative execution with clients that accept `r + 1` tentative replies: at `u = 1, r = 0` one
+/// member's word that it prepared a batch is taken, and a view change that leaves that member
+/// out replaces the batch (the plan cuts the primaries off in turn over lossy links), so a
+/// result the client was given never happened.
+#[test]
+fn tentative_small_quorum_is_caught() {
+    caught_in(SabotageMode::TentativeSmallQuorum, 1, 0, ServiceKind::Kv, 5 * SEEDS);
+}
+
+/// Tentative execution without the rollback: a member that executed a batch a view change then
+/// replaced goes on from a state no agreed history made, and its checkpoint differs.
+#[test]
+fn tentative_no_rollback_is_caught() {
+    caught_in(SabotageMode::TentativeNoRollback, 1, 0, ServiceKind::Kv, 5 * SEEDS);
+}

@@ -9,6 +9,7 @@
 //! | NEXT-BATCH `{view, seqno, history, time_us, entries}` | order -> exec | authenticator for the execution stage | `q.next_batch()` matching copies from distinct order members, or the co-located order member's alone ([`next_batch::BatchCollector`]) |
 //! | CP-TOKEN `{seqno, exec_state}` | exec -> order | authenticator for the order stage | `q.checkpoint_token()` matching tokens name the execution state an order checkpoint certifies ([`tokens::TokenTally`]) |
 //! | LAST-EXEC `{seqno}` | exec -> order | MAC | each: the order member answers with the committed NEXT-BATCHes after `seqno` it still holds, or with LOAD-CP when they are behind its stable checkpoint |
+//! | TENTATIVE-BATCH `{view, seqno, history, time_us, entries}` | order -> exec | authenticator for the execution stage | the co-located order member's alone: a batch it prepared in `view` with every batch before committed, executed tentatively and confirmed or rolled back by the NEXT-BATCH at `seqno` (`exec/tentative.rs`) |
 //! | LOAD-CP `{seqno, exec_state}` | order -> exec | MAC | `q.load_checkpoint()` matching from distinct order members ([`load::LoadVotes`]): the execution member fetches that state from its peers |
 //! | RETRANSMIT `{client, request_id}` | order -> exec | MAC | each: resend the cached reply |
 //! | WAKE-AT `{seqno, at_us}` | exec -> order | MAC | the newest per execution member; an idle primary orders an empty batch at the `q.small()`-th earliest pending wake-up (one correct member asked for it), and backups accept it on the same count ([`WakeUps`]) |
@@ -127,6 +128,9 @@ pub trait ExecSide {
     fn load_checkpoint(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, exec_state: Digest, out: &mut Vec<Action>);
     /// A RETRANSMIT from an order member.
     fn retransmit(&mut self, now: Time, client: ClientId, request_id: RequestId, out: &mut Vec<Action>);
+    /// A TENTATIVE-BATCH (prepared in `view`, not yet committed) from an order member; the side
+    /// checks that it is the co-located one.
+    fn tentative_batch(&mut self, now: Time, view: View, offered: Offered<'_>, out: &mut Vec<Action>);
 }
 
 /// Hands an authenticated message from `from` to the order side if it is CP-TOKEN, LAST-EXEC or
@@ -169,6 +173,13 @@ pub fn route_to_exec(
                 time_us,
                 entries,
                 ..
+            }
+            | Message::TentativeBatch {
+                seqno,
+                history,
+                time_us,
+                entries,
+                ..
             },
             Principal::Order(r),
         ) => {
@@ -179,7 +190,10 @@ pub fn route_to_exec(
                 time_us: *time_us,
                 entries,
             };
-            side.next_batch(now, offered, out)
+            match message {
+                Message::TentativeBatch { view, .. } => side.tentative_batch(now, *view, offered, out),
+                _ => side.next_batch(now, offered, out),
+            }
         }
         (Message::LoadCheckpoint { seqno, exec_state }, Principal::Order(r)) => {
             side.load_checkpoint(now, r, *seqno, *exec_state, out)
@@ -187,9 +201,13 @@ pub fn route_to_exec(
         (Message::Retransmit { client, request_id }, Principal::Order(_)) => {
             side.retransmit(now, *client, *request_id, out)
         }
-        (Message::NextBatch { .. } | Message::LoadCheckpoint { .. } | Message::Retransmit { .. }, _) => {
-            return Routed::WrongSender
-        }
+        (
+            Message::NextBatch { .. }
+            | Message::TentativeBatch { .. }
+            | Message::LoadCheckpoint { .. }
+            | Message::Retransmit { .. },
+            _,
+        ) => return Routed::WrongSender,
         _ => return Routed::NotContract,
     }
     Routed::Handled
@@ -230,6 +248,10 @@ mod tests {
         fn retransmit(&mut self, _: Time, client: ClientId, request_id: RequestId, _: &mut Vec<Action>) {
             self.0.push(format!("retransmit {} {}", client.0, request_id.0));
         }
+        fn tentative_batch(&mut self, _: Time, view: View, offered: Offered<'_>, _: &mut Vec<Action>) {
+            self.0
+                .push(format!("tentative {} {} {}", view.0, offered.from.0, offered.seqno.0));
+        }
     }
 
     #[test]
@@ -257,7 +279,14 @@ mod tests {
         let batch = next_batch(View(0), SeqNo(4), Digest::default(), 7, Vec::new());
         let load = load_checkpoint(SeqNo(8), Digest::default());
         let again = retransmit(ClientId(5), RequestId(9));
-        for m in [&batch, &load, &again] {
+        let tentative = Message::TentativeBatch {
+            view: View(2),
+            seqno: SeqNo(5),
+            history: Digest::default(),
+            time_us: 8,
+            entries: Vec::new(),
+        };
+        for m in [&batch, &load, &again, &tentative] {
             assert_eq!(route_to_exec(&mut side, 0, order, m, out), Routed::Handled);
             assert_eq!(route_to_exec(&mut side, 0, auth, m, out), Routed::WrongSender);
         }
@@ -270,7 +299,8 @@ mod tests {
                 "wake 2 3 Some(90)",
                 "batch 1 4 0",
                 "load 1 8",
-                "retransmit 5 9"
+                "retransmit 5 9",
+                "tentative 2 1 5"
             ],
             "only the allowed senders reached the sides, with their fields"
         );

@@ -12,7 +12,7 @@ use super::ExecStage;
 use crate::config::ClusterConfig;
 use crate::contract::next_batch::{AgreedBatch, Offered};
 use crate::crypto::Digest;
-use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo};
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
 use crate::message::{batch_seed, history_digest, Message, RequestBody, RequestEntry, SealFor};
 use crate::service::{BatchContext, Effects, ServiceRequest};
 use crate::stage::{Action, Event, Time};
@@ -182,7 +182,7 @@ impl ExecStage {
     }
 
     /// Whether every request of `batch` that will be executed has its body.
-    fn bodies_complete(&self, batch: &AgreedBatch) -> bool {
+    pub(super) fn bodies_complete(&self, batch: &AgreedBatch) -> bool {
         batch
             .entries
             .iter()
@@ -198,6 +198,18 @@ impl ExecStage {
         loop {
             let next = self.last_executed.next();
             let Some(batch) = self.batches.ready(next) else { break };
+            if self.tentative_at(next) {
+                // The batch executed tentatively at this sequence number has committed, or
+                // another one has (a view change replaced it): confirm, or roll back and go on
+                // from the restored state with the batches held.
+                if self.tentative_matches(batch.history) {
+                    let batch = self.batches.take(next).expect("checked above");
+                    self.confirm_tentative(batch, out);
+                } else {
+                    self.roll_back(out);
+                }
+                continue;
+            }
             if !self.bodies_complete(batch) {
                 break;
             }
@@ -207,7 +219,7 @@ impl ExecStage {
                 self.stats.bump("batch_history_mismatch");
                 break;
             }
-            self.execute_batch(batch, out);
+            self.execute_batch(batch, None, out);
         }
         if self.last_executed > start {
             self.batches.prune_through(self.last_executed);
@@ -255,12 +267,19 @@ impl ExecStage {
     /// is an empty batch with a time) first wakes the service if its time reached the service's
     /// `wake_at`; then the requests run; their pushes are numbered and sent before the replies,
     /// which say how many pushes each client has been sent.
-    fn execute_batch(&mut self, batch: AgreedBatch, out: &mut Vec<Action>) {
+    ///
+    /// With `tentative` (the view in which the co-located order member prepared it) the batch runs
+    /// ahead of its commit (`tentative.rs`): replies are TENTATIVE-REPLYs, pushes are held, and
+    /// nothing that reports the batch executed happens until it commits.
+    pub(super) fn execute_batch(&mut self, batch: AgreedBatch, tentative: Option<View>, out: &mut Vec<Action>) {
         let requests = self.requests_to_execute(&batch, out);
+        let mut held = Vec::new();
+        let mut tentative_results = Vec::new();
         // The administrator's requests are reconfigurations for the order stage, not operations
         // of the service: they are answered with what the order stage makes of them.
         let admin = self.config.admin;
         let (admin_requests, requests): (Vec<_>, Vec<_>) = requests.into_iter().partition(|r| Some(r.client) == admin);
+        let admin_requests_empty = admin_requests.is_empty();
         let mut effects = Effects::default();
         if batch.time_us > 0 {
             let context = BatchContext {
@@ -279,9 +298,23 @@ impl ExecStage {
                     requests.len(),
                     "the service must return one reply per request"
                 );
-                self.send_pushes(effects.take_pushes(), out);
+                let pushes_out = if tentative.is_some() { &mut held } else { &mut *out };
+                self.send_pushes(effects.take_pushes(), pushes_out);
                 for (request, result) in requests.iter().zip(results) {
-                    self.send_reply(request.client, request.request_id, &result, false, out);
+                    match tentative {
+                        Some(view) => {
+                            self.send_tentative_reply(
+                                request.client,
+                                request.request_id,
+                                &result,
+                                view,
+                                batch.history,
+                                out,
+                            );
+                            tentative_results.push((request.client, request.request_id, result.clone()));
+                        }
+                        None => self.send_reply(request.client, request.request_id, &result, false, out),
+                    }
                     self.replies.record(request.client, request.request_id, result);
                 }
                 self.stats.bump("requests_executed");
@@ -297,7 +330,23 @@ impl ExecStage {
         } else {
             assert!(requests.is_empty(), "a batch without a time is a null batch");
         }
+        if tentative.is_some() {
+            assert!(
+                admin_requests_empty,
+                "the order stage hands no reconfiguration over tentatively"
+            );
+            self.send_pushes(effects.take_pushes(), &mut held);
+            self.hold_tentative(&batch, tentative_results, held);
+            return;
+        }
         self.send_pushes(effects.take_pushes(), out);
+        self.finish_batch(&batch, out);
+    }
+
+    /// Reports batch `batch` executed (at once, or when a tentatively executed one commits):
+    /// BATCH-COMPLETE to the co-located authentication member, the Executed note, the
+    /// checkpoint, WAKE-AT.
+    pub(super) fn finish_batch(&mut self, batch: &AgreedBatch, out: &mut Vec<Action>) {
         self.last_executed = batch.seqno;
         self.history = batch.history;
         let completed = batch.entries.iter().map(|e| (e.client, e.request_id)).collect();
@@ -328,7 +377,7 @@ impl ExecStage {
 
     /// Sends the reply `result` to `request_id` of `client` (full if `retransmit`, else by the
     /// full/digest rule).
-    fn send_reply(
+    pub(super) fn send_reply(
         &self,
         client: ClientId,
         request_id: RequestId,
@@ -353,6 +402,11 @@ impl ExecStage {
         if self.distrusted {
             // The cached replies are the distrusted state's.
             self.stats.bump("retransmit_state_distrusted");
+            return;
+        }
+        if self.tentative_client(client) {
+            // Its cached reply is tentative: the committed one goes out when the batch commits.
+            self.stats.bump("retransmit_tentative");
             return;
         }
         if self.replies.get(client).map(|c| c.request_id) != Some(request_id) {

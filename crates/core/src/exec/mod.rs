@@ -21,6 +21,7 @@ mod read_only;
 mod recovery;
 pub mod reply_cache;
 mod state_transfer;
+mod tentative;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -31,6 +32,8 @@ mod tests_paged;
 mod tests_read_only;
 #[cfg(test)]
 mod tests_recovery;
+#[cfg(test)]
+mod tests_tentative;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -40,7 +43,7 @@ use crate::contract::load::LoadVotes;
 use crate::contract::next_batch::{BatchCollector, Offered};
 use crate::contract::{self, ExecSide, Routed};
 use crate::crypto::{Digest, KeyRing};
-use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo};
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
 use crate::message::{Envelope, Message, SealFor};
 use crate::quorum::Quorums;
 use crate::service::Service;
@@ -101,6 +104,11 @@ pub struct ExecStage {
     /// A proactive recovery distrusts the stored state until a certified checkpoint is
     /// installed (`recovery.rs`).
     distrusted: bool,
+    /// The batch executed tentatively and not yet committed (`tentative.rs`).
+    tentative: Option<tentative::Tentative>,
+    /// The service's checkpoint of its initial state, kept while no checkpoint is: what a
+    /// tentative batch before the first checkpoint is rolled back to.
+    initial: Option<bytes::Bytes>,
 }
 
 impl ExecStage {
@@ -160,9 +168,14 @@ impl ExecStage {
             paged: None,
             distrusted: false,
             wake_reported: None,
+            tentative: None,
+            initial: None,
             config,
         };
         stage.recover(storage, page_store);
+        if stage.last_executed == SeqNo(0) && stage.checkpoints.newest().is_none() && !stage.state_is_partial() {
+            stage.initial = Some(stage.service.checkpoint());
+        }
         stage.progress_mark = stage.last_executed;
         Ok(stage)
     }
@@ -365,6 +378,10 @@ impl ExecSide for ExecStage {
 
     fn retransmit(&mut self, now: Time, client: ClientId, request_id: RequestId, out: &mut Vec<Action>) {
         self.on_retransmit(now, client, request_id, out)
+    }
+
+    fn tentative_batch(&mut self, _now: Time, view: View, o: Offered<'_>, out: &mut Vec<Action>) {
+        self.on_tentative_batch(o.from, view, o.seqno, o.history, o.time_us, o.entries, out)
     }
 }
 

@@ -207,6 +207,13 @@ impl PagedState {
         !self.stored.is_empty()
     }
 
+    /// The checkpoint the pages were last frozen at (`Some(None)`: the initial or recovered
+    /// pages before any checkpoint), if the pages are whole: what [`crate::pages::Pages::revert`]
+    /// brings them back to.
+    pub fn frozen_at(&self) -> Option<Option<SeqNo>> {
+        (!self.diverged).then_some(self.newest)
+    }
+
     /// Marks the pages as no batch's state (see [`ExecStage::state_is_partial`]).
     pub fn mark_partial(&mut self) {
         self.diverged = true;

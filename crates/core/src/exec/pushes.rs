@@ -140,6 +140,11 @@ impl ExecStage {
         if !self.seal_ok(envelope, out) {
             return;
         }
+        if self.tentative_client(client) {
+            // Some kept pushes may be a tentative batch's: they go out when it commits.
+            self.stats.bump("push_resume_tentative");
+            return;
+        }
         if self.distrusted {
             // The kept pushes are the distrusted state's.
             return self.stats.bump("push_resume_state_distrusted");

@@ -58,6 +58,12 @@ impl ExecStage {
             self.stats.bump("read_only_during_transfer");
             return;
         }
+        if self.tentative_outstanding() {
+            // The state holds a batch not yet committed: reading it could return a write that
+            // a view change undoes. The client's read-only timeout sends it on the ordered path.
+            self.stats.bump("read_only_during_tentative");
+            return;
+        }
         if operation.len() > self.config.knobs.request_bytes_max || request_id.0 == 0 {
             self.stats.bump("read_only_bad_request");
             return;

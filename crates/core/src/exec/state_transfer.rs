@@ -96,6 +96,9 @@ impl ExecStage {
 
     /// Starts loading checkpoint `seqno` (agreed by LOAD-CPs) from the execution peers.
     fn start_transfer(&mut self, seqno: SeqNo, digest: Digest, out: &mut Vec<Action>) {
+        // The transfer compares against and may give up on the current state: make it a
+        // committed one first.
+        self.roll_back(out);
         let n_exec = self.q.n_exec as u32;
         let peers: Vec<ReplicaId> = (1..n_exec).map(|k| ReplicaId((self.id.0 + k) % n_exec)).collect();
         if peers.is_empty() {

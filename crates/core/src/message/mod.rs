@@ -472,6 +472,37 @@ pub enum Message {
     // ---- order <-> order (LCR) ----
     /// LCR's messages among order members ([`lcr`]), when the cluster runs `protocol = "lcr"`.
     Lcr(lcr::LcrMessage),
+    // ---- tentative execution (PBFT thesis 5.1.3; docs/PROTOCOL.md "Tentative execution") ----
+    /// TENTATIVE-BATCH: a batch this order member has prepared in `view` while every batch
+    /// before it is committed; execute it tentatively. Only from the co-located order member
+    /// (one process), never across the network. Authenticator.
+    TentativeBatch {
+        /// View in which it prepared.
+        view: View,
+        /// Sequence number.
+        seqno: SeqNo,
+        /// History digest `H_seqno` it would have once committed.
+        history: Digest,
+        /// Agreed time.
+        time_us: u64,
+        /// The requests.
+        entries: Vec<RequestEntry>,
+    },
+    /// TENTATIVE-REPLY: the result of a tentatively executed request: batch `history` prepared
+    /// in `view` at the sender's order member. A client accepts `q.tentative_reply()` matching
+    /// ones (same result digest, view and history). MAC.
+    TentativeReply {
+        /// Request number being answered.
+        request_id: RequestId,
+        /// The result, or its digest.
+        result: ReplyBody,
+        /// View in which the batch prepared.
+        view: View,
+        /// History digest of the batch.
+        history: Digest,
+        /// Pushes the member has sent this client so far (as in REPLY).
+        pushes_sent: u64,
+    },
 }
 
 /// A reply's result, full or as a digest.

@@ -395,7 +395,7 @@ impl OrderStage {
         if self.q.n_order == self.q.order_medium() {
             return self.send_to_order(out, message);
         }
-        let quiet = now >= self.primary_vote.include_primary_until;
+        let quiet = now >= self.primary_vote.include_primary_until && !self.tentative_needs_primary(seqno);
         if quiet {
             let primary = Principal::Order(self.primary_of(view));
             let backups = self
@@ -697,6 +697,7 @@ impl OrderStage {
         self.stats.bump("prepared");
         persist::write(out, persist::mark_key(seqno), &slot.record.mark());
         self.send_to_order(out, Message::Pbft(PbftMessage::Commit { view, seqno, digest }));
+        self.offer_tentative(seqno, out);
         self.check_committed(now, seqno, out);
     }
 

@@ -61,6 +61,8 @@ impl OrderStage {
         if !progressed {
             return;
         }
+        // The next slot may have prepared before this one committed.
+        self.offer_tentative(self.prefix.last_committed.next(), out);
         self.note_backups_complete(now);
         self.send_owed_next_batches(now, SeqNo(0), out);
         self.view_change.consecutive = 0;
@@ -137,6 +139,67 @@ impl OrderStage {
             accepted.batch.time_us,
             accepted.batch.entries.iter().map(|e| e.entry.clone()).collect(),
         ))
+    }
+
+    /// Whether slot `seqno`'s batch in the current view may be executed tentatively: tentative
+    /// execution is on, the batch has requests (at most `tentative_entries_max`, so only light
+    /// load pays for it), none of them the administrator's (a reconfiguration takes effect only
+    /// when committed), and `seqno` is not a checkpoint's (execution checkpoints only committed
+    /// state, and a rollback restores the newest checkpoint).
+    pub(super) fn tentative_eligible(&self, seqno: SeqNo) -> bool {
+        let max = self.config.knobs.tentative_entries_max;
+        if max == 0 || seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) {
+            return false;
+        }
+        let Some(accepted) = self.log.get(&seqno).and_then(|s| s.accepted_in(self.view)) else {
+            return false;
+        };
+        let entries = &accepted.batch.entries;
+        !entries.is_empty()
+            && entries.len() <= max
+            && accepted.batch.time_us > 0
+            && entries.iter().all(|e| Some(e.entry.client) != self.config.admin)
+    }
+
+    /// Whether the primary's PREPARE vote is needed for the tentative reply quorum: the backups
+    /// with an execution member are fewer than `q.tentative_reply()` (at `u = r` when the primary
+    /// hosts an execution member), so backups send it their PREPAREs for tentative batches.
+    pub(super) fn tentative_needs_primary(&self, seqno: SeqNo) -> bool {
+        let primary = self.primary_of(self.view);
+        let backups_with_exec = self.q.n_exec - usize::from((primary.0 as usize) < self.q.n_exec);
+        backups_with_exec < self.q.tentative_reply() && self.tentative_eligible(seqno)
+    }
+
+    /// Tentative execution (PBFT thesis 5.1.3; docs/PROTOCOL.md "Tentative execution"): hands
+    /// slot `seqno` to the co-located execution member as TENTATIVE-BATCH once it is prepared
+    /// in the current view (its certificate written before, and local deliveries wait for the
+    /// sync) and every slot before it is committed. Not across the network: another execution
+    /// member trusts only its own order member's word that the batch prepared.
+    pub(super) fn offer_tentative(&mut self, seqno: SeqNo, out: &mut Vec<Action>) {
+        let own = Principal::Exec(self.id);
+        if self.changing
+            || seqno != self.prefix.last_committed.next()
+            || self.tentative_sent == Some((self.view, seqno))
+            || !ClusterConfig::exec_members(&self.q).any(|p| p == own)
+            || !self.tentative_eligible(seqno)
+        {
+            return;
+        }
+        let Some(slot) = self.log.get(&seqno) else { return };
+        if !slot.prepared_in(self.view) || slot.record.committed.is_some() {
+            return;
+        }
+        let accepted = slot.accepted_in(self.view).expect("prepared in this view");
+        let message = Message::TentativeBatch {
+            view: self.view,
+            seqno,
+            history: crate::message::history_digest(&self.prefix.history, &accepted.digest),
+            time_us: accepted.batch.time_us,
+            entries: accepted.batch.entries.iter().map(|e| e.entry.clone()).collect(),
+        };
+        self.tentative_sent = Some((self.view, seqno));
+        self.stats.bump("tentative_batch_sent");
+        self.send_to_exec(out, vec![own], message);
     }
 
     /// `Sabotage::EarlyExecute`: release a batch to execution as soon as it is pre-prepared.

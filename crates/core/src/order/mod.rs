@@ -183,6 +183,9 @@ pub struct OrderStage {
     /// member's COMMIT still has not arrived once held long enough (`send_owed_next_batches`);
     /// slots in the log only.
     next_batch_owed: BTreeMap<SeqNo, (Time, Vec<ReplicaId>)>,
+    /// The last `(view, seqno)` handed to the co-located execution member as a TENTATIVE-BATCH
+    /// (`handoff.rs`, tentative execution), so that each is handed over once.
+    tentative_sent: Option<(View, SeqNo)>,
     /// The primary's part in the prepare phase: left out while every backup keeps up.
     primary_vote: PrimaryVote,
     /// After a restart, the installed view this member was in. Accepted batches are written
@@ -290,6 +293,7 @@ impl OrderStage {
             },
             helped: BTreeMap::new(),
             next_batch_owed: BTreeMap::new(),
+            tentative_sent: None,
             primary_vote: PrimaryVote::new(),
             abstain_through: (recovered.view_found && !recovered.view.changing).then_some(recovered.view.view),
             record_start: !recovered.view_found,

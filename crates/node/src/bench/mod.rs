@@ -55,6 +55,9 @@ pub struct BenchOptions {
     pub pipeline_window: Option<u64>,
     /// `batch_delay_us` of the replicas (`None`: the default knob).
     pub batch_delay_us: Option<u64>,
+    /// `tentative_entries_max` of the replicas (`None`: the default knob; 0: no tentative
+    /// execution).
+    pub tentative_entries_max: Option<usize>,
     /// `key_refresh_us` of the replicas and clients (0: no key refresh).
     pub key_refresh_us: u64,
     /// Length of each measurement window.
@@ -106,6 +109,7 @@ fn bench_knobs(options: &BenchOptions, batch_size: usize) -> Knobs {
         batch_size_max: batch_size,
         pipeline_window: options.pipeline_window.unwrap_or(defaults.pipeline_window),
         batch_delay_us: options.batch_delay_us.unwrap_or(defaults.batch_delay_us),
+        tentative_entries_max: options.tentative_entries_max.unwrap_or(defaults.tentative_entries_max),
         key_refresh_us: options.key_refresh_us,
         ..defaults
     }

@@ -1354,3 +1354,45 @@ fn a_backup_that_cut_a_peer_off_alone_is_not_left_behind() {
         assert_eq!(c.member(i).last_committed(), last, "member {i}");
     }
 }
+
+/// Tentative execution (`handoff.rs`): each order member with an execution member hands every
+/// small batch over once prepared (before it commits), and at `u = r` the backups send the
+/// primary their PREPAREs so that its execution member, needed for the tentative reply quorum,
+/// executes too; a batch larger than `tentative_entries_max` takes the committed path alone.
+#[test]
+fn prepared_batches_are_handed_to_the_own_execution_member_before_they_commit() {
+    let knobs = Knobs {
+        tentative_entries_max: 1,
+        pipeline_window: 1,
+        ..small_knobs()
+    };
+    let mut c = Cluster::new(1, 1, knobs);
+    for n in 1..=3u32 {
+        c.submit(n % CLIENTS);
+        c.pump();
+    }
+    assert_eq!(c.min_committed(), SeqNo(3));
+    for i in 0..c.q.n_exec {
+        assert_eq!(c.stat(i, "tentative_batch_sent"), 3, "member {i}");
+    }
+    assert_eq!(c.stat(3, "tentative_batch_sent"), 0, "member 3 has no execution member");
+    assert_eq!(
+        c.stat(0, "prepared"),
+        3,
+        "the primary prepared: its execution member is needed"
+    );
+    assert_eq!(c.stat(1, "prepare_quiet"), 0);
+
+    // Three requests at once: a batch of more than tentative_entries_max takes the committed
+    // path alone, and its PREPAREs leave the primary out.
+    c.submit(1);
+    c.submit(2);
+    c.submit(0);
+    c.pump();
+    let committed = c.min_committed().0;
+    assert!(committed > 3);
+    for i in 0..c.q.n_exec {
+        assert!(c.stat(i, "tentative_batch_sent") < committed, "member {i}");
+    }
+    assert!(c.stat(1, "prepare_quiet") >= 1, "the primary is left out again");
+}
