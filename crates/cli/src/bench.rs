@@ -57,7 +57,7 @@ pub struct BenchArgs {
     #[arg(long)]
     batch_delay_us: Option<u64>,
     /// Tentative execution: batches of at most this many requests are executed once prepared
-    /// (the tentative_entries_max knob; 0: off; default: the knob's default, 8).
+    /// (the tentative_entries_max knob; 0: off; default: the knob's default, off).
     #[arg(long)]
     tentative: Option<usize>,
     /// Key refresh of the replicas and clients every this many seconds (the key_refresh_us

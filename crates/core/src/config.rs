@@ -166,15 +166,20 @@ pub struct Knobs {
     /// member once prepared, before it commits, and clients accept `q.tentative_reply()`
     /// matching tentative replies; one message delay less per request while load is light.
     /// Larger batches (heavy load, where latency is queueing) take the committed path only.
-    /// 0: off.
+    /// 0 (the default): off.
     #[serde(default = "default_tentative_entries_max")]
     pub tentative_entries_max: usize,
     /// Testing only: a deliberately broken protocol (see [`Sabotage`]).
     pub sabotage: Option<Sabotage>,
 }
 
-/// Default of [`Knobs::tentative_entries_max`].
-pub const TENTATIVE_ENTRIES_MAX_DEFAULT: usize = 8;
+/// Default of [`Knobs::tentative_entries_max`]: off. Measured on this 2-core machine (session
+/// 37, docs/PERFORMANCE.md) at u = r = 1 it made one client slower, not faster (p50 0.41 ->
+/// 0.54 ms with fsync, 0.21 -> 0.25 ms without): at `u = r` the tentative quorum is every
+/// execution member, so a request waits for the slowest of them rather than the fastest `r + 1`,
+/// and the primary's prepare, sync and COMMIT plus the second round of replies cost CPU the
+/// saved message delay does not repay; 16 clients lost 16% of their throughput.
+pub const TENTATIVE_ENTRIES_MAX_DEFAULT: usize = 0;
 
 fn default_tentative_entries_max() -> usize {
     TENTATIVE_ENTRIES_MAX_DEFAULT

@@ -265,7 +265,22 @@ impl SimOptions {
                 0
             },
             key_overlap_us: 80_000,
+            tentative_entries_max: self.tentative_entries_max(),
             ..Knobs::default()
+        }
+    }
+
+    /// Tentative execution (off by default in deployments: docs/PERFORMANCE.md "Session 37")
+    /// runs in every even seed, and always under its sabotage modes, so both paths stay proven.
+    pub fn tentative_entries_max(&self) -> usize {
+        let sabotaged = matches!(
+            self.sabotage,
+            Some(SabotageMode::TentativeSmallQuorum | SabotageMode::TentativeNoRollback)
+        );
+        if sabotaged || self.seed.is_multiple_of(2) {
+            8
+        } else {
+            0
         }
     }
 
