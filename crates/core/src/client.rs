@@ -312,24 +312,7 @@ impl Client {
             }
         };
         match &envelope.message {
-            Message::Reply { .. } => self.on_reply(now, exec, envelope, out),
-            Message::TentativeReply {
-                request_id,
-                result,
-                view,
-                history,
-                pushes_sent,
-            } => {
-                if let Err(reason) = self.reply_wanted(exec, *request_id, false) {
-                    self.stats.bump(reason);
-                    return;
-                }
-                if self.sealed_for_me(envelope, out) {
-                    self.pushes_owed(now, *pushes_sent, out);
-                    let tag = Some((*view, *history));
-                    self.on_ordered_reply(now, exec, *request_id, result, tag, out);
-                }
-            }
+            Message::Reply { .. } | Message::TentativeReply { .. } => self.on_reply(now, exec, envelope, out),
             Message::Push { seq, payload } => {
                 if self.sealed_for_me(envelope, out) {
                     self.on_push(now, exec, *seq, payload, out);
@@ -374,15 +357,23 @@ impl Client {
         ok
     }
 
+    /// REPLY or TENTATIVE-REPLY (with the view and history of the tentatively executed batch).
     fn on_reply(&mut self, now: Time, exec: ReplicaId, envelope: &Envelope, out: &mut Vec<Action>) {
-        let Message::Reply {
-            request_id,
-            result,
-            read_only,
-            pushes_sent,
-        } = &envelope.message
-        else {
-            unreachable!("dispatched on message kind");
+        let (request_id, result, read_only, pushes_sent, tentative) = match &envelope.message {
+            Message::Reply {
+                request_id,
+                result,
+                read_only,
+                pushes_sent,
+            } => (request_id, result, read_only, pushes_sent, None),
+            Message::TentativeReply {
+                request_id,
+                result,
+                view,
+                history,
+                pushes_sent,
+            } => (request_id, result, &false, pushes_sent, Some((*view, *history))),
+            _ => unreachable!("dispatched on message kind"),
         };
         // Cheap checks before the MAC: a reply this client would ignore whatever its seal (request
         // already delivered, another request id, a member already heard on the read-only path)
@@ -398,7 +389,7 @@ impl Client {
         if *read_only {
             self.on_read_only_reply(now, exec, *request_id, result, out);
         } else {
-            self.on_ordered_reply(now, exec, *request_id, result, None, out);
+            self.on_ordered_reply(now, exec, *request_id, result, tentative, out);
         }
     }
 
@@ -610,7 +601,8 @@ mod tests {
         ))
     }
 
-    fn delivered(actions: &[Action]) -> Vec<Bytes> {
+    /// The results delivered by `actions` (also used by `read_only`'s tests).
+    pub(super) fn delivered(actions: &[Action]) -> Vec<Bytes> {
         actions
             .iter()
             .filter_map(|a| match a {

@@ -209,6 +209,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::client::tests::delivered;
     use crate::config::Knobs;
     use crate::ids::{ClientId, Principal};
     use crate::message::{Envelope, SealFor};
@@ -245,16 +246,6 @@ mod tests {
                 path: ReadPath::ReadOnly,
             },
         )
-    }
-
-    fn delivered(actions: &[Action]) -> Vec<Bytes> {
-        actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Deliver { result, .. } => Some(result.clone()),
-                _ => None,
-            })
-            .collect()
     }
 
     fn ordered_request(actions: &[Action]) -> Option<(RequestId, Vec<Principal>)> {

@@ -279,7 +279,10 @@ impl ExecStage {
         // of the service: they are answered with what the order stage makes of them.
         let admin = self.config.admin;
         let (admin_requests, requests): (Vec<_>, Vec<_>) = requests.into_iter().partition(|r| Some(r.client) == admin);
-        let admin_requests_empty = admin_requests.is_empty();
+        assert!(
+            tentative.is_none() || admin_requests.is_empty(),
+            "the order stage hands no reconfiguration over tentatively"
+        );
         let mut effects = Effects::default();
         if batch.time_us > 0 {
             let context = BatchContext {
@@ -301,19 +304,10 @@ impl ExecStage {
                 let pushes_out = if tentative.is_some() { &mut held } else { &mut *out };
                 self.send_pushes(effects.take_pushes(), pushes_out);
                 for (request, result) in requests.iter().zip(results) {
-                    match tentative {
-                        Some(view) => {
-                            self.send_tentative_reply(
-                                request.client,
-                                request.request_id,
-                                &result,
-                                view,
-                                batch.history,
-                                out,
-                            );
-                            tentative_results.push((request.client, request.request_id, result.clone()));
-                        }
-                        None => self.send_reply(request.client, request.request_id, &result, false, out),
+                    let tag = tentative.map(|view| (view, batch.history));
+                    self.send_ordered_reply(request.client, request.request_id, &result, false, tag, out);
+                    if tentative.is_some() {
+                        tentative_results.push((request.client, request.request_id, result.clone()));
                     }
                     self.replies.record(request.client, request.request_id, result);
                 }
@@ -331,10 +325,6 @@ impl ExecStage {
             assert!(requests.is_empty(), "a batch without a time is a null batch");
         }
         if tentative.is_some() {
-            assert!(
-                admin_requests_empty,
-                "the order stage hands no reconfiguration over tentatively"
-            );
             self.send_pushes(effects.take_pushes(), &mut held);
             self.hold_tentative(&batch, tentative_results, held);
             return;
@@ -385,12 +375,37 @@ impl ExecStage {
         retransmit: bool,
         out: &mut Vec<Action>,
     ) {
+        self.send_ordered_reply(client, request_id, result, retransmit, None, out);
+    }
+
+    /// Sends REPLY, or with `tentative` (view and history of the tentatively executed batch)
+    /// TENTATIVE-REPLY, to `request_id` of `client`, by the full/digest rule (full if
+    /// `retransmit`).
+    pub(super) fn send_ordered_reply(
+        &self,
+        client: ClientId,
+        request_id: RequestId,
+        result: &Bytes,
+        retransmit: bool,
+        tentative: Option<(View, Digest)>,
+        out: &mut Vec<Action>,
+    ) {
         let result = reply_body(&self.q, self.id, client, request_id, result, retransmit);
-        let message = Message::Reply {
-            request_id,
-            result,
-            read_only: false,
-            pushes_sent: self.pushes.sent(client),
+        let pushes_sent = self.pushes.sent(client);
+        let message = match tentative {
+            None => Message::Reply {
+                request_id,
+                result,
+                read_only: false,
+                pushes_sent,
+            },
+            Some((view, history)) => Message::TentativeReply {
+                request_id,
+                result,
+                view,
+                history,
+                pushes_sent,
+            },
         };
         let to = Principal::Client(client);
         self.send(vec![to], message, SealFor::One(to), out);

@@ -106,8 +106,9 @@ pub struct ExecStage {
     distrusted: bool,
     /// The batch executed tentatively and not yet committed (`tentative.rs`).
     tentative: Option<tentative::Tentative>,
-    /// The service's checkpoint of its initial state, kept while no checkpoint is: what a
-    /// tentative batch before the first checkpoint is rolled back to.
+    /// The service's checkpoint of its initial state, taken at a first start when tentative
+    /// execution is configured: what a tentative batch before the first checkpoint is rolled
+    /// back to.
     initial: Option<bytes::Bytes>,
 }
 
@@ -173,7 +174,8 @@ impl ExecStage {
             config,
         };
         stage.recover(storage, page_store);
-        if stage.last_executed == SeqNo(0) && stage.checkpoints.newest().is_none() && !stage.state_is_partial() {
+        let first_start = stage.last_executed == SeqNo(0) && stage.checkpoints.newest().is_none();
+        if stage.config.knobs.tentative_entries_max > 0 && first_start && !stage.state_is_partial() {
             stage.initial = Some(stage.service.checkpoint());
         }
         stage.progress_mark = stage.last_executed;

@@ -26,8 +26,8 @@ use crate::codec;
 use crate::config::Sabotage;
 use crate::contract::next_batch::AgreedBatch;
 use crate::crypto::Digest;
-use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, View};
-use crate::message::{history_digest, Message, RequestEntry, SealFor};
+use crate::ids::{ClientId, ReplicaId, RequestId, SeqNo, View};
+use crate::message::{history_digest, RequestEntry};
 use crate::stage::Action;
 
 /// A batch executed tentatively and not yet committed.
@@ -168,7 +168,9 @@ impl ExecStage {
     /// Rolls the state back to the newest checkpoint (or the initial state) and asks the
     /// co-located order member for the committed batches since (LAST-EXEC).
     pub(super) fn roll_back(&mut self, out: &mut Vec<Action>) {
-        let Some(tentative) = self.tentative.take() else { return };
+        if self.tentative.take().is_none() {
+            return;
+        }
         self.stats.bump("tentative_rolled_back");
         let base = match self.checkpoints.newest() {
             Some(stored) => codec::from_bytes::<ExecCheckpoint>(&stored.blob).expect("a kept checkpoint decodes"),
@@ -189,31 +191,8 @@ impl ExecStage {
         }
         self.restore_checkpoint(&base)
             .expect("the member's own checkpoint restores");
-        drop(tentative);
         self.progress_mark = self.last_executed;
         self.send_last_executed(out);
         self.request_bodies(out);
-    }
-
-    /// TENTATIVE-REPLY to `client`.
-    pub(super) fn send_tentative_reply(
-        &self,
-        client: ClientId,
-        request_id: RequestId,
-        result: &Bytes,
-        view: View,
-        history: Digest,
-        out: &mut Vec<Action>,
-    ) {
-        let result = super::reply_cache::reply_body(&self.q, self.id, client, request_id, result, false);
-        let message = Message::TentativeReply {
-            request_id,
-            result,
-            view,
-            history,
-            pushes_sent: self.pushes.sent(client),
-        };
-        let to = Principal::Client(client);
-        self.send(vec![to], message, SealFor::One(to), out);
     }
 }

@@ -8,6 +8,16 @@ use crate::stage::{Action, Event, Input, Stage};
 
 const OTHER: ClientId = ClientId(8);
 
+/// [`Net::small`] with tentative execution configured (its order members hand batches over).
+fn tentative_net() -> Net {
+    Net::new(crate::config::Knobs {
+        checkpoint_interval: 4,
+        log_window: 8,
+        tentative_entries_max: 8,
+        ..crate::config::Knobs::default()
+    })
+}
+
 fn tentative(net: &Net, order: u32, view: u64, batch: &TestBatch) -> Input {
     let message = Message::TentativeBatch {
         view: View(view),
@@ -50,7 +60,7 @@ fn batch_complete_sent(out: &[Action]) -> bool {
 
 #[test]
 fn a_tentative_batch_answers_at_once_and_is_reported_only_when_it_commits() {
-    let net = Net::small();
+    let net = tentative_net();
     let mut stage = net.kv_stage(1);
     let batches = chain(vec![vec![put(1, "a", "x")], vec![put(2, "a", "y")]]);
 
@@ -102,7 +112,7 @@ fn a_tentative_batch_answers_at_once_and_is_reported_only_when_it_commits() {
 
 #[test]
 fn a_replaced_tentative_batch_is_rolled_back_and_the_committed_one_executed() {
-    let net = Net::small();
+    let net = tentative_net();
     // What the cluster commits: another client's append at 1, then three more batches up to
     // the checkpoint at 4.
     let committed = chain(vec![
@@ -150,7 +160,7 @@ fn a_replaced_tentative_batch_is_rolled_back_and_the_committed_one_executed() {
 
 #[test]
 fn rolled_back_past_a_checkpoint_the_member_catches_up_from_its_order_member() {
-    let net = Net::small();
+    let net = tentative_net();
     let batches = chain(vec![
         vec![put(1, "a", "1")],
         vec![put(2, "a", "2")],
@@ -185,7 +195,7 @@ fn rolled_back_past_a_checkpoint_the_member_catches_up_from_its_order_member() {
 
 #[test]
 fn no_tentative_execution_at_a_checkpoint_or_out_of_order() {
-    let net = Net::small();
+    let net = tentative_net();
     let batches = chain(vec![
         vec![put(1, "a", "1")],
         vec![put(2, "a", "2")],
