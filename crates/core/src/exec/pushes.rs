@@ -140,8 +140,9 @@ impl ExecStage {
         if !self.seal_ok(envelope, out) {
             return;
         }
-        if self.tentative_client(client) {
-            // Some kept pushes may be a tentative batch's: they go out when it commits.
+        if self.tentative_outstanding() {
+            // Some kept pushes may be a tentative batch's (to any client: a write wakes another
+            // client's watch): they go out when it commits.
             self.stats.bump("push_resume_tentative");
             return;
         }
