@@ -106,6 +106,13 @@ pub const FETCHES_OUTSTANDING_MAX: usize = 1024;
 /// behind a member's newest (the interlock orders up to `2 * checkpoint_interval` past it).
 pub const CHECKPOINTS_KEPT: usize = 3;
 
+/// A kept checkpoint a peer fetched from (manifest or chunk) stays kept, beside the newest
+/// [`CHECKPOINTS_KEPT`], until this many newer checkpoints were taken since it was last served:
+/// a transfer over lossy links that retries each `exec_retry_us` then finishes while the cluster
+/// checkpoints fast (under Aliph's Quorum every request is a batch), instead of chasing newer
+/// checkpoints that are dropped in turn before it is done. At most one such extra checkpoint.
+pub const CHECKPOINT_SERVED_PIN: u32 = 8;
+
 /// Most client signatures an authentication member checks in one batch (`KeyRing::verify_signatures`):
 /// the new signed requests of one round, checked at its flush; a round with more checks each full
 /// batch at once.

@@ -160,16 +160,34 @@ pub fn tampered_record(
 pub(crate) struct CheckpointStore {
     kept: BTreeMap<SeqNo, StoredCheckpoint>,
     on_disk: BTreeSet<SeqNo>,
+    /// The checkpoint last served to a peer, and how many were taken since
+    /// ([`crate::limits::CHECKPOINT_SERVED_PIN`]).
+    served: Option<(SeqNo, u32)>,
 }
 
 impl CheckpointStore {
-    /// Adds a checkpoint; returns the storage keys to delete (all but the newest kept).
+    /// Adds a checkpoint; returns the storage keys to delete (all but the newest kept, and the
+    /// one a peer is fetching).
     fn insert(&mut self, stored: StoredCheckpoint) -> Vec<SeqNo> {
         self.on_disk.insert(stored.seqno);
         self.kept.insert(stored.seqno, stored);
-        while self.kept.len() > CHECKPOINTS_KEPT {
-            self.kept.pop_first();
+        if let Some((_, since)) = &mut self.served {
+            *since += 1;
         }
+        self.served = self
+            .served
+            .filter(|&(seqno, since)| since <= crate::limits::CHECKPOINT_SERVED_PIN && self.kept.contains_key(&seqno));
+        let pinned = self.served.map(|(seqno, _)| seqno);
+        while self.kept.len() > CHECKPOINTS_KEPT + usize::from(pinned.is_some()) {
+            let oldest = self
+                .kept
+                .keys()
+                .copied()
+                .find(|s| Some(*s) != pinned)
+                .expect("more kept than one pinned");
+            self.kept.remove(&oldest);
+        }
+
         let stale: Vec<SeqNo> = self
             .on_disk
             .iter()
@@ -196,6 +214,11 @@ impl CheckpointStore {
     /// The kept checkpoint at `seqno` with this digest.
     pub fn get(&self, seqno: SeqNo, digest: Digest) -> Option<&StoredCheckpoint> {
         self.kept.get(&seqno).filter(|cp| cp.digest == digest)
+    }
+
+    /// A peer fetched from the kept checkpoint at `seqno`: keep it a while longer.
+    pub fn served(&mut self, seqno: SeqNo) {
+        self.served = Some((seqno, 0));
     }
 }
 
@@ -358,5 +381,38 @@ impl ExecStage {
             paged.mark_partial();
             self.stats.bump("stored_pages_without_checkpoint");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cp(n: u64) -> StoredCheckpoint {
+        StoredCheckpoint::new(SeqNo(n), Bytes::from(n.to_le_bytes().to_vec()), 4)
+    }
+
+    /// The newest `CHECKPOINTS_KEPT` are kept; one a peer is fetching stays too, until
+    /// `CHECKPOINT_SERVED_PIN` newer ones were taken without it being served again.
+    #[test]
+    fn a_checkpoint_being_fetched_outlives_the_newest_three_for_a_while() {
+        let mut store = CheckpointStore::default();
+        for n in 1..=3 {
+            assert!(store.insert(cp(n)).is_empty());
+        }
+        assert_eq!(store.insert(cp(4)), vec![SeqNo(1)], "the oldest goes");
+        store.served(SeqNo(2));
+        for n in 5..5 + u64::from(crate::limits::CHECKPOINT_SERVED_PIN) {
+            store.insert(cp(n));
+            assert!(store.get(SeqNo(2), cp(2).digest).is_some(), "pinned at {n}");
+            assert_eq!(store.kept.len(), CHECKPOINTS_KEPT + 1, "one extra at most");
+        }
+        store.insert(cp(100));
+        assert!(
+            store.get(SeqNo(2), cp(2).digest).is_none(),
+            "released once not served for long"
+        );
+        assert_eq!(store.kept.len(), CHECKPOINTS_KEPT);
+        assert_eq!(store.on_disk.len(), CHECKPOINTS_KEPT, "its storage record goes with it");
     }
 }

@@ -411,6 +411,7 @@ impl ExecStage {
             },
         };
         self.stats.bump("fetch_state_served");
+        self.checkpoints.served(seqno);
         self.send_each(std::iter::once(Principal::Exec(from)), &message, out);
     }
 }
