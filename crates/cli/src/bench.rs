@@ -42,9 +42,10 @@ pub struct BenchArgs {
     /// Fault settings u/r, comma-separated (2u + r + 1 replica processes each).
     #[arg(long, value_delimiter = ',', default_value = "1/1")]
     ur: Vec<String>,
-    /// Ordering protocols to measure, comma-separated: `pbft`, `lcr` (LCR tolerates crashes
-    /// only: it runs at r = 0 with each --ur's u). Each result carries its protocol.
-    #[arg(long, value_delimiter = ',', default_value = "pbft", value_parser = ["pbft", "lcr"])]
+    /// Ordering protocols to measure, comma-separated: `pbft`, `quorum` (Aliph's Quorum with
+    /// PBFT as Backup: runs at r = u with each --ur's u), `lcr` (LCR tolerates crashes only: it
+    /// runs at r = 0 with each --ur's u). Each result carries its protocol.
+    #[arg(long, value_delimiter = ',', default_value = "pbft", value_parser = ["pbft", "quorum", "lcr"])]
     protocol: Vec<String>,
     /// Batch sizes (batch_size_max), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "128")]

@@ -95,11 +95,12 @@ enum Command {
         /// when told (`upright recover`). Written to cluster.toml as `recovery_interval_secs`.
         #[arg(long, default_value_t = 0)]
         recovery_interval_secs: u64,
-        /// The ordering protocol: `pbft` (Byzantine faults) or `lcr` (crashes only, needs
-        /// --r 0; its membership is fixed, so no admin.toml is written). Default: lcr with --r 0,
-        /// pbft otherwise (give --protocol pbft for an r = 0 cluster that is to be
-        /// reconfigured). Written to cluster.toml as `protocol`.
-        #[arg(long, value_parser = ["pbft", "lcr"])]
+        /// The ordering protocol: `pbft` (Byzantine faults), `quorum` (Aliph's Quorum with PBFT
+        /// as its Backup: fastest for one client at a time; needs --u equal to --r, no admin.toml)
+        /// or `lcr` (crashes only, needs --r 0; its membership is fixed, so no admin.toml is
+        /// written). Default: lcr with --r 0, pbft otherwise (give --protocol pbft for an r = 0
+        /// cluster that is to be reconfigured). Written to cluster.toml as `protocol`.
+        #[arg(long, value_parser = ["pbft", "quorum", "lcr"])]
         protocol: Option<String>,
         /// Output directory.
         #[arg(long)]
@@ -301,9 +302,10 @@ enum Command {
         /// machines would, instead of Unix-domain sockets in the demo's directory.
         #[arg(long)]
         tcp: bool,
-        /// The ordering protocol: `pbft` (4 replicas, u = r = 1) or `lcr` (3 replicas, u = 1,
-        /// r = 0: crashes only).
-        #[arg(long, default_value = "pbft", value_parser = ["pbft", "lcr"])]
+        /// The ordering protocol: `pbft` (4 replicas, u = r = 1), `quorum` (Aliph's Quorum with
+        /// PBFT as its Backup, 4 replicas, u = r = 1) or `lcr` (3 replicas, u = 1, r = 0:
+        /// crashes only).
+        #[arg(long, default_value = "pbft", value_parser = ["pbft", "quorum", "lcr"])]
         protocol: String,
     },
     /// Benchmark a local cluster beside the NO-REP baseline: throughput, latency, CPU per operation.

@@ -222,8 +222,11 @@ impl Client {
         // c mod n_auth); every member for a while after a retransmission.
         let n = self.quorums.n_auth;
         let start = self.preferred_start;
-        let to = if self.wide_remaining > 0 {
-            self.wide_remaining -= 1;
+        // Under Aliph's Quorum every order member executes the request as it arrives from its
+        // own authentication member: every one of them gets it at once.
+        let quorum = self.config.protocol == crate::config::OrderProtocol::Quorum;
+        let to = if self.wide_remaining > 0 || quorum {
+            self.wide_remaining = self.wide_remaining.saturating_sub(1);
             ClusterConfig::auth_members(&self.quorums).collect()
         } else {
             (0..self.quorums.client_preferred())
@@ -420,6 +423,8 @@ impl Client {
     ) {
         let tentative_quorum = if self.config.knobs.sabotage == Some(crate::config::Sabotage::TentativeSmallQuorum) {
             self.quorums.reply()
+        } else if self.config.protocol == crate::config::OrderProtocol::Quorum {
+            self.quorums.speculative_reply()
         } else {
             self.quorums.tentative_reply()
         };

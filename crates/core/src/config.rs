@@ -80,6 +80,9 @@ pub enum Sabotage {
     /// Execution members do not roll a tentatively executed batch back when a different batch
     /// commits at its sequence number: they go on from a state no agreed history made.
     TentativeNoRollback,
+    /// `protocol = "quorum"`: the view change leaves the members' speculative claims out (no
+    /// abort history), so a batch a client committed in a Quorum phase may be replaced.
+    QuorumDropSpeculative,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.
@@ -169,6 +172,16 @@ pub struct Knobs {
     /// 0 (the default): off.
     #[serde(default = "default_tentative_entries_max")]
     pub tentative_entries_max: usize,
+    /// `protocol = "quorum"` (Aliph's Quorum over PBFT; docs/PROTOCOL.md "Quorum"): the batches
+    /// each view orders through the three-phase path (Aliph's Backup) after its NEW-VIEW before
+    /// its members switch to Quorum. At least 1.
+    #[serde(default = "default_quorum_backup_batches")]
+    pub quorum_backup_batches: u64,
+    /// `protocol = "quorum"`: how long a member waits for every order member's vote on the batch
+    /// it executed speculatively before it aborts the Quorum phase (moves to the next view, whose
+    /// Backup phase orders what was pending).
+    #[serde(default = "default_quorum_commit_timeout_us")]
+    pub quorum_commit_timeout_us: u64,
     /// Testing only: a deliberately broken protocol (see [`Sabotage`]).
     pub sabotage: Option<Sabotage>,
 }
@@ -183,6 +196,23 @@ pub const TENTATIVE_ENTRIES_MAX_DEFAULT: usize = 0;
 
 fn default_tentative_entries_max() -> usize {
     TENTATIVE_ENTRIES_MAX_DEFAULT
+}
+
+/// Default of [`Knobs::quorum_backup_batches`]: 16 batches of Backup after each abort, about one
+/// checkpoint interval's quarter: enough that a client whose request aborted Quorum (contention,
+/// a slow member) gets it ordered there, short enough that the fast path soon returns.
+pub const QUORUM_BACKUP_BATCHES_DEFAULT: u64 = 16;
+
+fn default_quorum_backup_batches() -> u64 {
+    QUORUM_BACKUP_BATCHES_DEFAULT
+}
+
+/// Default of [`Knobs::quorum_commit_timeout_us`]: 20 ms, tens of LAN round trips (every vote
+/// is one message delay after the speculative execution).
+pub const QUORUM_COMMIT_TIMEOUT_US_DEFAULT: u64 = 20_000;
+
+fn default_quorum_commit_timeout_us() -> u64 {
+    QUORUM_COMMIT_TIMEOUT_US_DEFAULT
 }
 
 /// Default of [`Knobs::key_overlap_us`]: 2 s, far above a NEW-KEY's trip to a peer and the
@@ -255,6 +285,8 @@ impl Default for Knobs {
             key_refresh_us: 0,
             key_overlap_us: KEY_OVERLAP_US_DEFAULT,
             tentative_entries_max: TENTATIVE_ENTRIES_MAX_DEFAULT,
+            quorum_backup_batches: QUORUM_BACKUP_BATCHES_DEFAULT,
+            quorum_commit_timeout_us: QUORUM_COMMIT_TIMEOUT_US_DEFAULT,
             sabotage: None,
         }
     }
@@ -303,6 +335,11 @@ pub enum OrderProtocol {
     Pbft,
     /// LCR, the crash-only ring with vector clocks (Quéma ch. 2; `crate::lcr`): `r = 0` only.
     Lcr,
+    /// Aliph's Quorum (Quéma ch. 3) with PBFT as its Backup (`crate::order::quorum`): each view
+    /// orders `quorum_backup_batches` batches through the three-phase path, then every member
+    /// executes requests speculatively in the order they reach it, and an abort is a view
+    /// change. `u = r >= 1`; an execution member on every replica.
+    Quorum,
 }
 
 impl OrderProtocol {
@@ -316,12 +353,23 @@ impl OrderProtocol {
         match self {
             OrderProtocol::Pbft => "pbft",
             OrderProtocol::Lcr => "lcr",
+            OrderProtocol::Quorum => "quorum",
         }
+    }
+
+    /// The stage sizes and quorums for `(u, r)` under this protocol: Quorum runs an execution
+    /// member on every replica ([`Quorums::with_exec_on_every_replica`]).
+    pub fn quorums(self, u: usize, r: usize) -> Result<Quorums, FaultModelError> {
+        let q = Quorums::new(u, r)?;
+        Ok(match self {
+            OrderProtocol::Quorum => q.with_exec_on_every_replica(),
+            OrderProtocol::Pbft | OrderProtocol::Lcr => q,
+        })
     }
 
     /// The protocol named `name`, if there is one.
     pub fn from_name(name: &str) -> Option<OrderProtocol> {
-        [OrderProtocol::Pbft, OrderProtocol::Lcr]
+        [OrderProtocol::Pbft, OrderProtocol::Lcr, OrderProtocol::Quorum]
             .into_iter()
             .find(|p| p.name() == name)
     }
@@ -380,7 +428,7 @@ pub enum ConfigError {
 impl ClusterConfig {
     /// Checks the configuration; every stage constructor calls this first.
     pub fn validate(&self) -> Result<Quorums, ConfigError> {
-        let q = Quorums::new(self.u, self.r)?;
+        let q = self.protocol.quorums(self.u, self.r)?;
         if self.cluster_name.is_empty() {
             return Err(ConfigError::EmptyName);
         }
@@ -442,6 +490,28 @@ impl ClusterConfig {
                     1,
                     "must be unset with protocol = \"lcr\" (its membership changes only through its own views)",
                 );
+            }
+        }
+        if self.protocol == OrderProtocol::Quorum {
+            if self.r != self.u || self.r == 0 {
+                return bad(
+                    "r",
+                    self.r as u64,
+                    "must equal u and be at least 1 with protocol = \"quorum\" (Aliph's model: 3f + 1 replicas; use \"lcr\" or \"pbft\" otherwise)",
+                );
+            }
+            if self.admin.is_some() {
+                return bad(
+                    "admin",
+                    1,
+                    "must be unset with protocol = \"quorum\" (reconfiguration runs under \"pbft\" only)",
+                );
+            }
+            if k.quorum_backup_batches == 0 {
+                return bad("quorum_backup_batches", 0, "must be at least 1");
+            }
+            if k.quorum_commit_timeout_us == 0 {
+                return bad("quorum_commit_timeout_us", 0, "must be positive");
             }
         }
         if k.batch_size_max == 0 || k.batch_size_max > crate::limits::BATCH_REQUESTS_MAX {
@@ -616,5 +686,22 @@ mod tests {
         c.cluster_name.clear();
         assert!(error(&c).contains("cluster_name"));
         assert!(base().validate().is_ok());
+    }
+
+    #[test]
+    fn quorum_protocol_needs_u_equal_r_and_runs_execution_on_every_replica() {
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = (*f.config).clone();
+        c.protocol = OrderProtocol::Quorum;
+        let q = c.validate().expect("u = r = 1 runs Quorum");
+        assert_eq!((q.n_order, q.n_exec, q.speculative_reply()), (4, 4, 4));
+        assert_eq!(ClusterConfig::exec_members(&q).count(), 4);
+        c.knobs.quorum_backup_batches = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("quorum_backup_batches"));
+        let f = fixture(1, 0, 1, Knobs::default());
+        let mut c = (*f.config).clone();
+        c.protocol = OrderProtocol::Quorum;
+        assert!(c.validate().unwrap_err().to_string().contains("must equal u"));
+        assert_eq!(OrderProtocol::from_name("quorum"), Some(OrderProtocol::Quorum));
     }
 }

@@ -66,6 +66,26 @@ impl Quorums {
         })
     }
 
+    /// These sizes with an execution member on every replica (`n_exec = n_order`), as Aliph's
+    /// Quorum runs (`protocol = "quorum"`, [`crate::config::OrderProtocol::quorums`]): a client
+    /// commits there on matching speculative replies from every order member
+    /// (`speculative_reply`).
+    pub fn with_exec_on_every_replica(mut self) -> Quorums {
+        self.n_exec = self.n_order;
+        self
+    }
+
+    /// Speculative reply quorum under Aliph's Quorum (`protocol = "quorum"`): matching
+    /// TENTATIVE-REPLYs (same result, view and history) from every execution member, one per
+    /// order member ([`Quorums::with_exec_on_every_replica`]). Each executed the request speculatively at the
+    /// same position of the same history, written before it executed, so every view-change
+    /// quorum (`order_medium`) holds at least `order_medium - r >= r + 1` correct members that
+    /// report that history and the view change keeps it (`order::view_change::select`). Quéma's
+    /// Q3: all `3f + 1` replies.
+    pub fn speculative_reply(&self) -> usize {
+        self.n_exec
+    }
+
     /// Number of replica processes: every replica hosts an authentication and an order member;
     /// the first `n_exec` also host an execution member.
     pub fn n_replicas(&self) -> usize {

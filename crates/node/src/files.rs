@@ -87,7 +87,8 @@ pub struct ClusterFile {
     /// the same way (up to `crate::spin::SYNC_SPIN_MAX`). 0: sleep at once. See `crate::spin`.
     #[serde(default = "default_idle_spin_us")]
     pub idle_spin_us: u64,
-    /// The ordering protocol: `"pbft"` (the default) or `"lcr"` (crash-only, `r = 0`).
+    /// The ordering protocol: `"pbft"` (the default), `"quorum"` (Aliph's Quorum over PBFT,
+    /// `u = r`) or `"lcr"` (crash-only, `r = 0`).
     #[serde(default, skip_serializing_if = "OrderProtocol::is_default")]
     pub protocol: OrderProtocol,
     /// Protocol knobs (all defaults if absent).
@@ -646,7 +647,7 @@ pub struct InitPlan {
     pub metrics_token: bool,
     /// Proactive recovery's period `T_w` in seconds (0: only on command).
     pub recovery_interval_secs: u64,
-    /// The ordering protocol. Under LCR the membership is fixed (no administrator).
+    /// The ordering protocol. Under LCR and Quorum the membership is fixed (no administrator).
     pub protocol: OrderProtocol,
 }
 
@@ -745,8 +746,8 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
             }
         })
         .collect();
-    // The administrator: one more client, after the others (`admin.toml`). An LCR cluster's
-    // membership is fixed: it has none.
+    // The administrator: one more client, after the others (`admin.toml`). An LCR or Quorum
+    // cluster's membership is fixed: it has none.
     let administered = plan.protocol.is_default();
     let admin_keys = fresh_keys();
     let admin_id = plan.clients;

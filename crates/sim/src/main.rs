@@ -23,7 +23,10 @@ struct Args {
     /// Run a deliberately broken protocol or service: short-quorum, skip-mac, early-execute,
     /// weak-read-quorum, weak-serializable-quorum, weak-push-quorum, corrupt-service,
     /// unchecked-pages (with --service paged-kv), lying-disk, unordered-events (with
-    /// --service zk) or count-proposals-twice (with --mutate).
+    /// --service zk), count-proposals-twice (with --mutate), skip-recovery-check,
+    /// keep-retired-keys, shared-configuration-keys, lcr-deliver-unstable (r = 0),
+    /// tentative-small-quorum, tentative-no-rollback or quorum-drop-speculative (u = r; runs
+    /// --protocol quorum).
     #[arg(long)]
     sabotage: Option<String>,
     /// Virtual seconds of client workload per seed.
@@ -39,8 +42,9 @@ struct Args {
     /// or `fs` (upright-fs, driven by NFSv3 calls: each key a chain of immutable version files).
     #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "paged-kv", "zk", "fs"])]
     service: String,
-    /// The ordering protocol: `pbft` (the default) or `lcr` (crash-only: needs --r 0).
-    #[arg(long, default_value = "pbft", value_parser = ["pbft", "lcr"])]
+    /// The ordering protocol: `pbft` (the default), `lcr` (crash-only: needs --r 0) or `quorum`
+    /// (Aliph's Quorum with PBFT as Backup: needs --u equal to --r).
+    #[arg(long, default_value = "pbft", value_parser = ["pbft", "lcr", "quorum"])]
     protocol: String,
     /// Print every violation (otherwise the first of each failing seed).
     #[arg(long)]
@@ -287,6 +291,23 @@ fn main() {
         ];
         if let Some((_, what)) = unsupported.iter().find(|(bad, _)| *bad) {
             eprintln!("--protocol lcr does not go with {what}");
+            std::process::exit(2);
+        }
+    }
+    if args.protocol == "quorum" {
+        let unsupported = [
+            (args.r != args.u, "--r other than --u (Aliph's model is u = r)"),
+            (
+                args.reconfiguration,
+                "--reconfiguration (reconfiguration runs under pbft only)",
+            ),
+            (
+                args.attack.is_some() || args.soak.is_some(),
+                "--attack or --soak (they choose their own protocols)",
+            ),
+        ];
+        if let Some((_, what)) = unsupported.iter().find(|(bad, _)| *bad) {
+            eprintln!("--protocol quorum does not go with {what}");
             std::process::exit(2);
         }
     }

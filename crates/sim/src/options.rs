@@ -57,11 +57,15 @@ pub enum SabotageMode {
     /// Execution members keep a tentatively executed batch that a view change replaced
     /// (`Sabotage::TentativeNoRollback`).
     TentativeNoRollback,
+    /// Under `--protocol quorum`, the view change leaves the speculative claims out
+    /// (`Sabotage::QuorumDropSpeculative`): what clients committed in a Quorum phase may be
+    /// replaced. The run uses `--protocol quorum`.
+    QuorumDropSpeculative,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 17] = [
+    pub const ALL: [SabotageMode; 18] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -79,6 +83,7 @@ impl SabotageMode {
         SabotageMode::LcrDeliverUnstable,
         SabotageMode::TentativeSmallQuorum,
         SabotageMode::TentativeNoRollback,
+        SabotageMode::QuorumDropSpeculative,
     ];
 
     /// Its command-line name.
@@ -101,6 +106,7 @@ impl SabotageMode {
             SabotageMode::LcrDeliverUnstable => "lcr-deliver-unstable",
             SabotageMode::TentativeSmallQuorum => "tentative-small-quorum",
             SabotageMode::TentativeNoRollback => "tentative-no-rollback",
+            SabotageMode::QuorumDropSpeculative => "quorum-drop-speculative",
         }
     }
 
@@ -128,6 +134,7 @@ impl SabotageMode {
             SabotageMode::LcrDeliverUnstable => Some(Sabotage::UnstableDelivery),
             SabotageMode::TentativeSmallQuorum => Some(Sabotage::TentativeSmallQuorum),
             SabotageMode::TentativeNoRollback => Some(Sabotage::TentativeNoRollback),
+            SabotageMode::QuorumDropSpeculative => Some(Sabotage::QuorumDropSpeculative),
         }
     }
 }

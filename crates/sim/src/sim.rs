@@ -218,8 +218,11 @@ impl<P: Protocol> Sim<P> {
         if opts.sabotage == Some(SabotageMode::LcrDeliverUnstable) && opts.r == 0 {
             opts.protocol = upright_core::config::OrderProtocol::Lcr;
         }
+        if opts.sabotage == Some(SabotageMode::QuorumDropSpeculative) && opts.u == opts.r {
+            opts.protocol = upright_core::config::OrderProtocol::Quorum;
+        }
         let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
-        let quorums = Quorums::new(opts.u, opts.r).expect("valid (u, r)");
+        let quorums = opts.protocol.quorums(opts.u, opts.r).expect("valid (u, r)");
         let n = quorums.n_replicas();
         let mut secret = || {
             let mut s = [0u8; 32];
@@ -455,7 +458,11 @@ impl<P: Protocol> Sim<P> {
                 plan.steps = vec![(at, FaultStep::PowerLoss), (at + 50_000, FaultStep::Restart(all))];
                 plan
             }
-            Some(SabotageMode::TentativeSmallQuorum | SabotageMode::TentativeNoRollback) => {
+            Some(
+                SabotageMode::TentativeSmallQuorum
+                | SabotageMode::TentativeNoRollback
+                | SabotageMode::QuorumDropSpeculative,
+            ) => {
                 // Batches prepared at some members and then replaced: lossy links, and the
                 // primaries of views 0, 1, 2, ... cut off in turn while the workload runs, so
                 // view changes come while batches are prepared but not committed.
@@ -464,7 +471,7 @@ impl<P: Protocol> Sim<P> {
                 plan.network.reordering = 0.05;
                 let mut t: u64 = rng.random_range(50_000..150_000);
                 let mut replica = 0;
-                let crash = opts.sabotage == Some(SabotageMode::TentativeSmallQuorum);
+                let crash = opts.sabotage != Some(SabotageMode::TentativeNoRollback);
                 while t + 100_000 < shape.heal_at {
                     let back = t + rng.random_range(30_000..80_000);
                     if crash {
@@ -503,6 +510,7 @@ impl<P: Protocol> Sim<P> {
                             | SabotageMode::LcrDeliverUnstable
                             | SabotageMode::TentativeSmallQuorum
                             | SabotageMode::TentativeNoRollback
+                            | SabotageMode::QuorumDropSpeculative
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -524,7 +532,8 @@ impl<P: Protocol> Sim<P> {
                     | SabotageMode::SharedConfigurationKeys
                     | SabotageMode::LcrDeliverUnstable
                     | SabotageMode::TentativeSmallQuorum
-                    | SabotageMode::TentativeNoRollback => {
+                    | SabotageMode::TentativeNoRollback
+                    | SabotageMode::QuorumDropSpeculative => {
                         unreachable!("guarded above")
                     }
                 };

@@ -1,8 +1,8 @@
 //! `upright-sim --soak MINUTES`: seeds across every configuration the simulator runs — each
 //! (u, r) of [`SOAK_CONFIGURATIONS`], each service of [`ServiceKind::ALL`], and where a replica
 //! may be Byzantine each way of drawing it (a random behaviour, message mutation, twins), and
-//! each with proactive recoveries and with key refresh — on several threads until the time is
-//! up.
+//! each with proactive recoveries and with key refresh, and each other ordering protocol where it
+//! applies (LCR at r = 0, Quorum at u = r) — on several threads until the time is up.
 //! Seed number k goes to lane `k mod lanes` as that lane's seed `first_seed + k / lanes`, so a
 //! soak's seeds do not depend on the threads or the machine's speed, only on how many it reached.
 
@@ -74,6 +74,16 @@ impl Lane {
                     lanes.push(Lane { mutate: true, ..lane });
                     lanes.push(Lane { twins: true, ..lane });
                 }
+                if r == u {
+                    // Aliph's Quorum over PBFT: plain, Twins and mutation.
+                    let quorum = Lane {
+                        protocol: OrderProtocol::Quorum,
+                        ..lane
+                    };
+                    lanes.push(quorum);
+                    lanes.push(Lane { twins: true, ..quorum });
+                    lanes.push(Lane { mutate: true, ..quorum });
+                }
                 lanes.push(Lane { recovery: true, ..lane });
                 lanes.push(Lane {
                     key_refresh: true,
@@ -102,6 +112,7 @@ impl Lane {
         let protocol = match self.protocol {
             OrderProtocol::Pbft => "",
             OrderProtocol::Lcr => " lcr",
+            OrderProtocol::Quorum => " quorum",
         };
         format!("u{}r{} {}{protocol}{drawn}", self.u, self.r, self.service.name())
     }

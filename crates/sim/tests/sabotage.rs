@@ -217,3 +217,11 @@ fn tentative_small_quorum_is_caught() {
 fn tentative_no_rollback_is_caught() {
     caught_in(SabotageMode::TentativeNoRollback, 1, 0, ServiceKind::Kv, 5 * SEEDS);
 }
+
+/// Aliph's Quorum without the abort history: a view change that forgets the batches members
+/// executed speculatively replaces what clients committed (the plan crashes members in turn, so
+/// Quorum phases abort while clients commit in them).
+#[test]
+fn quorum_drop_speculative_is_caught() {
+    caught_in(SabotageMode::QuorumDropSpeculative, 1, 1, ServiceKind::Kv, 3 * SEEDS);
+}

@@ -175,7 +175,11 @@ impl ExecStage {
         };
         stage.recover(storage, page_store);
         let first_start = stage.last_executed == SeqNo(0) && stage.checkpoints.newest().is_none();
-        if stage.config.knobs.tentative_entries_max > 0 && first_start && !stage.state_is_partial() {
+        if (stage.config.knobs.tentative_entries_max > 0
+            || stage.config.protocol == crate::config::OrderProtocol::Quorum)
+            && first_start
+            && !stage.state_is_partial()
+        {
             stage.initial = Some(stage.service.checkpoint());
         }
         stage.progress_mark = stage.last_executed;

@@ -15,7 +15,8 @@ use crate::quorum::Quorums;
 pub mod lcr;
 pub mod pbft;
 pub use pbft::{
-    CheckpointVote, NewView, PbftMessage, PbftTimer, PrePreparedClaim, PreparedClaim, StableCheckpoint, ViewChange,
+    CheckpointVote, NewView, PbftMessage, PbftTimer, PrePreparedClaim, PreparedClaim, SpeculativeClaim,
+    StableCheckpoint, ViewChange,
 };
 
 /// The body of a request as the order stage sees it: inline if small, otherwise its digest

@@ -112,6 +112,9 @@ pub enum PbftTimer {
     /// (Backup) a request ready here reaches the longest it may wait for the primary
     /// (`order/monitor.rs`).
     Watch,
+    /// (`protocol = "quorum"`) the oldest request waiting in the Quorum phase has waited
+    /// `quorum_commit_timeout_us`: abort the phase (`order/quorum.rs`).
+    QuorumAbort,
 }
 
 /// CHECKPOINT (PBFT): an order member states the digest of its order checkpoint at `seqno`.
@@ -158,6 +161,22 @@ pub struct PrePreparedClaim {
     pub digest: Digest,
 }
 
+/// An entry of a VIEW-CHANGE's speculative set (`protocol = "quorum"`, docs/PROTOCOL.md
+/// "Quorum"): the member executed `batch` speculatively at `seqno` in the Quorum phase of `view`,
+/// where its history became `history` (so two claims with the same history at one seqno agree
+/// on every batch before it too). Aliph's abort history, one position per claim.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SpeculativeClaim {
+    /// Sequence number.
+    pub seqno: SeqNo,
+    /// The view whose Quorum phase it was executed in.
+    pub view: View,
+    /// The member's history digest after it.
+    pub history: Digest,
+    /// The batch.
+    pub batch: Batch,
+}
+
 /// VIEW-CHANGE body (signed by its sender).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ViewChange {
@@ -169,6 +188,9 @@ pub struct ViewChange {
     pub prepared: Vec<PreparedClaim>,
     /// Pre-prepared set `Q` for seqnos above the stable checkpoint.
     pub pre_prepared: Vec<PrePreparedClaim>,
+    /// Speculative set for seqnos above the stable checkpoint (empty unless `protocol =
+    /// "quorum"`).
+    pub speculative: Vec<SpeculativeClaim>,
 }
 
 /// NEW-VIEW body (signed by the new primary): the view-change quorum it used and its decisions,

@@ -115,7 +115,34 @@ impl OrderStage {
     pub(super) fn next_with_room(&self) -> Option<SeqNo> {
         let n = self.next_accept();
         let in_flight = n.0 - 1 - self.prefix.last_committed.0;
-        (self.in_window(n) && in_flight < self.config.knobs.pipeline_window).then_some(n)
+        (self.in_window(n) && in_flight < self.config.knobs.pipeline_window && !self.speculative_seqno(n)).then_some(n)
+    }
+
+    /// (Primary, `protocol = "quorum"`) fills the rest of the view's Backup phase with empty
+    /// batches when no request is ready, so the Quorum phase starts without waiting for
+    /// heartbeats.
+    pub(super) fn fill_backup(&mut self, now: Time, out: &mut Vec<Action>) {
+        if !self.quorum_protocol() || !self.is_primary() || self.is_abstaining() || self.changing {
+            return;
+        }
+        while let Some(n) = self.next_with_room() {
+            let p = self.projection(n);
+            if !self.ready_entries(&p, 1).0.is_empty() || self.batch_timer_armed {
+                return;
+            }
+            self.stats.bump("backup_filled");
+            self.pre_prepare_empty(now, n, now.max(p.max_time + 1), out);
+        }
+    }
+
+    /// Orders an empty batch (a heartbeat, or Backup's filler) at `n` with time `time_us`.
+    fn pre_prepare_empty(&mut self, now: Time, n: SeqNo, time_us: u64, out: &mut Vec<Action>) {
+        let batch = Batch {
+            time_us,
+            entries: Vec::new(),
+        };
+        let digest = batch_digest(time_us, std::iter::empty());
+        self.pre_prepare(now, n, batch, digest, out);
     }
 
     /// Orders `batch` as `n` in the current view: accept it, log it, send PRE-PREPARE.
@@ -141,7 +168,7 @@ impl OrderStage {
             return;
         }
         let n = self.next_accept();
-        if n.0 - 1 != self.prefix.last_committed.0 || !self.in_window(n) {
+        if n.0 - 1 != self.prefix.last_committed.0 || !self.in_window(n) || self.speculative_seqno(n) {
             return;
         }
         let p = self.projection(n);
@@ -161,14 +188,8 @@ impl OrderStage {
         if wake.is_some_and(|at| now >= at) {
             self.stats.bump("heartbeat_woken");
         }
-        let time_us = now.max(p.max_time + 1);
-        let batch = Batch {
-            time_us,
-            entries: Vec::new(),
-        };
-        let digest = batch_digest(time_us, std::iter::empty());
         self.stats.bump("heartbeat_sent");
-        self.pre_prepare(now, n, batch, digest, out);
+        self.pre_prepare_empty(now, n, now.max(p.max_time + 1), out);
     }
 
     /// (Primary) arms the Wake timer for the wake-up the execution members asked for, if one is
@@ -280,7 +301,10 @@ impl OrderStage {
     fn validate_batch(&self, now: Time, seqno: SeqNo, batch: &Batch) -> Result<Digest, &'static str> {
         let knobs = &self.config.knobs;
         let p = self.projection(seqno);
-        if batch.entries.is_empty() {
+        if self.speculative_seqno(seqno) {
+            return Err("drop_beyond_backup_phase");
+        }
+        if batch.entries.is_empty() && !self.quorum_protocol() {
             // A heartbeat: only when heartbeats are on, and at most about one per interval, so a
             // faulty primary cannot flood the log with empty batches.
             let interval = knobs.heartbeat_interval_us;
@@ -633,6 +657,9 @@ impl OrderStage {
         if !self.check_window(now, from, seqno, out) {
             return;
         }
+        if self.speculative_seqno(seqno) {
+            return self.stats.bump("drop_prepare_speculative");
+        }
         let earlier = self.log.entry(seqno).or_default().prepares.insert(from, (view, digest));
         self.note_conflict(earlier, view, digest, "conflicting_prepare");
         if seqno <= self.prefix.last_committed {
@@ -680,6 +707,9 @@ impl OrderStage {
     pub(super) fn check_prepared(&mut self, now: Time, seqno: SeqNo, out: &mut Vec<Action>) {
         let (view, me, quorum, primary) = (self.view, self.id, self.agreement_quorum(), self.primary_of(self.view));
         let sabotage = self.sabotage();
+        if self.speculative_seqno(seqno) {
+            return;
+        }
         let Some(slot) = self.log.get_mut(&seqno) else { return };
         let again = Self::counted_again(sabotage, slot);
         let Some(accepted) = slot.accepted_in(view) else { return };
@@ -702,8 +732,15 @@ impl OrderStage {
     }
 
     /// Committed: `order_medium` COMMITs for the accepted batch in the current view.
+    /// In a Quorum phase (`quorum.rs`) the batch this member executed speculatively commits on
+    /// a COMMIT from every order member.
     pub(super) fn check_committed(&mut self, now: Time, seqno: SeqNo, out: &mut Vec<Action>) {
-        let (view, quorum) = (self.view, self.agreement_quorum());
+        let quorum = if self.speculative_seqno(seqno) {
+            self.q.n_order
+        } else {
+            self.agreement_quorum()
+        };
+        let view = self.view;
         let sabotage = self.sabotage();
         let Some(slot) = self.log.get_mut(&seqno) else { return };
         let again = Self::counted_again(sabotage, slot);

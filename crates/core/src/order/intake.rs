@@ -54,7 +54,11 @@ impl OrderStage {
         if entry.request_id <= last {
             return self.retransmit_reply(now, entry.client, entry.request_id, out);
         }
-        match self.pool.insert(entry, digest, row, last) {
+        let inserted = self.pool.insert(entry, digest, row, last);
+        if from == self.id && matches!(inserted, Inserted::New | Inserted::Refreshed | Inserted::Duplicate) {
+            self.note_own_request(now, entry.client, entry.request_id);
+        }
+        match inserted {
             Inserted::New => {
                 self.note_arrival(now, entry.client, entry.request_id, out);
                 self.stats.bump("request_rows")

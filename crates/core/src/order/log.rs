@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::crypto::Digest;
 use crate::ids::{ReplicaId, SeqNo, View};
-use crate::message::{Batch, PrePreparedClaim, PreparedClaim};
+use crate::message::{Batch, PrePreparedClaim, PreparedClaim, SpeculativeClaim};
 use crate::stage::Time;
 
 /// A mark that does not fit the record it is merged into (recovery treats it as corrupt storage).
@@ -58,6 +58,10 @@ pub(crate) struct SlotRecord {
     pub pre_prepared: Vec<PrePreparedClaim>,
     /// The view in which the accepted batch committed here.
     pub committed: Option<View>,
+    /// The batch this member executed speculatively here in a Quorum phase (`protocol =
+    /// "quorum"`), the latest such view: reported in VIEW-CHANGEs until the slot leaves the log.
+    #[serde(default)]
+    pub speculative: Option<SpeculativeClaim>,
 }
 
 /// The normal case's changes to a slot after its batch was accepted, persisted under their own key

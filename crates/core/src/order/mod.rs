@@ -19,6 +19,7 @@ pub(crate) mod log;
 pub mod monitor;
 pub(crate) mod persist;
 mod projection;
+pub mod quorum;
 mod reconfig;
 mod recovery;
 pub(crate) mod request_pool;
@@ -226,6 +227,8 @@ pub struct OrderStage {
     /// The committed prefix at the last tick, and for how many ticks it has not moved (a
     /// member that hears nothing may have missed a reconfiguration: it probes).
     quiet: (SeqNo, u32),
+    /// `protocol = "quorum"`: the current view's Quorum phase (`quorum.rs`).
+    speculation: quorum::Speculation,
 }
 
 impl OrderStage {
@@ -309,6 +312,7 @@ impl OrderStage {
             probed: BTreeMap::new(),
             own_exec_through: SeqNo(0),
             quiet: (SeqNo(0), 0),
+            speculation: quorum::Speculation::new(recovered.view_found),
         };
         if let Some(stable) = recovered.stable {
             stage.reset_to_checkpoint(stable);
@@ -558,6 +562,9 @@ impl OrderStage {
     /// view-change timer.
     fn after_input(&mut self, now: Time, out: &mut Vec<Action>) {
         self.propose(now, false, out);
+        self.fill_backup(now, out);
+        self.speculate(now, out);
+        self.check_speculation(now, out);
         if self.assisting() {
             self.propose_heartbeat(now, out);
         }
@@ -658,6 +665,7 @@ impl Stage for OrderStage {
                 self.batch_timer_armed = false;
                 self.propose(now, true, out);
             }
+            Input::Timer(Timer::Pbft(PbftTimer::QuorumAbort)) => self.on_quorum_abort_timer(now, out),
             Input::Timer(Timer::Pbft(PbftTimer::ViewChange)) => {
                 self.view_change.deadline = None;
                 self.on_view_change_timer(now, out);

@@ -254,7 +254,12 @@ impl OrderStage {
 
     /// The watch on the primary, at each order tick of a backup in an installed view.
     pub(super) fn watch_primary(&mut self, now: Time, out: &mut Vec<Action>) {
-        if !self.config.knobs.watch_primary || self.changing || self.is_primary() || self.is_abstaining() {
+        if !self.config.knobs.watch_primary
+            || self.changing
+            || self.is_primary()
+            || self.is_abstaining()
+            || self.speculating()
+        {
             return;
         }
         let (wait_max, window) = (self.order_wait_max(), self.config.knobs.view_change_timeout_us);

@@ -60,6 +60,11 @@ impl OrderStage {
         }
     }
 
+    /// Whether this member's own proactive recovery is under way (not yet complete).
+    pub(super) fn recovering(&self) -> bool {
+        self.recovery.as_ref().is_some_and(|r| !r.complete)
+    }
+
     /// Whether heartbeats are being sped up for a recovery.
     pub(super) fn assisting(&self) -> bool {
         self.prefix.last_committed < self.assist_through

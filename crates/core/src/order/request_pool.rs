@@ -179,6 +179,20 @@ impl RequestPool {
             .max_by_key(|c| c.rows.len())
     }
 
+    /// The entry for `(client, request_id)` that authentication member `signer` sent a row for
+    /// (the Quorum phase takes a request on its co-located member's word).
+    pub fn with_row_of(
+        &self,
+        client: ClientId,
+        request_id: RequestId,
+        signer: crate::ids::ReplicaId,
+    ) -> Option<&Candidate> {
+        self.by_client
+            .get(&client)?
+            .iter()
+            .find(|c| c.entry.request_id == request_id && c.rows.iter().any(|r| r.signer == signer))
+    }
+
     /// Whether no client has a pending entry.
     pub fn is_empty(&self) -> bool {
         self.len == 0

@@ -23,10 +23,18 @@ fn stable_seqno(stable: &Option<StableCheckpoint>) -> SeqNo {
 
 /// PBFT's decision procedure over (already verified) VIEW-CHANGEs, in the given order:
 /// - the starting checkpoint is the highest stable certificate reported (first in list order);
-/// - for each seqno `n` above it up to the highest prepared one: batch `d` if some message has
-///   `(n, d, v)` in P with (A1) `order_medium` messages having no P entry for `n` with a higher
-///   view or the same view and another digest, and (A2) `small` messages having `(n, d, v' >= v)`
-///   in Q; else a null batch if `order_medium` messages have no P entry for `n`.
+/// - for each seqno `n` above it up to the highest prepared (or speculative) one: batch `d` if
+///   some message has `(n, d, v)` in P with (A1) `order_medium` messages having no P entry for
+///   `n` with a higher view or the same view and another digest, and (A2) `small` messages
+///   having `(n, d, v' >= v)` in Q; else a null batch if `order_medium` messages have no P entry
+///   for `n`.
+/// - Under `protocol = "quorum"` a speculative claim `(n, history, v)` is a candidate of view `v`
+///   too (tried after P candidates of the same view): chosen if (S1) `small` messages claim the
+///   same `(n, history, v)` and (S2) `order_medium` messages have no P entry for `n` with a view
+///   `>= v`. This is Aliph's abort history (a position held by `f + 1` of `2f + 1` histories)
+///   inside PBFT's rule: a batch a client committed speculatively is claimed by every correct
+///   member of any quorum and nothing of its view or later was prepared there
+///   (docs/PROTOCOL.md "Quorum").
 ///
 /// Returns `None` when some seqno cannot be decided yet (more VIEW-CHANGEs are needed). The result
 /// depends only on the list, so backups re-derive exactly what the primary chose.
@@ -40,7 +48,10 @@ pub fn select(q: &Quorums, view_changes: &[&ViewChange]) -> Option<Selection> {
     let h = stable.map_or(SeqNo(0), |s| s.checkpoint.seqno);
     let top = view_changes
         .iter()
-        .flat_map(|vc| vc.prepared.iter().map(|p| p.seqno))
+        .flat_map(|vc| {
+            let prepared = vc.prepared.iter().map(|p| p.seqno);
+            prepared.chain(vc.speculative.iter().map(|c| c.seqno))
+        })
         .filter(|n| *n > h)
         .max();
     let mut batches = Vec::new();
@@ -55,14 +66,36 @@ pub fn select(q: &Quorums, view_changes: &[&ViewChange]) -> Option<Selection> {
 /// The batch for one seqno, if decidable.
 fn decide(q: &Quorums, view_changes: &[&ViewChange], n: SeqNo) -> Option<Batch> {
     let entry_at = |vc: &ViewChange| vc.prepared.iter().find(|p| p.seqno == n).map(|p| (p.view, p.digest));
-    // Candidates by view descending then digest; the first message carrying one supplies its batch.
-    let mut candidates: BTreeMap<(Reverse<View>, Digest), &Batch> = BTreeMap::new();
+    // Candidates by view descending, P before speculative, then digest; the first message
+    // carrying one supplies its batch.
+    let mut candidates: BTreeMap<(Reverse<View>, bool, Digest), &Batch> = BTreeMap::new();
     for vc in view_changes {
         for p in vc.prepared.iter().filter(|p| p.seqno == n) {
-            candidates.entry((Reverse(p.view), p.digest)).or_insert(&p.batch);
+            candidates.entry((Reverse(p.view), false, p.digest)).or_insert(&p.batch);
+        }
+        for c in vc.speculative.iter().filter(|c| c.seqno == n) {
+            candidates.entry((Reverse(c.view), true, c.history)).or_insert(&c.batch);
         }
     }
-    for ((Reverse(view), digest), batch) in candidates {
+    for ((Reverse(view), speculative, digest), batch) in candidates {
+        if speculative {
+            let s1 = view_changes
+                .iter()
+                .filter(|vc| {
+                    vc.speculative
+                        .iter()
+                        .any(|c| c.seqno == n && c.view == view && c.history == digest)
+                })
+                .count();
+            let s2 = view_changes
+                .iter()
+                .filter(|vc| entry_at(vc).is_none_or(|(v, _)| v < view))
+                .count();
+            if s1 >= q.small() && s2 >= q.order_medium() {
+                return Some(batch.clone());
+            }
+            continue;
+        }
         let a1 = view_changes
             .iter()
             .filter(|vc| match entry_at(vc) {
@@ -140,6 +173,16 @@ impl OrderStage {
         {
             return Err("drop_bad_view_change_pre_prepared");
         }
+        if !body.speculative.is_empty() && self.config.protocol != crate::config::OrderProtocol::Quorum {
+            return Err("drop_bad_view_change_speculative");
+        }
+        let mut last = h;
+        for c in &body.speculative {
+            if c.seqno <= last || !in_window(c.seqno) || c.view >= body.new_view {
+                return Err("drop_bad_view_change_speculative");
+            }
+            last = c.seqno;
+        }
         Ok(())
     }
 
@@ -147,12 +190,17 @@ impl OrderStage {
     fn build_view_change(&self, target: View) -> Signed<ViewChange> {
         let slots = self.log.range(self.h.next()..);
         let prepared = slots.clone().filter_map(|(n, s)| s.record.prepared_claim(*n)).collect();
-        let pre_prepared = slots.flat_map(|(_, s)| s.record.pre_prepared.iter().cloned()).collect();
+        let pre_prepared = slots
+            .clone()
+            .flat_map(|(_, s)| s.record.pre_prepared.iter().cloned())
+            .collect();
+        let speculative = slots.filter_map(|(_, s)| s.record.speculative.clone()).collect();
         let body = ViewChange {
             new_view: target,
             stable: self.stable.clone(),
             prepared,
             pre_prepared,
+            speculative,
         };
         Signed::sign(&self.keys, self.id, body)
     }
@@ -376,7 +424,7 @@ impl OrderStage {
             return;
         }
         let bodies: Vec<&ViewChange> = view_changes.iter().map(|vc| &vc.value).collect();
-        let Some((stable, batches)) = select(&self.q, &bodies) else {
+        let Some((stable, batches)) = self.selection(&bodies) else {
             return self.stats.bump("new_view_undecided");
         };
         let new_view = Signed::sign(
@@ -414,7 +462,7 @@ impl OrderStage {
             }
         }
         let bodies: Vec<&ViewChange> = body.view_changes.iter().map(|vc| &vc.value).collect();
-        let expected = select(&self.q, &bodies);
+        let expected = self.selection(&bodies);
         if signers.len() < self.q.view_change()
             || expected.as_ref() != Some(&(body.stable.clone(), body.batches.clone()))
         {
@@ -458,6 +506,12 @@ impl OrderStage {
             }
             persist::write(out, persist::slot_key(*seqno), &slot.record);
         }
+        let top = body
+            .batches
+            .last()
+            .map_or(SeqNo(0), |(n, _)| *n)
+            .max(stable_seqno(&body.stable));
+        self.start_speculation_after(top);
         out.push(Action::Note(Event::ViewInstalled { view }));
         self.monitor.view_installed(view, now);
         self.stats.bump("view_installed");
@@ -505,7 +559,25 @@ mod tests {
     }
 
     fn vc(prepared: &[(u64, u64, &Batch)], pre_prepared: &[(u64, u64, &Batch)]) -> ViewChange {
+        spec_vc(prepared, pre_prepared, &[])
+    }
+
+    /// A VIEW-CHANGE with speculative claims `(seqno, view, history tag, batch)`.
+    fn spec_vc(
+        prepared: &[(u64, u64, &Batch)],
+        pre_prepared: &[(u64, u64, &Batch)],
+        speculative: &[(u64, u64, u8, &Batch)],
+    ) -> ViewChange {
         ViewChange {
+            speculative: speculative
+                .iter()
+                .map(|(n, v, h, b)| crate::message::SpeculativeClaim {
+                    seqno: SeqNo(*n),
+                    view: View(*v),
+                    history: Digest::of(&[*h]),
+                    batch: (*b).clone(),
+                })
+                .collect(),
             new_view: View(5),
             stable: None,
             prepared: prepared
@@ -567,5 +639,69 @@ mod tests {
         ];
         let refs: Vec<&ViewChange> = vcs.iter().collect();
         assert_eq!(select(&q, &refs), Some((None, vec![(SeqNo(1), b)])));
+    }
+
+    #[test]
+    fn speculative_claims_of_small_members_are_kept_unless_a_later_view_prepared() {
+        let q = Quorums::new(1, 1).unwrap(); // medium 3, small 2
+        let (a, b, c) = (batch(1), batch(2), batch(3));
+        let null = Batch {
+            time_us: 0,
+            entries: Vec::new(),
+        };
+        // A batch every member executed speculatively in view 2 (a client may have committed
+        // it): kept, whatever the third member (here one with another history) claims.
+        let vcs = [
+            spec_vc(&[], &[], &[(1, 2, 1, &a), (2, 2, 2, &b)]),
+            spec_vc(&[], &[], &[(1, 2, 1, &a), (2, 2, 2, &b)]),
+            spec_vc(&[], &[], &[(1, 2, 1, &a), (2, 2, 9, &c)]),
+        ];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        assert_eq!(
+            select(&q, &refs),
+            Some((None, vec![(SeqNo(1), a.clone()), (SeqNo(2), b.clone())]))
+        );
+        // Positions held by one member only: null (no client committed them).
+        let vcs = [
+            spec_vc(&[], &[], &[(1, 2, 1, &a)]),
+            spec_vc(&[], &[], &[(1, 2, 5, &b)]),
+            spec_vc(&[], &[], &[]),
+        ];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        assert_eq!(select(&q, &refs), Some((None, vec![(SeqNo(1), null.clone())])));
+        // Same seqno and view, other histories (they differ earlier): no support, null.
+        let vcs = [
+            spec_vc(&[], &[], &[(1, 2, 1, &a)]),
+            spec_vc(&[], &[], &[(1, 2, 2, &a)]),
+            spec_vc(&[], &[], &[]),
+        ];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        assert_eq!(select(&q, &refs), Some((None, vec![(SeqNo(1), null)])));
+        // A later view re-proposed and prepared another batch there: the prepared one wins.
+        let vcs = [
+            spec_vc(&[(1, 3, &c)], &[(1, 3, &c)], &[(1, 2, 1, &a)]),
+            spec_vc(&[(1, 3, &c)], &[(1, 3, &c)], &[(1, 2, 1, &a)]),
+            spec_vc(&[], &[], &[]),
+        ];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        assert_eq!(select(&q, &refs), Some((None, vec![(SeqNo(1), c.clone())])));
+        // One member claims a prepared batch of the speculative view or later (a lie, or a view
+        // not yet seen): with three messages the speculative claim cannot be decided (S2), with
+        // four it is.
+        let vcs = [
+            spec_vc(&[(1, 2, &c)], &[], &[]),
+            spec_vc(&[], &[], &[(1, 2, 1, &a)]),
+            spec_vc(&[], &[], &[(1, 2, 1, &a)]),
+        ];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        assert_eq!(select(&q, &refs), None);
+        let vcs = [
+            spec_vc(&[(1, 2, &c)], &[], &[]),
+            spec_vc(&[], &[], &[(1, 2, 1, &a)]),
+            spec_vc(&[], &[], &[(1, 2, 1, &a)]),
+            spec_vc(&[], &[], &[(1, 2, 1, &a)]),
+        ];
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        assert_eq!(select(&q, &refs), Some((None, vec![(SeqNo(1), a)])));
     }
 }

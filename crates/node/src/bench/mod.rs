@@ -231,12 +231,16 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
 }
 
 /// Every `(protocol, u, r)` the run measures, in order: each protocol at each `--ur` (LCR at
-/// `r = 0`, once per `u`).
+/// `r = 0`, Quorum at `r = u`, once per `u`).
 fn settings(options: &BenchOptions) -> Vec<(OrderProtocol, usize, usize)> {
     let mut out = Vec::new();
     for &protocol in &options.protocols {
         for &(u, r) in &options.faults {
-            let r = if protocol == OrderProtocol::Lcr { 0 } else { r };
+            let r = match protocol {
+                OrderProtocol::Lcr => 0,
+                OrderProtocol::Quorum => u,
+                OrderProtocol::Pbft => r,
+            };
             if !out.contains(&(protocol, u, r)) {
                 out.push((protocol, u, r));
             }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use crate::config::{ClientInfo, ClusterConfig, Knobs, ReplicaInfo};
+use crate::config::{ClientInfo, ClusterConfig, Knobs, OrderProtocol, ReplicaInfo};
 use crate::crypto::{Digest, KeyRing, MatrixRow, MatrixSignature, SecretKeys};
 use crate::ids::{ClientId, Principal, Process, ReplicaId, RequestId, SeqNo, StageKind, View};
 use crate::message::{AuthItem, Envelope, Message, RequestBody, RequestEntry, Seal, SealFor, SignedEntry};
@@ -59,7 +59,7 @@ pub(super) struct Cluster {
     pub(super) pending_lazy: Vec<Vec<(String, Option<bytes::Bytes>)>>,
 }
 
-fn config(u: usize, r: usize, knobs: Knobs) -> (ClusterConfig, Vec<SecretKeys>) {
+fn config(u: usize, r: usize, knobs: Knobs, protocol: OrderProtocol) -> (ClusterConfig, Vec<SecretKeys>) {
     let q = Quorums::new(u, r).unwrap();
     let secrets: Vec<SecretKeys> = (0..q.n_replicas())
         .map(|i| SecretKeys::from_seed([i as u8 + 1; 32]))
@@ -87,7 +87,7 @@ fn config(u: usize, r: usize, knobs: Knobs) -> (ClusterConfig, Vec<SecretKeys>) 
         admin: None,
         epoch: 0,
         origin: None,
-        protocol: Default::default(),
+        protocol,
     };
     (config, secrets)
 }
@@ -108,7 +108,12 @@ pub(super) fn small_knobs() -> Knobs {
 
 impl Cluster {
     pub(super) fn new(u: usize, r: usize, knobs: Knobs) -> Cluster {
-        let (config, secrets) = config(u, r, knobs);
+        Cluster::with_protocol(u, r, knobs, OrderProtocol::Pbft)
+    }
+
+    /// [`Cluster::new`] running `protocol` (PBFT or its Quorum variant).
+    pub(super) fn with_protocol(u: usize, r: usize, knobs: Knobs, protocol: OrderProtocol) -> Cluster {
+        let (config, secrets) = config(u, r, knobs, protocol);
         let q = config.validate().unwrap();
         let config = Arc::new(config);
         let rings: Vec<Arc<KeyRing>> = secrets

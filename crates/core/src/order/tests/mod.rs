@@ -1396,3 +1396,60 @@ fn prepared_batches_are_handed_to_the_own_execution_member_before_they_commit() 
     }
     assert!(c.stat(1, "prepare_quiet") >= 1, "the primary is left out again");
 }
+
+/// Aliph's Quorum (`protocol = "quorum"`, `order/quorum.rs`): with every member up, each
+/// executes the request at once on its own authentication member's word and commits it on every
+/// member's COMMIT; with one member cut off nothing commits that way, the members abort to the
+/// next view, whose NEW-VIEW keeps the batch they share (their speculative claims), orders the
+/// Backup phase and then speculates again.
+#[test]
+fn quorum_phase_commits_on_every_vote_and_aborts_to_a_view_that_keeps_it() {
+    let knobs = Knobs {
+        quorum_backup_batches: 3,
+        quorum_commit_timeout_us: 20_000,
+        ..small_knobs()
+    };
+    let mut c = Cluster::with_protocol(1, 1, knobs, crate::config::OrderProtocol::Quorum);
+    c.submit(0);
+    c.pump();
+    for i in 0..4 {
+        assert_eq!(c.member(i).last_committed(), SeqNo(1), "member {i}");
+        assert_eq!(c.member(i).view(), View(0));
+    }
+    assert_eq!(c.ordered[&SeqNo(1)], vec![(ClientId(0), RequestId(1))]);
+    // Not a PRE-PREPARE in sight: the members speculated, the primary proposed nothing.
+    assert_eq!(c.member(0).stats().get("pre_prepare_sent"), 0);
+    assert_eq!(c.member(1).stats().get("speculated"), 1);
+
+    c.filter = cut_off(3);
+    c.submit(1);
+    c.run(5_000);
+    for i in 0..3 {
+        assert_eq!(
+            c.member(i).last_committed(),
+            SeqNo(1),
+            "three votes of four do not commit"
+        );
+    }
+    c.run(200_000);
+    for i in 0..3 {
+        let m = c.member(i);
+        assert_eq!(m.view(), View(1), "member {i} aborted to view 1");
+        assert!(m.stats().get("quorum_abort_timeout") >= 1);
+        // The NEW-VIEW kept seqno 2, then the Backup phase ordered 3 batches (empty ones).
+        assert!(m.last_committed() >= SeqNo(5), "member {i}: {:?}", m.last_committed());
+    }
+    assert_eq!(c.ordered[&SeqNo(2)], vec![(ClientId(1), RequestId(1))]);
+    // Member 3 back: it catches up (or the others abort once more for it) and the next request
+    // commits at every member.
+    c.filter = Box::new(|_, _, _| true);
+    c.submit(2);
+    c.run(1_000_000);
+    let (at, _) = c
+        .ordered
+        .iter()
+        .find(|(_, entries)| entries.contains(&(ClientId(2), RequestId(1))))
+        .expect("client 2's request was ordered");
+    let committed: Vec<SeqNo> = (0..4).map(|i| c.member(i).last_committed()).collect();
+    assert!(committed.iter().all(|n| n >= at), "{committed:?} {at:?}");
+}

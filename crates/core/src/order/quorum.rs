@@ -1,0 +1,243 @@
+//! Aliph's Quorum over PBFT views (`protocol = "quorum"`; Quéma ch. 3, notes 1.4-1.8;
+//! docs/PROTOCOL.md "Quorum").
+//!
+//! Each view starts with Aliph's Backup: the three-phase path orders the NEW-VIEW's batches and
+//! then `quorum_backup_batches` more (empty ones when nothing is waiting), up to sequence number
+//! `fast_from`. Once a member has committed through `fast_from` it is in the view's Quorum
+//! phase: it takes the requests its co-located authentication member forwards, in the order they
+//! arrive, and executes each speculatively at the next sequence number as soon as every batch
+//! before it is committed (one request per batch, agreed time one microsecond after the last).
+//! It writes the batch (and its claim of it, [`SpeculativeClaim`]) before anything depends on
+//! it, sends a COMMIT for it to every order member, and hands it to its co-located execution
+//! member as a TENTATIVE-BATCH; that member answers the client with a TENTATIVE-REPLY. A client
+//! commits on matching TENTATIVE-REPLYs from every execution member
+//! (`q.speculative_reply()`, one per order member). A member that holds COMMITs from every order
+//! member for its batch (Aliph's checkpoint agreement, per batch) commits it: NEXT-BATCH,
+//! committed replies, checkpoints as usual.
+//!
+//! An abort is a view change. A member moves to the next view when a request from its
+//! authentication member waits `quorum_commit_timeout_us` in the Quorum phase (its batch did not
+//! gather every vote: contention, a member down, a lie) or a wake-up the service asked for is due
+//! (agreed time advances only in Backup). VIEW-CHANGEs carry the speculative claims, and the new
+//! primary's selection keeps a claim that `r + 1` members of the quorum share
+//! ([`super::view_change::select`]): Aliph's abort history, so a batch a client committed is
+//! kept. The new view's Backup orders what was waiting, and the view's Quorum phase follows.
+
+use std::collections::VecDeque;
+
+use super::OrderStage;
+use crate::config::{ClusterConfig, OrderProtocol, Sabotage};
+use crate::ids::{ClientId, Principal, RequestId, SeqNo};
+use crate::message::{batch_digest, history_digest, Batch, Message, PbftMessage, SpeculativeClaim, ViewChange};
+use crate::stage::{Action, PbftTimer, Time, Timer};
+
+use super::persist;
+
+/// Requests from the co-located authentication member waiting for the Quorum phase, oldest
+/// first (older ones are dropped past this bound; the Backup phase orders them from the pool).
+pub const SPECULATION_QUEUE_MAX: usize = 4096;
+
+/// The Quorum phase's per-member state.
+#[derive(Debug, Default)]
+pub(crate) struct Speculation {
+    /// The last sequence number of the current view's Backup phase (`u64::MAX` while no view's
+    /// start is known here: after a restart the member waits for the next NEW-VIEW).
+    pub(super) fast_from: SeqNo,
+    /// Requests from the co-located authentication member, with when they arrived.
+    queue: VecDeque<(ClientId, RequestId, Time)>,
+    /// When the QuorumAbort timer is armed for.
+    armed: Option<Time>,
+}
+
+impl Speculation {
+    pub(super) fn new(restarted: bool) -> Speculation {
+        Speculation {
+            fast_from: if restarted { SeqNo(u64::MAX) } else { SeqNo(0) },
+            ..Speculation::default()
+        }
+    }
+}
+
+impl OrderStage {
+    /// Whether the cluster runs `protocol = "quorum"`.
+    pub(super) fn quorum_protocol(&self) -> bool {
+        self.config.protocol == OrderProtocol::Quorum
+    }
+
+    /// Whether `seqno` belongs to the current view's Quorum phase.
+    pub(super) fn speculative_seqno(&self, seqno: SeqNo) -> bool {
+        self.quorum_protocol() && seqno > self.speculation.fast_from
+    }
+
+    /// Whether this member runs the current view's Quorum phase now.
+    pub(super) fn speculating(&self) -> bool {
+        self.quorum_protocol()
+            && !self.changing
+            && !self.is_abstaining()
+            && !self.recovering()
+            && self.prefix.last_committed >= self.speculation.fast_from
+    }
+
+    /// The first sequence number of view `view`'s Quorum phase, given its NEW-VIEW's last
+    /// sequence number `top`.
+    pub(super) fn start_speculation_after(&mut self, top: SeqNo) {
+        if self.quorum_protocol() {
+            self.speculation.fast_from = SeqNo(top.0.saturating_add(self.config.knobs.quorum_backup_batches));
+        }
+    }
+
+    /// A request `(client, request_id)` came from the co-located authentication member.
+    pub(super) fn note_own_request(&mut self, now: Time, client: ClientId, request_id: RequestId) {
+        if !self.quorum_protocol() {
+            return;
+        }
+        let queue = &mut self.speculation.queue;
+        if queue.iter().any(|&(c, r, _)| c == client && r == request_id) {
+            return;
+        }
+        if queue.len() >= SPECULATION_QUEUE_MAX {
+            queue.pop_front();
+            self.stats.bump("speculation_queue_full");
+        }
+        queue.push_back((client, request_id, now));
+    }
+
+    /// Executes the oldest waiting request speculatively at the next sequence number, if this
+    /// member is in the Quorum phase and every batch before it is committed.
+    pub(super) fn speculate(&mut self, now: Time, out: &mut Vec<Action>) {
+        if !self.speculating() {
+            return;
+        }
+        let n = self.prefix.last_committed.next();
+        if !self.in_window(n) || self.log.get(&n).is_some_and(|s| s.accepted_in(self.view).is_some()) {
+            return;
+        }
+        let mut chosen = None;
+        let mut i = 0;
+        while i < self.speculation.queue.len() {
+            let (client, request_id, _) = self.speculation.queue[i];
+            let next = self.last_ordered_of(client).next();
+            if request_id < next {
+                self.speculation.queue.remove(i);
+                continue;
+            }
+            if request_id == next {
+                if let Some(candidate) = self.pool.with_row_of(client, request_id, self.id) {
+                    chosen = Some(candidate.clone());
+                    break;
+                }
+            }
+            i += 1;
+        }
+        let Some(candidate) = chosen else { return };
+        let view = self.view;
+        let time_us = self.prefix.max_time + 1;
+        let batch = Batch {
+            time_us,
+            entries: vec![candidate.signed()],
+        };
+        let digest = batch_digest(time_us, std::iter::once(candidate.digest()));
+        let history = history_digest(&self.prefix.history, &digest);
+        let me = self.id;
+        let slot = self.log.entry(n).or_default();
+        slot.accept_digested(n, view, batch.clone(), digest);
+        slot.accepted_at = now;
+        slot.record.speculative = Some(SpeculativeClaim {
+            seqno: n,
+            view,
+            history,
+            batch: batch.clone(),
+        });
+        slot.commits.insert(me, (view, digest));
+        // Synchronously: the claim is on disk before the vote and the speculative reply go out,
+        // so a member that restarts (even all of them at once) still reports it.
+        persist::write(out, persist::slot_key(n), &slot.record);
+        self.stats.bump("speculated");
+        self.send_to_order(out, Message::Pbft(PbftMessage::Commit { view, seqno: n, digest }));
+        let own = Principal::Exec(self.id);
+        if ClusterConfig::exec_members(&self.q).any(|p| p == own) {
+            let message = Message::TentativeBatch {
+                view,
+                seqno: n,
+                history,
+                time_us,
+                entries: batch.entries.iter().map(|e| e.entry.clone()).collect(),
+            };
+            self.send(
+                out,
+                vec![own],
+                message,
+                crate::message::SealFor::Stage(crate::ids::StageKind::Exec),
+            );
+        }
+        self.check_committed(now, n, out);
+    }
+
+    /// The view-change selection over `bodies` (`Sabotage::QuorumDropSpeculative`: with the
+    /// speculative claims left out, so the new view forgets what the Quorum phase executed).
+    pub(super) fn selection(&self, bodies: &[&ViewChange]) -> Option<super::view_change::Selection> {
+        if self.sabotage() != Some(Sabotage::QuorumDropSpeculative) {
+            return super::view_change::select(&self.q, bodies);
+        }
+        let stripped: Vec<ViewChange> = bodies
+            .iter()
+            .map(|vc| ViewChange {
+                speculative: Vec::new(),
+                ..(*vc).clone()
+            })
+            .collect();
+        super::view_change::select(&self.q, &stripped.iter().collect::<Vec<_>>())
+    }
+
+    /// (Quorum phase) aborts it, moving to the next view, when a request from the co-located
+    /// authentication member has waited `quorum_commit_timeout_us`, a wake-up is due, or a
+    /// member's proactive recovery waits for the prefix to grow while no request does; arms the
+    /// QuorumAbort timer for the oldest waiting request otherwise.
+    pub(super) fn check_speculation(&mut self, now: Time, out: &mut Vec<Action>) {
+        if !self.speculating() {
+            return;
+        }
+        let timeout = self.config.knobs.quorum_commit_timeout_us;
+        let oldest = self
+            .speculation
+            .queue
+            .iter()
+            .filter(|&&(client, request_id, _)| request_id > self.last_ordered_of(client))
+            .map(|&(_, _, at)| at)
+            .min();
+        let woken = self
+            .wakes
+            .due(self.prefix.max_time, self.q.small())
+            .is_some_and(|at| at <= now);
+        // A member's proactive recovery needs the committed prefix to reach its recovery point
+        // (`recovery.rs`), which an idle Quorum phase never does: Backup's heartbeats do.
+        let assist = self.assisting() && oldest.is_none();
+        if woken || assist || oldest.is_some_and(|at| now >= at.saturating_add(timeout)) {
+            self.stats.bump(if woken {
+                "quorum_abort_wake"
+            } else if assist {
+                "quorum_abort_recovery"
+            } else {
+                "quorum_abort_timeout"
+            });
+            self.speculation.armed = None;
+            let target = self.view.next();
+            return self.start_view_change(now, target, out);
+        }
+        if let Some(at) = oldest.map(|at| at.saturating_add(timeout)) {
+            if self.speculation.armed.is_none_or(|armed| armed > at || armed <= now) {
+                self.speculation.armed = Some(at);
+                out.push(Action::SetTimer {
+                    timer: Timer::Pbft(PbftTimer::QuorumAbort),
+                    at,
+                });
+            }
+        }
+    }
+
+    /// The QuorumAbort timer fired.
+    pub(super) fn on_quorum_abort_timer(&mut self, now: Time, out: &mut Vec<Action>) {
+        self.speculation.armed = None;
+        self.check_speculation(now, out);
+    }
+}
