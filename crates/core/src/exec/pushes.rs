@@ -140,20 +140,20 @@ impl ExecStage {
         if !self.seal_ok(envelope, out) {
             return;
         }
-        if self.tentative_outstanding() {
-            // Some kept pushes may be a tentative batch's (to any client: a write wakes another
-            // client's watch): they go out when it commits.
-            self.stats.bump("push_resume_tentative");
-            return;
-        }
         if self.distrusted {
             // The kept pushes are the distrusted state's.
             return self.stats.bump("push_resume_state_distrusted");
         }
+        // The kept pushes a tentative batch emitted (to any client: a write wakes another
+        // client's watch) go out only when it commits.
+        let tentative_from = self.tentative_first_push(client).unwrap_or(u64::MAX);
+        if next >= tentative_from {
+            return self.stats.bump("push_resume_tentative");
+        }
         match self.pushes.resume(client, next) {
             Resume::Pushes(pushes) => {
                 self.stats.bump("push_resume_resent");
-                for (seq, payload) in pushes {
+                for (seq, payload) in pushes.into_iter().filter(|(seq, _)| *seq < tentative_from) {
                     self.send_push(client, seq, payload, out);
                 }
             }
