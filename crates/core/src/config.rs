@@ -174,7 +174,9 @@ pub struct Knobs {
     pub tentative_entries_max: usize,
     /// `protocol = "quorum"` (Aliph's Quorum over PBFT; docs/PROTOCOL.md "Quorum"): the batches
     /// each view orders through the three-phase path (Aliph's Backup) after its NEW-VIEW before
-    /// its members switch to Quorum. At least 1.
+    /// its members switch to Quorum, when the Quorum phase before went well (doubled, up to
+    /// `QUORUM_BACKUP_BATCHES_MAX`, after each that committed fewer; an empty batch ends the
+    /// phase early when nothing waits). At least 1.
     #[serde(default = "default_quorum_backup_batches")]
     pub quorum_backup_batches: u64,
     /// `protocol = "quorum"`: how long a member waits for every order member's vote on the batch

@@ -134,3 +134,8 @@ pub const PAGE_ITEMS_IN_FLIGHT_MAX: usize = 8 * PAGE_ITEMS_PER_FETCH;
 /// Most keys with watches at once; a `Get` past it sets no watch (deterministically: every
 /// replica has the same watches).
 pub const WATCHED_KEYS_MAX: usize = 65_536;
+
+/// Most batches a view's Backup phase may order under `protocol = "quorum"` (Aliph's `k`,
+/// doubled after each Quorum phase that committed fewer batches than the Backup phase before
+/// it): a faulty primary can keep the cluster on the three-phase path at most this long per view.
+pub const QUORUM_BACKUP_BATCHES_MAX: u64 = 4096;

@@ -206,4 +206,8 @@ pub struct NewView {
     /// For each seqno above it up to the highest chosen one: the batch re-proposed in `view`
     /// (an empty batch is a null request).
     pub batches: Vec<(SeqNo, Batch)>,
+    /// `protocol = "quorum"`: the batches the view orders through the three-phase path after
+    /// these before its Quorum phase (Aliph's Backup `k`, chosen by the primary:
+    /// `order/quorum.rs`); 0 under other protocols.
+    pub backup_batches: u64,
 }

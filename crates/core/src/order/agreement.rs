@@ -118,9 +118,9 @@ impl OrderStage {
         (self.in_window(n) && in_flight < self.config.knobs.pipeline_window && !self.speculative_seqno(n)).then_some(n)
     }
 
-    /// (Primary, `protocol = "quorum"`) fills the rest of the view's Backup phase with empty
-    /// batches when no request is ready, so the Quorum phase starts without waiting for
-    /// heartbeats.
+    /// (Primary, `protocol = "quorum"`) ends the view's Backup phase with an empty batch when no
+    /// request is ready (`note_empty_backup_batch`), so the Quorum phase starts without waiting
+    /// for heartbeats.
     pub(super) fn fill_backup(&mut self, now: Time, out: &mut Vec<Action>) {
         if !self.quorum_protocol() || !self.is_primary() || self.is_abstaining() || self.changing {
             return;
@@ -148,6 +148,9 @@ impl OrderStage {
     /// Orders `batch` as `n` in the current view: accept it, log it, send PRE-PREPARE.
     fn pre_prepare(&mut self, now: Time, n: SeqNo, batch: Batch, digest: Digest, out: &mut Vec<Action>) {
         let view = self.view;
+        if batch.entries.is_empty() && batch.time_us > 0 {
+            self.note_empty_backup_batch(n);
+        }
         let slot = self.log.entry(n).or_default();
         slot.accept_digested(n, view, batch.clone(), digest);
         slot.accepted_at = now;
@@ -384,6 +387,7 @@ impl OrderStage {
                 return false;
             }
         }
+        let filler = batch.entries.is_empty() && batch.time_us > 0;
         slot.accept_digested(seqno, view, batch.into_owned(), digest);
         slot.accepted_at = now;
         slot.prepares.insert(me, (view, digest));
@@ -393,6 +397,9 @@ impl OrderStage {
         // batches not yet prepared here, and a restarted member abstains in its view
         // (`abstain_through`), so it never votes for another batch where it may have voted.
         persist::write_lazily(out, persist::slot_key(seqno), &slot.record);
+        if filler {
+            self.note_empty_backup_batch(seqno);
+        }
         self.stats.bump("pre_prepare_accepted");
         self.send_prepare(now, seqno, digest, out);
         self.early_execute(seqno, out);

@@ -28,6 +28,7 @@ use std::collections::VecDeque;
 use super::OrderStage;
 use crate::config::{ClusterConfig, OrderProtocol, Sabotage};
 use crate::ids::{ClientId, Principal, RequestId, SeqNo};
+use crate::limits::QUORUM_BACKUP_BATCHES_MAX;
 use crate::message::{batch_digest, history_digest, Batch, Message, PbftMessage, SpeculativeClaim, ViewChange};
 use crate::stage::{Action, PbftTimer, Time, Timer};
 
@@ -47,6 +48,12 @@ pub(crate) struct Speculation {
     queue: VecDeque<(ClientId, RequestId, Time)>,
     /// When the QuorumAbort timer is armed for.
     armed: Option<Time>,
+    /// The current view's Backup length, and its NEW-VIEW's last sequence number.
+    k: u64,
+    top: SeqNo,
+    /// The last view this member left: its Backup length and the batches its Quorum phase
+    /// committed here.
+    last_phase: Option<(u64, u64)>,
 }
 
 impl Speculation {
@@ -78,11 +85,65 @@ impl OrderStage {
             && self.prefix.last_committed >= self.speculation.fast_from
     }
 
-    /// The first sequence number of view `view`'s Quorum phase, given its NEW-VIEW's last
-    /// sequence number `top`.
-    pub(super) fn start_speculation_after(&mut self, top: SeqNo) {
+    /// Enters a view whose NEW-VIEW ends at `top` and whose Backup phase orders at most `k`
+    /// batches more: its Quorum phase starts after `top + k`, or earlier after an empty batch
+    /// (`note_empty_backup_batch`).
+    pub(super) fn start_speculation_after(&mut self, top: SeqNo, k: u64) {
         if self.quorum_protocol() {
-            self.speculation.fast_from = SeqNo(top.0.saturating_add(self.config.knobs.quorum_backup_batches));
+            self.speculation.fast_from = SeqNo(top.0.saturating_add(k));
+            self.speculation.top = top;
+            self.speculation.k = k;
+        }
+    }
+
+    /// A batch without requests (the primary's filler or a heartbeat, not a NEW-VIEW's null
+    /// batch) accepted at `seqno` in the current view's Backup phase ends that phase there:
+    /// the cluster is idle, and the Quorum phase can start. Every member accepts the view's
+    /// batches in sequence, so all end it at the same batch, and PRE-PREPAREs past it are
+    /// refused like any past `fast_from`.
+    pub(super) fn note_empty_backup_batch(&mut self, seqno: SeqNo) {
+        let s = &mut self.speculation;
+        if self.config.protocol == OrderProtocol::Quorum && seqno > s.top && seqno <= s.fast_from {
+            s.fast_from = seqno;
+        }
+    }
+
+    /// Whether a NEW-VIEW's Backup length `k` is one its primary may choose: 0 unless the
+    /// protocol is Quorum, else `quorum_backup_batches` to [`QUORUM_BACKUP_BATCHES_MAX`].
+    pub(super) fn backup_batches_valid(&self, k: u64) -> bool {
+        if !self.quorum_protocol() {
+            return k == 0;
+        }
+        let base = self.config.knobs.quorum_backup_batches;
+        (base..=QUORUM_BACKUP_BATCHES_MAX.max(base)).contains(&k)
+    }
+
+    /// (New primary) the Backup length of the view it starts: Aliph's `k`, doubled when the
+    /// last Quorum phase it saw committed fewer batches than the Backup phase before it (so
+    /// sustained contention or a faulty member keeps the cluster mostly on the three-phase path,
+    /// as Aliph's exponential `k` does), back to `quorum_backup_batches` otherwise.
+    pub(super) fn next_backup_batches(&self) -> u64 {
+        if !self.quorum_protocol() {
+            return 0;
+        }
+        let base = self.config.knobs.quorum_backup_batches;
+        match self.speculation.last_phase {
+            Some((k, committed)) if committed < k => {
+                k.saturating_mul(2).clamp(base, QUORUM_BACKUP_BATCHES_MAX.max(base))
+            }
+            _ => base,
+        }
+    }
+
+    /// Notes, as this member leaves the current view, how its Quorum phase went.
+    pub(super) fn note_phase_end(&mut self) {
+        if self.quorum_protocol() && self.speculation.fast_from != SeqNo(u64::MAX) {
+            let committed = self
+                .prefix
+                .last_committed
+                .0
+                .saturating_sub(self.speculation.fast_from.0);
+            self.speculation.last_phase = Some((self.speculation.k.max(1), committed));
         }
     }
 

@@ -208,6 +208,9 @@ impl OrderStage {
     /// Stops normal processing and moves to view `target` (persisting it before sending).
     pub(super) fn start_view_change(&mut self, now: Time, target: View, out: &mut Vec<Action>) {
         assert!(target > self.view, "views only grow");
+        if !self.changing {
+            self.note_phase_end();
+        }
         self.view = target;
         self.changing = true;
         self.monitor.view_changing();
@@ -435,6 +438,7 @@ impl OrderStage {
                 view_changes,
                 stable,
                 batches,
+                backup_batches: self.next_backup_batches(),
             },
         );
         self.install_new_view(now, &new_view, out);
@@ -460,6 +464,10 @@ impl OrderStage {
             if vc.value.new_view != body.view || !signers.insert(vc.signer) || self.validate_view_change(vc).is_err() {
                 return self.stats.bump("drop_bad_new_view_view_change");
             }
+        }
+        if !self.backup_batches_valid(body.backup_batches) {
+            self.stats.bump("drop_bad_new_view_backup_batches");
+            return self.start_view_change(now, body.view.next(), out);
         }
         let bodies: Vec<&ViewChange> = body.view_changes.iter().map(|vc| &vc.value).collect();
         let expected = self.selection(&bodies);
@@ -511,7 +519,7 @@ impl OrderStage {
             .last()
             .map_or(SeqNo(0), |(n, _)| *n)
             .max(stable_seqno(&body.stable));
-        self.start_speculation_after(top);
+        self.start_speculation_after(top, body.backup_batches);
         out.push(Action::Note(Event::ViewInstalled { view }));
         self.monitor.view_installed(view, now);
         self.stats.bump("view_installed");
