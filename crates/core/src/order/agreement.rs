@@ -118,18 +118,30 @@ impl OrderStage {
         (self.in_window(n) && in_flight < self.config.knobs.pipeline_window && !self.speculative_seqno(n)).then_some(n)
     }
 
-    /// (Primary, `protocol = "quorum"`) ends the view's Backup phase with an empty batch when no
-    /// request is ready (`note_empty_backup_batch`), so the Quorum phase starts without waiting
-    /// for heartbeats.
+    /// (Primary, `protocol = "quorum"`) ends the view's Backup phase with an empty batch once no
+    /// request was ready and nothing was in flight for `quorum_commit_timeout_us`
+    /// (`note_empty_backup_batch`), so an idle cluster returns to the Quorum phase without
+    /// waiting for heartbeats.
     pub(super) fn fill_backup(&mut self, now: Time, out: &mut Vec<Action>) {
         if !self.quorum_protocol() || !self.is_primary() || self.is_abstaining() || self.changing {
             return;
         }
-        while let Some(n) = self.next_with_room() {
+        if let Some(n) = self.next_with_room() {
             let p = self.projection(n);
-            if !self.ready_entries(&p, 1).0.is_empty() || self.batch_timer_armed {
+            if !self.ready_entries(&p, 1).0.is_empty()
+                || self.batch_timer_armed
+                || n != self.prefix.last_committed.next()
+            {
+                self.speculation.idle_since = None;
                 return;
             }
+            // Idle for a while, not merely between two of the clients' rounds.
+            let since = *self.speculation.idle_since.get_or_insert(now);
+            let at = since.saturating_add(self.backup_idle_us());
+            if now < at {
+                return self.arm_quorum_timer(now, at, out);
+            }
+            self.speculation.idle_since = None;
             self.stats.bump("backup_filled");
             self.pre_prepare_empty(now, n, now.max(p.max_time + 1), out);
         }

@@ -407,6 +407,13 @@ impl OrderStage {
             self.start_view_change(now, smallest, out);
             return;
         }
+        // In a Quorum phase (`quorum.rs`) one member's abort is enough: it no longer votes, so
+        // nothing this member executes there can commit, and any member can stall the phase
+        // that way anyway. Only the next view, so no member can push the views far ahead.
+        if self.speculating() && higher.contains(&self.view.next()) {
+            self.stats.bump("quorum_abort_joined");
+            return self.start_view_change(now, self.view.next(), out);
+        }
         self.try_new_view(now, out);
     }
 
@@ -430,6 +437,8 @@ impl OrderStage {
         let Some((stable, batches)) = self.selection(&bodies) else {
             return self.stats.bump("new_view_undecided");
         };
+        let backup_batches = self.next_backup_batches();
+        self.stats.add("new_view_backup_batches", backup_batches);
         let new_view = Signed::sign(
             &self.keys,
             self.id,
@@ -438,7 +447,7 @@ impl OrderStage {
                 view_changes,
                 stable,
                 batches,
-                backup_batches: self.next_backup_batches(),
+                backup_batches,
             },
         );
         self.install_new_view(now, &new_view, out);

@@ -1435,7 +1435,7 @@ fn quorum_phase_commits_on_every_vote_and_aborts_to_a_view_that_keeps_it() {
     for i in 0..3 {
         let m = c.member(i);
         assert_eq!(m.view(), View(1), "member {i} aborted to view 1");
-        assert!(m.stats().get("quorum_abort_timeout") >= 1);
+        assert!(m.stats().get("quorum_abort_timeout") + m.stats().get("quorum_abort_joined") >= 1);
         // The NEW-VIEW kept seqno 2; nothing else waited, so the Backup phase ended with one
         // empty batch.
         assert_eq!(m.last_committed(), SeqNo(3), "member {i}");
@@ -1444,6 +1444,10 @@ fn quorum_phase_commits_on_every_vote_and_aborts_to_a_view_that_keeps_it() {
             1
         );
     }
+    assert!(
+        (0..3).any(|i| c.member(i).stats().get("quorum_abort_timeout") >= 1),
+        "one timed out, the others joined it"
+    );
     assert_eq!(c.ordered[&SeqNo(2)], vec![(ClientId(1), RequestId(1))]);
     // Member 3 back: it catches up (or the others abort once more for it) and the next request
     // commits at every member.
@@ -1457,4 +1461,46 @@ fn quorum_phase_commits_on_every_vote_and_aborts_to_a_view_that_keeps_it() {
         .expect("client 2's request was ordered");
     let committed: Vec<SeqNo> = (0..4).map(|i| c.member(i).last_committed()).collect();
     assert!(committed.iter().all(|n| n >= at), "{committed:?} {at:?}");
+}
+
+/// Contention (two requests waiting at once) aborts a Quorum phase at once, without waiting for
+/// the commit timeout; the next view's Backup phase orders both, and its `k` doubles because
+/// the Quorum phase before committed less than its Backup phase.
+#[test]
+fn contention_aborts_the_quorum_phase_and_doubles_the_backup_phase() {
+    let knobs = Knobs {
+        quorum_backup_batches: 3,
+        quorum_commit_timeout_us: 20_000,
+        ..small_knobs()
+    };
+    let mut c = Cluster::with_protocol(1, 1, knobs, crate::config::OrderProtocol::Quorum);
+    let (a, b) = (c.submit(0), c.submit(1));
+    c.run(1_000);
+    for i in 0..4 {
+        let m = c.member(i);
+        assert_eq!(m.view(), View(1), "member {i}");
+        assert!(m.stats().get("quorum_abort_contention") + m.stats().get("quorum_abort_joined") >= 1);
+        assert_eq!(m.stats().get("quorum_abort_timeout"), 0, "no timeout needed");
+    }
+    let ordered: Vec<(ClientId, RequestId)> = c.ordered.values().flatten().copied().collect();
+    for entry in [&a, &b] {
+        assert!(ordered.contains(&(entry.client, entry.request_id)), "{ordered:?}");
+    }
+    assert_eq!(
+        c.member(1).stats().get("new_view_backup_batches"),
+        3,
+        "view 0 had no Backup: k at its base"
+    );
+    // View 1's Backup ends once idle; contention in its Quorum phase: view 2's k doubles.
+    c.run(200_000);
+    assert!(c.member(0).stats().get("backup_filled") + c.member(1).stats().get("backup_filled") >= 1);
+    c.submit(2);
+    c.submit(0);
+    c.run(1_000);
+    assert_eq!(c.member(2).view(), View(2));
+    assert_eq!(
+        c.member(2).stats().get("new_view_backup_batches"),
+        6,
+        "k doubled from 3"
+    );
 }
