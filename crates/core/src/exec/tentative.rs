@@ -40,9 +40,6 @@ pub(super) struct Tentative {
     results: Vec<(ClientId, RequestId, Bytes)>,
     /// The pushes it emitted (sends and notes), released when it commits.
     held: Vec<Action>,
-    /// Per client, the number of its first push in `held`: a PUSH-RESUME resends only the
-    /// kept pushes before it until the batch commits.
-    first_push: std::collections::BTreeMap<ClientId, u64>,
 }
 
 impl ExecStage {
@@ -59,7 +56,10 @@ impl ExecStage {
     /// The first push number to `client` that the outstanding tentative batch emitted, if any:
     /// kept pushes from it on are not sent until the batch commits.
     pub(super) fn tentative_first_push(&self, client: ClientId) -> Option<u64> {
-        self.tentative.as_ref()?.first_push.get(&client).copied()
+        self.tentative.as_ref()?.held.iter().find_map(|action| match action {
+            Action::Note(crate::stage::Event::Pushed { client: c, seq, .. }) if *c == client => Some(*seq),
+            _ => None,
+        })
     }
 
     /// Whether a tentative batch is outstanding (the state is ahead of the committed prefix).
@@ -146,19 +146,12 @@ impl ExecStage {
         results: Vec<(ClientId, RequestId, Bytes)>,
         held: Vec<Action>,
     ) {
-        let mut first_push = std::collections::BTreeMap::new();
-        for action in &held {
-            if let Action::Note(crate::stage::Event::Pushed { client, seq, .. }) = action {
-                first_push.entry(*client).or_insert(*seq);
-            }
-        }
         self.tentative = Some(Tentative {
             seqno: batch.seqno,
             history: batch.history,
             clients: batch.entries.iter().map(|e| e.client).collect(),
             results,
             held,
-            first_push,
         });
     }
 

@@ -214,6 +214,18 @@ fn no_tentative_execution_at_a_checkpoint_or_out_of_order() {
     assert_eq!(stage.stats().get("tentative_not_next"), 2);
 }
 
+/// PUSH-RESUME from the watcher `OTHER` (client ring 1) for its pushes from the first.
+fn resume(net: &Net) -> Input {
+    let envelope = crate::message::Envelope::seal(
+        &net.client_rings[1],
+        &net.q,
+        Principal::Client(OTHER),
+        Message::PushResume { client: OTHER, next: 1 },
+        SealFor::Stage(StageKind::Exec),
+    );
+    Input::Message(std::sync::Arc::new(envelope))
+}
+
 /// A write executed tentatively fires another client's watch: that push is held with the batch,
 /// and a PUSH-RESUME from the watcher (who has no request in the batch) waits for the commit
 /// instead of being sent the kept, still tentative, push (found by `upright-sim --protocol
@@ -238,15 +250,8 @@ fn a_push_resume_waits_while_any_tentative_batch_is_outstanding() {
             .count()
     };
     assert_eq!(pushes(&out), 0, "the watcher's push is held with the batch");
-    let resume = crate::message::Envelope::seal(
-        &net.client_rings[1],
-        &net.q,
-        Principal::Client(OTHER),
-        Message::PushResume { client: OTHER, next: 1 },
-        SealFor::Stage(StageKind::Exec),
-    );
     let mut out = Vec::new();
-    stage.handle(2, Input::Message(std::sync::Arc::new(resume)), &mut out);
+    stage.handle(2, resume(&net), &mut out);
     assert_eq!(pushes(&out), 0, "nothing tentative goes out on a resume");
     assert_eq!(stage.stats().get("push_resume_tentative"), 1);
     let out = net.deliver(&mut stage, &batches[1]);
@@ -257,14 +262,7 @@ fn a_push_resume_waits_while_any_tentative_batch_is_outstanding() {
     let mut out = Vec::new();
     stage.handle(3, tentative(&net, 1, 0, &more[2]), &mut out);
     assert_eq!(tentative_replies(&out, CLIENT), [(2, 0)]);
-    let resume = crate::message::Envelope::seal(
-        &net.client_rings[1],
-        &net.q,
-        Principal::Client(OTHER),
-        Message::PushResume { client: OTHER, next: 1 },
-        SealFor::Stage(StageKind::Exec),
-    );
     let mut out = Vec::new();
-    stage.handle(4, Input::Message(std::sync::Arc::new(resume)), &mut out);
+    stage.handle(4, resume(&net), &mut out);
     assert_eq!(pushes(&out), 1, "the committed push is resent");
 }

@@ -160,7 +160,7 @@ impl OrderStage {
     /// Orders `batch` as `n` in the current view: accept it, log it, send PRE-PREPARE.
     fn pre_prepare(&mut self, now: Time, n: SeqNo, batch: Batch, digest: Digest, out: &mut Vec<Action>) {
         let view = self.view;
-        if batch.entries.is_empty() && batch.time_us > 0 {
+        if super::quorum::ends_backup(&batch) {
             self.note_empty_backup_batch(n);
         }
         let slot = self.log.entry(n).or_default();
@@ -399,7 +399,7 @@ impl OrderStage {
                 return false;
             }
         }
-        let filler = batch.entries.is_empty() && batch.time_us > 0;
+        let filler = super::quorum::ends_backup(&batch);
         slot.accept_digested(seqno, view, batch.into_owned(), digest);
         slot.accepted_at = now;
         slot.prepares.insert(me, (view, digest));

@@ -5,8 +5,9 @@
 use super::{OrderStage, LAST_EXEC_RESEND_MAX, NEXT_BATCH_HOLD_FRACTION};
 use crate::config::{ClusterConfig, Sabotage};
 use crate::contract;
+use crate::crypto::Digest;
 use crate::ids::{Principal, ReplicaId, SeqNo, StageKind};
-use crate::message::{Message, SealFor};
+use crate::message::{Batch, Message, SealFor};
 use crate::stage::PbftTimer;
 use crate::stage::{Action, Event, Time, Timer};
 
@@ -47,9 +48,8 @@ impl OrderStage {
                 self.tell_auth_ordered(n, requests.collect(), out);
             }
             if let Some(message) = self.next_batch_message(n) {
-                let own = Principal::Exec(self.id);
-                if ClusterConfig::exec_members(&self.q).any(|p| p == own) {
-                    self.send_to_exec(out, vec![own], message);
+                if self.hosts_exec() {
+                    self.send_to_exec(out, vec![Principal::Exec(self.id)], message);
                 }
                 let execs = ClusterConfig::exec_members(&self.q).filter_map(|p| p.replica());
                 let owed = self.next_batch_missing(n, execs);
@@ -176,11 +176,10 @@ impl OrderStage {
     /// sync) and every slot before it is committed. Not across the network: another execution
     /// member trusts only its own order member's word that the batch prepared.
     pub(super) fn offer_tentative(&mut self, seqno: SeqNo, out: &mut Vec<Action>) {
-        let own = Principal::Exec(self.id);
         if self.changing
             || seqno != self.prefix.last_committed.next()
             || self.tentative_sent == Some((self.view, seqno))
-            || !ClusterConfig::exec_members(&self.q).any(|p| p == own)
+            || !self.hosts_exec()
             || !self.tentative_eligible(seqno)
         {
             return;
@@ -190,16 +189,29 @@ impl OrderStage {
             return;
         }
         let accepted = slot.accepted_in(self.view).expect("prepared in this view");
+        let history = crate::message::history_digest(&self.prefix.history, &accepted.digest);
+        self.send_tentative_batch(seqno, history, &accepted.batch, out);
+        self.tentative_sent = Some((self.view, seqno));
+        self.stats.bump("tentative_batch_sent");
+    }
+
+    /// Whether this replica hosts an execution member beside this order member.
+    pub(super) fn hosts_exec(&self) -> bool {
+        let own = Principal::Exec(self.id);
+        ClusterConfig::exec_members(&self.q).any(|p| p == own)
+    }
+
+    /// TENTATIVE-BATCH of `batch` at `seqno` in the current view, with history `history` after
+    /// it, to the co-located execution member (tentative execution, and Quorum's speculation).
+    pub(super) fn send_tentative_batch(&self, seqno: SeqNo, history: Digest, batch: &Batch, out: &mut Vec<Action>) {
         let message = Message::TentativeBatch {
             view: self.view,
             seqno,
-            history: crate::message::history_digest(&self.prefix.history, &accepted.digest),
-            time_us: accepted.batch.time_us,
-            entries: accepted.batch.entries.iter().map(|e| e.entry.clone()).collect(),
+            history,
+            time_us: batch.time_us,
+            entries: batch.entries.iter().map(|e| e.entry.clone()).collect(),
         };
-        self.tentative_sent = Some((self.view, seqno));
-        self.stats.bump("tentative_batch_sent");
-        self.send_to_exec(out, vec![own], message);
+        self.send_to_exec(out, vec![Principal::Exec(self.id)], message);
     }
 
     /// `Sabotage::EarlyExecute`: release a batch to execution as soon as it is pre-prepared.

@@ -26,8 +26,8 @@
 use std::collections::VecDeque;
 
 use super::OrderStage;
-use crate::config::{ClusterConfig, OrderProtocol, Sabotage};
-use crate::ids::{ClientId, Principal, RequestId, SeqNo};
+use crate::config::{OrderProtocol, Sabotage};
+use crate::ids::{ClientId, RequestId, SeqNo};
 use crate::limits::QUORUM_BACKUP_BATCHES_MAX;
 use crate::message::{batch_digest, history_digest, Batch, Message, PbftMessage, SpeculativeClaim, ViewChange};
 use crate::stage::{Action, PbftTimer, Time, Timer};
@@ -41,6 +41,12 @@ pub const SPECULATION_QUEUE_MAX: usize = 4096;
 /// Commit timeouts without a ready request after which a Backup phase ends early
 /// (`OrderStage::backup_idle_us`).
 pub const BACKUP_IDLE_TIMEOUTS: u64 = 5;
+
+/// Whether `batch`, accepted in a view's Backup phase, ends it: a batch without requests (the
+/// primary's filler or a heartbeat), not a NEW-VIEW's null batch (time 0).
+pub(super) fn ends_backup(batch: &Batch) -> bool {
+    batch.entries.is_empty() && batch.time_us > 0
+}
 
 /// The Quorum phase's per-member state.
 #[derive(Debug, Default)]
@@ -102,8 +108,8 @@ impl OrderStage {
         }
     }
 
-    /// A batch without requests (the primary's filler or a heartbeat, not a NEW-VIEW's null
-    /// batch) accepted at `seqno` in the current view's Backup phase ends that phase there:
+    /// A batch accepted at `seqno` in the current view's Backup phase that ends it (one
+    /// [`ends_backup`]) ends it there:
     /// the cluster is idle, and the Quorum phase can start. Every member accepts the view's
     /// batches in sequence, so all end it at the same batch, and PRE-PREPAREs past it are
     /// refused like any past `fast_from`.
@@ -133,8 +139,13 @@ impl OrderStage {
         if !self.quorum_protocol() {
             return k == 0;
         }
-        let base = self.config.knobs.quorum_backup_batches;
-        (base..=QUORUM_BACKUP_BATCHES_MAX.max(base)).contains(&k)
+        (self.config.knobs.quorum_backup_batches..=self.backup_batches_max()).contains(&k)
+    }
+
+    /// The longest Backup phase a NEW-VIEW may ask for: [`QUORUM_BACKUP_BATCHES_MAX`], or the
+    /// configured base if that is larger.
+    fn backup_batches_max(&self) -> u64 {
+        QUORUM_BACKUP_BATCHES_MAX.max(self.config.knobs.quorum_backup_batches)
     }
 
     /// (New primary) the Backup length of the view it starts: Aliph's `k`, doubled when the
@@ -147,9 +158,7 @@ impl OrderStage {
         }
         let base = self.config.knobs.quorum_backup_batches;
         match self.speculation.last_phase {
-            Some((k, committed)) if committed < k => {
-                k.saturating_mul(2).clamp(base, QUORUM_BACKUP_BATCHES_MAX.max(base))
-            }
+            Some((k, committed)) if committed < k => k.saturating_mul(2).clamp(base, self.backup_batches_max()),
             _ => base,
         }
     }
@@ -171,6 +180,7 @@ impl OrderStage {
         if !self.quorum_protocol() {
             return;
         }
+        self.prune_speculation_queue();
         let queue = &mut self.speculation.queue;
         if queue.iter().any(|&(c, r, _)| c == client && r == request_id) {
             return;
@@ -180,6 +190,15 @@ impl OrderStage {
             self.stats.bump("speculation_queue_full");
         }
         queue.push_back((client, request_id, now));
+    }
+
+    /// Drops the queued requests already ordered (in either phase), so the queue holds only
+    /// what still waits: each arrival's duplicate check and each speculation scan it.
+    fn prune_speculation_queue(&mut self) {
+        let last_ordered = &self.prefix.last_ordered;
+        self.speculation
+            .queue
+            .retain(|(client, request_id, _)| last_ordered.get(client).is_none_or(|last| request_id > last));
     }
 
     /// Executes the oldest waiting request speculatively at the next sequence number, if this
@@ -192,24 +211,13 @@ impl OrderStage {
         if !self.in_window(n) || self.log.get(&n).is_some_and(|s| s.accepted_in(self.view).is_some()) {
             return;
         }
-        let mut chosen = None;
-        let mut i = 0;
-        while i < self.speculation.queue.len() {
-            let (client, request_id, _) = self.speculation.queue[i];
-            let next = self.last_ordered_of(client).next();
-            if request_id < next {
-                self.speculation.queue.remove(i);
-                continue;
-            }
-            if request_id == next {
-                if let Some(candidate) = self.pool.with_row_of(client, request_id, self.id) {
-                    chosen = Some(candidate.clone());
-                    break;
-                }
-            }
-            i += 1;
-        }
-        let Some(candidate) = chosen else { return };
+        self.prune_speculation_queue();
+        let chosen = self.speculation.queue.iter().find_map(|&(client, request_id, _)| {
+            (request_id == self.last_ordered_of(client).next())
+                .then(|| self.pool.with_row_of(client, request_id, self.id))
+                .flatten()
+        });
+        let Some(candidate) = chosen.cloned() else { return };
         let view = self.view;
         let time_us = self.prefix.max_time + 1;
         let batch = Batch {
@@ -234,21 +242,8 @@ impl OrderStage {
         persist::write(out, persist::slot_key(n), &slot.record);
         self.stats.bump("speculated");
         self.send_to_order(out, Message::Pbft(PbftMessage::Commit { view, seqno: n, digest }));
-        let own = Principal::Exec(self.id);
-        if ClusterConfig::exec_members(&self.q).any(|p| p == own) {
-            let message = Message::TentativeBatch {
-                view,
-                seqno: n,
-                history,
-                time_us,
-                entries: batch.entries.iter().map(|e| e.entry.clone()).collect(),
-            };
-            self.send(
-                out,
-                vec![own],
-                message,
-                crate::message::SealFor::Stage(crate::ids::StageKind::Exec),
-            );
+        if self.hosts_exec() {
+            self.send_tentative_batch(n, history, &batch, out);
         }
         self.check_committed(now, n, out);
     }
@@ -290,10 +285,7 @@ impl OrderStage {
         // request per round trip is all it would do: abort at once (Aliph hands over to Chain
         // here; upright's Backup takes the load, and k grows while contention lasts).
         if waiting().nth(1).is_some() {
-            self.stats.bump("quorum_abort_contention");
-            self.speculation.armed = None;
-            let target = self.view.next();
-            return self.start_view_change(now, target, out);
+            return self.abort_quorum_phase(now, "quorum_abort_contention", out);
         }
         let woken = self
             .wakes
@@ -302,21 +294,26 @@ impl OrderStage {
         // A member's proactive recovery needs the committed prefix to reach its recovery point
         // (`recovery.rs`), which an idle Quorum phase never does: Backup's heartbeats do.
         let assist = self.assisting() && oldest.is_none();
-        if woken || assist || oldest.is_some_and(|at| now >= at.saturating_add(timeout)) {
-            self.stats.bump(if woken {
-                "quorum_abort_wake"
-            } else if assist {
-                "quorum_abort_recovery"
-            } else {
-                "quorum_abort_timeout"
-            });
-            self.speculation.armed = None;
-            let target = self.view.next();
-            return self.start_view_change(now, target, out);
+        if woken {
+            return self.abort_quorum_phase(now, "quorum_abort_wake", out);
+        }
+        if assist {
+            return self.abort_quorum_phase(now, "quorum_abort_recovery", out);
+        }
+        if oldest.is_some_and(|at| now >= at.saturating_add(timeout)) {
+            return self.abort_quorum_phase(now, "quorum_abort_timeout", out);
         }
         if let Some(at) = oldest.map(|at| at.saturating_add(timeout)) {
             self.arm_quorum_timer(now, at, out);
         }
+    }
+
+    /// Aborts the Quorum phase (counted as `why`): moves to the next view.
+    pub(super) fn abort_quorum_phase(&mut self, now: Time, why: &'static str, out: &mut Vec<Action>) {
+        self.stats.bump(why);
+        self.speculation.armed = None;
+        let target = self.view.next();
+        self.start_view_change(now, target, out);
     }
 
     /// Arms the QuorumAbort timer for `at` unless it is armed for earlier (and still ahead).
