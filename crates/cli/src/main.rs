@@ -96,11 +96,12 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         recovery_interval_secs: u64,
         /// The ordering protocol: `pbft` (Byzantine faults), `quorum` (Aliph's Quorum with PBFT
-        /// as its Backup: fastest for one client at a time; needs --u equal to --r, no admin.toml)
-        /// or `lcr` (crashes only, needs --r 0; its membership is fixed, so no admin.toml is
-        /// written). Default: lcr with --r 0, pbft otherwise (give --protocol pbft for an r = 0
+        /// as its Backup: fastest for one client at a time; needs --u equal to --r, no admin.toml),
+        /// `chain` (Aliph's Chain with PBFT as its Backup: for many clients; needs --r of at
+        /// least 1, no admin.toml) or `lcr` (crashes only, needs --r 0; its membership is fixed,
+        /// so no admin.toml is written). Default: lcr with --r 0, pbft otherwise (give --protocol pbft for an r = 0
         /// cluster that is to be reconfigured). Written to cluster.toml as `protocol`.
-        #[arg(long, value_parser = ["pbft", "quorum", "lcr"])]
+        #[arg(long, value_parser = ["pbft", "quorum", "chain", "lcr"])]
         protocol: Option<String>,
         /// Output directory.
         #[arg(long)]
@@ -303,9 +304,9 @@ enum Command {
         #[arg(long)]
         tcp: bool,
         /// The ordering protocol: `pbft` (4 replicas, u = r = 1), `quorum` (Aliph's Quorum with
-        /// PBFT as its Backup, 4 replicas, u = r = 1) or `lcr` (3 replicas, u = 1, r = 0:
-        /// crashes only).
-        #[arg(long, default_value = "pbft", value_parser = ["pbft", "quorum", "lcr"])]
+        /// PBFT as its Backup, 4 replicas, u = r = 1), `chain` (Aliph's Chain with PBFT as its
+        /// Backup, 4 replicas, u = r = 1) or `lcr` (3 replicas, u = 1, r = 0: crashes only).
+        #[arg(long, default_value = "pbft", value_parser = ["pbft", "quorum", "chain", "lcr"])]
         protocol: String,
     },
     /// Benchmark a local cluster beside the NO-REP baseline: throughput, latency, CPU per operation.

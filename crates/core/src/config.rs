@@ -83,6 +83,10 @@ pub enum Sabotage {
     /// `protocol = "quorum"`: the view change leaves the members' speculative claims out (no
     /// abort history), so a batch a client committed in a Quorum phase may be replaced.
     QuorumDropSpeculative,
+    /// `protocol = "chain"`: a member accepts a batch from its chain predecessor without the
+    /// votes of the rest of its predecessor set, so one faulty member can hand its successors a
+    /// batch the members before it never accepted.
+    ChainSkipCheck,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.
@@ -172,9 +176,9 @@ pub struct Knobs {
     /// 0 (the default): off.
     #[serde(default = "default_tentative_entries_max")]
     pub tentative_entries_max: usize,
-    /// `protocol = "quorum"` (Aliph's Quorum over PBFT; docs/PROTOCOL.md "Quorum"): the batches
-    /// each view orders through the three-phase path (Aliph's Backup) after its NEW-VIEW before
-    /// its members switch to Quorum, when the Quorum phase before went well (doubled, up to
+    /// `protocol = "quorum"` or `"chain"` (Aliph's Quorum or Chain over PBFT; docs/PROTOCOL.md
+    /// "Quorum", "Chain"): the batches each view orders through the three-phase path (Aliph's
+    /// Backup) after its NEW-VIEW before its members switch to the fast phase, when the Quorum phase before went well (doubled, up to
     /// `QUORUM_BACKUP_BATCHES_MAX`, after each that committed fewer; an empty batch ends the
     /// phase early when nothing waits). At least 1.
     #[serde(default = "default_quorum_backup_batches")]
@@ -342,6 +346,12 @@ pub enum OrderProtocol {
     /// executes requests speculatively in the order they reach it, and an abort is a view
     /// change. `u = r >= 1`; an execution member on every replica.
     Quorum,
+    /// Aliph's Chain (Quéma ch. 3) with PBFT as its Backup (`crate::order::chain`): each view
+    /// orders `quorum_backup_batches` batches through the three-phase path, then its primary
+    /// (the head) batches requests down a chain of the order members, each accepting a batch
+    /// from its predecessor once the `r + 1` members before it vouch for it; the last `r + 1`
+    /// commit it. An abort is a view change. `u >= r >= 1`.
+    Chain,
 }
 
 impl OrderProtocol {
@@ -356,6 +366,7 @@ impl OrderProtocol {
             OrderProtocol::Pbft => "pbft",
             OrderProtocol::Lcr => "lcr",
             OrderProtocol::Quorum => "quorum",
+            OrderProtocol::Chain => "chain",
         }
     }
 
@@ -365,15 +376,26 @@ impl OrderProtocol {
         let q = Quorums::new(u, r)?;
         Ok(match self {
             OrderProtocol::Quorum => q.with_exec_on_every_replica(),
-            OrderProtocol::Pbft | OrderProtocol::Lcr => q,
+            OrderProtocol::Pbft | OrderProtocol::Lcr | OrderProtocol::Chain => q,
         })
+    }
+
+    /// Whether each view runs a fast phase after a Backup phase of PBFT batches (Aliph's Quorum
+    /// or Chain: `crate::order::quorum`).
+    pub fn has_fast_phase(self) -> bool {
+        matches!(self, OrderProtocol::Quorum | OrderProtocol::Chain)
     }
 
     /// The protocol named `name`, if there is one.
     pub fn from_name(name: &str) -> Option<OrderProtocol> {
-        [OrderProtocol::Pbft, OrderProtocol::Lcr, OrderProtocol::Quorum]
-            .into_iter()
-            .find(|p| p.name() == name)
+        [
+            OrderProtocol::Pbft,
+            OrderProtocol::Lcr,
+            OrderProtocol::Quorum,
+            OrderProtocol::Chain,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)
     }
 }
 
@@ -509,6 +531,24 @@ impl ClusterConfig {
                     "must be unset with protocol = \"quorum\" (reconfiguration runs under \"pbft\" only)",
                 );
             }
+        }
+        if self.protocol == OrderProtocol::Chain {
+            if self.r == 0 {
+                return bad(
+                    "r",
+                    0,
+                    "must be at least 1 with protocol = \"chain\" (a crash-only cluster runs \"lcr\")",
+                );
+            }
+            if self.admin.is_some() {
+                return bad(
+                    "admin",
+                    1,
+                    "must be unset with protocol = \"chain\" (reconfiguration runs under \"pbft\" only)",
+                );
+            }
+        }
+        if self.protocol.has_fast_phase() {
             if k.quorum_backup_batches == 0 {
                 return bad("quorum_backup_batches", 0, "must be at least 1");
             }
@@ -705,5 +745,23 @@ mod tests {
         c.protocol = OrderProtocol::Quorum;
         assert!(c.validate().unwrap_err().to_string().contains("must equal u"));
         assert_eq!(OrderProtocol::from_name("quorum"), Some(OrderProtocol::Quorum));
+    }
+
+    #[test]
+    fn chain_protocol_needs_r_of_at_least_one_and_keeps_the_stage_sizes() {
+        let f = fixture(2, 1, 1, Knobs::default());
+        let mut c = (*f.config).clone();
+        c.protocol = OrderProtocol::Chain;
+        let q = c.validate().expect("u = 2, r = 1 runs Chain");
+        assert_eq!((q.n_order, q.n_exec), (6, 5));
+        c.knobs.quorum_backup_batches = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("quorum_backup_batches"));
+        let f = fixture(1, 0, 1, Knobs::default());
+        let mut c = (*f.config).clone();
+        c.protocol = OrderProtocol::Chain;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("must be at least 1 with protocol = \"chain\""), "{e}");
+        assert_eq!(OrderProtocol::from_name("chain"), Some(OrderProtocol::Chain));
+        assert!(OrderProtocol::Chain.has_fast_phase() && !OrderProtocol::Pbft.has_fast_phase());
     }
 }

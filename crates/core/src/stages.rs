@@ -52,9 +52,9 @@ pub fn build_with_pages(
         Principal::Client(c) => Box::new(Client::new(config, c, keys)?),
         Principal::Auth(r) => Box::new(AuthStage::new(config, r, keys, storage)?),
         Principal::Order(r) => match config.protocol {
-            crate::config::OrderProtocol::Pbft | crate::config::OrderProtocol::Quorum => {
-                Box::new(OrderStage::new(config, r, keys, storage)?)
-            }
+            crate::config::OrderProtocol::Pbft
+            | crate::config::OrderProtocol::Quorum
+            | crate::config::OrderProtocol::Chain => Box::new(OrderStage::new(config, r, keys, storage)?),
             crate::config::OrderProtocol::Lcr => Box::new(crate::lcr::LcrStage::new(config, r, keys, storage)?),
         },
         Principal::Exec(r) => Box::new(ExecStage::with_page_store(

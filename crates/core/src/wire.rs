@@ -145,7 +145,9 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
             }
             Ok(())
         }
-        Message::Pbft(PbftMessage::PrePrepare { batch, .. }) => validate_batch(batch),
+        Message::Pbft(PbftMessage::PrePrepare { batch, .. }) | Message::Pbft(PbftMessage::Chain { batch, .. }) => {
+            validate_batch(batch)
+        }
         Message::Pbft(PbftMessage::ViewChange(vc)) => validate_view_change(&vc.value),
         Message::Pbft(PbftMessage::NewView(nv)) => {
             limit(nv.value.view_changes.len() <= MAX_FAULTS * 3 + 1, "view changes")?;

@@ -88,7 +88,7 @@ pub struct ClusterFile {
     #[serde(default = "default_idle_spin_us")]
     pub idle_spin_us: u64,
     /// The ordering protocol: `"pbft"` (the default), `"quorum"` (Aliph's Quorum over PBFT,
-    /// `u = r`) or `"lcr"` (crash-only, `r = 0`).
+    /// `u = r`), `"chain"` (Aliph's Chain over PBFT, `r >= 1`) or `"lcr"` (crash-only, `r = 0`).
     #[serde(default, skip_serializing_if = "OrderProtocol::is_default")]
     pub protocol: OrderProtocol,
     /// Protocol knobs (all defaults if absent).
@@ -647,7 +647,7 @@ pub struct InitPlan {
     pub metrics_token: bool,
     /// Proactive recovery's period `T_w` in seconds (0: only on command).
     pub recovery_interval_secs: u64,
-    /// The ordering protocol. Under LCR and Quorum the membership is fixed (no administrator).
+    /// The ordering protocol. Under LCR, Quorum and Chain the membership is fixed (no administrator).
     pub protocol: OrderProtocol,
 }
 
@@ -746,7 +746,7 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
             }
         })
         .collect();
-    // The administrator: one more client, after the others (`admin.toml`). An LCR or Quorum
+    // The administrator: one more client, after the others (`admin.toml`). An LCR, Quorum or Chain
     // cluster's membership is fixed: it has none.
     let administered = plan.protocol.is_default();
     let admin_keys = fresh_keys();

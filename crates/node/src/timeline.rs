@@ -149,6 +149,7 @@ pub fn message(direction: &str, m: &Message, peer: u64) {
         Message::Pbft(PbftMessage::PrePrepare { seqno, batch, .. }) => {
             ("pre-prepare", seqno.0, batch.entries.len() as u64)
         }
+        Message::Pbft(PbftMessage::Chain { seqno, batch, .. }) => ("chain", seqno.0, batch.entries.len() as u64),
         Message::Pbft(PbftMessage::Prepare { seqno, .. }) => ("prepare", seqno.0, 0),
         Message::Pbft(PbftMessage::Commit { seqno, .. }) => ("commit", seqno.0, 0),
         Message::NextBatch { seqno, .. } => ("next-batch", seqno.0, 0),

@@ -25,8 +25,8 @@ struct Args {
     /// unchecked-pages (with --service paged-kv), lying-disk, unordered-events (with
     /// --service zk), count-proposals-twice (with --mutate), skip-recovery-check,
     /// keep-retired-keys, shared-configuration-keys, lcr-deliver-unstable (r = 0),
-    /// tentative-small-quorum, tentative-no-rollback or quorum-drop-speculative (u = r; runs
-    /// --protocol quorum).
+    /// tentative-small-quorum, tentative-no-rollback, quorum-drop-speculative (u = r; runs
+    /// --protocol quorum) or chain-skip-check (r >= 1; runs --protocol chain).
     #[arg(long)]
     sabotage: Option<String>,
     /// Virtual seconds of client workload per seed.
@@ -42,9 +42,10 @@ struct Args {
     /// or `fs` (upright-fs, driven by NFSv3 calls: each key a chain of immutable version files).
     #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "paged-kv", "zk", "fs"])]
     service: String,
-    /// The ordering protocol: `pbft` (the default), `lcr` (crash-only: needs --r 0) or `quorum`
-    /// (Aliph's Quorum with PBFT as Backup: needs --u equal to --r).
-    #[arg(long, default_value = "pbft", value_parser = ["pbft", "lcr", "quorum"])]
+    /// The ordering protocol: `pbft` (the default), `lcr` (crash-only: needs --r 0), `quorum`
+    /// (Aliph's Quorum with PBFT as Backup: needs --u equal to --r) or `chain` (Aliph's Chain
+    /// with PBFT as Backup: needs --r of at least 1).
+    #[arg(long, default_value = "pbft", value_parser = ["pbft", "lcr", "quorum", "chain"])]
     protocol: String,
     /// Print every violation (otherwise the first of each failing seed).
     #[arg(long)]
@@ -308,6 +309,23 @@ fn main() {
         ];
         if let Some((_, what)) = unsupported.iter().find(|(bad, _)| *bad) {
             eprintln!("--protocol quorum does not go with {what}");
+            std::process::exit(2);
+        }
+    }
+    if args.protocol == "chain" {
+        let unsupported = [
+            (args.r == 0, "--r 0 (a crash-only cluster runs lcr)"),
+            (
+                args.reconfiguration,
+                "--reconfiguration (reconfiguration runs under pbft only)",
+            ),
+            (
+                args.attack.is_some() || args.soak.is_some(),
+                "--attack or --soak (they choose their own protocols)",
+            ),
+        ];
+        if let Some((_, what)) = unsupported.iter().find(|(bad, _)| *bad) {
+            eprintln!("--protocol chain does not go with {what}");
             std::process::exit(2);
         }
     }

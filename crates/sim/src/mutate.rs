@@ -115,6 +115,33 @@ pub fn mutate(rng: &mut ChaCha8Rng, keys: &KeyRing, me: ReplicaId, message: &Mes
                 kind,
             )
         }
+        Message::Pbft(PbftMessage::Chain {
+            view: v,
+            seqno: s,
+            mut batch,
+        }) => {
+            let (v, s, kind) = match pick {
+                0 => (view(v, rng), s, "mutate_view"),
+                1 => (v, seqno(s, rng), "mutate_seqno"),
+                2 => {
+                    batch.time_us = nudge(batch.time_us, rng);
+                    (v, s, "mutate_time")
+                }
+                _ => {
+                    let (entries, kind) = reshape(&batch.entries, rng)?;
+                    batch.entries = entries;
+                    (v, s, kind)
+                }
+            };
+            (
+                pbft(PbftMessage::Chain {
+                    view: v,
+                    seqno: s,
+                    batch,
+                }),
+                kind,
+            )
+        }
         Message::Pbft(PbftMessage::Prepare {
             view: v,
             seqno: s,

@@ -61,11 +61,16 @@ pub enum SabotageMode {
     /// (`Sabotage::QuorumDropSpeculative`): what clients committed in a Quorum phase may be
     /// replaced. The run uses `--protocol quorum`.
     QuorumDropSpeculative,
+    /// Under `--protocol chain`, a member accepts its predecessor's CHAIN without the votes of
+    /// the rest of its predecessor set (`Sabotage::ChainSkipCheck`), so a faulty member can hand
+    /// its successors a batch the members before it never accepted. The run uses `--protocol
+    /// chain`, with a faulty member mutating what it forwards.
+    ChainSkipCheck,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 18] = [
+    pub const ALL: [SabotageMode; 19] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -84,6 +89,7 @@ impl SabotageMode {
         SabotageMode::TentativeSmallQuorum,
         SabotageMode::TentativeNoRollback,
         SabotageMode::QuorumDropSpeculative,
+        SabotageMode::ChainSkipCheck,
     ];
 
     /// Its command-line name.
@@ -107,6 +113,7 @@ impl SabotageMode {
             SabotageMode::TentativeSmallQuorum => "tentative-small-quorum",
             SabotageMode::TentativeNoRollback => "tentative-no-rollback",
             SabotageMode::QuorumDropSpeculative => "quorum-drop-speculative",
+            SabotageMode::ChainSkipCheck => "chain-skip-check",
         }
     }
 
@@ -135,6 +142,7 @@ impl SabotageMode {
             SabotageMode::TentativeSmallQuorum => Some(Sabotage::TentativeSmallQuorum),
             SabotageMode::TentativeNoRollback => Some(Sabotage::TentativeNoRollback),
             SabotageMode::QuorumDropSpeculative => Some(Sabotage::QuorumDropSpeculative),
+            SabotageMode::ChainSkipCheck => Some(Sabotage::ChainSkipCheck),
         }
     }
 }

@@ -221,6 +221,9 @@ impl<P: Protocol> Sim<P> {
         if opts.sabotage == Some(SabotageMode::QuorumDropSpeculative) && opts.u == opts.r {
             opts.protocol = upright_core::config::OrderProtocol::Quorum;
         }
+        if opts.sabotage == Some(SabotageMode::ChainSkipCheck) && opts.r > 0 {
+            opts.protocol = upright_core::config::OrderProtocol::Chain;
+        }
         let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
         let quorums = opts.protocol.quorums(opts.u, opts.r).expect("valid (u, r)");
         let n = quorums.n_replicas();
@@ -488,6 +491,14 @@ impl<P: Protocol> Sim<P> {
                 }
                 plan
             }
+            Some(SabotageMode::ChainSkipCheck) if opts.r > 0 => {
+                // A member inside the chain of the first views forwards altered batches (and
+                // now and then the true one too): with the check skipped, its successors accept
+                // what the members before it never did.
+                let mut plan = FaultPlan::quiet(shape);
+                plan.byzantine.insert(1, Behaviour::Mutate);
+                plan
+            }
             Some(SabotageMode::UncheckedPages) => {
                 // The usual crashes and partitions (so members fall behind and transfer state),
                 // with one execution member serving wrong state.
@@ -511,6 +522,7 @@ impl<P: Protocol> Sim<P> {
                             | SabotageMode::TentativeSmallQuorum
                             | SabotageMode::TentativeNoRollback
                             | SabotageMode::QuorumDropSpeculative
+                            | SabotageMode::ChainSkipCheck
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -533,7 +545,8 @@ impl<P: Protocol> Sim<P> {
                     | SabotageMode::LcrDeliverUnstable
                     | SabotageMode::TentativeSmallQuorum
                     | SabotageMode::TentativeNoRollback
-                    | SabotageMode::QuorumDropSpeculative => {
+                    | SabotageMode::QuorumDropSpeculative
+                    | SabotageMode::ChainSkipCheck => {
                         unreachable!("guarded above")
                     }
                 };

@@ -84,6 +84,16 @@ impl Lane {
                     lanes.push(Lane { twins: true, ..quorum });
                     lanes.push(Lane { mutate: true, ..quorum });
                 }
+                if r > 0 {
+                    // Aliph's Chain over PBFT: plain, Twins and mutation.
+                    let chain = Lane {
+                        protocol: OrderProtocol::Chain,
+                        ..lane
+                    };
+                    lanes.push(chain);
+                    lanes.push(Lane { twins: true, ..chain });
+                    lanes.push(Lane { mutate: true, ..chain });
+                }
                 lanes.push(Lane { recovery: true, ..lane });
                 lanes.push(Lane {
                     key_refresh: true,
@@ -113,6 +123,7 @@ impl Lane {
             OrderProtocol::Pbft => "",
             OrderProtocol::Lcr => " lcr",
             OrderProtocol::Quorum => " quorum",
+            OrderProtocol::Chain => " chain",
         };
         format!("u{}r{} {}{protocol}{drawn}", self.u, self.r, self.service.name())
     }

@@ -34,6 +34,17 @@ impl Sweep {
         text
     }
 
+    /// No violation, fault class `class` injected at least `n` times, and at least `20 n`
+    /// operations done (for runs whose fault generator draws only some classes: Twins,
+    /// mutation).
+    pub fn assert_clean_with(&self, class: &str, n: u64) {
+        let line = self.summary.line(&[]);
+        println!("{line}");
+        assert!(self.failures.is_empty(), "{}\n{line}", self.describe_failures(3));
+        assert!(self.counts().get(class) >= n, "too little {class}: {line}");
+        assert!(self.summary.ops_completed > n * 20, "too little work done: {line}");
+    }
+
     /// The seed-sweep tests' verdict on `seeds` seeds of a configuration with `r` Byzantine
     /// faults: no violation, every fault class the configuration should inject injected, and at
     /// least 20 operations completed per seed. Prints the summary line; panics with the failures

@@ -225,3 +225,11 @@ fn tentative_no_rollback_is_caught() {
 fn quorum_drop_speculative_is_caught() {
     caught_in(SabotageMode::QuorumDropSpeculative, 1, 1, ServiceKind::Kv, 3 * SEEDS);
 }
+
+/// Aliph's Chain without the predecessor-set check: a faulty member inside the chain forwards
+/// altered batches, its successors accept them on its CHAIN alone and commit them, while the
+/// members before it hold the true batch; the view change then picks one of the two.
+#[test]
+fn chain_skip_check_is_caught() {
+    caught_in(SabotageMode::ChainSkipCheck, 1, 1, ServiceKind::Kv, SEEDS);
+}

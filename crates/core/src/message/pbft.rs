@@ -24,6 +24,17 @@ pub enum PbftMessage {
         /// The batch.
         batch: Batch,
     },
+    /// CHAIN (Aliph's Chain, `protocol = "chain"`; docs/PROTOCOL.md "Chain"): in a view's fast
+    /// phase the sender accepted `batch` at `seqno` and hands it to its successor in the view's
+    /// chain (it counts as the sender's vote). MAC.
+    Chain {
+        /// View.
+        view: View,
+        /// Sequence number.
+        seqno: SeqNo,
+        /// The batch.
+        batch: Batch,
+    },
     /// PREPARE (PBFT). Authenticator.
     Prepare {
         /// View.

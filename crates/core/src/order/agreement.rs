@@ -115,7 +115,8 @@ impl OrderStage {
     pub(super) fn next_with_room(&self) -> Option<SeqNo> {
         let n = self.next_accept();
         let in_flight = n.0 - 1 - self.prefix.last_committed.0;
-        (self.in_window(n) && in_flight < self.config.knobs.pipeline_window && !self.speculative_seqno(n)).then_some(n)
+        let phase_open = !self.speculative_seqno(n) || self.chaining();
+        (self.in_window(n) && in_flight < self.config.knobs.pipeline_window && phase_open).then_some(n)
     }
 
     /// (Primary, `protocol = "quorum"`) ends the view's Backup phase with an empty batch once no
@@ -123,10 +124,10 @@ impl OrderStage {
     /// (`note_empty_backup_batch`), so an idle cluster returns to the Quorum phase without
     /// waiting for heartbeats.
     pub(super) fn fill_backup(&mut self, now: Time, out: &mut Vec<Action>) {
-        if !self.quorum_protocol() || !self.is_primary() || self.is_abstaining() || self.changing {
+        if !self.fast_protocol() || !self.is_primary() || self.is_abstaining() || self.changing {
             return;
         }
-        if let Some(n) = self.next_with_room() {
+        if let Some(n) = self.next_with_room().filter(|&n| !self.speculative_seqno(n)) {
             let p = self.projection(n);
             if !self.ready_entries(&p, 1).0.is_empty()
                 || self.batch_timer_armed
@@ -159,6 +160,11 @@ impl OrderStage {
 
     /// Orders `batch` as `n` in the current view: accept it, log it, send PRE-PREPARE.
     fn pre_prepare(&mut self, now: Time, n: SeqNo, batch: Batch, digest: Digest, out: &mut Vec<Action>) {
+        if self.speculative_seqno(n) {
+            // The head of the view's Chain phase (`next_with_room` offers no other fast-phase
+            // sequence number).
+            return self.chain_accept(now, n, batch, digest, None, out);
+        }
         let view = self.view;
         if super::quorum::ends_backup(&batch) {
             self.note_empty_backup_batch(n);
@@ -183,7 +189,10 @@ impl OrderStage {
             return;
         }
         let n = self.next_accept();
-        if n.0 - 1 != self.prefix.last_committed.0 || !self.in_window(n) || self.speculative_seqno(n) {
+        if n.0 - 1 != self.prefix.last_committed.0
+            || !self.in_window(n)
+            || self.speculative_seqno(n) && !self.chaining()
+        {
             return;
         }
         let p = self.projection(n);
@@ -313,13 +322,16 @@ impl OrderStage {
     /// Checks a batch proposed at `seqno` (the next in sequence) against PROTOCOL.md's rules;
     /// returns its digest (each entry digest is computed at most once, for its matrix and the batch, and
     /// not at all for an entry already in the pool).
-    fn validate_batch(&self, now: Time, seqno: SeqNo, batch: &Batch) -> Result<Digest, &'static str> {
+    pub(super) fn validate_batch(&self, now: Time, seqno: SeqNo, batch: &Batch) -> Result<Digest, &'static str> {
         let knobs = &self.config.knobs;
         let p = self.projection(seqno);
-        if self.speculative_seqno(seqno) {
+        let chain_phase = self.speculative_seqno(seqno) && self.chain_protocol();
+        if self.speculative_seqno(seqno) && !chain_phase {
             return Err("drop_beyond_backup_phase");
         }
-        if batch.entries.is_empty() && !self.quorum_protocol() {
+        // An empty batch in a fast protocol's Backup phase ends it (`quorum::ends_backup`).
+        let ends_backup = self.fast_protocol() && !chain_phase;
+        if batch.entries.is_empty() && !ends_backup {
             // A heartbeat: only when heartbeats are on, and at most about one per interval, so a
             // faulty primary cannot flood the log with empty batches.
             let interval = knobs.heartbeat_interval_us;
@@ -382,6 +394,11 @@ impl OrderStage {
     fn try_accept(&mut self, now: Time, seqno: SeqNo, batch: Cow<'_, Batch>, out: &mut Vec<Action>) -> bool {
         if self.is_abstaining() {
             self.stats.bump("abstain_pre_prepare");
+            return false;
+        }
+        if self.speculative_seqno(seqno) {
+            // Nothing is proposed through the three-phase path past the view's Backup phase.
+            self.stats.bump("drop_beyond_backup_phase");
             return false;
         }
         let digest = match self.validate_batch(now, seqno, &batch) {
@@ -640,7 +657,7 @@ impl OrderStage {
     }
 
     /// Checks view and window of an agreement message; helps members that are behind.
-    fn check_window(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) -> bool {
+    pub(super) fn check_window(&mut self, now: Time, from: ReplicaId, seqno: SeqNo, out: &mut Vec<Action>) -> bool {
         self.monitor.voted(from, seqno);
         if seqno <= self.h {
             self.stats.bump("drop_below_window");
@@ -708,6 +725,13 @@ impl OrderStage {
         }
         let earlier = self.log.entry(seqno).or_default().commits.insert(from, (view, digest));
         self.note_conflict(earlier, view, digest, "conflicting_commit");
+        if self.chain_protocol() && self.speculative_seqno(seqno) {
+            if seqno <= self.prefix.last_committed {
+                self.help_chain_slot(now, from, seqno, out);
+            } else if seqno == self.next_accept() {
+                self.drain_chain(now, out);
+            }
+        }
         self.check_committed(now, seqno, out);
     }
 
@@ -761,12 +785,21 @@ impl OrderStage {
         };
         let view = self.view;
         let sabotage = self.sabotage();
-        let Some(slot) = self.log.get_mut(&seqno) else { return };
-        let again = Self::counted_again(sabotage, slot);
+        let chain_phase = self.chain_protocol() && self.speculative_seqno(seqno);
+        let Some(slot) = self.log.get(&seqno) else { return };
         let Some(accepted) = slot.accepted_in(view) else { return };
-        if slot.record.committed.is_some() || Slot::count(&slot.commits, view, accepted.digest, None) + again < quorum {
+        if slot.record.committed.is_some() {
             return;
         }
+        let committed = if chain_phase {
+            self.chain_committed(view, accepted.digest, &slot.commits)
+        } else {
+            Slot::count(&slot.commits, view, accepted.digest, None) + Self::counted_again(sabotage, slot) >= quorum
+        };
+        if !committed {
+            return;
+        }
+        let slot = self.log.get_mut(&seqno).expect("looked up above");
         slot.record.committed = Some(view);
         // Lazily: the NEXT-BATCH this releases does not wait for the disk. A crash that loses the
         // mark leaves the prepared certificate (synced before our COMMIT went out), so recovery

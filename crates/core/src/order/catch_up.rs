@@ -28,7 +28,9 @@ impl OrderStage {
             let Some(accepted) = slot.accepted_in(view) else {
                 continue;
             };
-            if slot.accepted_at > settled {
+            if slot.accepted_at > settled || self.speculative_seqno(seqno) {
+                // A fast phase's slots have their own retransmission (`retransmit_chain`), or
+                // none (Quorum: the phase aborts).
                 continue;
             }
             let digest = accepted.digest;

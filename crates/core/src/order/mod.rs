@@ -12,6 +12,7 @@
 
 mod agreement;
 mod catch_up;
+mod chain;
 pub mod checkpoint;
 mod handoff;
 pub(crate) mod intake;
@@ -227,7 +228,8 @@ pub struct OrderStage {
     /// The committed prefix at the last tick, and for how many ticks it has not moved (a
     /// member that hears nothing may have missed a reconfiguration: it probes).
     quiet: (SeqNo, u32),
-    /// `protocol = "quorum"`: the current view's Quorum phase (`quorum.rs`).
+    /// `protocol = "quorum"` or `"chain"`: the current view's fast phase (`quorum.rs`,
+    /// `chain.rs`).
     speculation: quorum::Speculation,
 }
 
@@ -501,6 +503,9 @@ impl OrderStage {
             (Message::Pbft(PbftMessage::PrePrepare { view, seqno, batch }), Principal::Order(from)) => {
                 self.on_pre_prepare(now, from, *view, *seqno, batch, out)
             }
+            (Message::Pbft(PbftMessage::Chain { view, seqno, batch }), Principal::Order(from)) => {
+                self.on_chain(now, from, *view, *seqno, batch, out)
+            }
             (Message::Pbft(PbftMessage::Prepare { view, seqno, digest }), Principal::Order(from)) => {
                 self.on_prepare(now, from, *view, *seqno, *digest, out)
             }
@@ -549,6 +554,7 @@ impl OrderStage {
             self.resend_view_change(out);
         } else {
             self.retransmit_agreement(now, out);
+            self.retransmit_chain(now, out);
             self.propose_heartbeat(now, out);
             self.arm_wake(now, out);
             self.watch_primary(now, out);
@@ -565,6 +571,7 @@ impl OrderStage {
         self.fill_backup(now, out);
         self.speculate(now, out);
         self.check_speculation(now, out);
+        self.drain_chain(now, out);
         if self.assisting() {
             self.propose_heartbeat(now, out);
         }

@@ -258,7 +258,7 @@ impl OrderStage {
             || self.changing
             || self.is_primary()
             || self.is_abstaining()
-            || self.speculating()
+            || self.speculating() && !self.chain_protocol()
         {
             return;
         }

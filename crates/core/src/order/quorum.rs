@@ -66,6 +66,8 @@ pub(crate) struct Speculation {
     /// The last view this member left: its Backup length and the batches its Quorum phase
     /// committed here.
     last_phase: Option<(u64, u64)>,
+    /// (`protocol = "chain"`) CHAINs ahead of the next sequence number to accept.
+    pub(super) chain_pending: super::chain::ChainPending,
 }
 
 impl Speculation {
@@ -83,14 +85,20 @@ impl OrderStage {
         self.config.protocol == OrderProtocol::Quorum
     }
 
-    /// Whether `seqno` belongs to the current view's Quorum phase.
-    pub(super) fn speculative_seqno(&self, seqno: SeqNo) -> bool {
-        self.quorum_protocol() && seqno > self.speculation.fast_from
+    /// Whether each view of the cluster has a fast phase after its Backup phase (`protocol =
+    /// "quorum"` or `"chain"`).
+    pub(super) fn fast_protocol(&self) -> bool {
+        self.config.protocol.has_fast_phase()
     }
 
-    /// Whether this member runs the current view's Quorum phase now.
+    /// Whether `seqno` belongs to the current view's fast (Quorum or Chain) phase.
+    pub(super) fn speculative_seqno(&self, seqno: SeqNo) -> bool {
+        self.fast_protocol() && seqno > self.speculation.fast_from
+    }
+
+    /// Whether this member runs the current view's fast (Quorum or Chain) phase now.
     pub(super) fn speculating(&self) -> bool {
-        self.quorum_protocol()
+        self.fast_protocol()
             && !self.changing
             && !self.is_abstaining()
             && !self.recovering()
@@ -101,7 +109,8 @@ impl OrderStage {
     /// batches more: its Quorum phase starts after `top + k`, or earlier after an empty batch
     /// (`note_empty_backup_batch`).
     pub(super) fn start_speculation_after(&mut self, top: SeqNo, k: u64) {
-        if self.quorum_protocol() {
+        self.speculation.chain_pending.clear();
+        if self.fast_protocol() {
             self.speculation.fast_from = SeqNo(top.0.saturating_add(k));
             self.speculation.top = top;
             self.speculation.k = k;
@@ -115,7 +124,7 @@ impl OrderStage {
     /// refused like any past `fast_from`.
     pub(super) fn note_empty_backup_batch(&mut self, seqno: SeqNo) {
         let s = &mut self.speculation;
-        if self.config.protocol == OrderProtocol::Quorum && seqno > s.top && seqno <= s.fast_from {
+        if self.config.protocol.has_fast_phase() && seqno > s.top && seqno <= s.fast_from {
             s.fast_from = seqno;
         }
     }
@@ -136,7 +145,7 @@ impl OrderStage {
     /// Whether a NEW-VIEW's Backup length `k` is one its primary may choose: 0 unless the
     /// protocol is Quorum, else `quorum_backup_batches` to [`QUORUM_BACKUP_BATCHES_MAX`].
     pub(super) fn backup_batches_valid(&self, k: u64) -> bool {
-        if !self.quorum_protocol() {
+        if !self.fast_protocol() {
             return k == 0;
         }
         (self.config.knobs.quorum_backup_batches..=self.backup_batches_max()).contains(&k)
@@ -153,7 +162,7 @@ impl OrderStage {
     /// sustained contention or a faulty member keeps the cluster mostly on the three-phase path,
     /// as Aliph's exponential `k` does), back to `quorum_backup_batches` otherwise.
     pub(super) fn next_backup_batches(&self) -> u64 {
-        if !self.quorum_protocol() {
+        if !self.fast_protocol() {
             return 0;
         }
         let base = self.config.knobs.quorum_backup_batches;
@@ -165,7 +174,8 @@ impl OrderStage {
 
     /// Notes, as this member leaves the current view, how its Quorum phase went.
     pub(super) fn note_phase_end(&mut self) {
-        if self.quorum_protocol() && self.speculation.fast_from != SeqNo(u64::MAX) {
+        self.speculation.chain_pending.clear();
+        if self.fast_protocol() && self.speculation.fast_from != SeqNo(u64::MAX) {
             let committed = self
                 .prefix
                 .last_committed
@@ -204,7 +214,7 @@ impl OrderStage {
     /// Executes the oldest waiting request speculatively at the next sequence number, if this
     /// member is in the Quorum phase and every batch before it is committed.
     pub(super) fn speculate(&mut self, now: Time, out: &mut Vec<Action>) {
-        if !self.speculating() {
+        if !self.quorum_protocol() || !self.speculating() {
             return;
         }
         let n = self.prefix.last_committed.next();
@@ -269,7 +279,7 @@ impl OrderStage {
     /// member's proactive recovery waits for the prefix to grow while no request does; arms the
     /// QuorumAbort timer for the oldest waiting request otherwise.
     pub(super) fn check_speculation(&mut self, now: Time, out: &mut Vec<Action>) {
-        if !self.speculating() {
+        if !self.quorum_protocol() || !self.speculating() {
             return;
         }
         let timeout = self.config.knobs.quorum_commit_timeout_us;

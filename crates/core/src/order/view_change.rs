@@ -173,7 +173,7 @@ impl OrderStage {
         {
             return Err("drop_bad_view_change_pre_prepared");
         }
-        if !body.speculative.is_empty() && self.config.protocol != crate::config::OrderProtocol::Quorum {
+        if !body.speculative.is_empty() && !self.config.protocol.has_fast_phase() {
             return Err("drop_bad_view_change_speculative");
         }
         let mut last = h;

@@ -231,7 +231,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
 }
 
 /// Every `(protocol, u, r)` the run measures, in order: each protocol at each `--ur` (LCR at
-/// `r = 0`, Quorum at `r = u`, once per `u`).
+/// `r = 0`, Quorum at `r = u`, Chain at `r >= 1`, once per `u`).
 fn settings(options: &BenchOptions) -> Vec<(OrderProtocol, usize, usize)> {
     let mut out = Vec::new();
     for &protocol in &options.protocols {
@@ -239,6 +239,7 @@ fn settings(options: &BenchOptions) -> Vec<(OrderProtocol, usize, usize)> {
             let r = match protocol {
                 OrderProtocol::Lcr => 0,
                 OrderProtocol::Quorum => u,
+                OrderProtocol::Chain => r.max(1),
                 OrderProtocol::Pbft => r,
             };
             if !out.contains(&(protocol, u, r)) {

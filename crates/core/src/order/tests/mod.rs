@@ -1504,3 +1504,72 @@ fn contention_aborts_the_quorum_phase_and_doubles_the_backup_phase() {
         "k doubled from 3"
     );
 }
+
+/// `protocol = "chain"`: view 0 has no Backup phase, so the head (the primary) accepts a batch
+/// at once and it travels down the chain 0, 1, 2, 3 in CHAINs, each member voting; every member
+/// commits it on the votes of the last `r + 1` (members 2 and 3), with no PRE-PREPARE, PREPARE
+/// or three-phase COMMIT quorum.
+#[test]
+fn chain_phase_passes_a_batch_down_the_chain_and_commits_on_the_committers_votes() {
+    let mut c = Cluster::with_protocol(1, 1, small_knobs(), crate::config::OrderProtocol::Chain);
+    c.submit(0);
+    c.pump();
+    for i in 0..4 {
+        let m = c.member(i);
+        assert_eq!(m.last_committed(), SeqNo(1), "member {i}");
+        assert_eq!(m.view(), View(0));
+        assert_eq!(m.stats().get("chain_accepted"), 1, "member {i}");
+        assert_eq!(
+            m.stats().get("pre_prepare_sent") + m.stats().get("prepared"),
+            0,
+            "member {i}"
+        );
+    }
+    assert_eq!(c.ordered[&SeqNo(1)], vec![(ClientId(0), RequestId(1))]);
+}
+
+/// A member accepts its predecessor's CHAIN only with the votes of its whole predecessor set:
+/// member 2 (chain position 2 in view 0) needs the head's vote as well as member 1's CHAIN. With
+/// the head's messages to member 2 cut, member 2 waits, nothing commits (the committers' votes
+/// are missing), and the view change moves to view 1, whose Backup phase orders the request.
+/// `Sabotage::ChainSkipCheck` accepts on the CHAIN alone.
+#[test]
+fn a_chain_member_waits_for_its_whole_predecessor_set() {
+    let cut = |from: Principal, to: Principal, _: &Message| {
+        !(from == Principal::Order(ReplicaId(0)) && to == Principal::Order(ReplicaId(2)))
+    };
+    let mut c = Cluster::with_protocol(1, 1, small_knobs(), crate::config::OrderProtocol::Chain);
+    c.filter = Box::new(cut);
+    c.submit(0);
+    c.run(1_000);
+    assert!(c.member(2).stats().get("chain_waiting_vouchers") >= 1);
+    for i in 0..4 {
+        assert_eq!(c.member(i).last_committed(), SeqNo(0), "member {i}");
+    }
+    assert_eq!(c.member(2).stats().get("chain_accepted"), 0);
+    c.run(2_000_000);
+    let (at, _) = c
+        .ordered
+        .iter()
+        .find(|(_, entries)| entries.contains(&(ClientId(0), RequestId(1))))
+        .expect("the request was ordered after the view change");
+    for i in 0..4 {
+        let m = c.member(i);
+        assert!(m.view() >= View(1), "member {i} left view 0");
+        assert!(m.last_committed() >= *at, "member {i}");
+    }
+
+    let knobs = Knobs {
+        sabotage: Some(crate::config::Sabotage::ChainSkipCheck),
+        ..small_knobs()
+    };
+    let mut c = Cluster::with_protocol(1, 1, knobs, crate::config::OrderProtocol::Chain);
+    c.filter = Box::new(cut);
+    c.submit(0);
+    c.run(1_000);
+    assert_eq!(
+        c.member(2).stats().get("chain_accepted"),
+        1,
+        "sabotaged: accepted on the CHAIN alone"
+    );
+}
