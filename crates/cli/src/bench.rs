@@ -44,9 +44,10 @@ pub struct BenchArgs {
     ur: Vec<String>,
     /// Ordering protocols to measure, comma-separated: `pbft`, `quorum` (Aliph's Quorum with
     /// PBFT as Backup: runs at r = u with each --ur's u), `chain` (Aliph's Chain with PBFT as
-    /// Backup: at least r = 1), `lcr` (LCR tolerates crashes only: it runs at r = 0 with each
-    /// --ur's u). Each result carries its protocol.
-    #[arg(long, value_delimiter = ',', default_value = "pbft", value_parser = ["pbft", "quorum", "chain", "lcr"])]
+    /// Backup: at least r = 1), `aliph` (Quorum and Chain in turn: at r = u), `backup` (another
+    /// name of pbft), `lcr` (LCR tolerates crashes only: it runs at r = 0 with each --ur's u).
+    /// Each result carries its protocol.
+    #[arg(long, value_delimiter = ',', default_value = "pbft", value_parser = ["pbft", "backup", "quorum", "chain", "aliph", "lcr"])]
     protocol: Vec<String>,
     /// Batch sizes (batch_size_max), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "128")]

@@ -17,13 +17,13 @@ use upright_node::files::{self, ClientFile, FileError, InitPlan};
 use upright_node::transport::Endpoint;
 
 /// Replicas of the demo cluster.
-/// Replicas of the demo under PBFT, Quorum and Chain (u = r = 1); LCR's runs one fewer (u = 1, r = 0).
+/// Replicas of the demo under PBFT, Quorum, Chain and Aliph (u = r = 1); LCR's runs one fewer (u = 1, r = 0).
 const REPLICAS: usize = 4;
 
 /// `(u, r, replicas)` of the demo ordering with `protocol`.
 fn shape(protocol: OrderProtocol) -> (usize, usize, usize) {
     match protocol {
-        OrderProtocol::Pbft | OrderProtocol::Quorum | OrderProtocol::Chain => (1, 1, REPLICAS),
+        OrderProtocol::Pbft | OrderProtocol::Quorum | OrderProtocol::Chain | OrderProtocol::Aliph => (1, 1, REPLICAS),
         OrderProtocol::Lcr => (1, 0, REPLICAS - 1),
     }
 }

@@ -98,10 +98,12 @@ enum Command {
         /// The ordering protocol: `pbft` (Byzantine faults), `quorum` (Aliph's Quorum with PBFT
         /// as its Backup: fastest for one client at a time; needs --u equal to --r, no admin.toml),
         /// `chain` (Aliph's Chain with PBFT as its Backup: for many clients; needs --r of at
-        /// least 1, no admin.toml) or `lcr` (crashes only, needs --r 0; its membership is fixed,
-        /// so no admin.toml is written). Default: lcr with --r 0, pbft otherwise (give --protocol pbft for an r = 0
+        /// least 1, no admin.toml), `aliph` (Quorum and Chain in turn with PBFT as Backup, as
+        /// Aliph switches between them; needs --u equal to --r, no admin.toml), `backup` (another
+        /// name of pbft: Aliph's Backup is the three-phase path) or `lcr` (crashes only, needs
+        /// --r 0; its membership is fixed, so no admin.toml is written). Default: lcr with --r 0, pbft otherwise (give --protocol pbft for an r = 0
         /// cluster that is to be reconfigured). Written to cluster.toml as `protocol`.
-        #[arg(long, value_parser = ["pbft", "quorum", "chain", "lcr"])]
+        #[arg(long, value_parser = ["pbft", "backup", "quorum", "chain", "aliph", "lcr"])]
         protocol: Option<String>,
         /// Output directory.
         #[arg(long)]
@@ -305,8 +307,9 @@ enum Command {
         tcp: bool,
         /// The ordering protocol: `pbft` (4 replicas, u = r = 1), `quorum` (Aliph's Quorum with
         /// PBFT as its Backup, 4 replicas, u = r = 1), `chain` (Aliph's Chain with PBFT as its
-        /// Backup, 4 replicas, u = r = 1) or `lcr` (3 replicas, u = 1, r = 0: crashes only).
-        #[arg(long, default_value = "pbft", value_parser = ["pbft", "quorum", "chain", "lcr"])]
+        /// Backup, 4 replicas, u = r = 1), `aliph` (Quorum and Chain in turn, 4 replicas, u = r =
+        /// 1), `backup` (another name of pbft) or `lcr` (3 replicas, u = 1, r = 0: crashes only).
+        #[arg(long, default_value = "pbft", value_parser = ["pbft", "backup", "quorum", "chain", "aliph", "lcr"])]
         protocol: String,
     },
     /// Benchmark a local cluster beside the NO-REP baseline: throughput, latency, CPU per operation.

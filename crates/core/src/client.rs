@@ -224,7 +224,7 @@ impl Client {
         let start = self.preferred_start;
         // Under Aliph's Quorum every order member executes the request as it arrives from its
         // own authentication member: every one of them gets it at once.
-        let quorum = self.config.protocol == crate::config::OrderProtocol::Quorum;
+        let quorum = self.config.protocol.speculates();
         let to = if self.wide_remaining > 0 || quorum {
             self.wide_remaining = self.wide_remaining.saturating_sub(1);
             ClusterConfig::auth_members(&self.quorums).collect()
@@ -423,7 +423,7 @@ impl Client {
     ) {
         let tentative_quorum = if self.config.knobs.sabotage == Some(crate::config::Sabotage::TentativeSmallQuorum) {
             self.quorums.reply()
-        } else if self.config.protocol == crate::config::OrderProtocol::Quorum {
+        } else if self.config.protocol.speculates() {
             self.quorums.speculative_reply()
         } else {
             self.quorums.tentative_reply()

@@ -188,6 +188,10 @@ pub struct Knobs {
     /// Backup phase orders what was pending).
     #[serde(default = "default_quorum_commit_timeout_us")]
     pub quorum_commit_timeout_us: u64,
+    /// `protocol = "aliph"`: a view's Chain phase ends (back to Quorum) once at most one client
+    /// has had a request accepted in it for this long (Aliph's 2 s; docs/PROTOCOL.md "Aliph").
+    #[serde(default = "default_aliph_one_client_us")]
+    pub aliph_one_client_us: u64,
     /// Testing only: a deliberately broken protocol (see [`Sabotage`]).
     pub sabotage: Option<Sabotage>,
 }
@@ -216,6 +220,13 @@ fn default_quorum_backup_batches() -> u64 {
 /// Default of [`Knobs::quorum_commit_timeout_us`]: 20 ms, tens of LAN round trips (every vote
 /// is one message delay after the speculative execution).
 pub const QUORUM_COMMIT_TIMEOUT_US_DEFAULT: u64 = 20_000;
+
+/// Default of [`Knobs::aliph_one_client_us`]: Aliph's two seconds (Quéma 3.5.1.3).
+pub const ALIPH_ONE_CLIENT_US_DEFAULT: u64 = 2_000_000;
+
+fn default_aliph_one_client_us() -> u64 {
+    ALIPH_ONE_CLIENT_US_DEFAULT
+}
 
 fn default_quorum_commit_timeout_us() -> u64 {
     QUORUM_COMMIT_TIMEOUT_US_DEFAULT
@@ -293,6 +304,7 @@ impl Default for Knobs {
             tentative_entries_max: TENTATIVE_ENTRIES_MAX_DEFAULT,
             quorum_backup_batches: QUORUM_BACKUP_BATCHES_DEFAULT,
             quorum_commit_timeout_us: QUORUM_COMMIT_TIMEOUT_US_DEFAULT,
+            aliph_one_client_us: ALIPH_ONE_CLIENT_US_DEFAULT,
             sabotage: None,
         }
     }
@@ -337,7 +349,9 @@ pub struct ClusterConfig {
 #[serde(rename_all = "lowercase")]
 pub enum OrderProtocol {
     /// PBFT's three-phase agreement with UpRight's and Aardvark's changes (`crate::order`).
+    /// `"backup"` names it too: Aliph's Backup instance is this path.
     #[default]
+    #[serde(alias = "backup")]
     Pbft,
     /// LCR, the crash-only ring with vector clocks (Quéma ch. 2; `crate::lcr`): `r = 0` only.
     Lcr,
@@ -352,6 +366,10 @@ pub enum OrderProtocol {
     /// from its predecessor once the `r + 1` members before it vouch for it; the last `r + 1`
     /// commit it. An abort is a view change. `u >= r >= 1`.
     Chain,
+    /// Aliph (Quéma ch. 3): views whose fast phase is Quorum or Chain, chosen by each new
+    /// primary (Quorum to Chain after a poor Quorum phase, back to Quorum after a Chain phase),
+    /// each after a Backup phase. `u = r >= 1`; an execution member on every replica.
+    Aliph,
 }
 
 impl OrderProtocol {
@@ -367,6 +385,7 @@ impl OrderProtocol {
             OrderProtocol::Lcr => "lcr",
             OrderProtocol::Quorum => "quorum",
             OrderProtocol::Chain => "chain",
+            OrderProtocol::Aliph => "aliph",
         }
     }
 
@@ -375,7 +394,7 @@ impl OrderProtocol {
     pub fn quorums(self, u: usize, r: usize) -> Result<Quorums, FaultModelError> {
         let q = Quorums::new(u, r)?;
         Ok(match self {
-            OrderProtocol::Quorum => q.with_exec_on_every_replica(),
+            OrderProtocol::Quorum | OrderProtocol::Aliph => q.with_exec_on_every_replica(),
             OrderProtocol::Pbft | OrderProtocol::Lcr | OrderProtocol::Chain => q,
         })
     }
@@ -383,7 +402,32 @@ impl OrderProtocol {
     /// Whether each view runs a fast phase after a Backup phase of PBFT batches (Aliph's Quorum
     /// or Chain: `crate::order::quorum`).
     pub fn has_fast_phase(self) -> bool {
-        matches!(self, OrderProtocol::Quorum | OrderProtocol::Chain)
+        !matches!(self.first_fast_phase(), crate::message::FastPhase::None)
+    }
+
+    /// The fast phase of view 0 (and of every view, except under Aliph).
+    pub fn first_fast_phase(self) -> crate::message::FastPhase {
+        use crate::message::FastPhase;
+        match self {
+            OrderProtocol::Pbft | OrderProtocol::Lcr => FastPhase::None,
+            OrderProtocol::Quorum | OrderProtocol::Aliph => FastPhase::Quorum,
+            OrderProtocol::Chain => FastPhase::Chain,
+        }
+    }
+
+    /// Whether a NEW-VIEW may choose `phase` under this protocol.
+    pub fn allows_fast_phase(self, phase: crate::message::FastPhase) -> bool {
+        use crate::message::FastPhase;
+        match self {
+            OrderProtocol::Aliph => matches!(phase, FastPhase::Quorum | FastPhase::Chain),
+            _ => phase == self.first_fast_phase(),
+        }
+    }
+
+    /// Whether clients send every request to every authentication member and accept the
+    /// speculative reply quorum (a Quorum phase may run).
+    pub fn speculates(self) -> bool {
+        matches!(self, OrderProtocol::Quorum | OrderProtocol::Aliph)
     }
 
     /// The protocol named `name`, if there is one.
@@ -393,9 +437,11 @@ impl OrderProtocol {
             OrderProtocol::Lcr,
             OrderProtocol::Quorum,
             OrderProtocol::Chain,
+            OrderProtocol::Aliph,
         ]
         .into_iter()
         .find(|p| p.name() == name)
+        .or((name == "backup").then_some(OrderProtocol::Pbft))
     }
 }
 
@@ -516,19 +562,23 @@ impl ClusterConfig {
                 );
             }
         }
-        if self.protocol == OrderProtocol::Quorum {
+        if self.protocol.speculates() {
             if self.r != self.u || self.r == 0 {
                 return bad(
                     "r",
                     self.r as u64,
-                    "must equal u and be at least 1 with protocol = \"quorum\" (Aliph's model: 3f + 1 replicas; use \"lcr\" or \"pbft\" otherwise)",
+                    if self.protocol == OrderProtocol::Quorum {
+                        "must equal u and be at least 1 with protocol = \"quorum\" (Aliph's model: 3f + 1 replicas; use \"lcr\" or \"pbft\" otherwise)"
+                    } else {
+                        "must equal u and be at least 1 with protocol = \"aliph\" (Aliph's model: 3f + 1 replicas; use \"chain\", \"lcr\" or \"pbft\" otherwise)"
+                    },
                 );
             }
             if self.admin.is_some() {
                 return bad(
                     "admin",
                     1,
-                    "must be unset with protocol = \"quorum\" (reconfiguration runs under \"pbft\" only)",
+                    "must be unset with protocol = \"quorum\" or \"aliph\" (reconfiguration runs under \"pbft\" only)",
                 );
             }
         }
@@ -551,6 +601,9 @@ impl ClusterConfig {
         if self.protocol.has_fast_phase() {
             if k.quorum_backup_batches == 0 {
                 return bad("quorum_backup_batches", 0, "must be at least 1");
+            }
+            if k.aliph_one_client_us == 0 {
+                return bad("aliph_one_client_us", 0, "must be positive");
             }
             if k.quorum_commit_timeout_us == 0 {
                 return bad("quorum_commit_timeout_us", 0, "must be positive");
@@ -763,5 +816,37 @@ mod tests {
         assert!(e.contains("must be at least 1 with protocol = \"chain\""), "{e}");
         assert_eq!(OrderProtocol::from_name("chain"), Some(OrderProtocol::Chain));
         assert!(OrderProtocol::Chain.has_fast_phase() && !OrderProtocol::Pbft.has_fast_phase());
+    }
+
+    #[test]
+    fn aliph_protocol_needs_u_equal_r_and_backup_names_pbft() {
+        use crate::message::FastPhase;
+        let f = fixture(1, 1, 1, Knobs::default());
+        let mut c = (*f.config).clone();
+        c.protocol = OrderProtocol::Aliph;
+        let q = c.validate().expect("u = r = 1 runs Aliph");
+        assert_eq!(
+            (q.n_order, q.n_exec),
+            (4, 4),
+            "Quorum views: execution on every replica"
+        );
+        c.knobs.aliph_one_client_us = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("aliph_one_client_us"));
+        let f = fixture(2, 1, 1, Knobs::default());
+        let mut c = (*f.config).clone();
+        c.protocol = OrderProtocol::Aliph;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("must equal u and be at least 1 with protocol = \"aliph\""),
+            "{e}"
+        );
+        let aliph = OrderProtocol::Aliph;
+        assert_eq!(aliph.first_fast_phase(), FastPhase::Quorum);
+        assert!(aliph.allows_fast_phase(FastPhase::Chain) && aliph.allows_fast_phase(FastPhase::Quorum));
+        assert!(!aliph.allows_fast_phase(FastPhase::None));
+        assert!(!OrderProtocol::Quorum.allows_fast_phase(FastPhase::Chain));
+        assert!(!OrderProtocol::Pbft.allows_fast_phase(FastPhase::Quorum));
+        assert_eq!(OrderProtocol::from_name("aliph"), Some(aliph));
+        assert_eq!(OrderProtocol::from_name("backup"), Some(OrderProtocol::Pbft));
     }
 }

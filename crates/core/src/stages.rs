@@ -54,7 +54,8 @@ pub fn build_with_pages(
         Principal::Order(r) => match config.protocol {
             crate::config::OrderProtocol::Pbft
             | crate::config::OrderProtocol::Quorum
-            | crate::config::OrderProtocol::Chain => Box::new(OrderStage::new(config, r, keys, storage)?),
+            | crate::config::OrderProtocol::Chain
+            | crate::config::OrderProtocol::Aliph => Box::new(OrderStage::new(config, r, keys, storage)?),
             crate::config::OrderProtocol::Lcr => Box::new(crate::lcr::LcrStage::new(config, r, keys, storage)?),
         },
         Principal::Exec(r) => Box::new(ExecStage::with_page_store(

@@ -88,7 +88,9 @@ pub struct ClusterFile {
     #[serde(default = "default_idle_spin_us")]
     pub idle_spin_us: u64,
     /// The ordering protocol: `"pbft"` (the default), `"quorum"` (Aliph's Quorum over PBFT,
-    /// `u = r`), `"chain"` (Aliph's Chain over PBFT, `r >= 1`) or `"lcr"` (crash-only, `r = 0`).
+    /// `u = r`), `"chain"` (Aliph's Chain over PBFT, `r >= 1`), `"aliph"` (Quorum and Chain in
+    /// turn over PBFT, `u = r`), `"backup"` (another name of `"pbft"`) or `"lcr"` (crash-only,
+    /// `r = 0`).
     #[serde(default, skip_serializing_if = "OrderProtocol::is_default")]
     pub protocol: OrderProtocol,
     /// Protocol knobs (all defaults if absent).
@@ -647,7 +649,7 @@ pub struct InitPlan {
     pub metrics_token: bool,
     /// Proactive recovery's period `T_w` in seconds (0: only on command).
     pub recovery_interval_secs: u64,
-    /// The ordering protocol. Under LCR, Quorum and Chain the membership is fixed (no administrator).
+    /// The ordering protocol. Under LCR, Quorum, Chain and Aliph the membership is fixed (no administrator).
     pub protocol: OrderProtocol,
 }
 
@@ -746,8 +748,8 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
             }
         })
         .collect();
-    // The administrator: one more client, after the others (`admin.toml`). An LCR, Quorum or Chain
-    // cluster's membership is fixed: it has none.
+    // The administrator: one more client, after the others (`admin.toml`). An LCR, Quorum, Chain or
+    // Aliph cluster's membership is fixed: it has none.
     let administered = plan.protocol.is_default();
     let admin_keys = fresh_keys();
     let admin_id = plan.clients;
@@ -865,6 +867,19 @@ mod tests {
         };
         let e = init_cluster(&long, dir.path()).err().unwrap().to_string();
         assert!(e.contains("at most 107 bytes"), "{e}");
+    }
+
+    /// A cluster.toml may name Aliph's Backup instance `protocol = "backup"`: it is PBFT.
+    #[test]
+    fn protocol_backup_in_cluster_toml_runs_pbft() {
+        let dir = tempfile::tempdir().unwrap();
+        init_cluster(&plan(), dir.path()).unwrap();
+        let path = dir.path().join("cluster.toml");
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("protocol"), "PBFT, the default, is not written");
+        fs::write(&path, format!("protocol = \"backup\"\n{text}")).unwrap();
+        let cluster = Cluster::load(&path).unwrap();
+        assert_eq!(cluster.config.protocol, OrderProtocol::Pbft);
     }
 
     #[test]

@@ -44,8 +44,9 @@ struct Args {
     service: String,
     /// The ordering protocol: `pbft` (the default), `lcr` (crash-only: needs --r 0), `quorum`
     /// (Aliph's Quorum with PBFT as Backup: needs --u equal to --r) or `chain` (Aliph's Chain
-    /// with PBFT as Backup: needs --r of at least 1).
-    #[arg(long, default_value = "pbft", value_parser = ["pbft", "lcr", "quorum", "chain"])]
+    /// with PBFT as Backup: needs --r of at least 1) or `aliph` (Quorum and Chain in turn, as
+    /// Aliph switches: needs --u equal to --r).
+    #[arg(long, default_value = "pbft", value_parser = ["pbft", "lcr", "quorum", "chain", "aliph"])]
     protocol: String,
     /// Print every violation (otherwise the first of each failing seed).
     #[arg(long)]
@@ -295,7 +296,7 @@ fn main() {
             std::process::exit(2);
         }
     }
-    if args.protocol == "quorum" {
+    if args.protocol == "quorum" || args.protocol == "aliph" {
         let unsupported = [
             (args.r != args.u, "--r other than --u (Aliph's model is u = r)"),
             (
@@ -308,7 +309,7 @@ fn main() {
             ),
         ];
         if let Some((_, what)) = unsupported.iter().find(|(bad, _)| *bad) {
-            eprintln!("--protocol quorum does not go with {what}");
+            eprintln!("--protocol {} does not go with {what}", args.protocol);
             std::process::exit(2);
         }
     }

@@ -280,6 +280,8 @@ impl SimOptions {
                 0
             },
             key_overlap_us: 80_000,
+            // Aliph's return from Chain to Quorum within a seed's few seconds.
+            aliph_one_client_us: 150_000,
             tentative_entries_max: self.tentative_entries_max(),
             ..Knobs::default()
         }

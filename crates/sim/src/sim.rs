@@ -218,10 +218,12 @@ impl<P: Protocol> Sim<P> {
         if opts.sabotage == Some(SabotageMode::LcrDeliverUnstable) && opts.r == 0 {
             opts.protocol = upright_core::config::OrderProtocol::Lcr;
         }
-        if opts.sabotage == Some(SabotageMode::QuorumDropSpeculative) && opts.u == opts.r {
+        // The fast phases' sabotage modes run their protocol, or Aliph, which has both phases.
+        let aliph = opts.protocol == upright_core::config::OrderProtocol::Aliph;
+        if opts.sabotage == Some(SabotageMode::QuorumDropSpeculative) && opts.u == opts.r && !aliph {
             opts.protocol = upright_core::config::OrderProtocol::Quorum;
         }
-        if opts.sabotage == Some(SabotageMode::ChainSkipCheck) && opts.r > 0 {
+        if opts.sabotage == Some(SabotageMode::ChainSkipCheck) && opts.r > 0 && !aliph {
             opts.protocol = upright_core::config::OrderProtocol::Chain;
         }
         let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);

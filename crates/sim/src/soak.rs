@@ -83,6 +83,14 @@ impl Lane {
                     lanes.push(quorum);
                     lanes.push(Lane { twins: true, ..quorum });
                     lanes.push(Lane { mutate: true, ..quorum });
+                    // Aliph: Quorum and Chain in turn.
+                    let aliph = Lane {
+                        protocol: OrderProtocol::Aliph,
+                        ..lane
+                    };
+                    lanes.push(aliph);
+                    lanes.push(Lane { twins: true, ..aliph });
+                    lanes.push(Lane { mutate: true, ..aliph });
                 }
                 if r > 0 {
                     // Aliph's Chain over PBFT: plain, Twins and mutation.
@@ -124,6 +132,7 @@ impl Lane {
             OrderProtocol::Lcr => " lcr",
             OrderProtocol::Quorum => " quorum",
             OrderProtocol::Chain => " chain",
+            OrderProtocol::Aliph => " aliph",
         };
         format!("u{}r{} {}{protocol}{drawn}", self.u, self.r, self.service.name())
     }

@@ -1,5 +1,6 @@
 //! Every `--sabotage` mode makes the checkers report violations.
 
+use upright_core::config::OrderProtocol;
 use upright_sim::sweep::sweep;
 use upright_sim::{SabotageMode, ServiceKind, SimOptions};
 
@@ -19,24 +20,33 @@ fn caught_running(mode: SabotageMode, u: usize, r: usize, service: ServiceKind) 
 }
 
 fn caught_in(mode: SabotageMode, u: usize, r: usize, service: ServiceKind, seeds: u64) {
+    caught_under(mode, u, r, service, OrderProtocol::Pbft, seeds);
+}
+
+/// `caught_in` with the order members running `protocol` (a sabotage mode of a fast phase runs
+/// its own protocol unless this is Aliph, which has both).
+fn caught_under(mode: SabotageMode, u: usize, r: usize, service: ServiceKind, protocol: OrderProtocol, seeds: u64) {
     let result = sweep(0, seeds, |seed| {
         let mut opts = SimOptions::new(seed, u, r);
         opts.sabotage = Some(mode);
         opts.service = service;
+        opts.protocol = protocol;
         opts.workload_us = 1_500_000;
         opts
     });
     assert!(
         result.summary.violations > 0,
-        "--sabotage {} (--service {}) was not caught in {seeds} seeds: {}",
+        "--sabotage {} (--service {}, --protocol {}) was not caught in {seeds} seeds: {}",
         mode.name(),
         service.name(),
+        protocol.name(),
         result.summary.line(&[])
     );
     println!(
-        "{} (--service {}): {} of {seeds} seeds caught; first: {}",
+        "{} (--service {}, --protocol {}): {} of {seeds} seeds caught; first: {}",
         mode.name(),
         service.name(),
+        protocol.name(),
         result.summary.violations,
         result.describe_failures(1)
     );
@@ -232,4 +242,20 @@ fn quorum_drop_speculative_is_caught() {
 #[test]
 fn chain_skip_check_is_caught() {
     caught_in(SabotageMode::ChainSkipCheck, 1, 1, ServiceKind::Kv, SEEDS);
+}
+
+/// Under Aliph both fast phases' sabotage modes are caught too: its Chain views without the
+/// predecessor-set check, its Quorum views without the abort history.
+#[test]
+fn fast_phase_sabotage_is_caught_under_aliph() {
+    let aliph = OrderProtocol::Aliph;
+    caught_under(SabotageMode::ChainSkipCheck, 1, 1, ServiceKind::Kv, aliph, 2 * SEEDS);
+    caught_under(
+        SabotageMode::QuorumDropSpeculative,
+        1,
+        1,
+        ServiceKind::Kv,
+        aliph,
+        3 * SEEDS,
+    );
 }

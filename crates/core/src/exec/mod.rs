@@ -175,8 +175,7 @@ impl ExecStage {
         };
         stage.recover(storage, page_store);
         let first_start = stage.last_executed == SeqNo(0) && stage.checkpoints.newest().is_none();
-        if (stage.config.knobs.tentative_entries_max > 0
-            || stage.config.protocol == crate::config::OrderProtocol::Quorum)
+        if (stage.config.knobs.tentative_entries_max > 0 || stage.config.protocol.speculates())
             && first_start
             && !stage.state_is_partial()
         {

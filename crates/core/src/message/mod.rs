@@ -15,7 +15,7 @@ use crate::quorum::Quorums;
 pub mod lcr;
 pub mod pbft;
 pub use pbft::{
-    CheckpointVote, NewView, PbftMessage, PbftTimer, PrePreparedClaim, PreparedClaim, SpeculativeClaim,
+    CheckpointVote, FastPhase, NewView, PbftMessage, PbftTimer, PrePreparedClaim, PreparedClaim, SpeculativeClaim,
     StableCheckpoint, ViewChange,
 };
 

@@ -24,17 +24,6 @@ pub enum PbftMessage {
         /// The batch.
         batch: Batch,
     },
-    /// CHAIN (Aliph's Chain, `protocol = "chain"`; docs/PROTOCOL.md "Chain"): in a view's fast
-    /// phase the sender accepted `batch` at `seqno` and hands it to its successor in the view's
-    /// chain (it counts as the sender's vote). MAC.
-    Chain {
-        /// View.
-        view: View,
-        /// Sequence number.
-        seqno: SeqNo,
-        /// The batch.
-        batch: Batch,
-    },
     /// PREPARE (PBFT). Authenticator.
     Prepare {
         /// View.
@@ -89,6 +78,17 @@ pub enum PbftMessage {
         nonce: u64,
         /// The certificate (checked by the receiver).
         stable: Option<StableCheckpoint>,
+    },
+    /// CHAIN (Aliph's Chain, `protocol = "chain"`; docs/PROTOCOL.md "Chain"): in a view's fast
+    /// phase the sender accepted `batch` at `seqno` and hands it to its successor in the view's
+    /// chain (it counts as the sender's vote). MAC.
+    Chain {
+        /// View.
+        view: View,
+        /// Sequence number.
+        seqno: SeqNo,
+        /// The batch.
+        batch: Batch,
     },
 }
 
@@ -217,8 +217,23 @@ pub struct NewView {
     /// For each seqno above it up to the highest chosen one: the batch re-proposed in `view`
     /// (an empty batch is a null request).
     pub batches: Vec<(SeqNo, Batch)>,
-    /// `protocol = "quorum"`: the batches the view orders through the three-phase path after
-    /// these before its Quorum phase (Aliph's Backup `k`, chosen by the primary:
-    /// `order/quorum.rs`); 0 under other protocols.
+    /// `protocol = "quorum"`, `"chain"` or `"aliph"`: the batches the view orders through the
+    /// three-phase path after these before its fast phase (Aliph's Backup `k`, chosen by the
+    /// primary: `order/quorum.rs`); 0 under other protocols.
     pub backup_batches: u64,
+    /// The view's fast phase after its Backup phase (chosen by the primary under `protocol =
+    /// "aliph"`; fixed by the protocol otherwise).
+    pub fast_phase: FastPhase,
+}
+
+/// What a view runs after its Backup phase (docs/PROTOCOL.md "Quorum", "Chain", "Aliph").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FastPhase {
+    /// Nothing: the three-phase path throughout (PBFT).
+    #[default]
+    None,
+    /// Aliph's Quorum (`order/quorum.rs`).
+    Quorum,
+    /// Aliph's Chain (`order/chain.rs`).
+    Chain,
 }

@@ -29,7 +29,7 @@ use super::OrderStage;
 use crate::config::{OrderProtocol, Sabotage};
 use crate::crypto::Digest;
 use crate::ids::{Principal, ReplicaId, SeqNo, StageKind, View};
-use crate::message::{history_digest, Batch, Message, PbftMessage, SealFor, SpeculativeClaim};
+use crate::message::{history_digest, Batch, FastPhase, Message, PbftMessage, SealFor, SpeculativeClaim};
 use crate::stage::{Action, Time};
 
 /// CHAIN messages received ahead of the next sequence number to accept, by sequence number:
@@ -37,9 +37,10 @@ use crate::stage::{Action, Time};
 pub(super) type ChainPending = BTreeMap<SeqNo, (View, Batch)>;
 
 impl OrderStage {
-    /// Whether the cluster runs `protocol = "chain"`.
+    /// Whether the current view's fast phase is Chain (`protocol = "chain"`, or `"aliph"` in
+    /// such a view).
     pub(super) fn chain_protocol(&self) -> bool {
-        self.config.protocol == OrderProtocol::Chain
+        self.speculation.mode == FastPhase::Chain
     }
 
     /// Whether this member is in the current view's Chain phase.
@@ -126,6 +127,12 @@ impl OrderStage {
             batch: batch.clone(),
         });
         slot.commits.insert(me, (view, digest));
+        if self.config.protocol == OrderProtocol::Aliph {
+            for e in &batch.entries {
+                self.speculation.chain_clients.insert(e.entry.client, now);
+            }
+        }
+        let slot = self.log.entry(seqno).or_default();
         if let Some(p) = predecessor {
             slot.commits.insert(p, (view, digest));
         }
@@ -286,6 +293,25 @@ impl OrderStage {
             }
             let digest = accepted.digest;
             self.send_to_order(out, Message::Pbft(PbftMessage::Commit { view, seqno, digest }));
+        }
+    }
+
+    /// (`protocol = "aliph"`, at each order tick of the Chain phase) Aliph's return to Quorum:
+    /// once the member has been in the view `aliph_one_client_us` and at most one client had a
+    /// request accepted here in that time, it ends the view (the next runs Quorum:
+    /// `next_fast_phase`).
+    pub(super) fn check_chain_clients(&mut self, now: Time, out: &mut Vec<Action>) {
+        if self.config.protocol != OrderProtocol::Aliph || !self.chaining() {
+            return;
+        }
+        let span = self.config.knobs.aliph_one_client_us;
+        if now < self.speculation.view_since.saturating_add(span) {
+            return;
+        }
+        let since = now.saturating_sub(span);
+        self.speculation.chain_clients.retain(|_, at| *at >= since);
+        if self.speculation.chain_clients.len() <= 1 {
+            self.abort_quorum_phase(now, "aliph_chain_one_client", out);
         }
     }
 }

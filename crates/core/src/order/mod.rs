@@ -246,6 +246,7 @@ impl OrderStage {
     ) -> Result<OrderStage, ConfigError> {
         let q = config.validate()?;
         check_member_id(&q, id)?;
+        let protocol = config.protocol;
         let mut recovered =
             persist::recover(storage).unwrap_or_else(|e| panic!("corrupt order storage at key {}", e.0));
         let record = reconfig::stored_record(storage);
@@ -314,7 +315,7 @@ impl OrderStage {
             probed: BTreeMap::new(),
             own_exec_through: SeqNo(0),
             quiet: (SeqNo(0), 0),
-            speculation: quorum::Speculation::new(recovered.view_found),
+            speculation: quorum::Speculation::new(recovered.view_found, protocol),
         };
         if let Some(stable) = recovered.stable {
             stage.reset_to_checkpoint(stable);
@@ -555,6 +556,7 @@ impl OrderStage {
         } else {
             self.retransmit_agreement(now, out);
             self.retransmit_chain(now, out);
+            self.check_chain_clients(now, out);
             self.propose_heartbeat(now, out);
             self.arm_wake(now, out);
             self.watch_primary(now, out);

@@ -29,7 +29,9 @@ use super::OrderStage;
 use crate::config::{OrderProtocol, Sabotage};
 use crate::ids::{ClientId, RequestId, SeqNo};
 use crate::limits::QUORUM_BACKUP_BATCHES_MAX;
-use crate::message::{batch_digest, history_digest, Batch, Message, PbftMessage, SpeculativeClaim, ViewChange};
+use crate::message::{
+    batch_digest, history_digest, Batch, FastPhase, Message, PbftMessage, SpeculativeClaim, ViewChange,
+};
 use crate::stage::{Action, PbftTimer, Time, Timer};
 
 use super::persist;
@@ -63,26 +65,34 @@ pub(crate) struct Speculation {
     /// The current view's Backup length, and its NEW-VIEW's last sequence number.
     k: u64,
     top: SeqNo,
-    /// The last view this member left: its Backup length and the batches its Quorum phase
-    /// committed here.
-    last_phase: Option<(u64, u64)>,
+    /// The last view this member left: its Backup length, the batches its fast phase committed
+    /// here, and which fast phase it was.
+    last_phase: Option<(u64, u64, FastPhase)>,
+    /// The current view's fast phase.
+    pub(super) mode: FastPhase,
+    /// (`protocol = "aliph"`, Chain phase) when each client last had a batch accepted here, and
+    /// since when this member has been in the view.
+    pub(super) chain_clients: std::collections::BTreeMap<ClientId, Time>,
+    pub(super) view_since: Time,
     /// (`protocol = "chain"`) CHAINs ahead of the next sequence number to accept.
     pub(super) chain_pending: super::chain::ChainPending,
 }
 
 impl Speculation {
-    pub(super) fn new(restarted: bool) -> Speculation {
+    pub(super) fn new(restarted: bool, protocol: OrderProtocol) -> Speculation {
         Speculation {
             fast_from: if restarted { SeqNo(u64::MAX) } else { SeqNo(0) },
+            mode: protocol.first_fast_phase(),
             ..Speculation::default()
         }
     }
 }
 
 impl OrderStage {
-    /// Whether the cluster runs `protocol = "quorum"`.
+    /// Whether the current view's fast phase is Quorum (`protocol = "quorum"`, or `"aliph"` in
+    /// such a view).
     pub(super) fn quorum_protocol(&self) -> bool {
-        self.config.protocol == OrderProtocol::Quorum
+        self.speculation.mode == FastPhase::Quorum
     }
 
     /// Whether each view of the cluster has a fast phase after its Backup phase (`protocol =
@@ -108,12 +118,15 @@ impl OrderStage {
     /// Enters a view whose NEW-VIEW ends at `top` and whose Backup phase orders at most `k`
     /// batches more: its Quorum phase starts after `top + k`, or earlier after an empty batch
     /// (`note_empty_backup_batch`).
-    pub(super) fn start_speculation_after(&mut self, top: SeqNo, k: u64) {
+    pub(super) fn start_speculation_after(&mut self, now: Time, top: SeqNo, k: u64, mode: FastPhase) {
         self.speculation.chain_pending.clear();
+        self.speculation.chain_clients.clear();
+        self.speculation.view_since = now;
         if self.fast_protocol() {
             self.speculation.fast_from = SeqNo(top.0.saturating_add(k));
             self.speculation.top = top;
             self.speculation.k = k;
+            self.speculation.mode = mode;
         }
     }
 
@@ -167,8 +180,23 @@ impl OrderStage {
         }
         let base = self.config.knobs.quorum_backup_batches;
         match self.speculation.last_phase {
-            Some((k, committed)) if committed < k => k.saturating_mul(2).clamp(base, self.backup_batches_max()),
+            Some((k, committed, _)) if committed < k => k.saturating_mul(2).clamp(base, self.backup_batches_max()),
             _ => base,
+        }
+    }
+
+    /// (New primary) the fast phase of the view it starts. Fixed by the protocol except under
+    /// Aliph, whose composition runs Quorum, Chain, Backup, Quorum, ... (Quéma 3.5): after a
+    /// Quorum phase that committed fewer batches than its Backup phase (contention, or a member
+    /// down or lying) the next view runs Chain; after a Chain phase (it ends on a fault, or with
+    /// at most one active client: `check_chain_clients`) the next runs Quorum.
+    pub(super) fn next_fast_phase(&self) -> FastPhase {
+        if self.config.protocol != OrderProtocol::Aliph {
+            return self.config.protocol.first_fast_phase();
+        }
+        match self.speculation.last_phase {
+            Some((k, committed, FastPhase::Quorum)) if committed < k => FastPhase::Chain,
+            _ => FastPhase::Quorum,
         }
     }
 
@@ -181,13 +209,13 @@ impl OrderStage {
                 .last_committed
                 .0
                 .saturating_sub(self.speculation.fast_from.0);
-            self.speculation.last_phase = Some((self.speculation.k.max(1), committed));
+            self.speculation.last_phase = Some((self.speculation.k.max(1), committed, self.speculation.mode));
         }
     }
 
     /// A request `(client, request_id)` came from the co-located authentication member.
     pub(super) fn note_own_request(&mut self, now: Time, client: ClientId, request_id: RequestId) {
-        if !self.quorum_protocol() {
+        if !self.config.protocol.speculates() {
             return;
         }
         self.prune_speculation_queue();

@@ -10,7 +10,7 @@ use super::checkpoint::verify_stable;
 use super::{persist, persist_view, OrderStage};
 use crate::crypto::Digest;
 use crate::ids::{Principal, ReplicaId, SeqNo, View};
-use crate::message::{Batch, Message, NewView, SealFor, Signed, StableCheckpoint, ViewChange};
+use crate::message::{Batch, FastPhase, Message, NewView, SealFor, Signed, StableCheckpoint, ViewChange};
 use crate::quorum::Quorums;
 use crate::stage::{Action, Event, Time, Timer};
 
@@ -439,6 +439,13 @@ impl OrderStage {
         };
         let backup_batches = self.next_backup_batches();
         self.stats.add("new_view_backup_batches", backup_batches);
+        let fast_phase = self.next_fast_phase();
+        if self.config.protocol == crate::config::OrderProtocol::Aliph {
+            self.stats.bump(match fast_phase {
+                FastPhase::Chain => "aliph_new_view_chain",
+                _ => "aliph_new_view_quorum",
+            });
+        }
         let new_view = Signed::sign(
             &self.keys,
             self.id,
@@ -448,6 +455,7 @@ impl OrderStage {
                 stable,
                 batches,
                 backup_batches,
+                fast_phase,
             },
         );
         self.install_new_view(now, &new_view, out);
@@ -474,7 +482,7 @@ impl OrderStage {
                 return self.stats.bump("drop_bad_new_view_view_change");
             }
         }
-        if !self.backup_batches_valid(body.backup_batches) {
+        if !self.backup_batches_valid(body.backup_batches) || !self.config.protocol.allows_fast_phase(body.fast_phase) {
             self.stats.bump("drop_bad_new_view_backup_batches");
             return self.start_view_change(now, body.view.next(), out);
         }
@@ -528,7 +536,7 @@ impl OrderStage {
             .last()
             .map_or(SeqNo(0), |(n, _)| *n)
             .max(stable_seqno(&body.stable));
-        self.start_speculation_after(top, body.backup_batches);
+        self.start_speculation_after(now, top, body.backup_batches, body.fast_phase);
         out.push(Action::Note(Event::ViewInstalled { view }));
         self.monitor.view_installed(view, now);
         self.stats.bump("view_installed");

@@ -231,14 +231,14 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
 }
 
 /// Every `(protocol, u, r)` the run measures, in order: each protocol at each `--ur` (LCR at
-/// `r = 0`, Quorum at `r = u`, Chain at `r >= 1`, once per `u`).
+/// `r = 0`, Quorum and Aliph at `r = u`, Chain at `r >= 1`, once per `u`).
 fn settings(options: &BenchOptions) -> Vec<(OrderProtocol, usize, usize)> {
     let mut out = Vec::new();
     for &protocol in &options.protocols {
         for &(u, r) in &options.faults {
             let r = match protocol {
                 OrderProtocol::Lcr => 0,
-                OrderProtocol::Quorum => u,
+                OrderProtocol::Quorum | OrderProtocol::Aliph => u,
                 OrderProtocol::Chain => r.max(1),
                 OrderProtocol::Pbft => r,
             };

@@ -1573,3 +1573,42 @@ fn a_chain_member_waits_for_its_whole_predecessor_set() {
         "sabotaged: accepted on the CHAIN alone"
     );
 }
+
+/// `protocol = "aliph"`: view 0 runs Quorum; contention aborts it, and the new primary, whose
+/// last Quorum phase committed less than its Backup phase, starts a Chain view; a Chain phase
+/// with at most one client for `aliph_one_client_us` ends, and the next view runs Quorum again.
+#[test]
+fn aliph_switches_quorum_to_chain_on_contention_and_back_with_one_client() {
+    let knobs = Knobs {
+        quorum_backup_batches: 2,
+        aliph_one_client_us: 400_000,
+        ..small_knobs()
+    };
+    let mut c = Cluster::with_protocol(1, 1, knobs, crate::config::OrderProtocol::Aliph);
+    c.submit(0);
+    c.submit(1);
+    c.run(100_000);
+    let primary = c.member(1);
+    assert_eq!(primary.view(), View(1));
+    assert_eq!(primary.stats().get("aliph_new_view_chain"), 1, "contention: Chain next");
+    // A load of two clients in view 1's Chain phase (after its Backup phase ended idle).
+    c.run(100_000);
+    c.submit(0);
+    c.submit(2);
+    c.run(50_000);
+    assert!((0..4).all(|i| c.member(i).stats().get("chain_accepted") >= 1));
+    // Then one client only: the Chain phase ends and view 2 runs Quorum.
+    c.run(600_000);
+    assert!((0..4).any(|i| c.member(i).stats().get("aliph_chain_one_client") >= 1));
+    assert_eq!(c.member(2).view(), View(2));
+    assert_eq!(c.member(2).stats().get("aliph_new_view_quorum"), 1);
+    c.run(300_000);
+    c.submit(1);
+    c.run(50_000);
+    assert!(
+        (0..4).all(|i| c.member(i).stats().get("speculated") >= 1),
+        "Quorum again"
+    );
+    let ordered: Vec<(ClientId, RequestId)> = c.ordered.values().flatten().copied().collect();
+    assert_eq!(ordered.len(), 5, "{ordered:?}");
+}
