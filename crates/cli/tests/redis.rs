@@ -164,6 +164,37 @@ fn real_redis_clients_against_an_lcr_cluster() {
     stopped_by_sigterm_with(demo, 3);
 }
 
+/// redis-cli, redis-py and redis-benchmark against `upright demo --protocol aliph` (four
+/// replicas, u = r = 1): one client's round trips run in Quorum views, redis-benchmark's load
+/// moves the cluster to Chain views; the clients see one Redis either way.
+#[test]
+fn real_redis_clients_against_an_aliph_cluster() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !have("redis-cli") {
+        eprintln!("\n\n*** SKIPPED real_redis_clients (aliph): redis-cli is not installed ***\n\n");
+        return;
+    }
+    let port = free_port();
+    let demo = demo::start_demo_running(
+        "redis",
+        port,
+        &format!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}"),
+        &["--protocol", "aliph"],
+    );
+    assert!(
+        demo.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("4 replicas (u = 1, r = 1, aliph)")),
+        "the demo ran Aliph"
+    );
+    redis_cli_round_trips(port);
+    python_client(port);
+    benchmark(port);
+    stopped_by_sigterm_with_its_replicas(demo);
+}
+
 /// `kill <demo>` (SIGTERM, what a service manager sends) stops the demo and its replica processes.
 fn stopped_by_sigterm_with_its_replicas(demo: Demo) {
     stopped_by_sigterm_with(demo, 4);

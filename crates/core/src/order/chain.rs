@@ -154,7 +154,12 @@ impl OrderStage {
         }
         let to = self.chain_vote_recipients(view, position);
         let message = Message::Pbft(PbftMessage::Commit { view, seqno, digest });
-        self.send(out, to, message, SealFor::Stage(StageKind::Order));
+        // One recipient (the rest of a successor set at r = 1): a MAC, not an authenticator.
+        let seal = match to[..] {
+            [one] => SealFor::One(one),
+            _ => SealFor::Stage(StageKind::Order),
+        };
+        self.send(out, to, message, seal);
     }
 
     /// CHAIN from order member `from`.
