@@ -24,12 +24,13 @@
 
 use std::collections::BTreeMap;
 
+use super::log::SpeculativeRecord;
 use super::persist;
 use super::OrderStage;
 use crate::config::{OrderProtocol, Sabotage};
 use crate::crypto::Digest;
 use crate::ids::{Principal, ReplicaId, SeqNo, StageKind, View};
-use crate::message::{history_digest, Batch, FastPhase, Message, PbftMessage, SealFor, SpeculativeClaim};
+use crate::message::{history_digest, Batch, FastPhase, Message, PbftMessage, SealFor};
 use crate::stage::{Action, Time};
 
 /// CHAIN messages received ahead of the next sequence number to accept, by sequence number:
@@ -120,11 +121,11 @@ impl OrderStage {
         let slot = self.log.entry(seqno).or_default();
         slot.accept_digested(seqno, view, batch.clone(), digest);
         slot.accepted_at = now;
-        slot.record.speculative = Some(SpeculativeClaim {
-            seqno,
+        slot.record.speculative = Some(SpeculativeRecord {
             view,
             history,
-            batch: batch.clone(),
+            digest,
+            batch: None,
         });
         slot.commits.insert(me, (view, digest));
         if self.config.protocol == OrderProtocol::Aliph {

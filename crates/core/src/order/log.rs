@@ -34,6 +34,22 @@ pub(crate) struct Accepted {
     pub batch: Batch,
 }
 
+/// A fast phase's claim on a slot (Quorum's speculative execution, Chain's acceptance): the
+/// [`SpeculativeClaim`] a VIEW-CHANGE reports, with the batch kept only while it is not the
+/// accepted one (so a Chain phase writes each batch once per slot).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SpeculativeRecord {
+    /// View of the fast phase.
+    pub view: View,
+    /// The member's history digest after the batch.
+    pub history: Digest,
+    /// `batch.digest()`.
+    pub digest: Digest,
+    /// The batch, only while a later view accepted another one here; `None` means the accepted
+    /// batch, which then has `digest`.
+    pub batch: Option<Batch>,
+}
+
 /// The latest prepared certificate of a slot (the `P` entry of a VIEW-CHANGE).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Prepared {
@@ -58,10 +74,10 @@ pub(crate) struct SlotRecord {
     pub pre_prepared: Vec<PrePreparedClaim>,
     /// The view in which the accepted batch committed here.
     pub committed: Option<View>,
-    /// The batch this member executed speculatively here in a Quorum phase (`protocol =
-    /// "quorum"`), the latest such view: reported in VIEW-CHANGEs until the slot leaves the log.
+    /// The batch this member executed speculatively here in a Quorum phase, or accepted in a
+    /// Chain phase, the latest such view: reported in VIEW-CHANGEs until the slot leaves the log.
     #[serde(default)]
-    pub speculative: Option<SpeculativeClaim>,
+    pub speculative: Option<SpeculativeRecord>,
 }
 
 /// The normal case's changes to a slot after its batch was accepted, persisted under their own key
@@ -120,6 +136,28 @@ impl SlotRecord {
     }
 
     /// The prepared certificate as a VIEW-CHANGE's `P` entry.
+    /// The speculative claim of the slot at `seqno`, as a VIEW-CHANGE reports it.
+    pub fn speculative_claim(&self, seqno: SeqNo) -> Option<SpeculativeClaim> {
+        let s = self.speculative.as_ref()?;
+        let batch = match &s.batch {
+            Some(batch) => batch.clone(),
+            None => {
+                let accepted = self
+                    .accepted
+                    .as_ref()
+                    .expect("a claimed slot without its own batch accepted one");
+                assert_eq!(accepted.digest, s.digest, "claimed batch is the accepted one");
+                accepted.batch.clone()
+            }
+        };
+        Some(SpeculativeClaim {
+            seqno,
+            view: s.view,
+            history: s.history,
+            batch,
+        })
+    }
+
     pub fn prepared_claim(&self, seqno: SeqNo) -> Option<PreparedClaim> {
         let p = self.prepared.as_ref()?;
         let batch = match &p.batch {
@@ -186,6 +224,19 @@ impl Slot {
     pub fn accept_digested(&mut self, seqno: SeqNo, view: View, batch: Batch, digest: Digest) {
         debug_assert_eq!(batch.digest(), digest);
         let replaced = self.record.accepted.replace(Accepted { view, digest, batch });
+        // The speculative claim keeps the batch it is about (a copy, if the prepared
+        // certificate keeps it too).
+        if let Some(s) = &mut self.record.speculative {
+            if s.digest == digest {
+                s.batch = None;
+            } else if s.batch.is_none() {
+                let old = replaced
+                    .as_ref()
+                    .expect("a claimed slot without its own batch accepted one");
+                assert_eq!(old.digest, s.digest, "claimed batch is the accepted one");
+                s.batch = Some(old.batch.clone());
+            }
+        }
         if let Some(p) = &mut self.record.prepared {
             if p.digest == digest {
                 p.batch = None;
@@ -259,6 +310,31 @@ mod tests {
         assert_eq!(claims[0].view, View(3));
         assert_eq!((claims[1].view, claims[1].digest), (View(2), d1));
         assert!(slot.accepted_in(View(3)).is_some() && slot.accepted_in(View(2)).is_none());
+    }
+
+    /// A fast phase's claim names the accepted batch (written once); a later view that accepts
+    /// another batch at the slot moves a copy into the claim, which a VIEW-CHANGE then reports
+    /// unchanged, and accepting the claimed batch again drops the copy.
+    #[test]
+    fn a_speculative_claim_keeps_its_batch_when_another_is_accepted() {
+        let mut slot = Slot::default();
+        let d1 = slot.accept(SeqNo(4), View(1), batch(1));
+        slot.record.speculative = Some(SpeculativeRecord {
+            view: View(1),
+            history: Digest::of(b"h"),
+            digest: d1,
+            batch: None,
+        });
+        let claim = slot.record.speculative_claim(SeqNo(4)).unwrap();
+        assert_eq!((claim.seqno, claim.view, claim.batch.digest()), (SeqNo(4), View(1), d1));
+        prepare(&mut slot, View(1));
+        slot.accept(SeqNo(4), View(2), batch(2));
+        assert_eq!(slot.record.speculative.as_ref().unwrap().batch, Some(batch(1)));
+        assert_eq!(slot.record.speculative_claim(SeqNo(4)).unwrap(), claim);
+        assert_eq!(slot.record.prepared_claim(SeqNo(4)).unwrap().digest, d1);
+        slot.accept(SeqNo(4), View(3), batch(1));
+        assert_eq!(slot.record.speculative.as_ref().unwrap().batch, None);
+        assert_eq!(slot.record.speculative_claim(SeqNo(4)).unwrap(), claim);
     }
 
     fn prepare(slot: &mut Slot, view: View) {

@@ -7,7 +7,7 @@
 //! phase: it takes the requests its co-located authentication member forwards, in the order they
 //! arrive, and executes each speculatively at the next sequence number as soon as every batch
 //! before it is committed (one request per batch, agreed time one microsecond after the last).
-//! It writes the batch (and its claim of it, [`SpeculativeClaim`]) before anything depends on
+//! It writes the batch (and its claim of it, [`SpeculativeClaim`](crate::message::SpeculativeClaim)) before anything depends on
 //! it, sends a COMMIT for it to every order member, and hands it to its co-located execution
 //! member as a TENTATIVE-BATCH; that member answers the client with a TENTATIVE-REPLY. A client
 //! commits on matching TENTATIVE-REPLYs from every execution member
@@ -29,9 +29,7 @@ use super::OrderStage;
 use crate::config::{OrderProtocol, Sabotage};
 use crate::ids::{ClientId, RequestId, SeqNo};
 use crate::limits::QUORUM_BACKUP_BATCHES_MAX;
-use crate::message::{
-    batch_digest, history_digest, Batch, FastPhase, Message, PbftMessage, SpeculativeClaim, ViewChange,
-};
+use crate::message::{batch_digest, history_digest, Batch, FastPhase, Message, PbftMessage, ViewChange};
 use crate::stage::{Action, PbftTimer, Time, Timer};
 
 use super::persist;
@@ -268,11 +266,11 @@ impl OrderStage {
         let slot = self.log.entry(n).or_default();
         slot.accept_digested(n, view, batch.clone(), digest);
         slot.accepted_at = now;
-        slot.record.speculative = Some(SpeculativeClaim {
-            seqno: n,
+        slot.record.speculative = Some(super::log::SpeculativeRecord {
             view,
             history,
-            batch: batch.clone(),
+            digest,
+            batch: None,
         });
         slot.commits.insert(me, (view, digest));
         // Synchronously: the claim is on disk before the vote and the speculative reply go out,

@@ -194,7 +194,7 @@ impl OrderStage {
             .clone()
             .flat_map(|(_, s)| s.record.pre_prepared.iter().cloned())
             .collect();
-        let speculative = slots.filter_map(|(_, s)| s.record.speculative.clone()).collect();
+        let speculative = slots.filter_map(|(n, s)| s.record.speculative_claim(*n)).collect();
         let body = ViewChange {
             new_view: target,
             stable: self.stable.clone(),
