@@ -118,7 +118,11 @@ fn validate_view_change(vc: &ViewChange) -> Result<(), DecodeError> {
     }
     limit(vc.prepared.len() <= LIST_ENTRIES_MAX, "prepared set")?;
     limit(vc.pre_prepared.len() <= LIST_ENTRIES_MAX, "pre-prepared set")?;
+    limit(vc.speculative.len() <= LIST_ENTRIES_MAX, "speculative set")?;
     for claim in &vc.prepared {
+        validate_batch(&claim.batch)?;
+    }
+    for claim in &vc.speculative {
         validate_batch(&claim.batch)?;
     }
     Ok(())

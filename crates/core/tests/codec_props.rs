@@ -233,3 +233,69 @@ fn auth_requests_above_the_item_limit_are_refused() {
         Err(DecodeError::Limit("auth items"))
     );
 }
+
+/// The fast phases' messages are bounded like PRE-PREPARE: a CHAIN's batch and a VIEW-CHANGE's
+/// speculative claims (batch entries and the number of claims) are refused past their limits.
+#[test]
+fn chain_batches_and_speculative_claims_above_the_limits_are_refused() {
+    use upright_core::crypto::Signature;
+    use upright_core::limits::BATCH_REQUESTS_MAX;
+    use upright_core::message::{Signed, SpeculativeClaim, ViewChange};
+    let entry = |i: u32| SignedEntry {
+        entry: RequestEntry {
+            client: ClientId(i),
+            request_id: RequestId(1),
+            body: RequestBody::Inline(Bytes::from_static(b"op")),
+        },
+        matrix: MatrixSignature { rows: vec![] },
+    };
+    let batch = |n: usize| Batch {
+        time_us: 1,
+        entries: (0..n as u32).map(entry).collect(),
+    };
+    let chain = |n: usize| {
+        let message = Message::Pbft(PbftMessage::Chain {
+            view: View(1),
+            seqno: SeqNo(3),
+            batch: batch(n),
+        });
+        Envelope::new(Principal::Order(ReplicaId(1)), message, Seal::None)
+    };
+    let full = chain(BATCH_REQUESTS_MAX);
+    assert_eq!(decode(&encode(&full)).unwrap(), full);
+    assert_eq!(
+        decode(&encode(&chain(BATCH_REQUESTS_MAX + 1))),
+        Err(DecodeError::Limit("batch entries"))
+    );
+    let view_change = |claims: Vec<SpeculativeClaim>| {
+        let body = ViewChange {
+            new_view: View(2),
+            stable: None,
+            prepared: vec![],
+            pre_prepared: vec![],
+            speculative: claims,
+        };
+        let signed = Signed {
+            value: body,
+            signer: ReplicaId(1),
+            signature: Signature([0; 64]),
+        };
+        Envelope::new(
+            Principal::Order(ReplicaId(1)),
+            Message::Pbft(PbftMessage::ViewChange(signed)),
+            Seal::None,
+        )
+    };
+    let claim = |n: usize| SpeculativeClaim {
+        seqno: SeqNo(3),
+        view: View(1),
+        history: Digest::of(b"h"),
+        batch: batch(n),
+    };
+    let fine = view_change(vec![claim(2)]);
+    assert_eq!(decode(&encode(&fine)).unwrap(), fine);
+    assert_eq!(
+        decode(&encode(&view_change(vec![claim(BATCH_REQUESTS_MAX + 1)]))),
+        Err(DecodeError::Limit("batch entries"))
+    );
+}
