@@ -367,5 +367,6 @@ impl OrderStage {
     pub(super) fn on_quorum_abort_timer(&mut self, now: Time, out: &mut Vec<Action>) {
         self.speculation.armed = None;
         self.check_speculation(now, out);
+        self.check_chain_stall(now, out);
     }
 }
