@@ -37,12 +37,13 @@ use crate::stage::{Action, Time};
 /// the batch and the view it was sent in (at most one log window of them).
 pub(super) type ChainPending = BTreeMap<SeqNo, (View, Batch)>;
 
-/// Commit timeouts (`quorum_commit_timeout_us`) a batch accepted in a Chain phase may wait for
-/// the committers' votes before the member ends the view (`check_chain_stall`): 100 ms by
-/// default, above a batch's trip down the chain under load here (p99 of a request 16 ms at 256
-/// clients), far below PBFT's view-change timeout (1 s), which a member down would otherwise
-/// cost every Chain phase.
-pub const CHAIN_STALL_TIMEOUTS: u64 = 5;
+/// A batch accepted in a Chain phase may wait `view_change_timeout_us / CHAIN_STALL_FRACTION`
+/// (500 ms by default) for the committers' votes before the member ends the view
+/// (`check_chain_stall`): half of what PBFT's timer would cost every Chain phase while a member
+/// is down. Measured with a fifth of it (100 ms, five commit timeouts): under 4 KiB requests from
+/// 256 clients the first batches waited longer than that, and the view changes it started
+/// stalled the cluster in 1 of 3 runs (docs/PERFORMANCE.md "Session 39").
+pub const CHAIN_STALL_FRACTION: u64 = 2;
 
 impl OrderStage {
     /// Whether the current view's fast phase is Chain (`protocol = "chain"`, or `"aliph"` in
@@ -332,10 +333,7 @@ impl OrderStage {
 
     /// How long a batch accepted in a Chain phase may wait for its commit.
     fn chain_stall_us(&self) -> u64 {
-        self.config
-            .knobs
-            .quorum_commit_timeout_us
-            .saturating_mul(CHAIN_STALL_TIMEOUTS)
+        (self.config.knobs.view_change_timeout_us / CHAIN_STALL_FRACTION).max(1)
     }
 
     /// (Chain phase, when the abort timer fires) Aliph's Chain aborts when a request does not

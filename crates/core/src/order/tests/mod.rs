@@ -1531,20 +1531,16 @@ fn chain_phase_passes_a_batch_down_the_chain_and_commits_on_the_committers_votes
 /// A member accepts its predecessor's CHAIN only with the votes of its whole predecessor set:
 /// member 2 (chain position 2 in view 0) needs the head's vote as well as member 1's CHAIN. With
 /// the head's messages to member 2 cut, member 2 waits, nothing commits (the committers' votes
-/// are missing), the members that accepted it end the view once it has waited
-/// `CHAIN_STALL_TIMEOUTS` commit timeouts, and view 1's Backup phase orders the request.
+/// are missing), the members that accepted it end the view once it has waited half the
+/// view-change timeout (`CHAIN_STALL_FRACTION`), and view 1's Backup phase orders the request.
 /// `Sabotage::ChainSkipCheck` accepts on the CHAIN alone.
 #[test]
 fn a_chain_member_waits_for_its_whole_predecessor_set() {
     let cut = |from: Principal, to: Principal, _: &Message| {
         !(from == Principal::Order(ReplicaId(0)) && to == Principal::Order(ReplicaId(2)))
     };
-    // A stall ends the view after 5 x 5 ms, before PBFT's view-change timer (100 ms) would.
-    let knobs = Knobs {
-        quorum_commit_timeout_us: 5_000,
-        ..small_knobs()
-    };
-    let mut c = Cluster::with_protocol(1, 1, knobs, crate::config::OrderProtocol::Chain);
+    // A stall ends the view after half PBFT's view-change timeout, before that timer would.
+    let mut c = Cluster::with_protocol(1, 1, small_knobs(), crate::config::OrderProtocol::Chain);
     c.filter = Box::new(cut);
     c.submit(0);
     c.run(1_000);
