@@ -338,9 +338,21 @@ pub struct ClusterConfig {
     /// epoch 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Vec<u8>>,
-    /// The ordering protocol the order members run (`protocol = "pbft" | "lcr"`).
+    /// The ordering protocol the order members run (`protocol = "pbft" | "backup" | "quorum" | "chain" | "aliph" | "lcr"`).
     #[serde(default, skip_serializing_if = "OrderProtocol::is_default")]
     pub protocol: OrderProtocol,
+}
+
+/// What a view runs after its Backup phase (docs/PROTOCOL.md "Quorum", "Chain", "Aliph").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FastPhase {
+    /// Nothing: the three-phase path throughout (PBFT).
+    #[default]
+    None,
+    /// Aliph's Quorum (`order/quorum.rs`).
+    Quorum,
+    /// Aliph's Chain (`order/chain.rs`).
+    Chain,
 }
 
 /// The ordering protocol of a cluster's order stage. The execution stage is the same under every
@@ -402,12 +414,11 @@ impl OrderProtocol {
     /// Whether each view runs a fast phase after a Backup phase of PBFT batches (Aliph's Quorum
     /// or Chain: `crate::order::quorum`).
     pub fn has_fast_phase(self) -> bool {
-        !matches!(self.first_fast_phase(), crate::message::FastPhase::None)
+        !matches!(self.first_fast_phase(), FastPhase::None)
     }
 
     /// The fast phase of view 0 (and of every view, except under Aliph).
-    pub fn first_fast_phase(self) -> crate::message::FastPhase {
-        use crate::message::FastPhase;
+    pub fn first_fast_phase(self) -> FastPhase {
         match self {
             OrderProtocol::Pbft | OrderProtocol::Lcr => FastPhase::None,
             OrderProtocol::Quorum | OrderProtocol::Aliph => FastPhase::Quorum,
@@ -416,8 +427,7 @@ impl OrderProtocol {
     }
 
     /// Whether a NEW-VIEW may choose `phase` under this protocol.
-    pub fn allows_fast_phase(self, phase: crate::message::FastPhase) -> bool {
-        use crate::message::FastPhase;
+    pub fn allows_fast_phase(self, phase: FastPhase) -> bool {
         match self {
             OrderProtocol::Aliph => matches!(phase, FastPhase::Quorum | FastPhase::Chain),
             _ => phase == self.first_fast_phase(),
@@ -820,7 +830,6 @@ mod tests {
 
     #[test]
     fn aliph_protocol_needs_u_equal_r_and_backup_names_pbft() {
-        use crate::message::FastPhase;
         let f = fixture(1, 1, 1, Knobs::default());
         let mut c = (*f.config).clone();
         c.protocol = OrderProtocol::Aliph;

@@ -14,8 +14,9 @@ use crate::quorum::Quorums;
 
 pub mod lcr;
 pub mod pbft;
+pub use crate::config::FastPhase;
 pub use pbft::{
-    CheckpointVote, FastPhase, NewView, PbftMessage, PbftTimer, PrePreparedClaim, PreparedClaim, SpeculativeClaim,
+    CheckpointVote, NewView, PbftMessage, PbftTimer, PrePreparedClaim, PreparedClaim, SpeculativeClaim,
     StableCheckpoint, ViewChange,
 };
 

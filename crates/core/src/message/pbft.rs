@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 #[cfg(doc)]
 use super::Message;
 use super::{Batch, OrderCheckpoint, Signed};
+use crate::config::FastPhase;
 use crate::crypto::Digest;
 use crate::ids::{SeqNo, View};
 
@@ -224,16 +225,4 @@ pub struct NewView {
     /// The view's fast phase after its Backup phase (chosen by the primary under `protocol =
     /// "aliph"`; fixed by the protocol otherwise).
     pub fast_phase: FastPhase,
-}
-
-/// What a view runs after its Backup phase (docs/PROTOCOL.md "Quorum", "Chain", "Aliph").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum FastPhase {
-    /// Nothing: the three-phase path throughout (PBFT).
-    #[default]
-    None,
-    /// Aliph's Quorum (`order/quorum.rs`).
-    Quorum,
-    /// Aliph's Chain (`order/chain.rs`).
-    Chain,
 }
