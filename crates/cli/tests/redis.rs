@@ -138,30 +138,7 @@ fn real_redis_clients_against_a_cluster_with_a_byzantine_replica() {
 /// replicas, u = 1, r = 0, ordering on LCR's ring): the clients cannot tell the protocols apart.
 #[test]
 fn real_redis_clients_against_an_lcr_cluster() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !have("redis-cli") {
-        eprintln!("\n\n*** SKIPPED real_redis_clients (lcr): redis-cli is not installed ***\n\n");
-        return;
-    }
-    let port = free_port();
-    let demo = demo::start_demo_running(
-        "redis",
-        port,
-        &format!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}"),
-        &["--protocol", "lcr"],
-    );
-    assert!(
-        demo.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains("3 replicas (u = 1, r = 0, lcr)")),
-        "the demo ran LCR"
-    );
-    redis_cli_round_trips(port);
-    python_client(port);
-    benchmark(port);
-    stopped_by_sigterm_with(demo, 3);
+    real_redis_clients_against("lcr", "3 replicas (u = 1, r = 0, lcr)", 3);
 }
 
 /// redis-cli, redis-py and redis-benchmark against `upright demo --protocol aliph` (four
@@ -169,9 +146,15 @@ fn real_redis_clients_against_an_lcr_cluster() {
 /// moves the cluster to Chain views; the clients see one Redis either way.
 #[test]
 fn real_redis_clients_against_an_aliph_cluster() {
+    real_redis_clients_against("aliph", "4 replicas (u = 1, r = 1, aliph)", 4);
+}
+
+/// redis-cli, redis-py and redis-benchmark against `upright demo --protocol <protocol>`, whose
+/// start line names `shape`, then SIGTERM, which must stop its `replicas` processes.
+fn real_redis_clients_against(protocol: &str, shape: &str, replicas: usize) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !have("redis-cli") {
-        eprintln!("\n\n*** SKIPPED real_redis_clients (aliph): redis-cli is not installed ***\n\n");
+        eprintln!("\n\n*** SKIPPED real_redis_clients ({protocol}): redis-cli is not installed ***\n\n");
         return;
     }
     let port = free_port();
@@ -179,20 +162,16 @@ fn real_redis_clients_against_an_aliph_cluster() {
         "redis",
         port,
         &format!("Redis protocol (RESP2/RESP3) on 127.0.0.1:{port}"),
-        &["--protocol", "aliph"],
+        &["--protocol", protocol],
     );
     assert!(
-        demo.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains("4 replicas (u = 1, r = 1, aliph)")),
-        "the demo ran Aliph"
+        demo.lines.lock().unwrap().iter().any(|l| l.contains(shape)),
+        "the demo ran {protocol}"
     );
     redis_cli_round_trips(port);
     python_client(port);
     benchmark(port);
-    stopped_by_sigterm_with_its_replicas(demo);
+    stopped_by_sigterm_with(demo, replicas);
 }
 
 /// `kill <demo>` (SIGTERM, what a service manager sends) stops the demo and its replica processes.
