@@ -17,8 +17,9 @@
 //!
 //! An abort is a view change. A member moves to the next view when a request from its
 //! authentication member waits `quorum_commit_timeout_us` in the Quorum phase (its batch did not
-//! gather every vote: contention, a member down, a lie) or a wake-up the service asked for is due
-//! (agreed time advances only in Backup). VIEW-CHANGEs carry the speculative claims, and the new
+//! gather every vote: contention, a member down, a lie), a wake-up the service asked for is due, or
+//! agreed time lags its clock by more than the heartbeat interval when a request arrives (agreed
+//! time advances only in Backup: `agreed_time_stale`). VIEW-CHANGEs carry the speculative claims, and the new
 //! primary's selection keeps a claim that `r + 1` members of the quorum share
 //! ([`super::view_change::select`]): Aliph's abort history, so a batch a client committed is
 //! kept. The new view's Backup orders what was waiting, and the view's Quorum phase follows.
@@ -68,6 +69,8 @@ pub(crate) struct Speculation {
     last_phase: Option<(u64, u64, FastPhase)>,
     /// The current view's fast phase.
     pub(super) mode: FastPhase,
+    /// Whether this member left its Quorum phase for agreed time's sake (`abort_quorum_phase`).
+    benign_abort: bool,
     /// (`protocol = "aliph"`, Chain phase) when each client last had a batch accepted here, and
     /// since when this member has been in the view.
     pub(super) chain_clients: std::collections::BTreeMap<ClientId, Time>,
@@ -207,7 +210,13 @@ impl OrderStage {
                 .last_committed
                 .0
                 .saturating_sub(self.speculation.fast_from.0);
-            self.speculation.last_phase = Some((self.speculation.k.max(1), committed, self.speculation.mode));
+            let k = self.speculation.k.max(1);
+            let committed = if std::mem::take(&mut self.speculation.benign_abort) {
+                committed.max(k)
+            } else {
+                committed
+            };
+            self.speculation.last_phase = Some((k, committed, self.speculation.mode));
         }
     }
 
@@ -254,6 +263,9 @@ impl OrderStage {
                 .flatten()
         });
         let Some(candidate) = chosen.cloned() else { return };
+        if self.agreed_time_stale(now) {
+            return self.abort_quorum_phase(now, "quorum_abort_clock", out);
+        }
         let view = self.view;
         let time_us = self.prefix.max_time + 1;
         let batch = Batch {
@@ -344,10 +356,25 @@ impl OrderStage {
         }
     }
 
-    /// Aborts the Quorum phase (counted as `why`): moves to the next view.
+    /// Whether agreed time, which a Quorum phase does not advance (each batch is one microsecond
+    /// after the last), lags this member's clock by more than the heartbeat interval (500 ms by
+    /// default; the bound PBFT's heartbeats keep): a request ordered now would be executed at a
+    /// stale time (a Redis `EX 10` would expire early, a TTL would read high), so the phase ends
+    /// and the next view's Backup orders it at the primary's time. This also ends a cluster's
+    /// first Quorum phase, whose agreed time is 0, at its first request. With heartbeats off
+    /// (`heartbeat_interval_us = 0`) agreed time has no such bound, here as under PBFT.
+    pub(super) fn agreed_time_stale(&self, now: Time) -> bool {
+        let interval = self.config.knobs.heartbeat_interval_us;
+        interval != 0 && now > self.prefix.max_time.saturating_add(interval)
+    }
+
+    /// Aborts the Quorum phase (counted as `why`): moves to the next view. An abort for agreed
+    /// time (a due wake-up, a stale clock) says nothing about contention or faults, so it does
+    /// not lengthen the next Backup phase or, under Aliph, move to Chain.
     pub(super) fn abort_quorum_phase(&mut self, now: Time, why: &'static str, out: &mut Vec<Action>) {
         self.stats.bump(why);
         self.speculation.armed = None;
+        self.speculation.benign_abort = matches!(why, "quorum_abort_wake" | "quorum_abort_clock");
         let target = self.view.next();
         self.start_view_change(now, target, out);
     }

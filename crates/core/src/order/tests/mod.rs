@@ -1618,3 +1618,50 @@ fn aliph_switches_quorum_to_chain_on_contention_and_back_with_one_client() {
     let ordered: Vec<(ClientId, RequestId)> = c.ordered.values().flatten().copied().collect();
     assert_eq!(ordered.len(), 5, "{ordered:?}");
 }
+
+/// A Quorum phase does not advance agreed time (each batch is one microsecond after the last),
+/// so a request that arrives when agreed time lags the member's clock by more than the heartbeat
+/// interval ends the phase instead of running at a stale time (a Redis `SET .. EX 100` at agreed
+/// time 0 expired at the next Backup batch: the CI failure of session 39). The abort is not
+/// contention: the next view keeps Quorum and the base Backup length.
+#[test]
+fn a_stale_agreed_time_ends_the_quorum_phase_without_counting_as_contention() {
+    let knobs = Knobs {
+        quorum_backup_batches: 2,
+        heartbeat_interval_us: 200_000,
+        ..small_knobs()
+    };
+    let mut c = Cluster::with_protocol(1, 1, knobs, crate::config::OrderProtocol::Aliph);
+    // The cluster's clock is at 1 s, its agreed time at 0.
+    let start = c.now;
+    c.submit(0);
+    c.run(50_000);
+    for i in 0..4 {
+        let m = c.member(i);
+        assert_eq!(m.view(), View(1), "member {i}");
+        assert_eq!(m.stats().get("speculated"), 0, "member {i} ran nothing at time 0");
+        assert!(
+            m.prefix.max_time >= start,
+            "member {i}: agreed time {}",
+            m.prefix.max_time
+        );
+    }
+    assert!((0..4).any(|i| c.member(i).stats().get("quorum_abort_clock") >= 1));
+    let primary = c.member(1);
+    assert_eq!(primary.stats().get("aliph_new_view_quorum"), 1, "still Quorum");
+    assert_eq!(primary.stats().get("new_view_backup_batches"), 2, "k at its base");
+    assert!(c.ordered.values().flatten().any(|&e| e == (ClientId(0), RequestId(1))));
+    // View 1's Backup phase ends idle (its empty batch at the primary's time); a request soon
+    // after runs in the Quorum phase.
+    c.run(150_000);
+    c.submit(1);
+    c.run(50_000);
+    assert!((0..4).all(|i| c.member(i).stats().get("speculated") == 1));
+    assert_eq!(c.member(0).view(), View(1));
+    // Idle past the interval: the next request ends view 1's Quorum phase too.
+    c.run(300_000);
+    c.submit(2);
+    c.run(50_000);
+    assert!((0..4).all(|i| c.member(i).view() == View(2) && c.member(i).stats().get("speculated") == 1));
+    assert!(c.ordered.values().flatten().any(|&e| e == (ClientId(2), RequestId(1))));
+}
