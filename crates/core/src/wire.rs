@@ -153,9 +153,11 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
             validate_batch(batch)
         }
         Message::Pbft(PbftMessage::ViewChange(vc)) => validate_view_change(&vc.value),
-        Message::Pbft(PbftMessage::NewView(nv)) => {
+        Message::Pbft(PbftMessage::NewView(msg)) => {
+            let nv = &msg.new_view;
             limit(nv.value.view_changes.len() <= MAX_FAULTS * 3 + 1, "view changes")?;
-            for vc in &nv.value.view_changes {
+            limit(msg.view_changes.len() <= MAX_FAULTS * 3 + 1, "attached view changes")?;
+            for vc in &msg.view_changes {
                 validate_view_change(&vc.value)?;
             }
             if let Some(stable) = &nv.value.stable {

@@ -22,6 +22,8 @@
 //! | event | a | b | c |
 //! |---|---|---|---|
 //! | `recv-<kind>`, `send-<kind>`, `local-<kind>` | sequence number, or client id | entries, or request id | sending or receiving peer (0 for local) |
+//! | `recv-view-change`, `send-view-change` | the view it moves to | its signer | peer |
+//! | `recv-new-view`, `send-new-view` | the view | the VIEW-CHANGEs attached (0: by reference) | peer |
 //! | `entry` (after `send-pre-prepare`) | sequence number | client id | request id |
 //! | `auth-item` (after `*-auth-request`) | client id | request id | peer |
 //! | `wake` (a replica's event loop starts a round) | inputs waiting | 0 | 0 |
@@ -152,6 +154,8 @@ pub fn message(direction: &str, m: &Message, peer: u64) {
         Message::Pbft(PbftMessage::Chain { seqno, batch, .. }) => ("chain", seqno.0, batch.entries.len() as u64),
         Message::Pbft(PbftMessage::Prepare { seqno, .. }) => ("prepare", seqno.0, 0),
         Message::Pbft(PbftMessage::Commit { seqno, .. }) => ("commit", seqno.0, 0),
+        Message::Pbft(PbftMessage::ViewChange(vc)) => ("view-change", vc.value.new_view.0, u64::from(vc.signer.0)),
+        Message::Pbft(PbftMessage::NewView(m)) => ("new-view", m.new_view.value.view.0, m.view_changes.len() as u64),
         Message::NextBatch { seqno, .. } => ("next-batch", seqno.0, 0),
         Message::BatchComplete { seqno, .. } => ("batch-complete", seqno.0, 0),
         Message::ClientRequest { client, request_id, .. } => ("client-request", u64::from(client.0), request_id.0),

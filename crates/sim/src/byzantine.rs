@@ -234,8 +234,8 @@ impl Byzantine {
                 _ => out.push(honest),
             },
             Behaviour::NewViewDropsCommitted => match &envelope.message {
-                Message::Pbft(PbftMessage::NewView(signed)) if signed.signer == self.replica => {
-                    let mut nv = signed.value.clone();
+                Message::Pbft(PbftMessage::NewView(msg)) if msg.new_view.signer == self.replica => {
+                    let mut nv = msg.new_view.value.clone();
                     match nv.batches.iter_mut().find(|(_, b)| !b.entries.is_empty()) {
                         Some((_, batch)) => {
                             counts.bump(class);
@@ -243,11 +243,10 @@ impl Byzantine {
                                 time_us: 0,
                                 entries: Vec::new(),
                             };
-                            let message = Message::Pbft(PbftMessage::NewView(upright_core::message::Signed::sign(
-                                &self.keys,
-                                self.replica,
-                                nv,
-                            )));
+                            let message = Message::Pbft(PbftMessage::NewView(upright_core::message::NewViewMessage {
+                                new_view: upright_core::message::Signed::sign(&self.keys, self.replica, nv),
+                                view_changes: msg.view_changes.clone(),
+                            }));
                             out.extend(self.reseal(from, &message, &envelope.seal, &remote));
                         }
                         None => out.push(honest),
@@ -784,7 +783,7 @@ pub fn corrupt(envelope: &Envelope) -> Envelope {
             .for_each(|i| i.row.authenticator.macs.iter_mut().for_each(|m| flip(&mut m.0))),
         Message::Pbft(PbftMessage::Checkpoint(s)) => flip(&mut s.signature.0),
         Message::Pbft(PbftMessage::ViewChange(s)) => flip(&mut s.signature.0),
-        Message::Pbft(PbftMessage::NewView(s)) => flip(&mut s.signature.0),
+        Message::Pbft(PbftMessage::NewView(s)) => flip(&mut s.new_view.signature.0),
         Message::Pbft(PbftMessage::OrderCheckpointState(s)) => {
             s.votes.iter_mut().for_each(|v| flip(&mut v.signature.0))
         }

@@ -208,12 +208,19 @@ pub fn mutate(rng: &mut ChaCha8Rng, keys: &KeyRing, me: ReplicaId, message: &Mes
             };
             (pbft(PbftMessage::ViewChange(Signed::sign(keys, me, vc))), kind)
         }
-        Message::Pbft(PbftMessage::NewView(signed)) if signed.signer == me => {
-            let mut nv = signed.value.clone();
+        Message::Pbft(PbftMessage::NewView(msg)) if msg.new_view.signer == me => {
+            let mut nv = msg.new_view.value.clone();
+            let mut attached = msg.view_changes;
             let kind = match pick {
                 0 => {
                     nv.view = view(nv.view, rng);
                     "mutate_view"
+                }
+                1 if !attached.is_empty() && rng.random_bool(0.5) => {
+                    // The VIEW-CHANGEs a relayed NEW-VIEW carries (it names the same ones).
+                    let (view_changes, kind) = reshape(&attached, rng)?;
+                    attached = view_changes;
+                    kind
                 }
                 1 => {
                     let (view_changes, kind) = reshape(&nv.view_changes, rng)?;
@@ -226,7 +233,14 @@ pub fn mutate(rng: &mut ChaCha8Rng, keys: &KeyRing, me: ReplicaId, message: &Mes
                     kind
                 }
             };
-            (pbft(PbftMessage::NewView(Signed::sign(keys, me, nv))), kind)
+            let new_view = Signed::sign(keys, me, nv);
+            (
+                pbft(PbftMessage::NewView(upright_core::message::NewViewMessage {
+                    new_view,
+                    view_changes: attached,
+                })),
+                kind,
+            )
         }
         Message::Pbft(PbftMessage::FetchOrderCheckpoint { seqno: s, digest }) => {
             if pick % 2 == 0 {

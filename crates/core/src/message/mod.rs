@@ -16,8 +16,8 @@ pub mod lcr;
 pub mod pbft;
 pub use crate::config::FastPhase;
 pub use pbft::{
-    CheckpointVote, NewView, PbftMessage, PbftTimer, PrePreparedClaim, PreparedClaim, SpeculativeClaim,
-    StableCheckpoint, ViewChange,
+    CheckpointVote, NewView, NewViewMessage, PbftMessage, PbftTimer, PrePreparedClaim, PreparedClaim, SpeculativeClaim,
+    StableCheckpoint, ViewChange, ViewChangeRef,
 };
 
 /// The body of a request as the order stage sees it: inline if small, otherwise its digest

@@ -11,6 +11,7 @@ use super::Message;
 use super::{Batch, OrderCheckpoint, Signed};
 use crate::config::FastPhase;
 use crate::crypto::Digest;
+use crate::ids::ReplicaId;
 use crate::ids::{SeqNo, View};
 
 /// The order stage's messages among order members (PBFT).
@@ -48,7 +49,7 @@ pub enum PbftMessage {
     /// VIEW-CHANGE, signed.
     ViewChange(Signed<ViewChange>),
     /// NEW-VIEW, signed.
-    NewView(Signed<NewView>),
+    NewView(NewViewMessage),
     /// Asks an order member for the full order checkpoint with this digest (order state transfer).
     FetchOrderCheckpoint {
         /// Sequence number.
@@ -205,14 +206,52 @@ pub struct ViewChange {
     pub speculative: Vec<SpeculativeClaim>,
 }
 
-/// NEW-VIEW body (signed by the new primary): the view-change quorum it used and its decisions,
-/// which every backup re-derives from the quorum before accepting.
+/// A VIEW-CHANGE named by a NEW-VIEW: its signer and its signature, which binds its body (a
+/// member that holds a checked VIEW-CHANGE with this signer and signature holds that one).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ViewChangeRef {
+    /// The member that signed it.
+    pub signer: ReplicaId,
+    /// Its signature.
+    pub signature: crate::crypto::Signature,
+}
+
+impl ViewChangeRef {
+    /// The reference of `vc`.
+    pub fn of(vc: &Signed<ViewChange>) -> ViewChangeRef {
+        ViewChangeRef {
+            signer: vc.signer,
+            signature: vc.signature,
+        }
+    }
+
+    /// Whether `vc` is the VIEW-CHANGE this names.
+    pub fn names(&self, vc: &Signed<ViewChange>) -> bool {
+        vc.signer == self.signer && vc.signature == self.signature
+    }
+}
+
+/// The NEW-VIEW message: the signed body and the VIEW-CHANGEs it names. The new primary's first
+/// multicast leaves them out (`view_changes` empty): every member got them from their senders,
+/// and a NEW-VIEW under load was megabytes of VIEW-CHANGEs each member already held. A member
+/// that lacks one gets the NEW-VIEW again with all of them when it resends its own VIEW-CHANGE
+/// (the primary's relay).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NewViewMessage {
+    /// The signed NEW-VIEW.
+    pub new_view: Signed<NewView>,
+    /// The VIEW-CHANGEs it names, or none.
+    pub view_changes: Vec<Signed<ViewChange>>,
+}
+
+/// NEW-VIEW body (signed by the new primary): the view-change quorum it used (by reference) and
+/// its decisions, which every backup re-derives from the quorum before accepting.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NewView {
     /// The new view.
     pub view: View,
     /// `view_change` signed VIEW-CHANGE messages for `view` from distinct members.
-    pub view_changes: Vec<Signed<ViewChange>>,
+    pub view_changes: Vec<ViewChangeRef>,
     /// The checkpoint the new view starts from (`None` = initial state).
     pub stable: Option<StableCheckpoint>,
     /// For each seqno above it up to the highest chosen one: the batch re-proposed in `view`

@@ -552,7 +552,7 @@ impl OrderStage {
         self.send_owed_next_batches(now, SeqNo(u64::MAX), out);
         self.check_quiet_prepares(now, out);
         if self.changing {
-            self.resend_view_change(out);
+            self.resend_view_change(now, out);
         } else {
             self.retransmit_agreement(now, out);
             self.retransmit_chain(now, out);

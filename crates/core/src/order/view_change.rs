@@ -10,7 +10,9 @@ use super::checkpoint::verify_stable;
 use super::{persist, persist_view, OrderStage};
 use crate::crypto::Digest;
 use crate::ids::{Principal, ReplicaId, SeqNo, View};
-use crate::message::{Batch, FastPhase, Message, NewView, SealFor, Signed, StableCheckpoint, ViewChange};
+use crate::message::{
+    Batch, FastPhase, Message, NewView, NewViewMessage, SealFor, Signed, StableCheckpoint, ViewChange, ViewChangeRef,
+};
 use crate::quorum::Quorums;
 use crate::stage::{Action, Event, Time, Timer};
 
@@ -131,8 +133,22 @@ pub(crate) struct ViewChangeState {
     pub(super) deadline: Option<Time>,
     /// Latest valid VIEW-CHANGE per member (highest view).
     pub(super) received: BTreeMap<ReplicaId, Signed<ViewChange>>,
-    /// The NEW-VIEW of the current view (relayed to members still changing).
-    pub(super) new_view: Option<Signed<NewView>>,
+    /// The NEW-VIEW of the current view, with the VIEW-CHANGEs it names (relayed to members
+    /// still changing).
+    pub(super) new_view: Option<NewViewMessage>,
+    /// A NEW-VIEW that names a VIEW-CHANGE this member does not hold yet (it waits for the
+    /// primary's relay, which carries them all, or for the VIEW-CHANGE itself).
+    pub(super) pending_new_view: Option<NewViewMessage>,
+    /// The timeout the current view change's timer was armed with.
+    pub(super) timeout: Time,
+    /// When this member, changing views, first held a quorum of VIEW-CHANGEs for its view or
+    /// later ones: the NEW-VIEW wait counts from there (PBFT 2.4).
+    pub(super) quorum_at: Option<Time>,
+    /// When our VIEW-CHANGE is resent next, and the gap after that (doubling from one tick to
+    /// the base view-change timeout: a VIEW-CHANGE can carry megabytes of batches, and resending it to
+    /// every member on every tick once took most of a loaded replica's CPU).
+    pub(super) resend_at: Time,
+    pub(super) resend_gap: Time,
 }
 
 impl OrderStage {
@@ -228,13 +244,18 @@ impl OrderStage {
         self.stats.bump("view_change_started");
         let vc = self.build_view_change(target);
         self.view_change.received.insert(self.id, vc.clone());
+        self.view_change.quorum_at = None;
+        self.note_view_change_quorum(now);
+        self.view_change.resend_gap = self.tick_period();
+        self.view_change.resend_at = now.saturating_add(self.view_change.resend_gap);
         self.send(
             out,
             self.other_order_members(),
             Message::Pbft(PbftMessage::ViewChange(vc)),
             SealFor::Nothing,
         );
-        let at = now + self.view_change_timeout();
+        self.view_change.timeout = self.view_change_timeout();
+        let at = now + self.view_change.timeout;
         self.view_change.consecutive = self.view_change.consecutive.saturating_add(1);
         self.view_change.deadline = Some(at);
         out.push(Action::SetTimer {
@@ -248,8 +269,11 @@ impl OrderStage {
     pub(super) fn resume_view_change(&mut self, now: Time, out: &mut Vec<Action>) {
         let vc = self.build_view_change(self.view);
         self.view_change.received.insert(self.id, vc);
-        self.resend_view_change(out);
-        let at = now + self.view_change_timeout();
+        self.view_change.resend_at = now;
+        self.view_change.resend_gap = self.tick_period();
+        self.resend_view_change(now, out);
+        self.view_change.timeout = self.view_change_timeout();
+        let at = now + self.view_change.timeout;
         self.view_change.deadline = Some(at);
         out.push(Action::SetTimer {
             timer: Timer::Pbft(PbftTimer::ViewChange),
@@ -257,8 +281,17 @@ impl OrderStage {
         });
     }
 
-    /// OrderTick while changing: resend our VIEW-CHANGE.
-    pub(super) fn resend_view_change(&self, out: &mut Vec<Action>) {
+    /// OrderTick while changing: resend our VIEW-CHANGE when its resend is due (the gap doubles
+    /// from one tick up to `view_change_timeout_us`).
+    pub(super) fn resend_view_change(&mut self, now: Time, out: &mut Vec<Action>) {
+        if now < self.view_change.resend_at {
+            return;
+        }
+        let gap = self.view_change.resend_gap.max(1);
+        let cap = self.config.knobs.view_change_timeout_us.max(gap);
+        self.view_change.resend_gap = gap.saturating_mul(2).min(cap);
+        self.view_change.resend_at = now.saturating_add(gap);
+        self.stats.bump("view_change_resent");
         if let Some(vc) = self
             .view_change
             .received
@@ -293,15 +326,25 @@ impl OrderStage {
         // Members whose latest VIEW-CHANGE is for this view or a later one have all given up on
         // the views below; counting only exact matches deadlocks when one of them already moved
         // further (simulator seed 339 at u = r = 1: two members waiting for view 2, one in view 3).
-        let with_us = self
-            .view_change
-            .received
-            .values()
-            .filter(|vc| vc.value.new_view >= self.view)
-            .count();
-        if with_us >= self.q.view_change() {
-            self.stats.bump("view_change_timeout");
-            self.start_view_change(now, self.view.next(), out);
+        //
+        // The NEW-VIEW wait counts from when the quorum formed, not from our own VIEW-CHANGE
+        // (PBFT 2.4): under load, building and checking a NEW-VIEW of megabytes took a loaded
+        // replica most of a second, and members whose timers ran from their own VIEW-CHANGE
+        // left each view just before its NEW-VIEW arrived, view after view (docs/PERFORMANCE.md
+        // "Session 40").
+        self.note_view_change_quorum(now);
+        if let Some(since) = self.view_change.quorum_at {
+            let due = since.saturating_add(self.view_change.timeout);
+            if now >= due {
+                self.stats.bump("view_change_timeout");
+                self.start_view_change(now, self.view.next(), out);
+            } else {
+                self.view_change.deadline = Some(due);
+                out.push(Action::SetTimer {
+                    timer: Timer::Pbft(PbftTimer::ViewChange),
+                    at: due,
+                });
+            }
         } else {
             let at = now + self.view_change_timeout();
             self.view_change.deadline = Some(at);
@@ -390,6 +433,16 @@ impl OrderStage {
             return self.stats.bump(reason);
         }
         self.view_change.received.insert(vc.signer, vc.clone());
+        self.note_view_change_quorum(now);
+        // A NEW-VIEW that waited for this VIEW-CHANGE may be complete now.
+        if let Some(pending) = self.view_change.pending_new_view.take_if(|p| {
+            p.new_view.value.view >= self.view && p.new_view.value.view_changes.iter().any(|r| r.names(vc))
+        }) {
+            self.on_new_view(now, &pending, out);
+            if !self.changing || self.view > target {
+                return;
+            }
+        }
         if let Some(stable) = vc.value.stable.clone().filter(|s| s.checkpoint.seqno > self.h) {
             self.adopt_stable(now, stable, out);
         }
@@ -415,6 +468,24 @@ impl OrderStage {
             return self.start_view_change(now, self.view.next(), out);
         }
         self.try_new_view(now, out);
+    }
+
+    /// (Changing views) notes when a quorum of members first wanted this member's view or a
+    /// later one.
+    fn note_view_change_quorum(&mut self, now: Time) {
+        if !self.changing || self.view_change.quorum_at.is_some() {
+            return;
+        }
+        let view = self.view;
+        let with_us = self
+            .view_change
+            .received
+            .values()
+            .filter(|vc| vc.value.new_view >= view)
+            .count();
+        if with_us >= self.q.view_change() {
+            self.view_change.quorum_at = Some(now);
+        }
     }
 
     /// The new primary builds NEW-VIEW once its VIEW-CHANGEs decide every seqno.
@@ -451,24 +522,30 @@ impl OrderStage {
             self.id,
             NewView {
                 view,
-                view_changes,
+                view_changes: view_changes.iter().map(ViewChangeRef::of).collect(),
                 stable,
                 batches,
                 backup_batches,
                 fast_phase,
             },
         );
-        self.install_new_view(now, &new_view, out);
+        // Sent without the VIEW-CHANGEs: their senders sent every member theirs.
+        let compact = NewViewMessage {
+            new_view: new_view.clone(),
+            view_changes: Vec::new(),
+        };
+        self.install_new_view(now, NewViewMessage { new_view, view_changes }, out);
         self.stats.bump("new_view_sent");
         self.send(
             out,
             self.other_order_members(),
-            Message::Pbft(PbftMessage::NewView(new_view)),
+            Message::Pbft(PbftMessage::NewView(compact)),
             SealFor::Nothing,
         );
     }
 
-    pub(super) fn on_new_view(&mut self, now: Time, nv: &Signed<NewView>, out: &mut Vec<Action>) {
+    pub(super) fn on_new_view(&mut self, now: Time, msg: &NewViewMessage, out: &mut Vec<Action>) {
+        let nv = &msg.new_view;
         let body = &nv.value;
         if body.view < self.view || (body.view == self.view && !self.changing) {
             return self.stats.bump("drop_old_new_view");
@@ -476,17 +553,39 @@ impl OrderStage {
         if nv.signer != self.primary_of(body.view) || nv.verify(&self.keys, self.sabotage()).is_err() {
             return self.stats.bump("drop_bad_new_view_signature");
         }
+        // The VIEW-CHANGEs it names: attached (checked here), or held here (checked on arrival).
         let mut signers = BTreeSet::new();
-        for vc in &body.view_changes {
-            if vc.value.new_view != body.view || !signers.insert(vc.signer) || self.validate_view_change(vc).is_err() {
+        let mut view_changes = Vec::with_capacity(body.view_changes.len());
+        for named in &body.view_changes {
+            if !signers.insert(named.signer) {
                 return self.stats.bump("drop_bad_new_view_view_change");
             }
+            let vc = if let Some(vc) = msg.view_changes.iter().find(|vc| named.names(vc)) {
+                if self.validate_view_change(vc).is_err() {
+                    return self.stats.bump("drop_bad_new_view_view_change");
+                }
+                vc
+            } else if let Some(vc) = self
+                .view_change
+                .received
+                .get(&named.signer)
+                .filter(|vc| named.names(vc))
+            {
+                vc
+            } else {
+                return self.await_view_changes(msg, out);
+            };
+            if vc.value.new_view != body.view {
+                return self.stats.bump("drop_bad_new_view_view_change");
+            }
+            view_changes.push(vc.clone());
         }
+        self.view_change.pending_new_view = None;
         if !self.backup_batches_valid(body.backup_batches) || !self.config.protocol.allows_fast_phase(body.fast_phase) {
             self.stats.bump("drop_bad_new_view_backup_batches");
             return self.start_view_change(now, body.view.next(), out);
         }
-        let bodies: Vec<&ViewChange> = body.view_changes.iter().map(|vc| &vc.value).collect();
+        let bodies: Vec<&ViewChange> = view_changes.iter().map(|vc| &vc.value).collect();
         let expected = self.selection(&bodies);
         if signers.len() < self.q.view_change()
             || expected.as_ref() != Some(&(body.stable.clone(), body.batches.clone()))
@@ -495,20 +594,46 @@ impl OrderStage {
             self.stats.bump("drop_bad_new_view_selection");
             return self.start_view_change(now, body.view.next(), out);
         }
-        self.install_new_view(now, nv, out);
+        self.install_new_view(
+            now,
+            NewViewMessage {
+                new_view: nv.clone(),
+                view_changes,
+            },
+            out,
+        );
+    }
+
+    /// A NEW-VIEW names a VIEW-CHANGE this member does not hold: it keeps the NEW-VIEW and sends
+    /// its own VIEW-CHANGE to the new primary, whose answer (`relay_new_view`) is the NEW-VIEW
+    /// with every VIEW-CHANGE it names. A NEW-VIEW that names one nobody sent is never
+    /// installed; the view-change timer moves past its view.
+    fn await_view_changes(&mut self, msg: &NewViewMessage, out: &mut Vec<Action>) {
+        self.stats.bump("new_view_awaits_view_changes");
+        let primary = msg.new_view.signer;
+        self.view_change.pending_new_view = Some(msg.clone());
+        if let Some(mine) = self.view_change.received.get(&self.id) {
+            self.send(
+                out,
+                vec![Principal::Order(primary)],
+                Message::Pbft(PbftMessage::ViewChange(mine.clone())),
+                SealFor::Nothing,
+            );
+        }
     }
 
     /// Enters the new view: adopts its checkpoint, treats its batches as pre-prepared in it
     /// (persisted before any PREPARE), and resumes normal processing.
-    fn install_new_view(&mut self, now: Time, nv: &Signed<NewView>, out: &mut Vec<Action>) {
-        let body = &nv.value;
+    fn install_new_view(&mut self, now: Time, msg: NewViewMessage, out: &mut Vec<Action>) {
+        let body = &msg.new_view.value.clone();
         if let Some(stable) = body.stable.clone().filter(|s| s.checkpoint.seqno > self.h) {
             self.adopt_stable(now, stable, out);
         }
         let view = body.view;
         self.view = view;
         self.changing = false;
-        self.view_change.new_view = Some(nv.clone());
+        self.view_change.new_view = Some(msg);
+        self.view_change.pending_new_view = None;
         self.buffered.clear();
         self.view_change.received.retain(|_, vc| vc.value.new_view > view);
         persist_view(out, view, false);

@@ -292,6 +292,14 @@ impl Cluster {
             .is_some_and(|senders| senders.contains_key(&exec) || senders.len() >= self.q.next_batch())
     }
 
+    /// Sends every token sent so far again (the execution stage resends its newest checkpoint
+    /// token on its tick: `resend_newest_checkpoint_token`); for tests whose network lost some.
+    pub(super) fn resend_tokens(&mut self) {
+        for seqno in std::mem::take(&mut self.tokens_sent) {
+            self.send_tokens(seqno);
+        }
+    }
+
     pub(super) fn send_tokens(&mut self, seqno: SeqNo) {
         if !self.tokens_sent.insert(seqno) {
             return;
