@@ -215,10 +215,12 @@ fn lcr_deliver_unstable_is_caught() {
 /// Tentative execution with clients that accept `r + 1` tentative replies: at `u = 1, r = 0` one
 /// member's word that it prepared a batch is taken, and a view change that leaves that member
 /// out replaces the batch (the plan cuts the primaries off in turn over lossy links), so a
-/// result the client was given never happened.
+/// result the client was given never happened. About 2% of seeds catch it (a view change must
+/// replace a batch one member executed tentatively), hence 500 seeds: since NEW-VIEW waits count
+/// from the view-change quorum (session 40) none of the first 100 does.
 #[test]
 fn tentative_small_quorum_is_caught() {
-    caught_in(SabotageMode::TentativeSmallQuorum, 1, 0, ServiceKind::Kv, 5 * SEEDS);
+    caught_in(SabotageMode::TentativeSmallQuorum, 1, 0, ServiceKind::Kv, 25 * SEEDS);
 }
 
 /// Tentative execution without the rollback: a member that executed a batch a view change then
