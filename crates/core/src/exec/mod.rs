@@ -10,7 +10,9 @@
 //! - `state_transfer`: LOAD-CP quorum, fetching a checkpoint from peers, serving ours;
 //! - `read_only`: READ-ONLY requests answered at once from the current state, outside the order;
 //! - [`pushes`]: messages the service pushes to clients, numbered per client, kept for resends;
-//! - [`paged`]: a paged service's page tree: incremental checkpoints, transfer by difference.
+//! - [`paged`]: a paged service's page tree: incremental checkpoints, transfer by difference;
+//! - [`selector`]: ODRC's selector, which requests a member runs under selective execution
+//!   (docs/ODRC.md; not wired in yet).
 
 pub mod checkpoint;
 mod execute;
@@ -20,6 +22,7 @@ pub mod pushes;
 mod read_only;
 mod recovery;
 pub mod reply_cache;
+pub mod selector;
 mod state_transfer;
 mod tentative;
 #[cfg(test)]
