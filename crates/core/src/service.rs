@@ -134,6 +134,32 @@ pub trait Service {
         None
     }
 
+    /// ODRC's object checkpoint function (docs/ODRC.md): the state of object `object` (a name
+    /// [`Service::access`] gives) as deterministic bytes, `Some(None)` when the object is absent.
+    /// `None`, the default, says the service does not support selective execution. The bytes must
+    /// cover everything requests on the object can observe or change, and nothing else: under
+    /// selective execution an operation's reply and effects may depend only on the state of the
+    /// objects it declares (no store-wide counts or limits).
+    fn object_state(&self, object: &[u8]) -> Option<Option<Bytes>> {
+        let _ = object;
+        None
+    }
+
+    /// ODRC's object update function: replaces object `object`'s state with one
+    /// [`Service::object_state`] gave (`None`: the object is absent). Supported exactly when
+    /// `object_state` is.
+    fn restore_object(&mut self, object: &[u8], state: Option<&[u8]>) -> Result<(), RestoreError> {
+        let _ = (object, state);
+        Err(RestoreError("this service does not restore single objects".into()))
+    }
+
+    /// Which objects share maintainers under selective execution (ODRC's locality policy:
+    /// objects with equal placements are kept by the same `r + 1` execution members, so a request
+    /// on several of them is not cross-border). The default places each object by itself.
+    fn placement(&self, object: &[u8]) -> Bytes {
+        Bytes::copy_from_slice(object)
+    }
+
     /// The agreed time (microseconds, as [`BatchContext::time_us`]) at which the service wants
     /// [`Service::wake`] called, if any: session expiry, a timer. Asked before every batch;
     /// the default asks for nothing.
