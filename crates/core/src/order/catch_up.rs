@@ -79,10 +79,7 @@ impl OrderStage {
     pub(super) fn wrong_view(&mut self, now: Time, from: ReplicaId, view: View, out: &mut Vec<Action>) {
         self.stats.bump("drop_wrong_view");
         if !self.changing && view < self.view && self.view_change.new_view.is_some() && self.may_help(now, from) {
-            let message = Message::Pbft(PbftMessage::NewView(
-                self.view_change.new_view.clone().expect("checked"),
-            ));
-            self.send(out, vec![Principal::Order(from)], message, SealFor::Nothing);
+            self.relay_new_view(from, out);
         }
     }
 

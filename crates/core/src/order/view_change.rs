@@ -134,8 +134,8 @@ pub(crate) struct ViewChangeState {
     /// Latest valid VIEW-CHANGE per member (highest view).
     pub(super) received: BTreeMap<ReplicaId, Signed<ViewChange>>,
     /// The NEW-VIEW of the current view, with the VIEW-CHANGEs it names (relayed to members
-    /// still changing).
-    pub(super) new_view: Option<NewViewMessage>,
+    /// still changing; shared, so installing it does not copy its batches).
+    pub(super) new_view: Option<std::sync::Arc<NewViewMessage>>,
     /// A NEW-VIEW that names a VIEW-CHANGE this member does not hold yet (it waits for the
     /// primary's relay, which carries them all, or for the VIEW-CHANGE itself).
     pub(super) pending_new_view: Option<NewViewMessage>,
@@ -625,14 +625,15 @@ impl OrderStage {
     /// Enters the new view: adopts its checkpoint, treats its batches as pre-prepared in it
     /// (persisted before any PREPARE), and resumes normal processing.
     fn install_new_view(&mut self, now: Time, msg: NewViewMessage, out: &mut Vec<Action>) {
-        let body = &msg.new_view.value.clone();
+        let msg = std::sync::Arc::new(msg);
+        let body = &msg.new_view.value;
         if let Some(stable) = body.stable.clone().filter(|s| s.checkpoint.seqno > self.h) {
             self.adopt_stable(now, stable, out);
         }
         let view = body.view;
         self.view = view;
         self.changing = false;
-        self.view_change.new_view = Some(msg);
+        self.view_change.new_view = Some(msg.clone());
         self.view_change.pending_new_view = None;
         self.buffered.clear();
         self.view_change.received.retain(|_, vc| vc.value.new_view > view);
@@ -689,7 +690,7 @@ impl OrderStage {
             self.send(
                 out,
                 vec![Principal::Order(to)],
-                Message::Pbft(PbftMessage::NewView(nv.clone())),
+                Message::Pbft(PbftMessage::NewView(NewViewMessage::clone(nv))),
                 SealFor::Nothing,
             );
         }
