@@ -178,10 +178,11 @@ impl<T> Selector<T> {
     pub fn insert(&mut self, at: Position, objects: Objects, item: T) -> Decision<T> {
         let foreign = match &objects {
             Objects::All => Some(Objects::All),
-            Objects::These(set) if set.iter().any(|o| self.maintains(o)) => Some(Objects::These(
-                set.iter().filter(|o| !self.maintains(o)).cloned().collect(),
-            )),
-            Objects::These(_) => None,
+            Objects::These(set) => {
+                // One placement hash per object.
+                let (mine, foreign): (Vec<&Bytes>, Vec<&Bytes>) = set.iter().partition(|o| self.maintains(o));
+                (!mine.is_empty()).then(|| Objects::These(foreign.into_iter().cloned().collect()))
+            }
         };
         match foreign {
             Some(foreign) => Decision::Run(self.update(foreign, at)),
@@ -260,6 +261,11 @@ mod tests {
         }
     }
 
+    /// The items of an update's replay, in order.
+    fn items<T: Copy>(update: &Update<T>) -> Vec<T> {
+        update.replay.iter().map(|r| r.item).collect()
+    }
+
     fn objs(names: &[&str]) -> Objects {
         Objects::These(names.iter().map(|n| Bytes::copy_from_slice(n.as_bytes())).collect())
     }
@@ -307,7 +313,7 @@ mod tests {
         let Decision::Run(update) = s.insert(at(2, 0), objs(&[&mine, &theirs]), "x") else {
             panic!("runs here")
         };
-        assert_eq!(update.replay.iter().map(|r| r.item).collect::<Vec<_>>(), vec!["w1"]);
+        assert_eq!(items(&update), vec!["w1"]);
         assert!(update.restore.is_empty());
         assert_eq!(s.stored(), 0, "handed out once");
         assert_eq!(s.force(at(1, 0)), None, "never twice");
@@ -334,10 +340,7 @@ mod tests {
             panic!()
         };
         // a1 needs a; "ab" wrote a, so b must be current for it: b1 too. c1 stays stored.
-        assert_eq!(
-            update.replay.iter().map(|r| r.item).collect::<Vec<_>>(),
-            vec!["b1", "ab", "a1"]
-        );
+        assert_eq!(items(&update), vec!["b1", "ab", "a1"]);
         assert_eq!(s.stored(), 1);
     }
 
@@ -350,7 +353,7 @@ mod tests {
         let Decision::Run(update) = s.insert(at(2, 0), Objects::All, 3) else {
             panic!()
         };
-        assert_eq!(update.replay.iter().map(|r| r.item).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(items(&update), vec![1, 2]);
         assert_eq!(s.stored(), 0);
     }
 
@@ -369,7 +372,7 @@ mod tests {
             panic!()
         };
         assert_eq!(update.restore, vec![Bytes::from(theirs.clone())]);
-        assert_eq!(update.replay.iter().map(|r| r.item).collect::<Vec<_>>(), vec![4, 5]);
+        assert_eq!(items(&update), vec![4, 5]);
         // Current now: not restored again.
         let Decision::Run(again) = s.insert(at(7, 0), objs(&[&mine, &theirs]), 7) else {
             panic!()
@@ -384,7 +387,7 @@ mod tests {
         s.insert(at(1, 0), objs(&[&theirs]), 1);
         s.insert(at(2, 0), objs(&[&theirs]), 2);
         let forced = s.force(at(2, 0)).expect("stored");
-        assert_eq!(forced.replay.iter().map(|r| r.item).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(items(&forced), vec![1, 2]);
         assert_eq!(s.force(at(1, 0)), None);
         assert_eq!(s.force(at(9, 9)), None, "never inserted");
     }
@@ -415,6 +418,28 @@ mod tests {
                 .collect()
         }
 
+        /// Applies `update` to a member: restores its objects from the certified `snapshot`,
+        /// then runs the replay (each request at most once).
+        fn apply_update(
+            state: &mut State,
+            ran: &mut BTreeSet<u32>,
+            update: Update<(u32, Objects)>,
+            snapshot: &State,
+        ) -> Result<(), TestCaseError> {
+            for o in &update.restore {
+                match snapshot.get(o).cloned() {
+                    Some(log) => state.insert(o.clone(), log),
+                    None => state.remove(o),
+                };
+            }
+            for stored in update.replay {
+                let (id, objects) = stored.item;
+                prop_assert!(ran.insert(id), "request {} ran twice", id);
+                apply(state, &objects, id);
+            }
+            Ok(())
+        }
+
         fn objects_of(picks: &[u8]) -> Objects {
             Objects::These(picks.iter().map(|p| Bytes::from(format!("o{}", p % 8))).collect())
         }
@@ -431,14 +456,11 @@ mod tests {
             ) {
                 let copies = 2;
                 let mut reference = State::new();
-                let mut snapshots: BTreeMap<SeqNo, State> = BTreeMap::new();
+                // The certified states by checkpoint: the initial one is empty.
+                let mut snapshots: BTreeMap<SeqNo, State> = BTreeMap::from([(SeqNo(0), State::new())]);
                 let mut members: Vec<Member> =
                     (0..n_exec).map(|m| (Selector::new(m, n_exec, copies), State::new(), BTreeSet::new())).collect();
                 let mut id = 0u32;
-                let run = |state: &mut State, ran: &mut BTreeSet<u32>, objects: &Objects, id: u32| {
-                    prop_assert!(ran.insert(id), "request {} ran twice", id);
-                    Ok(apply(state, objects, id))
-                };
                 for (b, (requests, checkpoint)) in batches.iter().enumerate() {
                     let seqno = SeqNo(b as u64 + 1);
                     for (index, picks) in requests.iter().enumerate() {
@@ -449,17 +471,9 @@ mod tests {
                         let mut ran_by = 0;
                         for (selector, state, ran) in members.iter_mut() {
                             if let Decision::Run(update) = selector.insert(at, objects.clone(), (id, objects.clone())) {
-                                for o in &update.restore {
-                                    let certified = snapshots[&selector.base()].get(o).cloned();
-                                    match certified {
-                                        Some(log) => state.insert(o.clone(), log),
-                                        None => state.remove(o),
-                                    };
-                                }
-                                for stored in update.replay {
-                                    run(state, ran, &stored.item.1, stored.item.0)?;
-                                }
-                                let got = run(state, ran, &objects, id)?;
+                                apply_update(state, ran, update, &snapshots[&selector.base()])?;
+                                prop_assert!(ran.insert(id), "request {} ran twice", id);
+                                let got = apply(state, &objects, id);
                                 prop_assert_eq!(&got, &want, "request {}", id);
                                 ran_by += 1;
                             }
@@ -473,18 +487,9 @@ mod tests {
                         }
                     }
                 }
-                snapshots.insert(SeqNo(0), State::new());
                 for (selector, state, ran) in members.iter_mut() {
                     let update = selector.update(Objects::All, Position { seqno: SeqNo(u64::MAX), index: 0 });
-                    for o in &update.restore {
-                        match snapshots[&selector.base()].get(o).cloned() {
-                            Some(log) => state.insert(o.clone(), log),
-                            None => state.remove(o),
-                        };
-                    }
-                    for stored in update.replay {
-                        run(state, ran, &stored.item.1, stored.item.0)?;
-                    }
+                    apply_update(state, ran, update, &snapshots[&selector.base()])?;
                     prop_assert_eq!(&*state, &reference);
                     prop_assert_eq!(selector.stored(), 0);
                 }
