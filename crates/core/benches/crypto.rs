@@ -32,6 +32,7 @@ fn cluster() -> (ClusterConfig, Vec<SecretKeys>) {
         epoch: 0,
         origin: None,
         protocol: Default::default(),
+        selective_execution: false,
     };
     (config, secrets)
 }

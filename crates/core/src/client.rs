@@ -465,7 +465,12 @@ impl Client {
                     entry.1 = body;
                 }
                 let matching = outstanding.replies.values().filter(|(d, _)| *d == digest).count();
-                matching >= self.quorums.reply()
+                let quorum = if self.config.knobs.sabotage == Some(crate::config::Sabotage::WeakReplyQuorum) {
+                    self.quorums.reply().saturating_sub(1).max(1)
+                } else {
+                    self.quorums.reply()
+                };
+                matching >= quorum
             }
             Some((view, history)) => {
                 let fresh = Tentative {

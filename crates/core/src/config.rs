@@ -87,6 +87,14 @@ pub enum Sabotage {
     /// votes of the rest of its predecessor set, so one faulty member can hand its successors a
     /// batch the members before it never accepted.
     ChainSkipCheck,
+    /// Clients accept an ordered reply on `r` matching copies instead of [`Quorums::reply`]
+    /// (`r + 1`): under selective execution, where only an object's `r + 1` maintainers answer,
+    /// a Byzantine maintainer's reply alone is then accepted.
+    WeakReplyQuorum,
+    /// Selective execution: members install an object's state from one maintainer's OBJECT-CP
+    /// and a skipped reply's digest from one copy, instead of `r + 1` matching: a Byzantine
+    /// maintainer can then plant a state nobody executed.
+    SingleObjectCopy,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.
@@ -341,6 +349,12 @@ pub struct ClusterConfig {
     /// The ordering protocol the order members run (`protocol = "pbft" | "backup" | "quorum" | "chain" | "aliph" | "lcr"`).
     #[serde(default, skip_serializing_if = "OrderProtocol::is_default")]
     pub protocol: OrderProtocol,
+    /// ODRC's selective execution (docs/ODRC.md): each object's requests run on the `r + 1`
+    /// execution members that maintain it; the others bring it up to date at each checkpoint
+    /// from their certified object checkpoints. Needs a service with object checkpoints
+    /// (`Service::object_state`); not with tentative execution or the Quorum phase.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub selective_execution: bool,
 }
 
 /// What a view runs after its Backup phase (docs/PROTOCOL.md "Quorum", "Chain", "Aliph").
@@ -617,6 +631,22 @@ impl ClusterConfig {
             }
             if k.quorum_commit_timeout_us == 0 {
                 return bad("quorum_commit_timeout_us", 0, "must be positive");
+            }
+        }
+        if self.selective_execution {
+            if k.tentative_entries_max > 0 {
+                return bad(
+                    "tentative_entries_max",
+                    k.tentative_entries_max as u64,
+                    "must be 0 with selective_execution = true (a tentative batch would be rolled back on members that skipped part of it)",
+                );
+            }
+            if matches!(self.protocol, OrderProtocol::Quorum | OrderProtocol::Aliph) {
+                return bad(
+                    "selective_execution",
+                    1,
+                    "must be false with protocol = \"quorum\" or \"aliph\" (their Quorum phase executes on every replica)",
+                );
             }
         }
         if k.batch_size_max == 0 || k.batch_size_max > crate::limits::BATCH_REQUESTS_MAX {

@@ -881,6 +881,7 @@ mod tests {
             epoch: 0,
             origin: None,
             protocol: Default::default(),
+            selective_execution: false,
         };
         (config, secrets, client)
     }

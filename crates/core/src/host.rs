@@ -78,6 +78,7 @@ pub fn stage_for(message: &Message) -> Option<StageKind> {
         | StateChunk { .. }
         | FetchPages { .. }
         | PageAnswer { .. }
+        | ObjectCheckpoint { .. }
         | ReadOnlyRequest { .. }
         | PushResume { .. } => Some(StageKind::Exec),
         Reply { .. } | TentativeReply { .. } | Push { .. } | PushGap { .. } | Configuration { .. } => None,

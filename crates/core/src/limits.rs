@@ -139,3 +139,7 @@ pub const WATCHED_KEYS_MAX: usize = 65_536;
 /// doubled after each Quorum phase that committed fewer batches than the Backup phase before
 /// it): a faulty primary can keep the cluster on the three-phase path at most this long per view.
 pub const QUORUM_BACKUP_BATCHES_MAX: u64 = 4096;
+
+/// Object states in one OBJECT-CP (selective execution, docs/ODRC.md), in bytes: objects beyond
+/// it are left out, and the members that need them bring them up to date by replay instead.
+pub const OBJECT_CP_BYTES_MAX: usize = 8 << 20;

@@ -276,6 +276,7 @@ fn with_members(
         epoch,
         origin,
         protocol: base.protocol,
+        selective_execution: false,
     }
 }
 

@@ -53,6 +53,7 @@ pub fn fixture(u: usize, r: usize, clients: u32, knobs: Knobs) -> Fixture {
         epoch: 0,
         origin: None,
         protocol: Default::default(),
+        selective_execution: false,
     });
     config.validate().unwrap();
     let replicas = replica_secrets

@@ -210,6 +210,16 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
             limit(pages.len() <= PAGE_ITEMS_PER_FETCH, "answered pages")?;
             limit(pages.iter().all(|(_, page)| page.len() <= PAGE_BYTES_MAX), "page")
         }
+        Message::ObjectCheckpoint { objects, replies, .. } => {
+            limit(objects.len() <= LIST_ENTRIES_MAX, "checkpointed objects")?;
+            limit(replies.len() <= LIST_ENTRIES_MAX, "checkpointed replies")?;
+            let bytes: usize = objects
+                .iter()
+                .map(|(name, state)| name.len() + state.as_ref().map_or(0, |s| s.len()))
+                .chain(replies.iter().map(|(_, _, reply)| reply.len()))
+                .sum();
+            limit(bytes <= crate::limits::OBJECT_CP_BYTES_MAX, "object checkpoint")
+        }
         Message::Lcr(lcr) => validate_lcr(lcr),
         Message::Pbft(PbftMessage::Prepare { .. })
         | Message::Pbft(PbftMessage::Commit { .. })

@@ -226,6 +226,7 @@ impl ClusterFile {
             epoch: 0,
             origin: None,
             protocol: self.protocol,
+            selective_execution: false,
         };
         config
             .validate()

@@ -259,7 +259,10 @@ impl Byzantine {
                 // not asked for pages, and the page checks must be exercised too.
                 Message::StateManifest { .. } | Message::StateChunk { .. } if self.pages_only => out.push(honest),
                 Message::StateManifest { .. } if rng.random_bool(0.7) => out.push(honest),
-                Message::StateChunk { .. } | Message::PageAnswer { .. } | Message::StateManifest { .. } => {
+                Message::StateChunk { .. }
+                | Message::PageAnswer { .. }
+                | Message::StateManifest { .. }
+                | Message::ObjectCheckpoint { .. } => {
                     counts.bump(class);
                     let message = wrong_state(&envelope.message, !self.pages_only && rng.random_bool(0.3));
                     out.extend(self.reseal(from, &message, &envelope.seal, &remote));
@@ -756,6 +759,20 @@ fn wrong_state(message: &Message, nodes: bool) -> Message {
                 }
             }
         }
+        Message::ObjectCheckpoint { objects, replies, .. } => {
+            // Well-formed lies: each object holds a value nobody wrote (as the core KV encodes
+            // an object), each reply a value nobody wrote.
+            let planted = Bytes::from(upright_core::codec::to_bytes(&(
+                Some(Bytes::from_static(b"byzantine")),
+                Vec::<upright_core::ids::ClientId>::new(),
+            )));
+            for (_, state) in objects.iter_mut() {
+                *state = Some(planted.clone());
+            }
+            for (_, _, reply) in replies.iter_mut() {
+                *reply = KvReply::Value(Some(Bytes::from_static(b"byzantine"))).encode();
+            }
+        }
         _ => {}
     }
     message
@@ -869,6 +886,7 @@ pub(crate) mod tests {
             epoch: 0,
             origin: None,
             protocol: Default::default(),
+            selective_execution: false,
         };
         let mut rings: Vec<Arc<KeyRing>> = (0..4)
             .map(|i| {

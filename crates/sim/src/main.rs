@@ -26,7 +26,8 @@ struct Args {
     /// --service zk), count-proposals-twice (with --mutate), skip-recovery-check,
     /// keep-retired-keys, shared-configuration-keys, lcr-deliver-unstable (r = 0),
     /// tentative-small-quorum, tentative-no-rollback, quorum-drop-speculative (u = r; runs
-    /// --protocol quorum) or chain-skip-check (r >= 1; runs --protocol chain).
+    /// --protocol quorum), chain-skip-check (r >= 1; runs --protocol chain), weak-reply-quorum
+    /// or single-object-copy (r >= 1; run --selective-execution).
     #[arg(long)]
     sabotage: Option<String>,
     /// Virtual seconds of client workload per seed.
@@ -82,6 +83,11 @@ struct Args {
     /// added ones; the replicas above the new size take the removed ids (renumbered).
     #[arg(long, requires = "reconfiguration")]
     shrink_any: bool,
+    /// Selective execution (ODRC, docs/ODRC.md): each object's requests run on the r + 1
+    /// execution members that maintain it; the others catch up at each checkpoint from
+    /// certified object checkpoints (with --service kv; not with --protocol quorum or aliph).
+    #[arg(long)]
+    selective_execution: bool,
     /// Prints every named Byzantine behaviour (replicas', then the client's), one per line, and
     /// exits.
     #[arg(long)]
@@ -330,6 +336,27 @@ fn main() {
             std::process::exit(2);
         }
     }
+    if args.selective_execution {
+        let unsupported = [
+            (
+                args.service != "kv",
+                "--service other than kv (no object checkpoints yet)",
+            ),
+            (
+                args.protocol == "quorum" || args.protocol == "aliph",
+                "--protocol quorum or aliph (their Quorum phase executes on every replica)",
+            ),
+            (args.reconfiguration, "--reconfiguration"),
+            (
+                args.attack.is_some() || args.soak.is_some(),
+                "--attack or --soak (they choose their own configurations)",
+            ),
+        ];
+        if let Some((_, what)) = unsupported.iter().find(|(bad, _)| *bad) {
+            eprintln!("--selective-execution does not go with {what}");
+            std::process::exit(2);
+        }
+    }
     // Stage panics are caught and reported as violations with their message; the default hook
     // would also print a backtrace for each.
     // `UPRIGHT_SIM_PANICS=1` keeps the default hook (a panic of the simulator itself).
@@ -354,6 +381,7 @@ fn main() {
         opts.recovery = args.recovery;
         opts.reconfiguration = args.reconfiguration || sabotage == Some(SabotageMode::SharedConfigurationKeys);
         opts.shrink_any = args.shrink_any;
+        opts.selective_execution = args.selective_execution;
         opts.defences = defences;
         opts.protocol = upright_core::config::OrderProtocol::from_name(&args.protocol).expect("clap checked the name");
         opts.service = upright_sim::ServiceKind::parse(&args.service).expect("clap checked the name");

@@ -510,6 +510,39 @@ pub fn mutate(rng: &mut ChaCha8Rng, keys: &KeyRing, me: ReplicaId, message: &Mes
             };
             (Message::WakeAt { seqno: s, at_us }, "mutate_time")
         }
+        Message::ObjectCheckpoint {
+            seqno: s,
+            mut objects,
+            mut replies,
+            ask,
+        } => {
+            let kind = match pick % 3 {
+                0 => {
+                    let (reshaped, kind) = reshape(&objects, rng)?;
+                    objects = reshaped;
+                    kind
+                }
+                1 => {
+                    let i = rng.random_range(0..objects.len().max(1));
+                    let state = &mut objects.get_mut(i)?.1;
+                    *state = Some(flip_bytes(&state.clone().unwrap_or_default(), rng));
+                    "mutate_payload"
+                }
+                _ => {
+                    let i = rng.random_range(0..replies.len().max(1));
+                    let reply = &mut replies.get_mut(i)?.2;
+                    *reply = flip_bytes(reply, rng);
+                    "mutate_payload"
+                }
+            };
+            let message = Message::ObjectCheckpoint {
+                seqno: s,
+                objects,
+                replies,
+                ask,
+            };
+            (message, kind)
+        }
         _ => return None,
     };
     Some(out)

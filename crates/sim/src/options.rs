@@ -66,11 +66,19 @@ pub enum SabotageMode {
     /// its successors a batch the members before it never accepted. The run uses `--protocol
     /// chain`, with a faulty member mutating what it forwards.
     ChainSkipCheck,
+    /// Clients accept an ordered reply on `r` matching copies (`Sabotage::WeakReplyQuorum`);
+    /// the run uses selective execution, where only an object's `r + 1` maintainers answer,
+    /// with an execution member sending wrong replies.
+    WeakReplyQuorum,
+    /// Members install an object's state from one maintainer's OBJECT-CP
+    /// (`Sabotage::SingleObjectCopy`); the run uses selective execution with an execution
+    /// member lying in its object checkpoints.
+    SingleObjectCopy,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 19] = [
+    pub const ALL: [SabotageMode; 21] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -90,6 +98,8 @@ impl SabotageMode {
         SabotageMode::TentativeNoRollback,
         SabotageMode::QuorumDropSpeculative,
         SabotageMode::ChainSkipCheck,
+        SabotageMode::WeakReplyQuorum,
+        SabotageMode::SingleObjectCopy,
     ];
 
     /// Its command-line name.
@@ -114,6 +124,8 @@ impl SabotageMode {
             SabotageMode::TentativeNoRollback => "tentative-no-rollback",
             SabotageMode::QuorumDropSpeculative => "quorum-drop-speculative",
             SabotageMode::ChainSkipCheck => "chain-skip-check",
+            SabotageMode::WeakReplyQuorum => "weak-reply-quorum",
+            SabotageMode::SingleObjectCopy => "single-object-copy",
         }
     }
 
@@ -143,6 +155,8 @@ impl SabotageMode {
             SabotageMode::TentativeNoRollback => Some(Sabotage::TentativeNoRollback),
             SabotageMode::QuorumDropSpeculative => Some(Sabotage::QuorumDropSpeculative),
             SabotageMode::ChainSkipCheck => Some(Sabotage::ChainSkipCheck),
+            SabotageMode::WeakReplyQuorum => Some(Sabotage::WeakReplyQuorum),
+            SabotageMode::SingleObjectCopy => Some(Sabotage::SingleObjectCopy),
         }
     }
 }
@@ -212,6 +226,9 @@ pub struct SimOptions {
     pub shrink_any: bool,
     /// The ordering protocol the order members run.
     pub protocol: upright_core::config::OrderProtocol,
+    /// Selective execution (`selective_execution = true`, docs/ODRC.md); no tentative
+    /// execution then.
+    pub selective_execution: bool,
 }
 
 impl SimOptions {
@@ -242,6 +259,7 @@ impl SimOptions {
             reconfiguration: false,
             shrink_any: false,
             protocol: Default::default(),
+            selective_execution: false,
         }
     }
 
@@ -294,7 +312,9 @@ impl SimOptions {
             self.sabotage,
             Some(SabotageMode::TentativeSmallQuorum | SabotageMode::TentativeNoRollback)
         );
-        if sabotaged || self.seed.is_multiple_of(2) {
+        if self.selective_execution {
+            0
+        } else if sabotaged || self.seed.is_multiple_of(2) {
             8
         } else {
             0
@@ -318,6 +338,9 @@ impl SimOptions {
         }
         if self.mutate {
             cmd.push_str(" --mutate");
+        }
+        if self.selective_execution {
+            cmd.push_str(" --selective-execution");
         }
         if self.twins {
             cmd.push_str(" --twins");

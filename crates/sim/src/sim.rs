@@ -226,6 +226,14 @@ impl<P: Protocol> Sim<P> {
         if opts.sabotage == Some(SabotageMode::ChainSkipCheck) && opts.r > 0 && !aliph {
             opts.protocol = upright_core::config::OrderProtocol::Chain;
         }
+        if matches!(
+            opts.sabotage,
+            Some(SabotageMode::WeakReplyQuorum | SabotageMode::SingleObjectCopy)
+        ) && opts.r > 0
+        {
+            opts.selective_execution = true;
+            opts.service = crate::ServiceKind::Kv;
+        }
         let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
         let quorums = opts.protocol.quorums(opts.u, opts.r).expect("valid (u, r)");
         let n = quorums.n_replicas();
@@ -265,6 +273,7 @@ impl<P: Protocol> Sim<P> {
             epoch: 0,
             origin: None,
             protocol: opts.protocol,
+            selective_execution: opts.selective_execution,
         });
         config.validate().expect("simulator configuration is valid");
         let admin = opts.reconfiguration.then(|| {
@@ -501,6 +510,12 @@ impl<P: Protocol> Sim<P> {
                 plan.byzantine.insert(1, Behaviour::Mutate);
                 plan
             }
+            Some(SabotageMode::SingleObjectCopy) if opts.r > 0 => {
+                // The usual faults, with one execution member lying in its object checkpoints.
+                let mut plan = FaultPlan::draw(rng, shape);
+                plan.byzantine = [(1, Behaviour::WrongState)].into_iter().collect();
+                plan
+            }
             Some(SabotageMode::UncheckedPages) => {
                 // The usual crashes and partitions (so members fall behind and transfer state),
                 // with one execution member serving wrong state.
@@ -525,6 +540,7 @@ impl<P: Protocol> Sim<P> {
                             | SabotageMode::TentativeNoRollback
                             | SabotageMode::QuorumDropSpeculative
                             | SabotageMode::ChainSkipCheck
+                            | SabotageMode::SingleObjectCopy
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -534,7 +550,9 @@ impl<P: Protocol> Sim<P> {
                     SabotageMode::SkipMac => Behaviour::ForgeSender,
                     // Forged pushes and made-up read answers come from a replica that sends
                     // wrong replies.
-                    SabotageMode::WeakPushQuorum | SabotageMode::WeakSerializableQuorum => Behaviour::WrongReplies,
+                    SabotageMode::WeakPushQuorum
+                    | SabotageMode::WeakSerializableQuorum
+                    | SabotageMode::WeakReplyQuorum => Behaviour::WrongReplies,
                     SabotageMode::WeakReadQuorum
                     | SabotageMode::CorruptService
                     | SabotageMode::UncheckedPages
@@ -548,7 +566,8 @@ impl<P: Protocol> Sim<P> {
                     | SabotageMode::TentativeSmallQuorum
                     | SabotageMode::TentativeNoRollback
                     | SabotageMode::QuorumDropSpeculative
-                    | SabotageMode::ChainSkipCheck => {
+                    | SabotageMode::ChainSkipCheck
+                    | SabotageMode::SingleObjectCopy => {
                         unreachable!("guarded above")
                     }
                 };

@@ -261,3 +261,17 @@ fn fast_phase_sabotage_is_caught_under_aliph() {
         3 * SEEDS,
     );
 }
+
+/// Selective execution: a client that takes `r` matching replies takes a Byzantine maintainer's
+/// reply alone.
+#[test]
+fn weak_reply_quorum_is_caught() {
+    caught(SabotageMode::WeakReplyQuorum);
+}
+
+/// Selective execution: a member that installs an object from one maintainer's OBJECT-CP
+/// installs a lying maintainer's state (the agreement checker sees its checkpoint differ).
+#[test]
+fn single_object_copy_is_caught() {
+    caught(SabotageMode::SingleObjectCopy);
+}

@@ -295,6 +295,9 @@ impl ExecStage {
     pub(super) fn restore_checkpoint(&mut self, checkpoint: &ExecCheckpoint) -> Result<(), RestoreError> {
         self.service.restore(&checkpoint.service)?;
         self.replies.restore(&checkpoint.replies);
+        if let Some(selective) = self.selective.as_mut() {
+            selective.reset(checkpoint.seqno);
+        }
         self.pushes.restore(&checkpoint.pushes);
         self.last_executed = checkpoint.seqno;
         self.history = checkpoint.history;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::fetch::Want;
-use super::reply_cache::reply_body;
+use super::reply_cache::{reply_body, CachedResult};
 use super::ExecStage;
 use crate::config::ClusterConfig;
 use crate::contract::next_batch::{AgreedBatch, Offered};
@@ -20,7 +20,7 @@ use crate::stage::{Action, Event, Time};
 impl ExecStage {
     /// Highest sequence number the stage is heading to: the last executed one, or the checkpoint
     /// being loaded. NEXT-BATCHes are buffered up to `log_window` beyond it.
-    fn window_base(&self) -> SeqNo {
+    pub(super) fn window_base(&self) -> SeqNo {
         self.transfer
             .as_ref()
             .map_or(self.last_executed, |t| t.seqno().max(self.last_executed))
@@ -196,6 +196,10 @@ impl ExecStage {
             return;
         }
         loop {
+            if self.selective_waiting() {
+                // At a checkpoint, for certified objects (`selective.rs`).
+                break;
+            }
             let next = self.last_executed.next();
             let Some(batch) = self.batches.ready(next) else { break };
             if self.tentative_at(next) {
@@ -291,10 +295,15 @@ impl ExecStage {
                 seed: batch_seed(&batch.history),
             };
             if self.service.wake_at().is_some_and(|at| batch.time_us >= at) {
+                self.selective_before_wake(batch.seqno, &mut effects);
                 self.service.wake(&context, &mut effects);
                 self.stats.bump("service_woken");
             }
-            if !requests.is_empty() {
+            if self.selective.is_some() {
+                if !requests.is_empty() {
+                    self.execute_selectively(batch.seqno, &context, requests, &mut effects, out);
+                }
+            } else if !requests.is_empty() {
                 let results = self.service.execute(&context, &requests, &mut effects);
                 assert_eq!(
                     results.len(),
@@ -353,7 +362,10 @@ impl ExecStage {
             seqno: batch.seqno,
             history: batch.history,
         }));
-        if batch.seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) {
+        if !batch.seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) {
+        } else if self.selective.is_some() {
+            self.checkpoint_selectively(out);
+        } else {
             self.take_checkpoint(out);
         }
         self.report_wake(false, out);
@@ -362,7 +374,10 @@ impl ExecStage {
     /// Sends the client's cached reply (full if `retransmit`, else by the full/digest rule).
     fn send_cached_reply(&self, client: ClientId, retransmit: bool, out: &mut Vec<Action>) {
         let Some(cached) = self.replies.get(client) else { return };
-        self.send_reply(client, cached.request_id, &cached.result, retransmit, out);
+        match &cached.result {
+            CachedResult::Full(result) => self.send_reply(client, cached.request_id, result, retransmit, out),
+            CachedResult::Skipped => {}
+        }
     }
 
     /// Sends the reply `result` to `request_id` of `client` (full if `retransmit`, else by the
@@ -430,6 +445,15 @@ impl ExecStage {
         }
         if !self.replies.may_resend(client, now, self.config.knobs.exec_retry_us) {
             self.stats.bump("retransmit_rate_limited");
+            return;
+        }
+        if self
+            .replies
+            .get(client)
+            .is_some_and(|c| c.result == CachedResult::Skipped)
+            && !self.force_skipped(client, request_id)
+        {
+            self.stats.bump("retransmit_skipped_not_stored");
             return;
         }
         self.stats.bump("retransmit_answered");

@@ -12,7 +12,8 @@
 //! - [`pushes`]: messages the service pushes to clients, numbered per client, kept for resends;
 //! - [`paged`]: a paged service's page tree: incremental checkpoints, transfer by difference;
 //! - [`selector`]: ODRC's selector, which requests a member runs under selective execution
-//!   (docs/ODRC.md; not wired in yet).
+//!   (docs/ODRC.md);
+//! - `selective`: selective execution with the selector, OBJECT-CP and the checkpoint wait.
 
 pub mod checkpoint;
 mod execute;
@@ -22,6 +23,7 @@ pub mod pushes;
 mod read_only;
 mod recovery;
 pub mod reply_cache;
+mod selective;
 pub mod selector;
 mod state_transfer;
 mod tentative;
@@ -35,6 +37,8 @@ mod tests_paged;
 mod tests_read_only;
 #[cfg(test)]
 mod tests_recovery;
+#[cfg(test)]
+mod tests_selective;
 #[cfg(test)]
 mod tests_tentative;
 
@@ -113,6 +117,8 @@ pub struct ExecStage {
     /// execution is configured: what a tentative batch before the first checkpoint is rolled
     /// back to.
     initial: Option<bytes::Bytes>,
+    /// Selective execution (`selective_execution = true`; `selective.rs`).
+    selective: Option<selective::Selective>,
 }
 
 impl ExecStage {
@@ -143,6 +149,16 @@ impl ExecStage {
     ) -> Result<ExecStage, ConfigError> {
         let q = config.validate()?;
         assert!((id.0 as usize) < q.n_exec, "replica {} hosts no execution member", id.0);
+        if config.selective_execution && (service.pages().is_some() || service.object_state(b"").is_none()) {
+            return Err(ConfigError::BadKnob {
+                name: "selective_execution",
+                value: 1,
+                why: "the service has no object checkpoints (Service::object_state), or keeps its state in pages",
+            });
+        }
+        let selective = config
+            .selective_execution
+            .then(|| selective::Selective::new(id.0 as usize, q.n_exec, q.reply()));
         let clients = config.clients.iter().map(|c| c.id).collect();
         let buffered_max = config.knobs.log_window as usize;
         let mut stage = ExecStage {
@@ -174,6 +190,7 @@ impl ExecStage {
             wake_reported: None,
             tentative: None,
             initial: None,
+            selective,
             config,
         };
         stage.recover(storage, page_store);
@@ -243,6 +260,7 @@ impl ExecStage {
     /// Retry tick: resend fetches, LAST-EXEC when not progressing, state-transfer requests.
     fn on_retry(&mut self, now: Time, out: &mut Vec<Action>) {
         self.retry_fetches(out);
+        self.selective_tick(out);
         if self.last_executed == self.progress_mark {
             self.send_last_executed(out);
             self.resend_newest_checkpoint_token(out);
@@ -354,12 +372,22 @@ impl ExecStage {
                 Principal::Exec(r),
             ) if r != self.id => self.on_page_answer(r, *seqno, *state_digest, nodes, pages, out),
             (
+                Message::ObjectCheckpoint {
+                    seqno,
+                    objects,
+                    replies,
+                    ask,
+                },
+                Principal::Exec(r),
+            ) if r != self.id => self.on_object_checkpoint(r, *seqno, objects, replies, *ask, out),
+            (
                 Message::Command { .. }
                 | Message::FetchState { .. }
                 | Message::StateManifest { .. }
                 | Message::StateChunk { .. }
                 | Message::FetchPages { .. }
-                | Message::PageAnswer { .. },
+                | Message::PageAnswer { .. }
+                | Message::ObjectCheckpoint { .. },
                 _,
             ) => self.stats.bump("wrong_sender"),
             _ => self.stats.bump("unexpected_message"),

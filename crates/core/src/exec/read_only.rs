@@ -71,6 +71,11 @@ impl ExecStage {
         if !self.seal_ok(envelope, out) {
             return;
         }
+        if self.selective.is_some() && !self.reads_maintained(operation) {
+            // Its copies of other objects may be stale; their maintainers answer.
+            self.stats.bump("read_only_not_maintained");
+            return;
+        }
         if !self.read_only_nonces.admit(*client, *request_id) {
             self.stats.bump("read_only_stale_nonce");
             return;

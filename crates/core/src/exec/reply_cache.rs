@@ -16,13 +16,22 @@ use crate::stage::Time;
 /// the designated members send the body (PBFT's digest-reply optimisation; `reply_body` says which).
 pub const SMALL_REPLY_BYTES: usize = 512;
 
+/// What a member holds of a client's last reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CachedResult {
+    /// The result: this member executed the request.
+    Full(Bytes),
+    /// Nothing yet (selective execution: the request is agreed but this member skipped it).
+    Skipped,
+}
+
 /// A client's last reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CachedReply {
     /// The request it answers.
     pub request_id: RequestId,
-    /// The result.
-    pub result: Bytes,
+    /// The result, or what this member holds of it.
+    pub result: CachedResult,
 }
 
 /// Last reply per client (bounded by the configured clients: the stage only executes theirs) and
@@ -39,22 +48,55 @@ impl ReplyCache {
         self.replies.get(&client)
     }
 
-    /// Last executed request id of the client (0 if none).
+    /// Last agreed request id of the client that this member executed or skipped (0 if none).
     pub fn last_id(&self, client: ClientId) -> RequestId {
         self.replies.get(&client).map_or(RequestId(0), |c| c.request_id)
     }
 
     /// Records the reply to a newly executed request.
     pub fn record(&mut self, client: ClientId, request_id: RequestId, result: Bytes) {
+        self.insert(client, request_id, CachedResult::Full(result));
+    }
+
+    /// Records a newly agreed request this member skipped (selective execution).
+    pub fn record_skipped(&mut self, client: ClientId, request_id: RequestId) {
+        self.insert(client, request_id, CachedResult::Skipped);
+    }
+
+    fn insert(&mut self, client: ClientId, request_id: RequestId, result: CachedResult) {
         assert!(request_id > self.last_id(client), "request executed twice");
         self.replies.insert(client, CachedReply { request_id, result });
     }
 
-    /// The cache as stored in a checkpoint: sorted by client.
+    /// A skipped request ran here later (replayed or forced): its result replaces what the cache
+    /// holds if it is still the client's last request.
+    pub fn record_replayed(&mut self, client: ClientId, request_id: RequestId, result: Bytes) {
+        if let Some(cached) = self.replies.get_mut(&client).filter(|c| c.request_id == request_id) {
+            cached.result = CachedResult::Full(result);
+        }
+    }
+
+    /// `r + 1` members sent the same reply to a skipped request (selective execution).
+    pub fn certify(&mut self, client: ClientId, request_id: RequestId, result: Bytes) {
+        if let Some(cached) = self.replies.get_mut(&client).filter(|c| c.request_id == request_id) {
+            if cached.result == CachedResult::Skipped {
+                cached.result = CachedResult::Full(result);
+            }
+        }
+    }
+
+    /// The cache as stored in a checkpoint: sorted by client. Every entry has its result (under
+    /// selective execution the checkpoint is taken once the skipped replies are certified).
     pub fn to_sorted(&self) -> Vec<(ClientId, RequestId, Bytes)> {
         self.replies
             .iter()
-            .map(|(c, r)| (*c, r.request_id, r.result.clone()))
+            .map(|(c, r)| {
+                let result = match &r.result {
+                    CachedResult::Full(result) => result.clone(),
+                    CachedResult::Skipped => unreachable!("a checkpoint waits for skipped replies"),
+                };
+                (*c, r.request_id, result)
+            })
             .collect()
     }
 
@@ -67,12 +109,20 @@ impl ReplyCache {
                     *c,
                     CachedReply {
                         request_id: *id,
-                        result: result.clone(),
+                        result: CachedResult::Full(result.clone()),
                     },
                 )
             })
             .collect();
         self.resent_at.clear();
+    }
+
+    /// Every client whose last request is skipped here, with its id.
+    pub fn skipped(&self) -> impl Iterator<Item = (ClientId, RequestId)> + '_ {
+        self.replies
+            .iter()
+            .filter(|(_, r)| r.result == CachedResult::Skipped)
+            .map(|(c, r)| (*c, r.request_id))
     }
 
     /// Whether a RETRANSMIT for `client` may be answered at `now` (at most once per `interval`;

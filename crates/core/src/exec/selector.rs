@@ -163,6 +163,11 @@ impl<T> Selector<T> {
         maintainers(&(self.placement)(object), self.n_exec, self.copies).contains(&self.me)
     }
 
+    /// `(me, n_exec, copies)`.
+    pub fn shape(&self) -> (usize, usize, usize) {
+        (self.me, self.n_exec, self.copies)
+    }
+
     /// Stored requests.
     pub fn stored(&self) -> usize {
         self.store.len()
@@ -176,11 +181,26 @@ impl<T> Selector<T> {
     /// The next agreed request, at `at` (after every position inserted before), touching
     /// `objects`.
     pub fn insert(&mut self, at: Position, objects: Objects, item: T) -> Decision<T> {
+        let (me, n_exec, copies, placement) = (self.me, self.n_exec, self.copies, self.placement);
+        self.insert_by(at, objects, item, |o| {
+            maintainers(&placement(o), n_exec, copies).contains(&me)
+        })
+    }
+
+    /// [`Selector::insert`], with whether this member maintains an object said by `maintains`
+    /// (a service's own placement, [`crate::service::Service::placement`]).
+    pub fn insert_by(
+        &mut self,
+        at: Position,
+        objects: Objects,
+        item: T,
+        maintains: impl Fn(&[u8]) -> bool,
+    ) -> Decision<T> {
         let foreign = match &objects {
             Objects::All => Some(Objects::All),
             Objects::These(set) => {
                 // One placement hash per object.
-                let (mine, foreign): (Vec<&Bytes>, Vec<&Bytes>) = set.iter().partition(|o| self.maintains(o));
+                let (mine, foreign): (Vec<&Bytes>, Vec<&Bytes>) = set.iter().partition(|o| maintains(o));
                 (!mine.is_empty()).then(|| Objects::These(foreign.into_iter().cloned().collect()))
             }
         };
@@ -228,6 +248,36 @@ impl<T> Selector<T> {
             Objects::These(set) => set.iter().filter(|o| self.lost.remove(*o)).cloned().collect(),
         };
         Update { restore, replay }
+    }
+
+    /// The stored requests at or before `seqno`, oldest first, taken out of the store (to run
+    /// them all: every object is then up to date as of `seqno`).
+    pub fn take_through(&mut self, seqno: SeqNo) -> Vec<Stored<T>> {
+        let later = self.store.split_off(&Position {
+            seqno: seqno.next(),
+            index: 0,
+        });
+        std::mem::replace(&mut self.store, later).into_values().collect()
+    }
+
+    /// The stored requests at or before `seqno`, oldest first (still stored).
+    pub fn stored_through(&self, seqno: SeqNo) -> impl Iterator<Item = &Stored<T>> {
+        self.store
+            .range(
+                ..Position {
+                    seqno: seqno.next(),
+                    index: 0,
+                },
+            )
+            .map(|(_, stored)| stored)
+    }
+
+    /// Every object the stored requests at or before `seqno` touch was brought to its state as
+    /// of `seqno` by other means (certified object checkpoints installed): those requests are
+    /// dropped, and nothing is lost.
+    pub fn discard_through(&mut self, seqno: SeqNo) {
+        drop(self.take_through(seqno));
+        self.base = self.base.max(seqno);
     }
 
     /// Every object has a certified state at `seqno` (a stable whole-state checkpoint): stored

@@ -58,6 +58,7 @@ impl Net {
             epoch: 0,
             origin: None,
             protocol: Default::default(),
+            selective_execution: false,
         };
         let q = config.validate().unwrap();
         let rings = (0..4)

@@ -453,6 +453,25 @@ pub enum Message {
         /// Each page asked for with its contents.
         pages: Vec<(u64, Bytes)>,
     },
+    // ---- execution <-> execution (selective execution, docs/ODRC.md) ----
+    /// OBJECT-CP (ODRC's object checkpoint, sent at each checkpoint `seqno` under selective
+    /// execution): the state at `seqno` of the objects the sender maintains that requests
+    /// touched since the previous checkpoint, and the digests of its replies to those requests.
+    /// A member that skipped requests takes an object's state, and a request's reply digest,
+    /// on `r + 1` matching copies. With `ask` the sender has not yet certified everything it
+    /// needs for `seqno` and asks the others to send theirs again. MAC.
+    ObjectCheckpoint {
+        /// The checkpoint.
+        seqno: SeqNo,
+        /// Each object touched since the previous checkpoint that the sender maintains, with its
+        /// state (`None`: absent).
+        objects: Vec<(Bytes, Option<Bytes>)>,
+        /// `(client, request id, reply)` of each client's newest request that the sender
+        /// executed since the previous checkpoint because it maintains one of its objects.
+        replies: Vec<(ClientId, RequestId, Bytes)>,
+        /// Whether the sender still waits for copies of this checkpoint.
+        ask: bool,
+    },
     // ---- execution -> order (continued) ----
     /// WAKE-AT (not in the papers): after executing batch `seqno`, the service asks to be woken at agreed
     /// time `at_us` (`None`: it waits for nothing). An idle primary orders an empty batch at that

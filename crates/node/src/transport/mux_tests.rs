@@ -55,6 +55,7 @@ impl Keys {
             epoch: 0,
             origin: None,
             protocol: Default::default(),
+            selective_execution: false,
         };
         Keys {
             config,

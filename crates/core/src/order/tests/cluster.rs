@@ -88,6 +88,7 @@ fn config(u: usize, r: usize, knobs: Knobs, protocol: OrderProtocol) -> (Cluster
         epoch: 0,
         origin: None,
         protocol,
+        selective_execution: false,
     };
     (config, secrets)
 }

@@ -1,0 +1,478 @@
+//! Selective execution at an execution member (ODRC; docs/ODRC.md): each agreed request runs
+//! only on the members that maintain an object it touches (`r + 1` per object,
+//! [`super::selector::maintainers`]); the others store it in the [`Selector`] and run it when a
+//! later request they do run needs it, or when its client's vote did not complete and the
+//! request is forced (a RETRANSMIT). Requests whose objects the service does not know run
+//! everywhere, after every stored request.
+//!
+//! At each checkpoint the members bring every object up to date, so that their states, and so
+//! the agreed checkpoint digest, are equal again: each sends OBJECT-CP with the state of the
+//! objects it maintains that requests touched in the interval and its replies to them (each
+//! client's newest); a member that skipped requests installs each object they touched once the
+//! object's `r + 1` maintainers sent the same state, and takes each skipped reply on `r + 1`
+//! matching copies. Execution waits at the checkpoint for that. When the copies do not come or
+//! do not match (a maintainer is down, slow or lying) within two retry ticks, the member runs
+//! every stored request of the interval itself instead. Either way it then drops the stored
+//! requests and takes the checkpoint as without selective execution: every member's state and
+//! reply cache are then the same. Replies travel in full, not as digests, so that a reply stays
+//! available when every member that executed its request restarts from the checkpoint.
+//!
+//! Pushes are not numbered consistently when members run different requests: under selective
+//! execution the members send none (counted `pushes_dropped_selective`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+
+use super::reply_cache::CachedResult;
+use super::selector::{maintainers, Decision, Objects, Position, Selector, Update};
+use super::ExecStage;
+use crate::config::ClusterConfig;
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo};
+use crate::limits::OBJECT_CP_BYTES_MAX;
+use crate::message::{Message, SealFor};
+use crate::service::{BatchContext, Effects, ServiceRequest};
+use crate::stage::Action;
+
+/// A request this member skipped: what running it later needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Skipped {
+    request: ServiceRequest,
+    context: BatchContext,
+}
+
+/// One member's OBJECT-CP for a checkpoint.
+#[derive(Debug, Default)]
+struct Received {
+    objects: BTreeMap<Bytes, Option<Bytes>>,
+    replies: BTreeMap<(ClientId, RequestId), Bytes>,
+}
+
+/// A checkpoint waiting for certified objects and replies.
+#[derive(Debug)]
+struct Sync {
+    seqno: SeqNo,
+    objects: BTreeSet<Bytes>,
+    replies: BTreeSet<(ClientId, RequestId)>,
+    /// Retry ticks since it started: the first asks the others again, the second gives up
+    /// waiting and replays.
+    ticks: u32,
+}
+
+/// The selective-execution state of an execution member.
+#[derive(Debug)]
+pub(super) struct Selective {
+    selector: Selector<Skipped>,
+    /// Objects this member maintains that requests it ran touched since the last checkpoint.
+    dirty: BTreeSet<Bytes>,
+    /// Per client, the newest request it ran at its turn since then, with the reply.
+    given: BTreeMap<ClientId, (RequestId, Bytes)>,
+    /// Where each client's newest skipped request is stored.
+    skipped_at: BTreeMap<ClientId, (RequestId, Position)>,
+    /// OBJECT-CPs of the others, by checkpoint and sender (checkpoints within the window).
+    received: BTreeMap<SeqNo, BTreeMap<ReplicaId, Received>>,
+    /// This member's own OBJECT-CPs of the newest checkpoints (answers to `ask`).
+    sent: BTreeMap<SeqNo, Message>,
+    sync: Option<Sync>,
+    /// The newest checkpoint at which every object was up to date here.
+    synced: SeqNo,
+}
+
+/// Own OBJECT-CPs kept for resending.
+const SENT_KEPT: usize = 2;
+
+impl Selective {
+    /// Member `me` of `n_exec`, each object kept by `copies` members.
+    pub(super) fn new(me: usize, n_exec: usize, copies: usize) -> Selective {
+        Selective {
+            selector: Selector::new(me, n_exec, copies),
+            dirty: BTreeSet::new(),
+            given: BTreeMap::new(),
+            skipped_at: BTreeMap::new(),
+            received: BTreeMap::new(),
+            sent: BTreeMap::new(),
+            sync: None,
+            synced: SeqNo(0),
+        }
+    }
+
+    /// The state was replaced by a checkpoint's at `seqno` (every object up to date).
+    pub(super) fn reset(&mut self, seqno: SeqNo) {
+        let (me, n_exec, copies) = self.selector.shape();
+        self.selector = Selector::new(me, n_exec, copies);
+        self.dirty.clear();
+        self.given.clear();
+        self.skipped_at.clear();
+        self.sync = None;
+        self.synced = seqno;
+        self.received.retain(|s, _| *s > seqno);
+    }
+}
+
+impl ExecStage {
+    /// Whether execution waits at a checkpoint for certified objects.
+    pub(super) fn selective_waiting(&self) -> bool {
+        self.selective.as_ref().is_some_and(|s| s.sync.is_some())
+    }
+
+    /// The objects `operation` may touch.
+    fn objects_of(&self, operation: &[u8]) -> Objects {
+        match self.service.access(operation) {
+            None => Objects::All,
+            Some(access) => Objects::These(access.reads.into_iter().chain(access.writes).collect()),
+        }
+    }
+
+    /// Whether this member maintains `object`.
+    pub(super) fn maintains(&self, object: &[u8]) -> bool {
+        self.keepers(object).contains(&(self.id.0 as usize))
+    }
+
+    /// The execution members that maintain `object`.
+    fn keepers(&self, object: &[u8]) -> Vec<usize> {
+        maintainers(&self.service.placement(object), self.q.n_exec, self.q.reply())
+    }
+
+    /// Whether a read-only `operation` reads only objects this member maintains (it may then
+    /// answer it: its copies of them are up to date).
+    pub(super) fn reads_maintained(&self, operation: &[u8]) -> bool {
+        match self.objects_of(operation) {
+            Objects::All => false,
+            Objects::These(set) => !set.is_empty() && set.iter().all(|o| self.maintains(o)),
+        }
+    }
+
+    /// Runs one request on the service.
+    fn run_one(&mut self, request: &ServiceRequest, context: &BatchContext, effects: &mut Effects) -> Bytes {
+        let mut results = self.service.execute(context, std::slice::from_ref(request), effects);
+        assert_eq!(results.len(), 1, "the service must return one reply per request");
+        results.pop().expect("one reply")
+    }
+
+    /// Runs an update's stored requests in order (ODRC's `update_objects`); a forced request is
+    /// the update's last and its reply goes to its client.
+    fn run_update(&mut self, sel: &mut Selective, update: Update<Skipped>, effects: &mut Effects) {
+        if !update.restore.is_empty() {
+            // Objects are never lost here: stored requests are dropped only once certified
+            // states of their objects are installed (`Selector::discard_through`).
+            unreachable!("selective execution drops no stored request it has not replaced");
+        }
+        for stored in update.replay {
+            let Skipped { request, context } = stored.item;
+            let result = self.run_one(&request, &context, effects);
+            self.replies.record_replayed(request.client, request.request_id, result);
+            if sel.skipped_at.get(&request.client).map(|s| s.0) == Some(request.request_id) {
+                sel.skipped_at.remove(&request.client);
+            }
+            self.stats.bump("requests_replayed");
+        }
+    }
+
+    /// Drops the pushes of requests run under selective execution (they are not numbered alike
+    /// on every member).
+    fn drop_pushes(&mut self, effects: &mut Effects) {
+        let dropped = effects.take_pushes().len() as u64;
+        if dropped > 0 {
+            self.stats.add("pushes_dropped_selective", dropped);
+        }
+    }
+
+    /// Brings every object up to date before the service's wake-up (it may touch any).
+    pub(super) fn selective_before_wake(&mut self, seqno: SeqNo, effects: &mut Effects) {
+        let Some(mut sel) = self.selective.take() else { return };
+        let update = sel.selector.update(Objects::All, Position { seqno, index: 0 });
+        self.run_update(&mut sel, update, effects);
+        self.selective = Some(sel);
+    }
+
+    /// Runs the requests of batch `seqno` (agreed context `context`) that this member runs,
+    /// stores the others, replies to the ones it ran.
+    pub(super) fn execute_selectively(
+        &mut self,
+        seqno: SeqNo,
+        context: &BatchContext,
+        requests: Vec<ServiceRequest>,
+        effects: &mut Effects,
+        out: &mut Vec<Action>,
+    ) {
+        let mut sel = self.selective.take().expect("selective execution is on");
+        let (n_exec, copies, me) = (self.q.n_exec, self.q.reply(), self.id.0 as usize);
+        for (index, request) in requests.into_iter().enumerate() {
+            let at = Position {
+                seqno,
+                index: index as u32,
+            };
+            let objects = self.objects_of(&request.operation);
+            let decision = if matches!(&objects, Objects::These(set) if set.is_empty()) {
+                // Touches nothing: runs everywhere, needing nothing before it.
+                Decision::Run(Update::default())
+            } else {
+                let service = &self.service;
+                let item = Skipped {
+                    request: request.clone(),
+                    context: *context,
+                };
+                sel.selector.insert_by(at, objects.clone(), item, |o| {
+                    maintainers(&service.placement(o), n_exec, copies).contains(&me)
+                })
+            };
+            match decision {
+                Decision::Stored => {
+                    self.replies.record_skipped(request.client, request.request_id);
+                    sel.skipped_at.insert(request.client, (request.request_id, at));
+                    self.stats.bump("requests_skipped");
+                }
+                Decision::Run(update) => {
+                    self.run_update(&mut sel, update, effects);
+                    let result = self.run_one(&request, context, effects);
+                    // A global request runs everywhere after everything: every member's copy
+                    // of every object is current after it, so it dirties nothing.
+                    if let Objects::These(set) = &objects {
+                        sel.dirty.extend(set.iter().filter(|o| self.maintains(o)).cloned());
+                    }
+                    sel.given.insert(request.client, (request.request_id, result.clone()));
+                    self.send_reply(request.client, request.request_id, &result, true, out);
+                    self.replies.record(request.client, request.request_id, result);
+                    self.stats.bump("requests_executed");
+                }
+            }
+        }
+        self.drop_pushes(effects);
+        self.selective = Some(sel);
+    }
+
+    /// The checkpoint at `last_executed` under selective execution: OBJECT-CP to the other
+    /// execution members, then wait for what this member needs (or take it at once if it
+    /// skipped nothing).
+    pub(super) fn checkpoint_selectively(&mut self, out: &mut Vec<Action>) {
+        let seqno = self.last_executed;
+        let mut sel = self.selective.take().expect("selective execution is on");
+        let mut objects = Vec::new();
+        let mut bytes = 0;
+        for name in std::mem::take(&mut sel.dirty) {
+            let state = self.service.object_state(&name).flatten();
+            let size = name.len() + state.as_ref().map_or(0, |s| s.len());
+            if bytes + size > OBJECT_CP_BYTES_MAX {
+                // Left out: those who need it replay instead.
+                self.stats.bump("object_cp_full");
+                continue;
+            }
+            bytes += size;
+            objects.push((name, state));
+        }
+        self.stats.add("object_cp_objects_sent", objects.len() as u64);
+        let message = Message::ObjectCheckpoint {
+            seqno,
+            objects,
+            replies: std::mem::take(&mut sel.given)
+                .into_iter()
+                .map(|(client, (id, result))| (client, id, result))
+                .collect(),
+            ask: false,
+        };
+        let others = ClusterConfig::exec_members(&self.q).filter(|p| *p != Principal::Exec(self.id));
+        self.send_each(others, &message, out);
+        sel.sent.insert(seqno, message);
+        while sel.sent.len() > SENT_KEPT {
+            sel.sent.pop_first();
+        }
+        let mut needed = BTreeSet::new();
+        for stored in sel.selector.stored_through(seqno) {
+            match &stored.objects {
+                Objects::These(set) => needed.extend(set.iter().cloned()),
+                Objects::All => unreachable!("a global request runs everywhere"),
+            }
+        }
+        let replies: BTreeSet<_> = self.replies.skipped().collect();
+        sel.received.retain(|s, _| *s >= seqno);
+        sel.sync = Some(Sync {
+            seqno,
+            objects: needed,
+            replies,
+            ticks: 0,
+        });
+        self.selective = Some(sel);
+        self.try_finish_sync(out);
+    }
+
+    /// Installs the certified objects and replies of the waiting checkpoint and takes it,
+    /// once every one is certified.
+    fn try_finish_sync(&mut self, out: &mut Vec<Action>) {
+        let Some(sel) = self.selective.as_ref() else { return };
+        let Some(sync) = sel.sync.as_ref() else { return };
+        let empty = BTreeMap::new();
+        let received = sel.received.get(&sync.seqno).unwrap_or(&empty);
+        let one_copy = self.config.knobs.sabotage == Some(crate::config::Sabotage::SingleObjectCopy);
+        let mut states = Vec::with_capacity(sync.objects.len());
+        for name in &sync.objects {
+            // Every maintainer (there are `r + 1`) must have sent the same state.
+            let copies: Vec<_> = self
+                .keepers(name)
+                .into_iter()
+                .map(|k| received.get(&ReplicaId(k as u32)).and_then(|r| r.objects.get(name)))
+                .collect();
+            let state = if one_copy {
+                copies.iter().flatten().next().copied()
+            } else {
+                copies
+                    .first()
+                    .copied()
+                    .flatten()
+                    .filter(|first| copies.iter().all(|c| c == &Some(*first)))
+            };
+            let Some(state) = state else { return };
+            states.push((name.clone(), state.clone()));
+        }
+        let reply_quorum = if one_copy { 1 } else { self.q.reply() };
+        let mut certified = Vec::with_capacity(sync.replies.len());
+        for key in &sync.replies {
+            let mut votes: BTreeMap<&Bytes, usize> = BTreeMap::new();
+            for r in received.values() {
+                if let Some(d) = r.replies.get(key) {
+                    *votes.entry(d).or_default() += 1;
+                }
+            }
+            let Some((digest, _)) = votes.into_iter().find(|(_, n)| *n >= reply_quorum) else {
+                return;
+            };
+            certified.push((*key, digest.clone()));
+        }
+        let seqno = sync.seqno;
+        for (name, state) in &states {
+            if self.service.restore_object(name, state.as_deref()).is_err() {
+                // Certified by a correct maintainer, so the service's own state: a bug, but the
+                // replay still gives the right state.
+                self.stats.bump("object_restore_failed");
+                return self.replay_sync(out);
+            }
+        }
+        for ((client, request_id), result) in certified {
+            self.replies.certify(client, request_id, result);
+        }
+        self.stats.add("objects_installed", states.len() as u64);
+        self.stats.bump("selective_sync_certified");
+        self.finish_sync(seqno, out);
+    }
+
+    /// Drops the stored requests through the waiting checkpoint and takes it.
+    fn finish_sync(&mut self, seqno: SeqNo, out: &mut Vec<Action>) {
+        let sel = self.selective.as_mut().expect("selective execution is on");
+        sel.selector.discard_through(seqno);
+        sel.skipped_at.retain(|_, (_, at)| at.seqno > seqno);
+        sel.sync = None;
+        sel.synced = seqno;
+        sel.received.retain(|s, _| *s > seqno);
+        self.take_checkpoint(out);
+    }
+
+    /// Gives up waiting for certified copies: runs every stored request of the interval here.
+    fn replay_sync(&mut self, out: &mut Vec<Action>) {
+        let Some(mut sel) = self.selective.take() else { return };
+        let Some(seqno) = sel.sync.as_ref().map(|s| s.seqno) else {
+            self.selective = Some(sel);
+            return;
+        };
+        let replay = sel.selector.take_through(seqno);
+        let mut effects = Effects::default();
+        self.run_update(
+            &mut sel,
+            Update {
+                restore: Vec::new(),
+                replay,
+            },
+            &mut effects,
+        );
+        self.drop_pushes(&mut effects);
+        self.selective = Some(sel);
+        self.stats.bump("selective_sync_replayed");
+        self.finish_sync(seqno, out);
+    }
+
+    /// Retry tick while waiting at a checkpoint: ask the others again, then replay.
+    pub(super) fn selective_tick(&mut self, out: &mut Vec<Action>) {
+        let Some(sel) = self.selective.as_mut() else { return };
+        let Some(sync) = sel.sync.as_mut() else { return };
+        sync.ticks += 1;
+        if sync.ticks == 1 {
+            if let Some(Message::ObjectCheckpoint {
+                seqno,
+                objects,
+                replies,
+                ..
+            }) = sel.sent.get(&sync.seqno)
+            {
+                let message = Message::ObjectCheckpoint {
+                    seqno: *seqno,
+                    objects: objects.clone(),
+                    replies: replies.clone(),
+                    ask: true,
+                };
+                let others = ClusterConfig::exec_members(&self.q).filter(|p| *p != Principal::Exec(self.id));
+                self.stats.bump("object_cp_asked");
+                self.send_each(others, &message, out);
+            }
+            return;
+        }
+        self.replay_sync(out);
+        self.execute_ready(out);
+    }
+
+    /// OBJECT-CP from execution member `from`.
+    pub(super) fn on_object_checkpoint(
+        &mut self,
+        from: ReplicaId,
+        seqno: SeqNo,
+        objects: &[(Bytes, Option<Bytes>)],
+        replies: &[(ClientId, RequestId, Bytes)],
+        ask: bool,
+        out: &mut Vec<Action>,
+    ) {
+        let interval = self.config.knobs.checkpoint_interval;
+        let horizon = self.window_base().0.saturating_add(self.config.knobs.log_window);
+        let Some(sel) = self.selective.as_mut() else {
+            return self.stats.bump("object_cp_not_selective");
+        };
+        if !seqno.0.is_multiple_of(interval) || seqno <= sel.synced || seqno.0 > horizon {
+            return self.stats.bump("object_cp_out_of_window");
+        }
+        let answer = ask.then(|| sel.sent.get(&seqno).cloned()).flatten();
+        sel.received.entry(seqno).or_default().insert(
+            from,
+            Received {
+                objects: objects.iter().cloned().collect(),
+                replies: replies.iter().map(|(c, id, r)| ((*c, *id), r.clone())).collect(),
+            },
+        );
+        self.stats.bump("object_cp_received");
+        if let Some(mine) = answer {
+            let to = Principal::Exec(from);
+            self.send(vec![to], mine, SealFor::One(to), out);
+        }
+        if self.selective.as_ref().and_then(|s| s.sync.as_ref()).map(|s| s.seqno) == Some(seqno) {
+            self.try_finish_sync(out);
+            if !self.selective_waiting() {
+                self.execute_ready(out);
+            }
+        }
+    }
+
+    /// RETRANSMIT for a request this member skipped: run it now (with what it needs first), so
+    /// its reply can go out. `false` if it is not stored here.
+    pub(super) fn force_skipped(&mut self, client: ClientId, request_id: RequestId) -> bool {
+        let Some(mut sel) = self.selective.take() else {
+            return false;
+        };
+        let mut forced = false;
+        if let Some(&(_, at)) = sel.skipped_at.get(&client).filter(|(id, _)| *id == request_id) {
+            if let Some(update) = sel.selector.force(at) {
+                let mut effects = Effects::default();
+                self.run_update(&mut sel, update, &mut effects);
+                self.drop_pushes(&mut effects);
+                self.stats.bump("requests_forced");
+                forced = true;
+            }
+        }
+        self.selective = Some(sel);
+        forced && matches!(self.replies.get(client).map(|c| &c.result), Some(CachedResult::Full(_)))
+    }
+}

@@ -1,0 +1,297 @@
+//! Unit tests of selective execution (`selective.rs`): `u = r = 1`, three execution members, each
+//! object kept by two; checkpoints every 4 batches.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::tests::{chain, inline, replies, sent, Net, SpyService, TestBatch, CLIENT};
+use super::ExecStage;
+use crate::crypto::Digest;
+use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, StageKind};
+use crate::kv::{KvOperation, KvReply, KvService};
+use crate::message::{Message, ReplyBody, RequestEntry, SealFor};
+use crate::service::Service;
+use crate::stage::{Action, Event, Input, Stage, Storage, Timer};
+
+fn selective_net() -> Net {
+    let mut net = Net::small();
+    let mut config = (*net.config).clone();
+    config.selective_execution = true;
+    net.config = Arc::new(config);
+    net
+}
+
+/// An object kept by members `keepers` (and not by the third).
+fn key_kept_by(keepers: [usize; 2]) -> String {
+    (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| {
+            let mut m = super::selector::maintainers(k.as_bytes(), 3, 2);
+            m.sort();
+            m == keepers
+        })
+        .expect("some key")
+}
+
+fn put_on(client: ClientId, id: u64, key: &str, value: &str) -> RequestEntry {
+    inline(
+        client,
+        id,
+        KvOperation::Put {
+            key: key.to_string().into(),
+            value: value.to_string().into(),
+        },
+    )
+}
+
+fn get_on(client: ClientId, id: u64, key: &str) -> RequestEntry {
+    inline(
+        client,
+        id,
+        KvOperation::Get {
+            key: key.to_string().into(),
+        },
+    )
+}
+
+/// Delivers `batch` to every stage; returns each stage's actions.
+fn deliver_all(net: &Net, stages: &mut [ExecStage], batch: &TestBatch) -> Vec<Vec<Action>> {
+    stages.iter_mut().map(|s| net.deliver(s, batch)).collect()
+}
+
+/// The OBJECT-CPs in `out` as inputs from `from`, one per recipient.
+fn object_cps(net: &Net, from: u32, out: &[Action]) -> Vec<(Principal, Input)> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Send { to, envelope } if matches!(envelope.message, Message::ObjectCheckpoint { .. }) => {
+                Some((to[0], envelope.message.clone()))
+            }
+            _ => None,
+        })
+        .map(|(to, message)| {
+            let input = net.input(Principal::Exec(ReplicaId(from)), message, SealFor::One(to));
+            (to, input)
+        })
+        .collect()
+}
+
+fn checkpoint_digest(out: &[Action]) -> Option<(SeqNo, Digest)> {
+    out.iter().find_map(|a| match a {
+        Action::Note(Event::Checkpointed { seqno, state_digest }) => Some((*seqno, *state_digest)),
+        _ => None,
+    })
+}
+
+/// Hands every OBJECT-CP of `outs` (indexed by sender) to its recipient; returns the recipients'
+/// actions.
+fn exchange(net: &Net, stages: &mut [ExecStage], outs: &[Vec<Action>]) -> Vec<Vec<Action>> {
+    let mut results: Vec<Vec<Action>> = vec![Vec::new(); stages.len()];
+    for (from, out) in outs.iter().enumerate() {
+        for (to, input) in object_cps(net, from as u32, out) {
+            let Principal::Exec(ReplicaId(i)) = to else {
+                panic!("to an execution member")
+            };
+            stages[i as usize].handle(2, input, &mut results[i as usize]);
+        }
+    }
+    results
+}
+
+fn stages(net: &Net) -> Vec<ExecStage> {
+    (0..3).map(|i| net.kv_stage(i)).collect()
+}
+
+#[test]
+fn a_request_runs_on_its_two_maintainers_only_and_every_member_catches_up_at_the_checkpoint() {
+    let net = selective_net();
+    let mut stages = stages(&net);
+    let on01 = key_kept_by([0, 1]);
+    let on12 = key_kept_by([1, 2]);
+    let batches = chain(vec![
+        vec![put_on(CLIENT, 1, &on01, "a")],
+        vec![put_on(ClientId(8), 1, &on12, "b")],
+        vec![put_on(CLIENT, 2, &on12, "c")],
+        vec![],
+    ]);
+    let mut outs: Vec<Vec<Action>> = vec![Vec::new(); 3];
+    for batch in &batches[..3] {
+        for (i, out) in deliver_all(&net, &mut stages, batch).into_iter().enumerate() {
+            outs[i].extend(out);
+        }
+    }
+    // Client 7's first put: members 0 and 1 answer, member 2 skips it.
+    let answered = |out: &[Action], client, id| replies(out, client).iter().any(|(r, _)| *r == RequestId(id));
+    assert!(answered(&outs[0], CLIENT, 1) && answered(&outs[1], CLIENT, 1));
+    assert!(!answered(&outs[2], CLIENT, 1));
+    assert!(!answered(&outs[0], ClientId(8), 1) && !answered(&outs[0], CLIENT, 2));
+    assert_eq!(stages[2].stats().get("requests_skipped"), 1);
+    assert_eq!(stages[0].stats().get("requests_skipped"), 2);
+    // Batch 4 is a checkpoint: each member sends OBJECT-CP and the skippers wait for them.
+    let at_cp = deliver_all(&net, &mut stages, &batches[3]);
+    assert_eq!(
+        checkpoint_digest(&at_cp[1]).map(|c| c.0),
+        Some(SeqNo(4)),
+        "member 1 skipped nothing"
+    );
+    assert!(
+        checkpoint_digest(&at_cp[0]).is_none(),
+        "member 0 waits for the objects it skipped"
+    );
+    assert!(checkpoint_digest(&at_cp[2]).is_none());
+    let after = exchange(&net, &mut stages, &at_cp);
+    let digests: Vec<_> = [&after[0], &at_cp[1], &after[2]]
+        .iter()
+        .map(|out| checkpoint_digest(out).expect("checkpoint taken"))
+        .collect();
+    assert!(digests.iter().all(|d| *d == digests[0]), "{digests:?}");
+    assert_eq!(stages[0].stats().get("selective_sync_certified"), 1);
+    assert_eq!(stages[0].stats().get("objects_installed"), 1);
+}
+
+#[test]
+fn a_forced_request_runs_after_the_skipped_requests_it_depends_on() {
+    let net = selective_net();
+    let mut member0 = net.kv_stage(0);
+    let on12 = key_kept_by([1, 2]);
+    let batches = chain(vec![
+        vec![put_on(CLIENT, 1, &on12, "x")],
+        vec![get_on(ClientId(8), 1, &on12)],
+    ]);
+    let out = net.deliver(&mut member0, &batches[0]);
+    assert!(replies(&out, CLIENT).is_empty(), "skipped");
+    // The Get is skipped as well; its client's vote does not complete, so it retransmits.
+    let out = net.deliver(&mut member0, &batches[1]);
+    assert!(replies(&out, ClientId(8)).is_empty());
+    let mut out = Vec::new();
+    let retransmit = net.input(
+        Principal::Order(ReplicaId(1)),
+        Message::Retransmit {
+            client: ClientId(8),
+            request_id: RequestId(1),
+        },
+        SealFor::Stage(StageKind::Exec),
+    );
+    member0.handle(3, retransmit, &mut out);
+    let got = replies(&out, ClientId(8));
+    assert_eq!(
+        got,
+        vec![(
+            RequestId(1),
+            ReplyBody::Full(KvReply::Value(Some(Bytes::from_static(b"x"))).encode())
+        )],
+        "the forced Get ran after the put it depends on"
+    );
+    assert_eq!(member0.stats().get("requests_forced"), 1);
+    assert_eq!(member0.stats().get("requests_replayed"), 2, "the put, then the Get");
+}
+
+#[test]
+fn a_lying_maintainer_is_not_believed_and_the_member_replays_the_interval_itself() {
+    let net = selective_net();
+    let mut stages = stages(&net);
+    let on12 = key_kept_by([1, 2]);
+    let batches = chain(vec![vec![put_on(CLIENT, 1, &on12, "true")], vec![], vec![], vec![]]);
+    let mut at_cp = Vec::new();
+    for batch in &batches {
+        at_cp = deliver_all(&net, &mut stages, batch);
+    }
+    // Member 2 lies about the object in its OBJECT-CP.
+    for action in at_cp[2].iter_mut() {
+        if let Action::Send { envelope, .. } = action {
+            if let Message::ObjectCheckpoint {
+                seqno,
+                objects,
+                replies,
+                ask,
+            } = &envelope.message
+            {
+                let planted: Vec<_> = objects
+                    .iter()
+                    .map(|(name, _)| {
+                        let mut kv = KvService::new();
+                        kv.apply(&KvOperation::Put {
+                            key: name.clone(),
+                            value: Bytes::from_static(b"planted"),
+                        });
+                        (name.clone(), kv.object_state(name).flatten())
+                    })
+                    .collect();
+                let message = Message::ObjectCheckpoint {
+                    seqno: *seqno,
+                    objects: planted,
+                    replies: replies.clone(),
+                    ask: *ask,
+                };
+                *envelope = Arc::new(crate::message::Envelope::seal(
+                    &net.rings[2],
+                    &net.q,
+                    Principal::Exec(ReplicaId(2)),
+                    message,
+                    SealFor::One(Principal::Exec(ReplicaId(0))),
+                ));
+            }
+        }
+    }
+    let after = exchange(&net, &mut stages, &at_cp);
+    assert!(checkpoint_digest(&after[0]).is_none(), "no state on one copy");
+    // Two retry ticks: the first asks again, the second replays.
+    let mut out = Vec::new();
+    stages[0].handle(5, Input::Timer(Timer::ExecRetry), &mut out);
+    assert!(sent(&out)
+        .iter()
+        .any(|(_, m)| matches!(m, Message::ObjectCheckpoint { ask: true, .. })));
+    stages[0].handle(6, Input::Timer(Timer::ExecRetry), &mut out);
+    let replayed = checkpoint_digest(&out).expect("checkpoint after the replay");
+    assert_eq!(Some(replayed), checkpoint_digest(&at_cp[1]), "the honest state");
+    assert_eq!(stages[0].stats().get("selective_sync_replayed"), 1);
+    assert_eq!(stages[0].stats().get("requests_replayed"), 1);
+}
+
+#[test]
+fn read_only_requests_are_answered_only_by_members_that_maintain_what_they_read() {
+    let net = selective_net();
+    let mut stages = stages(&net);
+    let on12 = key_kept_by([1, 2]);
+    let ring = &net.client_rings[0];
+    for (member, answers) in [(0u32, false), (1, true)] {
+        let message = Message::ReadOnlyRequest {
+            client: CLIENT,
+            request_id: RequestId(1),
+            operation: KvOperation::Get {
+                key: on12.clone().into(),
+            }
+            .encode(),
+        };
+        let envelope = crate::message::Envelope::seal(
+            ring,
+            &net.q,
+            Principal::Client(CLIENT),
+            message,
+            SealFor::Stage(StageKind::Exec),
+        );
+        let mut out = Vec::new();
+        stages[member as usize].handle(1, Input::Message(Arc::new(envelope)), &mut out);
+        assert_eq!(!replies(&out, CLIENT).is_empty(), answers, "member {member}");
+    }
+    assert_eq!(stages[0].stats().get("read_only_not_maintained"), 1);
+}
+
+#[test]
+fn selective_execution_is_refused_for_a_service_without_object_checkpoints() {
+    let net = selective_net();
+    let refused = ExecStage::new(
+        net.config.clone(),
+        ReplicaId(0),
+        net.rings[0].clone(),
+        &Storage::new(),
+        // A service without object checkpoints.
+        Box::new(SpyService {
+            kv: KvService::new(),
+            calls: Default::default(),
+            alarm: None,
+        }),
+    );
+    let Err(error) = refused else { panic!("accepted") };
+    assert!(error.to_string().contains("selective_execution"), "{error}");
+}
