@@ -12,7 +12,8 @@ use upright_node::storage::FsyncPolicy;
 /// Options of `upright bench`.
 #[derive(Args)]
 pub struct BenchArgs {
-    /// Workloads A/B (A KiB request, B KiB reply, 0 = 8 bytes), comma-separated; or
+    /// Workloads A/B (A KiB request, B KiB reply, 0 = 8 bytes) or cpuN (an operation that
+    /// burns N microseconds of CPU on the client's key), comma-separated; or
     /// `state-transfer` alone: the cost of incremental checkpoints and of bringing a replica
     /// back by state transfer, on a paged test service of `--objects` objects.
     #[arg(long, value_delimiter = ',', default_value = "0/0")]
@@ -77,6 +78,11 @@ pub struct BenchArgs {
     /// Skip the NO-REP baseline.
     #[arg(long)]
     no_baseline: bool,
+    /// Selective execution (ODRC, docs/ODRC.md): `off`, `on`, or `both` (each cluster measured
+    /// without, then with, in the same run; results name it `pbft+selective`). Use it with the
+    /// CPU-heavy workload `cpuN` (an operation that burns N microseconds of CPU on its key).
+    #[arg(long, default_value = "off", value_parser = ["off", "on", "both"])]
+    selective_execution: String,
     /// Write the results as JSON here, and one SVG plot per workload next to it (with
     /// `--attack`: one object per attack, and a plot of throughput over time).
     #[arg(long)]
@@ -160,6 +166,11 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
         fsync,
         idle_spin_us: args.idle_spin_us,
         baseline: !args.no_baseline,
+        selective: match args.selective_execution.as_str() {
+            "on" => vec![true],
+            "both" => vec![false, true],
+            _ => vec![false],
+        },
     })
 }
 

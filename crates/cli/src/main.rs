@@ -95,6 +95,12 @@ enum Command {
         /// when told (`upright recover`). Written to cluster.toml as `recovery_interval_secs`.
         #[arg(long, default_value_t = 0)]
         recovery_interval_secs: u64,
+        /// Selective execution (ODRC, docs/ODRC.md): each object's requests run on r + 1
+        /// execution replicas only; the others catch up at each checkpoint. Needs a service
+        /// with object checkpoints (`--service kv`). Written to cluster.toml as
+        /// `selective_execution`.
+        #[arg(long)]
+        selective_execution: bool,
         /// The ordering protocol: `pbft` (Byzantine faults), `quorum` (Aliph's Quorum with PBFT
         /// as its Backup: fastest for one client at a time; needs --u equal to --r, no admin.toml),
         /// `chain` (Aliph's Chain with PBFT as its Backup: for many clients; needs --r of at
@@ -313,7 +319,7 @@ enum Command {
         protocol: String,
     },
     /// Benchmark a local cluster beside the NO-REP baseline: throughput, latency, CPU per operation.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Load any ZooKeeper service (upright-zk or Apache ZooKeeper) with closed-loop clients:
     /// creates, setData, getData or a 90/10 mix; throughput and p50/p99 latency.
     ZkBench(zk_bench::ZkBenchArgs),
@@ -381,11 +387,15 @@ fn main() -> ExitCode {
             metrics_token,
             key_refresh_secs,
             recovery_interval_secs,
+            selective_execution,
             protocol,
             out,
         } => init(
             (replicas, u, r),
-            protocol.as_deref().unwrap_or(if r == 0 { "lcr" } else { "pbft" }),
+            (
+                protocol.as_deref().unwrap_or(if r == 0 { "lcr" } else { "pbft" }),
+                selective_execution,
+            ),
             hosts,
             clients,
             name,
@@ -498,7 +508,7 @@ fn main() -> ExitCode {
         }
         Command::Bench(args) => {
             init_logging("warn");
-            runtime().block_on(bench::run(args))
+            runtime().block_on(bench::run(*args))
         }
         Command::ZkBench(args) => {
             init_logging("warn");
@@ -578,7 +588,7 @@ fn hex_of(bytes: &[u8]) -> String {
 #[allow(clippy::too_many_arguments)]
 fn init(
     (replicas, u, r): (usize, usize, usize),
-    protocol: &str,
+    (protocol, selective_execution): (&str, bool),
     hosts: Vec<String>,
     clients: u32,
     name: String,
@@ -619,6 +629,7 @@ fn init(
         metrics_token,
         recovery_interval_secs,
         protocol: upright_core::config::OrderProtocol::from_name(protocol).expect("clap checked the name"),
+        selective_execution,
     };
     let cluster = files::init_cluster(&plan, out)?;
     println!(

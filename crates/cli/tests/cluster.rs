@@ -56,7 +56,7 @@ impl TestCluster {
     /// Starts replicas at `hosts` (one for all, or one each); `in_netns` runs one of them inside
     /// that network namespace.
     fn start_on(hosts: Vec<String>, in_netns: Option<(usize, String)>) -> TestCluster {
-        TestCluster::start_running(hosts, in_netns, upright_core::config::OrderProtocol::Pbft)
+        TestCluster::start_running(hosts, in_netns, upright_core::config::OrderProtocol::Pbft, false)
     }
 
     /// Starts a cluster ordering with `protocol`: four replicas (u = r = 1), or three (u = 1,
@@ -65,6 +65,7 @@ impl TestCluster {
         hosts: Vec<String>,
         in_netns: Option<(usize, String)>,
         protocol: upright_core::config::OrderProtocol,
+        selective_execution: bool,
     ) -> TestCluster {
         let lcr = protocol == upright_core::config::OrderProtocol::Lcr;
         let (r, n) = if lcr { (0, 3) } else { (1, 4) };
@@ -92,6 +93,7 @@ impl TestCluster {
             metrics_token: false,
             recovery_interval_secs: 0,
             protocol,
+            selective_execution,
         };
         let cluster = files::init_cluster(&plan, dir.path()).unwrap();
         let mut c = TestCluster {
@@ -308,34 +310,88 @@ fn workload_continues_while_a_replica_is_killed_and_restarted() {
 fn lcr_serves_through_sigkill_of_each_replica_and_of_all_at_once() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     rt().block_on(async {
-        let mut c =
-            TestCluster::start_running(vec!["127.0.0.1".into()], None, upright_core::config::OrderProtocol::Lcr);
+        let mut c = TestCluster::start_running(
+            vec!["127.0.0.1".into()],
+            None,
+            upright_core::config::OrderProtocol::Lcr,
+            false,
+        );
         let client = c.client(0);
-        let mut acked = write_many(&client, "before", 20).await;
+        let acked = write_many(&client, "before", 20).await;
         assert_eq!(acked.len(), 20, "{}", c.logs());
-        for id in 0..3 {
-            c.kill(id);
-            let during = write_many(&client, &format!("without-{id}"), 20).await;
-            assert_eq!(during.len(), 20, "writes continue with replica {id} down\n{}", c.logs());
-            acked.extend(during);
-            c.spawn(id);
-            acked.extend(write_many(&client, &format!("back-{id}"), 10).await);
+        kill_each_then_all(&mut c, &client, acked, 3, 3).await;
+    });
+}
+
+/// SIGKILLs execution replicas `0..each` one at a time while `client` writes, restarting each,
+/// then all `n` replicas at once: every write acknowledged (`acked` and the new ones) is
+/// readable, and each of the first `each` catches up with the next.
+async fn kill_each_then_all(
+    c: &mut TestCluster,
+    client: &ClientHandle,
+    mut acked: Vec<(String, String)>,
+    each: usize,
+    n: usize,
+) {
+    for id in 0..each {
+        c.kill(id);
+        let during = write_many(client, &format!("without-{id}"), 20).await;
+        assert_eq!(during.len(), 20, "writes continue with replica {id} down\n{}", c.logs());
+        acked.extend(during);
+        c.spawn(id);
+        acked.extend(write_many(client, &format!("back-{id}"), 10).await);
+    }
+    for id in 0..n {
+        c.kill(id);
+    }
+    for id in 0..n {
+        c.spawn(id);
+    }
+    acked.extend(write_many(client, "after-all", 10).await);
+    assert_all_readable(c, client, &acked).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for id in 0..each as u32 {
+        let next = (id + 1) % each as u32;
+        while c.executed(id).await < c.executed(next).await.saturating_sub(2) {
+            assert!(Instant::now() < deadline, "replica {id} did not catch up\n{}", c.logs());
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        for id in 0..3 {
-            c.kill(id);
-        }
-        for id in 0..3 {
-            c.spawn(id);
-        }
-        acked.extend(write_many(&client, "after-all", 10).await);
-        assert_all_readable(&c, &client, &acked).await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for id in 0..3 {
-            while c.executed(id).await < c.executed((id + 1) % 3).await.saturating_sub(2) {
-                assert!(Instant::now() < deadline, "replica {id} did not catch up\n{}", c.logs());
+    }
+}
+
+/// Selective execution (`selective_execution = true`): each write runs on two of the three
+/// execution replicas. Each execution replica in turn is SIGKILLed while a client writes and
+/// restarted, then all four at once: every acknowledged write is readable, every replica skipped
+/// requests, and the restarted ones catch up.
+#[test]
+fn selective_execution_serves_through_sigkill_of_each_execution_replica_and_of_all() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    rt().block_on(async {
+        let mut c = TestCluster::start_running(
+            vec!["127.0.0.1".into()],
+            None,
+            upright_core::config::OrderProtocol::Pbft,
+            true,
+        );
+        let client = c.client(0);
+        let acked = write_many(&client, "before", 20).await;
+        assert_eq!(acked.len(), 20, "{}", c.logs());
+        // Stage counters reach /status a moment later.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for id in 0..3u32 {
+            loop {
+                let status = c.status(id).await.unwrap_or_default();
+                let skipped = status
+                    .get("stat_exec_requests_skipped")
+                    .and_then(|v| v.parse::<u64>().ok());
+                if skipped.unwrap_or(0) > 0 {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "replica {id} ran every request: {status:?}");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+        kill_each_then_all(&mut c, &client, acked, 3, 4).await;
     });
 }
 

@@ -67,6 +67,31 @@ pub enum KvOperation {
         /// Key.
         key: Bytes,
     },
+    /// A CPU-heavy test operation (the selective-execution benchmark): a chain of
+    /// `micros * BURN_HASHES_PER_US` BLAKE3 hashes from the key's value, stored as its new value
+    /// and returned (about `micros` microseconds of one core of the 2-core development machine).
+    Burn {
+        /// Key.
+        key: Bytes,
+        /// Microseconds of CPU to burn (at most [`BURN_MICROS_MAX`]).
+        micros: u32,
+    },
+}
+
+/// BLAKE3 hashes of 32 bytes per microsecond of [`KvOperation::Burn`] (measured on the 2-core
+/// development machine: 11.2 per microsecond).
+pub const BURN_HASHES_PER_US: u64 = 11;
+
+/// The longest [`KvOperation::Burn`]: one second.
+pub const BURN_MICROS_MAX: u32 = 1_000_000;
+
+/// The value [`KvOperation::Burn`] leaves on a key that held `value`.
+pub fn burn(value: Option<&[u8]>, micros: u32) -> Bytes {
+    let mut digest = *blake3::hash(value.unwrap_or_default()).as_bytes();
+    for _ in 0..u64::from(micros.min(BURN_MICROS_MAX)) * BURN_HASHES_PER_US {
+        digest = *blake3::hash(&digest).as_bytes();
+    }
+    Bytes::copy_from_slice(&digest)
 }
 
 /// A key-value reply.
@@ -102,7 +127,8 @@ impl KvOperation {
             KvOperation::Get { key }
             | KvOperation::Put { key, .. }
             | KvOperation::Append { key, .. }
-            | KvOperation::Delete { key } => key,
+            | KvOperation::Delete { key }
+            | KvOperation::Burn { key, .. } => key,
         }
     }
 }
@@ -153,6 +179,11 @@ impl KvService {
                 self.map.remove(key);
                 KvReply::Done
             }
+            KvOperation::Burn { key, micros } => {
+                let value = burn(self.map.get(key).map(|v| &v[..]), *micros);
+                self.map.insert(key.clone(), value.clone());
+                KvReply::Value(Some(value))
+            }
         }
     }
 
@@ -166,7 +197,10 @@ impl KvService {
                     self.watches.entry(key.clone()).or_default().insert(client);
                 }
             }
-            KvOperation::Put { key, .. } | KvOperation::Append { key, .. } | KvOperation::Delete { key } => {
+            KvOperation::Put { key, .. }
+            | KvOperation::Append { key, .. }
+            | KvOperation::Delete { key }
+            | KvOperation::Burn { key, .. } => {
                 if let Some(watchers) = self.watches.remove(key) {
                     let event = KvEvent {
                         key: key.clone(),
@@ -208,9 +242,10 @@ impl Service for KvService {
     fn access(&self, operation: &[u8]) -> Option<Access> {
         Some(match KvOperation::decode(operation)? {
             KvOperation::Get { key } => Access::reading([key]),
-            KvOperation::Put { key, .. } | KvOperation::Append { key, .. } | KvOperation::Delete { key } => {
-                Access::writing([key])
-            }
+            KvOperation::Put { key, .. }
+            | KvOperation::Append { key, .. }
+            | KvOperation::Delete { key }
+            | KvOperation::Burn { key, .. } => Access::writing([key]),
         })
     }
 

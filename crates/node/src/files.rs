@@ -93,6 +93,11 @@ pub struct ClusterFile {
     /// `r = 0`).
     #[serde(default, skip_serializing_if = "OrderProtocol::is_default")]
     pub protocol: OrderProtocol,
+    /// Selective execution (docs/ODRC.md): each object's requests run on the `r + 1` execution
+    /// members that maintain it. Needs a service with object checkpoints (the core KV; the
+    /// replica refuses to start otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub selective_execution: bool,
     /// Protocol knobs (all defaults if absent).
     #[serde(default)]
     pub knobs: Option<Knobs>,
@@ -226,7 +231,7 @@ impl ClusterFile {
             epoch: 0,
             origin: None,
             protocol: self.protocol,
-            selective_execution: false,
+            selective_execution: self.selective_execution,
         };
         config
             .validate()
@@ -652,6 +657,8 @@ pub struct InitPlan {
     pub recovery_interval_secs: u64,
     /// The ordering protocol. Under LCR, Quorum, Chain and Aliph the membership is fixed (no administrator).
     pub protocol: OrderProtocol,
+    /// Selective execution (`selective_execution` in cluster.toml).
+    pub selective_execution: bool,
 }
 
 /// Where the metrics endpoints listen (`upright init --metrics-host`).
@@ -771,6 +778,7 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         fsync: plan.fsync,
         idle_spin_us: plan.idle_spin_us,
         protocol: plan.protocol,
+        selective_execution: plan.selective_execution,
         knobs: plan.knobs.clone(),
         metrics_token_file: plan.metrics_token.then(|| METRICS_TOKEN_FILE.to_string()),
         recovery_interval_secs: plan.recovery_interval_secs,
@@ -839,6 +847,7 @@ mod tests {
             metrics_token: false,
             recovery_interval_secs: 0,
             protocol: Default::default(),
+            selective_execution: false,
         }
     }
 

@@ -91,6 +91,15 @@ pub fn forging_pushes(service: ServiceFactory) -> ServiceFactory {
         fn access(&self, operation: &[u8]) -> Option<Access> {
             self.0.access(operation)
         }
+        fn object_state(&self, object: &[u8]) -> Option<Option<Bytes>> {
+            self.0.object_state(object)
+        }
+        fn restore_object(&mut self, object: &[u8], state: Option<&[u8]>) -> Result<(), RestoreError> {
+            self.0.restore_object(object, state)
+        }
+        fn placement(&self, object: &[u8]) -> Bytes {
+            self.0.placement(object)
+        }
         fn wake_at(&self) -> Option<u64> {
             self.0.wake_at()
         }

@@ -48,6 +48,7 @@ pub fn describe(op: &Operation) -> String {
         KvOperation::Put { key, value } => format!("put({}, {})", text(key), text(value)),
         KvOperation::Append { key, value } => format!("append({}, {})", text(key), text(value)),
         KvOperation::Delete { key } => format!("delete({})", text(key)),
+        KvOperation::Burn { key, micros } => format!("burn({}, {micros} us)", text(key)),
     };
     let result = match (&op.response, op.reply()) {
         (None, _) => "pending".to_string(),

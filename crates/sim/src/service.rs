@@ -299,6 +299,7 @@ pub fn is_list_key(key: &[u8]) -> bool {
 
 fn list_commands(op: &KvOperation, form: u32) -> Vec<Vec<Bytes>> {
     match op {
+        KvOperation::Burn { .. } => unreachable!("the simulated workload draws no Burn"),
         KvOperation::Get { key } => match form % 2 {
             0 => vec![argv(&[b"LRANGE", key, b"0", b"-1"])],
             _ => vec![argv(&[b"LLEN", key]), argv(&[b"LRANGE", key, b"0", b"-1"])],
@@ -363,6 +364,7 @@ fn redis_commands(op: &KvOperation, form: u32) -> Vec<Vec<Bytes>> {
     }
     let far = FAR_EXPIRY_S.as_bytes();
     let commands = match op {
+        KvOperation::Burn { .. } => unreachable!("the simulated workload draws no Burn"),
         KvOperation::Get { key } => match form % 2 {
             0 => vec![argv(&[b"GET", key])],
             _ => vec![argv(&[b"MGET", key])],
@@ -425,6 +427,7 @@ fn collection_commands(op: &KvOperation, form: u32) -> Vec<Vec<Bytes>> {
         ]
     };
     match op {
+        KvOperation::Burn { .. } => unreachable!("the simulated workload draws no Burn"),
         KvOperation::Get { key } => {
             let (hash, set) = companions(key);
             match form % 2 {
@@ -528,7 +531,8 @@ fn value(reply: &Reply) -> Option<Option<Bytes>> {
 
 fn op_key(op: &KvOperation) -> &Bytes {
     match op {
-        KvOperation::Get { key }
+        KvOperation::Burn { key, .. }
+        | KvOperation::Get { key }
         | KvOperation::Put { key, .. }
         | KvOperation::Append { key, .. }
         | KvOperation::Delete { key } => key,
@@ -696,6 +700,10 @@ mod tests {
                         value,
                     },
                     KvOperation::Delete { key } => KvOperation::Delete { key: rename(&key) },
+                    KvOperation::Burn { key, micros } => KvOperation::Burn {
+                        key: rename(&key),
+                        micros,
+                    },
                 };
                 (op, reply)
             })

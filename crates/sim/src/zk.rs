@@ -422,6 +422,7 @@ impl ZkClients {
 /// The first step of `op`.
 fn first_step(op: &KvOperation, path: ReadPath, rng: &mut ChaCha8Rng) -> Step {
     match op {
+        KvOperation::Burn { .. } => unreachable!("the simulated workload draws no Burn"),
         KvOperation::Get { .. } => Step::Get {
             watch: path == ReadPath::Ordered && rng.random_bool(0.5),
         },

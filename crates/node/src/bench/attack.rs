@@ -212,6 +212,7 @@ fn target(options: &BenchOptions, defences: bool, attack: Option<Attack>) -> Tar
         replica_args: Vec::new(),
         replica_env,
         attackers: ATTACKERS,
+        selective_execution: false,
         protocol: Default::default(),
     }
 }

@@ -78,6 +78,8 @@ pub struct Target {
     pub attackers: u32,
     /// The ordering protocol.
     pub protocol: upright_core::config::OrderProtocol,
+    /// Selective execution (`selective_execution` in cluster.toml).
+    pub selective_execution: bool,
 }
 
 fn spawn(
@@ -125,6 +127,7 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
         metrics_token: false,
         recovery_interval_secs: 0,
         protocol: target.protocol,
+        selective_execution: target.selective_execution,
     };
     files::init_cluster(&plan, dir)?;
     let config = dir.join("cluster.toml").display().to_string();

@@ -32,14 +32,30 @@ pub struct Workload {
     pub get: bool,
     /// The GET takes the read-only path (suffix `ro`).
     pub read_only: bool,
+    /// `cpuN`: the operation burns this many microseconds of CPU on the client's key
+    /// (`KvOperation::Burn`; 0: an `A/B` workload).
+    pub burn_us: u32,
 }
 
 impl Workload {
     /// Parses `A/B`.
     pub fn parse(text: &str) -> Result<Workload, String> {
         let bad = || {
-            format!("workload {text:?}: expected A/B with A, B in KiB (0 = 8 bytes), e.g. 0/0, 0/4, 4/0, 0/0ro, 0/0get")
+            format!("workload {text:?}: expected A/B with A, B in KiB (0 = 8 bytes), e.g. 0/0, 0/4, 4/0, 0/0ro, 0/0get, or cpuN with N microseconds, e.g. cpu200")
         };
+        if let Some(micros) = text.trim().strip_prefix("cpu") {
+            let burn_us: u32 = micros.parse().map_err(|_| bad())?;
+            if burn_us == 0 || burn_us > upright_core::kv::BURN_MICROS_MAX {
+                return Err(format!("workload {text:?}: N must be 1 to 1000000 microseconds"));
+            }
+            return Ok(Workload {
+                request_kib: 0,
+                reply_kib: 0,
+                get: false,
+                read_only: false,
+                burn_us,
+            });
+        }
         let (a, b) = text.trim().split_once('/').ok_or_else(bad)?;
         let (b, get, read_only) = if let Some(b) = b.strip_suffix("ro") {
             (b, true, true)
@@ -54,6 +70,7 @@ impl Workload {
             reply_kib: parse(b)?,
             get,
             read_only,
+            burn_us: 0,
         };
         if w.request_kib > 512 || w.reply_kib > 512 {
             return Err(format!("workload {text:?}: sizes above 512 KiB are not supported"));
@@ -63,6 +80,9 @@ impl Workload {
 
     /// `A/B`, with its suffix.
     pub fn name(&self) -> String {
+        if self.burn_us > 0 {
+            return format!("cpu{}", self.burn_us);
+        }
         let suffix = match (self.get, self.read_only) {
             (_, true) => "ro",
             (true, false) => "get",
@@ -108,7 +128,13 @@ impl Workload {
     /// The measured operation of client `c`: with `B = 0` a PUT of an `A`-KiB value (reply: a
     /// short "done"); with `B > 0` a GET of a `B`-KiB value under an `A`-KiB key.
     pub fn operation(&self, c: usize) -> Bytes {
-        if self.reads() {
+        if self.burn_us > 0 {
+            KvOperation::Burn {
+                key: self.key(c),
+                micros: self.burn_us,
+            }
+            .encode()
+        } else if self.reads() {
             KvOperation::Get { key: self.key(c) }.encode()
         } else {
             let value = Bytes::from(vec![b'x'; Workload::bytes(self.request_kib)]);
@@ -123,7 +149,8 @@ impl Workload {
     /// Whether `reply` is the expected answer.
     fn check(&self, reply: &[u8]) -> bool {
         match KvReply::decode(reply) {
-            Some(KvReply::Done) => !self.reads(),
+            Some(KvReply::Value(Some(v))) if self.burn_us > 0 => v.len() == 32,
+            Some(KvReply::Done) => !self.reads() && self.burn_us == 0,
             Some(KvReply::Value(Some(v))) => self.reads() && v.len() == Workload::bytes(self.reply_kib),
             _ => false,
         }
@@ -307,5 +334,19 @@ mod tests {
         let get = Workload::parse("0/0get").unwrap();
         assert!(get.get && !get.read_only && get.name() == "0/0get");
         assert!(Workload::parse("0/0xx").is_err());
+    }
+
+    #[test]
+    fn cpu_workloads_burn_on_the_clients_key_and_check_the_digest() {
+        let w = Workload::parse("cpu200").unwrap();
+        assert_eq!(w.name(), "cpu200");
+        assert!(w.setup(1).is_none());
+        let op = KvOperation::decode(&w.operation(3)).unwrap();
+        assert!(matches!(op, KvOperation::Burn { micros: 200, ref key } if key.as_ref() == b"k0000003"));
+        let mut kv = upright_core::kv::KvService::new();
+        let reply = kv.apply(&op).encode();
+        assert!(w.check(&reply));
+        assert!(!w.check(&KvReply::Done.encode()));
+        assert!(Workload::parse("cpu0").is_err() && Workload::parse("cpux").is_err());
     }
 }

@@ -70,6 +70,8 @@ pub struct BenchOptions {
     pub idle_spin_us: u64,
     /// Measure the NO-REP baseline.
     pub baseline: bool,
+    /// Selective execution off, on, or both (each cluster setting measured once per entry).
+    pub selective: Vec<bool>,
 }
 
 /// One measured point.
@@ -85,6 +87,8 @@ pub struct Point {
     pub r: usize,
     /// The ordering protocol.
     pub protocol: OrderProtocol,
+    /// Selective execution.
+    pub selective: bool,
     /// `batch_size_max`.
     pub batch_size: usize,
     /// Log sync policy.
@@ -191,12 +195,17 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
             replica_env: Vec::new(),
             attackers: 0,
             protocol: OrderProtocol::Pbft,
+            selective_execution: false,
         };
         norep = Some(start(options, target).await?);
     }
     let mut points = Vec::new();
     for (protocol, u, r) in settings(options) {
-        for &batch_size in &options.batch_sizes {
+        for (&batch_size, &selective) in options
+            .batch_sizes
+            .iter()
+            .flat_map(|b| options.selective.iter().map(move |s| (b, s)))
+        {
             let target = Target {
                 u,
                 r,
@@ -209,6 +218,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
                 replica_args: Vec::new(),
                 replica_env: Vec::new(),
                 attackers: 0,
+                selective_execution: selective,
             };
             let mut cluster = start(options, target).await?;
             for &workload in &options.workloads {
@@ -218,6 +228,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
                     u,
                     r,
                     protocol,
+                    selective,
                     batch_size,
                     fsync: options.fsync,
                     upright: Measurement::default(),
@@ -267,7 +278,7 @@ async fn sweep(
         let mut p = point(n);
         let label = format!(
             "upright {} u={} r={} batch={} {} {n:>3} clients",
-            p.protocol.name(),
+            report::protocol_label(&p),
             p.u,
             p.r,
             p.batch_size,

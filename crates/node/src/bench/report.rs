@@ -25,7 +25,7 @@ pub fn result_line(p: &Point) -> String {
         "RESULT {} clients={} protocol={} u={} r={} batch={} fsync={}: {:.0} ops/s, p50 {} ms, p99 {} ms, p99.9 {} ms, cpu {:.1} us/op",
         p.workload.name(),
         p.clients,
-        p.protocol.name(),
+        protocol_label(p),
         p.u,
         p.r,
         p.batch_size,
@@ -71,7 +71,7 @@ pub fn table(points: &[Point]) -> String {
             "| {} | {} | {} | {}/{} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |",
             p.workload.name(),
             p.clients,
-            p.protocol.name(),
+            protocol_label(p),
             p.u,
             p.r,
             p.batch_size,
@@ -125,7 +125,7 @@ fn json_point_fields(p: &Point) -> String {
         "\"workload\": \"{}\", \"clients\": {}, \"protocol\": \"{}\", \"u\": {}, \"r\": {}, \"batch_size\": {}, \"fsync\": \"{}\", {}",
         p.workload.name(),
         p.clients,
-        p.protocol.name(),
+        protocol_label(p),
         p.u,
         p.r,
         p.batch_size,
@@ -279,7 +279,7 @@ pub fn to_svg(points: &[Point], workload: Workload) -> String {
     for p in points.iter().filter(|p| p.workload == workload) {
         let name = format!(
             "upright {} u={} r={} batch={} fsync={}",
-            p.protocol.name(),
+            protocol_label(p),
             p.u,
             p.r,
             p.batch_size,
@@ -345,4 +345,13 @@ pub fn to_svg(points: &[Point], workload: Workload) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+/// The protocol as results name it: `pbft`, or `pbft+selective` under selective execution.
+pub fn protocol_label(p: &Point) -> String {
+    if p.selective {
+        format!("{}+selective", p.protocol.name())
+    } else {
+        p.protocol.name().to_string()
+    }
 }

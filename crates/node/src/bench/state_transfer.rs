@@ -340,6 +340,7 @@ async fn transfer(
         ],
         replica_env: vec![(crate::replica::WRONG_STATE_ENV.into(), LIAR.to_string())],
         attackers: 0,
+        selective_execution: false,
         protocol: Default::default(),
     };
     let mut processes = launch(&options.exe, dir, &target)?;

@@ -100,6 +100,7 @@ mod tests {
             metrics_token: false,
             recovery_interval_secs: 0,
             protocol: Default::default(),
+            selective_execution: false,
         };
         init_cluster(&plan, dir.path()).unwrap();
         dir

@@ -39,6 +39,7 @@ pub fn make_cluster(dir: &Path, name: &str) -> Cluster {
         metrics_token: false,
         recovery_interval_secs: 0,
         protocol: Default::default(),
+        selective_execution: false,
     };
     files::init_cluster(&plan, dir).unwrap()
 }

@@ -38,6 +38,10 @@ fn apply(value: &Option<Bytes>, op: &KvOperation) -> (Option<Bytes>, KvReply) {
             (Some(joined.clone()), KvReply::Value(Some(joined)))
         }
         KvOperation::Delete { .. } => (None, KvReply::Done),
+        KvOperation::Burn { micros, .. } => {
+            let burnt = upright_core::kv::burn(value.as_deref(), *micros);
+            (Some(burnt.clone()), KvReply::Value(Some(burnt)))
+        }
     }
 }
 
