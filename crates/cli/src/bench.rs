@@ -89,7 +89,9 @@ pub struct BenchArgs {
     json: Option<PathBuf>,
     /// Run Aardvark's attacks instead of a sweep: `all` or a comma-separated list of
     /// client-flood, slow-primary, starve-client, flood-peers, silence,
-    /// client-inconsistent-auth; each beside the fault-free runs of the same invocation, one
+    /// client-inconsistent-auth, or wrong-replies (an execution member answering wrongly: not in
+    /// `all`; with --selective-execution on it is ODRC's fault experiment); each beside the
+    /// fault-free runs of the same invocation, one
     /// before the attacks and one after, the faster the reference (one workload, client count,
     /// u/r and batch size).
     #[arg(long)]
@@ -267,9 +269,10 @@ async fn run_attacks(args: &BenchArgs, options: &BenchOptions, attacks: &str) ->
         || options.clients.len() > 1
         || options.faults.len() > 1
         || options.batch_sizes.len() > 1
+        || options.selective.len() > 1
     {
         return Err(FileError(
-            "--attack measures one point: give one --workload, --clients, --ur and --batch".into(),
+            "--attack measures one point: give one --workload, --clients, --ur and --batch, and --selective-execution on or off".into(),
         ));
     }
     let points = tokio::select! {

@@ -10,11 +10,12 @@
 //! objects it maintains that requests touched in the interval and its replies to them (each
 //! client's newest); a member that skipped requests installs each object they touched once the
 //! object's `r + 1` maintainers sent the same state, and takes each skipped reply on `r + 1`
-//! matching copies. Execution waits at the checkpoint for that. When the copies do not come or
-//! do not match (a maintainer is down, slow or lying) within two retry ticks, the member runs
-//! every stored request of the interval itself instead. Either way it then drops the stored
-//! requests and takes the checkpoint as without selective execution: every member's state and
-//! reply cache are then the same. Replies travel in full, not as digests, so that a reply stays
+//! matching copies. Execution waits at the checkpoint for that. Objects whose maintainers
+//! disagree (one lies), or include a suspected one (silent at an earlier checkpoint), or that
+//! are still missing after two retry ticks, are brought up to date by replaying the stored
+//! requests that touch them instead (`Selector::closure_through`). Then the member drops the
+//! stored requests and takes the checkpoint as without selective execution: every member's
+//! state and reply cache are then the same. Replies travel in full, not as digests, so that a reply stays
 //! available when every member that executed its request restarts from the checkpoint.
 //!
 //! Pushes are not numbered consistently when members run different requests: under selective
@@ -76,6 +77,9 @@ pub(super) struct Selective {
     sync: Option<Sync>,
     /// The newest checkpoint at which every object was up to date here.
     synced: SeqNo,
+    /// Members that sent no OBJECT-CP for a checkpoint this member finished: objects they
+    /// maintain are replayed at once rather than waited for, until they send one again.
+    suspects: BTreeSet<ReplicaId>,
 }
 
 /// Own OBJECT-CPs kept for resending.
@@ -93,6 +97,7 @@ impl Selective {
             sent: BTreeMap::new(),
             sync: None,
             synced: SeqNo(0),
+            suspects: BTreeSet::new(),
         }
     }
 
@@ -292,36 +297,52 @@ impl ExecStage {
             ticks: 0,
         });
         self.selective = Some(sel);
-        self.try_finish_sync(out);
+        self.try_finish_sync(false, out);
     }
 
-    /// Installs the certified objects and replies of the waiting checkpoint and takes it,
-    /// once every one is certified.
-    fn try_finish_sync(&mut self, out: &mut Vec<Action>) {
+    /// Finishes the waiting checkpoint once every object its stored requests touch is either
+    /// certified (all `r + 1` maintainers sent the same state) or to be brought up to date by
+    /// replay here: when its maintainers disagree (one lies), when a maintainer that sent
+    /// nothing is suspected (it sent nothing for an earlier checkpoint either), or when `give_up`
+    /// (the wait timed out). Likewise each skipped reply: `r + 1` equal copies, or its request is
+    /// replayed. Then the replayed objects' stored requests run here (with every object they
+    /// share a request with), the other objects are installed, and the checkpoint is taken.
+    fn try_finish_sync(&mut self, give_up: bool, out: &mut Vec<Action>) {
         let Some(sel) = self.selective.as_ref() else { return };
         let Some(sync) = sel.sync.as_ref() else { return };
+        let seqno = sync.seqno;
         let empty = BTreeMap::new();
-        let received = sel.received.get(&sync.seqno).unwrap_or(&empty);
+        let received = sel.received.get(&seqno).unwrap_or(&empty);
         let one_copy = self.config.knobs.sabotage == Some(crate::config::Sabotage::SingleObjectCopy);
-        let mut states = Vec::with_capacity(sync.objects.len());
+        let heard = |k: &usize| received.contains_key(&ReplicaId(*k as u32));
+        let suspected = |k: &usize| !heard(k) && sel.suspects.contains(&ReplicaId(*k as u32));
+        let mut states: BTreeMap<Bytes, Option<Bytes>> = BTreeMap::new();
+        let mut replay: BTreeSet<Bytes> = BTreeSet::new();
+        let mut waiting = false;
         for name in &sync.objects {
-            // Every maintainer (there are `r + 1`) must have sent the same state.
-            let copies: Vec<_> = self
-                .keepers(name)
-                .into_iter()
-                .map(|k| received.get(&ReplicaId(k as u32)).and_then(|r| r.objects.get(name)))
+            let keepers = self.keepers(name);
+            let copies: Vec<_> = keepers
+                .iter()
+                .map(|k| received.get(&ReplicaId(*k as u32)).and_then(|r| r.objects.get(name)))
                 .collect();
-            let state = if one_copy {
-                copies.iter().flatten().next().copied()
+            if one_copy {
+                if let Some(state) = copies.iter().flatten().next() {
+                    states.insert(name.clone(), (*state).clone());
+                    continue;
+                }
+            } else if let Some(first) = copies.first().copied().flatten() {
+                if copies.iter().all(|c| c == &Some(first)) {
+                    states.insert(name.clone(), first.clone());
+                    continue;
+                }
+            }
+            let all_heard = keepers.iter().all(heard);
+            if give_up || all_heard || keepers.iter().any(suspected) {
+                // Disagreeing or unreachable maintainers: bring it up to date here.
+                replay.insert(name.clone());
             } else {
-                copies
-                    .first()
-                    .copied()
-                    .flatten()
-                    .filter(|first| copies.iter().all(|c| c == &Some(*first)))
-            };
-            let Some(state) = state else { return };
-            states.push((name.clone(), state.clone()));
+                waiting = true;
+            }
         }
         let reply_quorum = if one_copy { 1 } else { self.q.reply() };
         let mut certified = Vec::with_capacity(sync.replies.len());
@@ -332,60 +353,83 @@ impl ExecStage {
                     *votes.entry(d).or_default() += 1;
                 }
             }
-            let Some((digest, _)) = votes.into_iter().find(|(_, n)| *n >= reply_quorum) else {
-                return;
-            };
-            certified.push((*key, digest.clone()));
-        }
-        let seqno = sync.seqno;
-        for (name, state) in &states {
-            if self.service.restore_object(name, state.as_deref()).is_err() {
-                // Certified by a correct maintainer, so the service's own state: a bug, but the
-                // replay still gives the right state.
-                self.stats.bump("object_restore_failed");
-                return self.replay_sync(out);
+            if let Some((result, _)) = votes.into_iter().find(|(_, n)| *n >= reply_quorum) {
+                certified.push((*key, result.clone()));
+                continue;
             }
+            let objects = sel
+                .selector
+                .stored_through(seqno)
+                .find(|s| (s.item.request.client, s.item.request.request_id) == *key)
+                .map(|s| s.objects.clone());
+            let Some(Objects::These(objects)) = objects else {
+                // Not stored (it ran here after all): nothing to certify.
+                continue;
+            };
+            let executors: BTreeSet<usize> = objects.iter().flat_map(|o| self.keepers(o)).collect();
+            if give_up || executors.iter().all(heard) || executors.iter().any(suspected) {
+                replay.extend(objects);
+            } else {
+                waiting = true;
+            }
+        }
+        if waiting {
+            return;
+        }
+        let closure = sel.selector.closure_through(seqno, &replay);
+        let mut sel = self.selective.take().expect("checked above");
+        let stored = sel.selector.take_touching_through(seqno, &closure);
+        let replayed = stored.len() as u64;
+        let mut effects = Effects::default();
+        self.run_update(
+            &mut sel,
+            Update {
+                restore: Vec::new(),
+                replay: stored,
+            },
+            &mut effects,
+        );
+        self.drop_pushes(&mut effects);
+        self.selective = Some(sel);
+        let mut installed = 0u64;
+        for (name, state) in states.iter().filter(|(name, _)| !closure.contains(*name)) {
+            if let Err(e) = self.service.restore_object(name, state.as_deref()) {
+                // The state of a correct maintainer, which the service itself made.
+                panic!("the service cannot restore an object that r + 1 maintainers certified: {e}");
+            }
+            installed += 1;
         }
         for ((client, request_id), result) in certified {
             self.replies.certify(client, request_id, result);
         }
-        self.stats.add("objects_installed", states.len() as u64);
-        self.stats.bump("selective_sync_certified");
+        self.stats.add("objects_installed", installed);
+        if replayed > 0 {
+            self.stats.bump("selective_sync_replayed");
+            self.stats.add("requests_replayed_at_checkpoint", replayed);
+        } else {
+            self.stats.bump("selective_sync_certified");
+        }
         self.finish_sync(seqno, out);
     }
 
-    /// Drops the stored requests through the waiting checkpoint and takes it.
+    /// Drops the stored requests through the waiting checkpoint and takes it. Members that sent
+    /// no OBJECT-CP for it are suspected until they send one.
     fn finish_sync(&mut self, seqno: SeqNo, out: &mut Vec<Action>) {
+        let me = self.id;
+        let others: Vec<ReplicaId> = (0..self.q.n_exec as u32).map(ReplicaId).filter(|r| *r != me).collect();
         let sel = self.selective.as_mut().expect("selective execution is on");
+        let heard = sel.received.get(&seqno);
+        for r in others {
+            if !heard.is_some_and(|h| h.contains_key(&r)) {
+                sel.suspects.insert(r);
+            }
+        }
         sel.selector.discard_through(seqno);
         sel.skipped_at.retain(|_, (_, at)| at.seqno > seqno);
         sel.sync = None;
         sel.synced = seqno;
         sel.received.retain(|s, _| *s > seqno);
         self.take_checkpoint(out);
-    }
-
-    /// Gives up waiting for certified copies: runs every stored request of the interval here.
-    fn replay_sync(&mut self, out: &mut Vec<Action>) {
-        let Some(mut sel) = self.selective.take() else { return };
-        let Some(seqno) = sel.sync.as_ref().map(|s| s.seqno) else {
-            self.selective = Some(sel);
-            return;
-        };
-        let replay = sel.selector.take_through(seqno);
-        let mut effects = Effects::default();
-        self.run_update(
-            &mut sel,
-            Update {
-                restore: Vec::new(),
-                replay,
-            },
-            &mut effects,
-        );
-        self.drop_pushes(&mut effects);
-        self.selective = Some(sel);
-        self.stats.bump("selective_sync_replayed");
-        self.finish_sync(seqno, out);
     }
 
     /// Retry tick while waiting at a checkpoint: ask the others again, then replay.
@@ -413,7 +457,7 @@ impl ExecStage {
             }
             return;
         }
-        self.replay_sync(out);
+        self.try_finish_sync(true, out);
         self.execute_ready(out);
     }
 
@@ -443,13 +487,14 @@ impl ExecStage {
                 replies: replies.iter().map(|(c, id, r)| ((*c, *id), r.clone())).collect(),
             },
         );
+        sel.suspects.remove(&from);
         self.stats.bump("object_cp_received");
         if let Some(mine) = answer {
             let to = Principal::Exec(from);
             self.send(vec![to], mine, SealFor::One(to), out);
         }
         if self.selective.as_ref().and_then(|s| s.sync.as_ref()).map(|s| s.seqno) == Some(seqno) {
-            self.try_finish_sync(out);
+            self.try_finish_sync(false, out);
             if !self.selective_waiting() {
                 self.execute_ready(out);
             }

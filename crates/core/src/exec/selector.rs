@@ -272,6 +272,43 @@ impl<T> Selector<T> {
             .map(|(_, stored)| stored)
     }
 
+    /// `objects` and every object that shares a stored request at or before `seqno` with one of
+    /// them, transitively: the set whose requests must all be replayed to bring it up to date
+    /// as of `seqno` without touching any object outside it.
+    pub fn closure_through(&self, seqno: SeqNo, objects: &BTreeSet<Bytes>) -> BTreeSet<Bytes> {
+        let mut closure = objects.clone();
+        loop {
+            let before = closure.len();
+            for stored in self.stored_through(seqno) {
+                if let Objects::These(set) = &stored.objects {
+                    if set.iter().any(|o| closure.contains(o)) {
+                        closure.extend(set.iter().cloned());
+                    }
+                }
+            }
+            if closure.len() == before {
+                return closure;
+            }
+        }
+    }
+
+    /// The stored requests at or before `seqno` that touch `objects`, oldest first, taken out of
+    /// the store.
+    pub fn take_touching_through(&mut self, seqno: SeqNo, objects: &BTreeSet<Bytes>) -> Vec<Stored<T>> {
+        let positions: Vec<Position> = self
+            .stored_through(seqno)
+            .filter(|s| match &s.objects {
+                Objects::These(set) => set.iter().any(|o| objects.contains(o)),
+                Objects::All => true,
+            })
+            .map(|s| s.at)
+            .collect();
+        positions
+            .iter()
+            .map(|at| self.store.remove(at).expect("listed above"))
+            .collect()
+    }
+
     /// Every object the stored requests at or before `seqno` touch was brought to its state as
     /// of `seqno` by other means (certified object checkpoints installed): those requests are
     /// dropped, and nothing is lost.

@@ -187,7 +187,7 @@ fn a_forced_request_runs_after_the_skipped_requests_it_depends_on() {
 }
 
 #[test]
-fn a_lying_maintainer_is_not_believed_and_the_member_replays_the_interval_itself() {
+fn a_lying_maintainer_is_not_believed_and_the_member_replays_what_it_lied_about() {
     let net = selective_net();
     let mut stages = stages(&net);
     let on12 = key_kept_by([1, 2]);
@@ -234,18 +234,68 @@ fn a_lying_maintainer_is_not_believed_and_the_member_replays_the_interval_itself
         }
     }
     let after = exchange(&net, &mut stages, &at_cp);
-    assert!(checkpoint_digest(&after[0]).is_none(), "no state on one copy");
+    // Both maintainers answered and disagree: member 0 replays the put at once instead of
+    // waiting, and its checkpoint is the honest one.
+    let replayed = checkpoint_digest(&after[0]).expect("checkpoint after the replay");
+    assert_eq!(Some(replayed), checkpoint_digest(&at_cp[1]), "the honest state");
+    assert_eq!(stages[0].stats().get("selective_sync_replayed"), 1);
+    assert_eq!(stages[0].stats().get("requests_replayed_at_checkpoint"), 1);
+    assert_eq!(
+        stages[0].stats().get("objects_installed"),
+        0,
+        "the planted state is not installed"
+    );
+}
+
+#[test]
+fn a_silent_maintainer_is_waited_for_once_then_its_objects_are_replayed_at_once() {
+    let net = selective_net();
+    let mut stages = stages(&net);
+    let on12 = key_kept_by([1, 2]);
+    let on01 = key_kept_by([0, 1]);
+    let batches = chain(vec![
+        vec![put_on(CLIENT, 1, &on12, "a")],
+        vec![],
+        vec![],
+        vec![],
+        vec![put_on(CLIENT, 2, &on12, "b")],
+        vec![put_on(ClientId(8), 1, &on01, "c")],
+        vec![],
+        vec![],
+    ]);
+    let mut at_cp = Vec::new();
+    for batch in &batches[..4] {
+        at_cp = deliver_all(&net, &mut stages, batch);
+    }
+    // Member 2 is silent: only member 1's OBJECT-CP reaches member 0.
+    at_cp[2].clear();
+    let after = exchange(&net, &mut stages, &at_cp);
+    assert!(checkpoint_digest(&after[0]).is_none(), "one of two copies: wait");
     // Two retry ticks: the first asks again, the second replays.
     let mut out = Vec::new();
     stages[0].handle(5, Input::Timer(Timer::ExecRetry), &mut out);
     assert!(sent(&out)
         .iter()
         .any(|(_, m)| matches!(m, Message::ObjectCheckpoint { ask: true, .. })));
+    assert!(checkpoint_digest(&out).is_none());
     stages[0].handle(6, Input::Timer(Timer::ExecRetry), &mut out);
-    let replayed = checkpoint_digest(&out).expect("checkpoint after the replay");
-    assert_eq!(Some(replayed), checkpoint_digest(&at_cp[1]), "the honest state");
-    assert_eq!(stages[0].stats().get("selective_sync_replayed"), 1);
-    assert_eq!(stages[0].stats().get("requests_replayed"), 1);
+    assert_eq!(
+        checkpoint_digest(&out),
+        checkpoint_digest(&at_cp[1]),
+        "the honest state"
+    );
+    // Next interval: member 2 still silent. Member 0 does not wait for it again.
+    let mut at_cp = Vec::new();
+    for batch in &batches[4..] {
+        at_cp = deliver_all(&net, &mut stages, batch);
+    }
+    assert_eq!(
+        checkpoint_digest(&at_cp[0]),
+        checkpoint_digest(&at_cp[1]),
+        "replayed at once: not even member 1's copy is waited for"
+    );
+    assert_eq!(stages[0].stats().get("selective_sync_replayed"), 2);
+    assert_eq!(stages[0].stats().get("requests_replayed_at_checkpoint"), 2);
 }
 
 #[test]

@@ -55,6 +55,9 @@ pub enum Attack {
     /// Clients whose request authenticators are valid for some authentication members and
     /// garbage for the others.
     ClientInconsistentAuth,
+    /// An execution member (not the primary) sends a wrong result in every reply (ODRC's fault
+    /// experiment; not one of Aardvark's, so not in `all`).
+    WrongReplies,
 }
 
 impl Attack {
@@ -77,6 +80,7 @@ impl Attack {
             Attack::FloodPeers => "flood-peers",
             Attack::Silence => "silence",
             Attack::ClientInconsistentAuth => "client-inconsistent-auth",
+            Attack::WrongReplies => "wrong-replies",
         }
     }
 
@@ -86,9 +90,10 @@ impl Attack {
             return Ok(Attack::ALL.to_vec());
         }
         let mut attacks = Vec::new();
+        let known = Attack::ALL.into_iter().chain([Attack::WrongReplies]);
         for name in text.split(',').map(str::trim) {
-            let attack = Attack::ALL.into_iter().find(|a| a.name() == name).ok_or_else(|| {
-                let names: Vec<&str> = Attack::ALL.iter().map(|a| a.name()).collect();
+            let attack = known.clone().find(|a| a.name() == name).ok_or_else(|| {
+                let names: Vec<&str> = known.clone().map(|a| a.name()).collect();
                 format!("--attack {name:?}: expected all or one of {}", names.join(", "))
             })?;
             if !attacks.contains(&attack) {
@@ -107,7 +112,7 @@ impl Attack {
             // view change and so hide what the flood costs).
             Attack::FloodPeers => Some(((n - 1) as u32, self.name())),
             // An execution member (members are replicas 0..n_exec), not the primary.
-            Attack::Silence => Some((1, self.name())),
+            Attack::Silence | Attack::WrongReplies => Some((1, self.name())),
             Attack::ClientFlood | Attack::ClientInconsistentAuth => None,
         }
     }
@@ -212,7 +217,7 @@ fn target(options: &BenchOptions, defences: bool, attack: Option<Attack>) -> Tar
         replica_args: Vec::new(),
         replica_env,
         attackers: ATTACKERS,
-        selective_execution: false,
+        selective_execution: options.selective.first().copied().unwrap_or(false),
         protocol: Default::default(),
     }
 }
