@@ -43,6 +43,9 @@ struct Outstanding {
     /// Latest tentative reply per execution member: result digest, the view and history of the
     /// tentatively executed batch, and the full body if it sent one.
     tentative: BTreeMap<ReplicaId, Tentative>,
+    /// Under selective execution: whether it was already retransmitted because two members'
+    /// replies differ (see `on_ordered_reply`).
+    conflict_retransmitted: bool,
 }
 
 /// A TENTATIVE-REPLY as a client holds it.
@@ -249,6 +252,7 @@ impl Client {
             timeout_us,
             replies: BTreeMap::new(),
             tentative: BTreeMap::new(),
+            conflict_retransmitted: false,
         });
     }
 
@@ -499,6 +503,19 @@ impl Client {
             }
         };
         if !quorum_met {
+            // Under selective execution only an object's r + 1 maintainers reply: two different
+            // results mean one of them lied and no quorum will form until another member runs
+            // the request. Retransmitting now (once) makes the others force it, instead of
+            // waiting out the retransmission timer.
+            let conflict = || {
+                let mut digests = outstanding.replies.values().map(|(d, _)| d);
+                digests.next().is_some_and(|first| digests.any(|d| d != first))
+            };
+            if self.config.selective_execution && !outstanding.conflict_retransmitted && conflict() {
+                outstanding.conflict_retransmitted = true;
+                self.stats.bump("retransmitted_on_conflict");
+                self.retransmit(now, out);
+            }
             return;
         }
         let full = outstanding
@@ -683,6 +700,44 @@ mod tests {
         let out = step(&mut c, 3, Input::Message(reply(&f, 0, 0, 1, ReplyBody::Digest(digest))));
         assert_eq!(delivered(&out), [good]);
         assert_eq!(c.stats().get("delivered_tentative"), 0);
+    }
+
+    /// Under selective execution two different results from the two members that ran the
+    /// request mean no quorum until a third runs it: the client retransmits at once (once),
+    /// not after its timer; without selective execution it waits for the third reply.
+    #[test]
+    fn under_selective_execution_conflicting_replies_make_the_client_retransmit_at_once() {
+        for selective in [false, true] {
+            let mut f = fixture(1, 1, 3, Knobs::default());
+            let mut config = (*f.config).clone();
+            config.selective_execution = selective;
+            f.config = Arc::new(config);
+            let mut c = client(&f, 2);
+            step(&mut c, 0, invoke(b"op"));
+            let good = Bytes::from_static(b"good");
+            let out = step(
+                &mut c,
+                1,
+                Input::Message(reply(&f, 0, 2, 1, ReplyBody::Full(good.clone()))),
+            );
+            assert!(out.is_empty());
+            let lie = ReplyBody::Full(Bytes::from_static(b"lie"));
+            let out = step(&mut c, 2, Input::Message(reply(&f, 1, 2, 1, lie.clone())));
+            let resent = out
+                .iter()
+                .any(|a| matches!(a, Action::Send { to, .. } if to.len() == 4));
+            assert_eq!(resent, selective, "selective: {selective}");
+            assert_eq!(c.stats().get("retransmitted_on_conflict"), u64::from(selective));
+            // Once per request.
+            let out = step(&mut c, 3, Input::Message(reply(&f, 1, 2, 1, lie)));
+            assert!(!out.iter().any(|a| matches!(a, Action::Send { .. })));
+            let out = step(
+                &mut c,
+                4,
+                Input::Message(reply(&f, 2, 2, 1, ReplyBody::Full(good.clone()))),
+            );
+            assert_eq!(delivered(&out), [good]);
+        }
     }
 
     fn step(c: &mut Client, now: Time, input: Input) -> Vec<Action> {

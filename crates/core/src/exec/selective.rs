@@ -114,6 +114,26 @@ impl Selective {
     }
 }
 
+/// Whether member `me` runs requests on an object kept by `keepers` (consecutive members, from
+/// [`maintainers`]): it keeps it, or one of its keepers is suspected (silent at a checkpoint) and
+/// `me` is the first member after the keepers that is neither a keeper nor suspected, standing in
+/// for it so that clients still get `r + 1` replies. Running a request it does not keep is always
+/// safe (the selector runs what it depends on first); only the CPU is spent.
+fn runs_here(keepers: &[usize], me: usize, n_exec: usize, suspects: &BTreeSet<ReplicaId>) -> bool {
+    if keepers.contains(&me) {
+        return true;
+    }
+    let suspected = |m: &usize| suspects.contains(&ReplicaId(*m as u32));
+    if !keepers.iter().any(suspected) {
+        return false;
+    }
+    let last = *keepers.last().expect("at least one keeper");
+    let stand_in = (1..n_exec)
+        .map(|k| (last + k) % n_exec)
+        .find(|m| !keepers.contains(m) && !suspected(m));
+    stand_in == Some(me)
+}
+
 impl ExecStage {
     /// Whether execution waits at a checkpoint for certified objects.
     pub(super) fn selective_waiting(&self) -> bool {
@@ -217,8 +237,14 @@ impl ExecStage {
                     request: request.clone(),
                     context: *context,
                 };
+                let suspects = &sel.suspects;
                 sel.selector.insert_by(at, objects.clone(), item, |o| {
-                    maintainers(&service.placement(o), n_exec, copies).contains(&me)
+                    runs_here(
+                        &maintainers(&service.placement(o), n_exec, copies),
+                        me,
+                        n_exec,
+                        suspects,
+                    )
                 })
             };
             match decision {
