@@ -517,6 +517,11 @@ pub enum ConfigError {
     /// The admin client is not a configured client.
     #[error("admin client {0} is not a configured client")]
     UnknownAdmin(u32),
+    /// `selective_execution = true` with a service that cannot run selectively.
+    #[error(
+        "selective_execution = true needs a service with object checkpoints (Service::object_state) that keeps no paged state; this service has none: run the kv service, or set selective_execution = false"
+    )]
+    SelectiveExecutionUnsupported,
 }
 
 impl ClusterConfig {
@@ -639,6 +644,13 @@ impl ClusterConfig {
                     "tentative_entries_max",
                     k.tentative_entries_max as u64,
                     "must be 0 with selective_execution = true (a tentative batch would be rolled back on members that skipped part of it)",
+                );
+            }
+            if self.admin.is_some() {
+                return bad(
+                    "admin",
+                    1,
+                    "must be unset with selective_execution = true (a reconfiguration would move objects to other maintainers)",
                 );
             }
             if matches!(self.protocol, OrderProtocol::Quorum | OrderProtocol::Aliph) {
@@ -821,6 +833,25 @@ mod tests {
         c.cluster_name.clear();
         assert!(error(&c).contains("cluster_name"));
         assert!(base().validate().is_ok());
+    }
+
+    #[test]
+    fn selective_execution_refuses_what_it_does_not_go_with() {
+        let mut c = base();
+        c.selective_execution = true;
+        assert!(c.validate().is_ok());
+        c.knobs.tentative_entries_max = 8;
+        assert!(error(&c).contains("tentative_entries_max"), "{}", error(&c));
+        c.knobs.tentative_entries_max = 0;
+        c.admin = Some(c.clients[0].id);
+        assert!(error(&c).contains("admin"), "{}", error(&c));
+        c.admin = None;
+        for protocol in [OrderProtocol::Quorum, OrderProtocol::Aliph] {
+            c.protocol = protocol;
+            assert!(error(&c).contains("selective_execution"), "{}", error(&c));
+        }
+        c.protocol = OrderProtocol::Chain;
+        assert!(c.validate().is_ok());
     }
 
     #[test]

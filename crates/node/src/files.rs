@@ -757,8 +757,8 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         })
         .collect();
     // The administrator: one more client, after the others (`admin.toml`). An LCR, Quorum, Chain or
-    // Aliph cluster's membership is fixed: it has none.
-    let administered = plan.protocol.is_default();
+    // Aliph cluster's membership is fixed: it has none; so is one with selective execution.
+    let administered = plan.protocol.is_default() && !plan.selective_execution;
     let admin_keys = fresh_keys();
     let admin_id = plan.clients;
     let mut clients: Vec<ClientEntry> = clients;

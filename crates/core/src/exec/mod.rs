@@ -150,11 +150,7 @@ impl ExecStage {
         let q = config.validate()?;
         assert!((id.0 as usize) < q.n_exec, "replica {} hosts no execution member", id.0);
         if config.selective_execution && (service.pages().is_some() || service.object_state(b"").is_none()) {
-            return Err(ConfigError::BadKnob {
-                name: "selective_execution",
-                value: 1,
-                why: "the service has no object checkpoints (Service::object_state), or keeps its state in pages",
-            });
+            return Err(ConfigError::SelectiveExecutionUnsupported);
         }
         let selective = config
             .selective_execution
