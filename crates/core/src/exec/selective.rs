@@ -344,6 +344,8 @@ impl ExecStage {
         let suspected = |k: &usize| !heard(k) && sel.suspects.contains(&ReplicaId(*k as u32));
         let mut states: BTreeMap<Bytes, Option<Bytes>> = BTreeMap::new();
         let mut replay: BTreeSet<Bytes> = BTreeSet::new();
+        // Members whose copies this checkpoint needed and did not get: suspected after it.
+        let mut unheard: BTreeSet<ReplicaId> = BTreeSet::new();
         let mut waiting = false;
         for name in &sync.objects {
             let keepers = self.keepers(name);
@@ -366,6 +368,7 @@ impl ExecStage {
             if give_up || all_heard || keepers.iter().any(suspected) {
                 // Disagreeing or unreachable maintainers: bring it up to date here.
                 replay.insert(name.clone());
+                unheard.extend(keepers.iter().filter(|k| !heard(k)).map(|k| ReplicaId(*k as u32)));
             } else {
                 waiting = true;
             }
@@ -395,6 +398,7 @@ impl ExecStage {
             let executors: BTreeSet<usize> = objects.iter().flat_map(|o| self.keepers(o)).collect();
             if give_up || executors.iter().all(heard) || executors.iter().any(suspected) {
                 replay.extend(objects);
+                unheard.extend(executors.iter().filter(|k| !heard(k)).map(|k| ReplicaId(*k as u32)));
             } else {
                 waiting = true;
             }
@@ -435,21 +439,16 @@ impl ExecStage {
         } else {
             self.stats.bump("selective_sync_certified");
         }
-        self.finish_sync(seqno, out);
+        self.finish_sync(seqno, unheard, out);
     }
 
-    /// Drops the stored requests through the waiting checkpoint and takes it. Members that sent
-    /// no OBJECT-CP for it are suspected until they send one.
-    fn finish_sync(&mut self, seqno: SeqNo, out: &mut Vec<Action>) {
-        let me = self.id;
-        let others: Vec<ReplicaId> = (0..self.q.n_exec as u32).map(ReplicaId).filter(|r| *r != me).collect();
+    /// Drops the stored requests through the waiting checkpoint and takes it. `unheard`, the
+    /// members whose copies it needed and went without, are suspected until they send an
+    /// OBJECT-CP again (members it did not need are not: a member that stored nothing finishes
+    /// before anyone's copy arrives).
+    fn finish_sync(&mut self, seqno: SeqNo, unheard: BTreeSet<ReplicaId>, out: &mut Vec<Action>) {
         let sel = self.selective.as_mut().expect("selective execution is on");
-        let heard = sel.received.get(&seqno);
-        for r in others {
-            if !heard.is_some_and(|h| h.contains_key(&r)) {
-                sel.suspects.insert(r);
-            }
-        }
+        sel.suspects.extend(unheard);
         sel.selector.discard_through(seqno);
         sel.skipped_at.retain(|_, (_, at)| at.seqno > seqno);
         sel.sync = None;
@@ -502,6 +501,8 @@ impl ExecStage {
         let Some(sel) = self.selective.as_mut() else {
             return self.stats.bump("object_cp_not_selective");
         };
+        // Any authenticated OBJECT-CP shows the member is not silent.
+        sel.suspects.remove(&from);
         if !seqno.0.is_multiple_of(interval) || seqno <= sel.synced || seqno.0 > horizon {
             return self.stats.bump("object_cp_out_of_window");
         }
@@ -513,7 +514,6 @@ impl ExecStage {
                 replies: replies.iter().map(|(c, id, r)| ((*c, *id), r.clone())).collect(),
             },
         );
-        sel.suspects.remove(&from);
         self.stats.bump("object_cp_received");
         if let Some(mine) = answer {
             let to = Principal::Exec(from);
