@@ -362,11 +362,12 @@ impl ExecStage {
             seqno: batch.seqno,
             history: batch.history,
         }));
-        if !batch.seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) {
-        } else if self.selective.is_some() {
-            self.checkpoint_selectively(out);
-        } else {
-            self.take_checkpoint(out);
+        if batch.seqno.0.is_multiple_of(self.config.knobs.checkpoint_interval) {
+            if self.selective.is_some() {
+                self.checkpoint_selectively(out);
+            } else {
+                self.take_checkpoint(out);
+            }
         }
         self.report_wake(false, out);
     }

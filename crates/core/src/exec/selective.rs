@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 
 use super::reply_cache::CachedResult;
-use super::selector::{maintainers, Decision, Objects, Position, Selector, Update};
+use super::selector::{maintainers, Decision, Objects, Position, Selector, Stored, Update};
 use super::ExecStage;
 use crate::config::ClusterConfig;
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo};
@@ -68,8 +68,6 @@ pub(super) struct Selective {
     dirty: BTreeSet<Bytes>,
     /// Per client, the newest request it ran at its turn since then, with the reply.
     given: BTreeMap<ClientId, (RequestId, Bytes)>,
-    /// Where each client's newest skipped request is stored.
-    skipped_at: BTreeMap<ClientId, (RequestId, Position)>,
     /// OBJECT-CPs of the others, by checkpoint and sender (checkpoints within the window).
     received: BTreeMap<SeqNo, BTreeMap<ReplicaId, Received>>,
     /// This member's own OBJECT-CPs of the newest checkpoints (answers to `ask`).
@@ -92,7 +90,6 @@ impl Selective {
             selector: Selector::new(me, n_exec, copies),
             dirty: BTreeSet::new(),
             given: BTreeMap::new(),
-            skipped_at: BTreeMap::new(),
             received: BTreeMap::new(),
             sent: BTreeMap::new(),
             sync: None,
@@ -107,10 +104,16 @@ impl Selective {
         self.selector = Selector::new(me, n_exec, copies);
         self.dirty.clear();
         self.given.clear();
-        self.skipped_at.clear();
         self.sync = None;
         self.synced = seqno;
         self.received.retain(|s, _| *s > seqno);
+    }
+
+    /// The stored request `request_id` of `client`, if it is stored here.
+    fn stored_request(&self, client: ClientId, request_id: RequestId) -> Option<&Stored<Skipped>> {
+        self.selector
+            .stored_requests()
+            .find(|s| (s.item.request.client, s.item.request.request_id) == (client, request_id))
     }
 }
 
@@ -135,6 +138,12 @@ fn runs_here(keepers: &[usize], me: usize, n_exec: usize, suspects: &BTreeSet<Re
 }
 
 impl ExecStage {
+    /// Every execution member but this one.
+    fn other_exec_members(&self) -> impl Iterator<Item = Principal> + use<> {
+        let me = Principal::Exec(self.id);
+        ClusterConfig::exec_members(&self.q).filter(move |p| *p != me)
+    }
+
     /// Whether execution waits at a checkpoint for certified objects.
     pub(super) fn selective_waiting(&self) -> bool {
         self.selective.as_ref().is_some_and(|s| s.sync.is_some())
@@ -176,7 +185,7 @@ impl ExecStage {
 
     /// Runs an update's stored requests in order (ODRC's `update_objects`); a forced request is
     /// the update's last and its reply goes to its client.
-    fn run_update(&mut self, sel: &mut Selective, update: Update<Skipped>, effects: &mut Effects) {
+    fn run_update(&mut self, update: Update<Skipped>, effects: &mut Effects) {
         if !update.restore.is_empty() {
             // Objects are never lost here: stored requests are dropped only once certified
             // states of their objects are installed (`Selector::discard_through`).
@@ -186,9 +195,6 @@ impl ExecStage {
             let Skipped { request, context } = stored.item;
             let result = self.run_one(&request, &context, effects);
             self.replies.record_replayed(request.client, request.request_id, result);
-            if sel.skipped_at.get(&request.client).map(|s| s.0) == Some(request.request_id) {
-                sel.skipped_at.remove(&request.client);
-            }
             self.stats.bump("requests_replayed");
         }
     }
@@ -204,10 +210,9 @@ impl ExecStage {
 
     /// Brings every object up to date before the service's wake-up (it may touch any).
     pub(super) fn selective_before_wake(&mut self, seqno: SeqNo, effects: &mut Effects) {
-        let Some(mut sel) = self.selective.take() else { return };
+        let Some(sel) = self.selective.as_mut() else { return };
         let update = sel.selector.update(Objects::All, Position { seqno, index: 0 });
-        self.run_update(&mut sel, update, effects);
-        self.selective = Some(sel);
+        self.run_update(update, effects);
     }
 
     /// Runs the requests of batch `seqno` (agreed context `context`) that this member runs,
@@ -250,11 +255,10 @@ impl ExecStage {
             match decision {
                 Decision::Stored => {
                     self.replies.record_skipped(request.client, request.request_id);
-                    sel.skipped_at.insert(request.client, (request.request_id, at));
                     self.stats.bump("requests_skipped");
                 }
                 Decision::Run(update) => {
-                    self.run_update(&mut sel, update, effects);
+                    self.run_update(update, effects);
                     let result = self.run_one(&request, context, effects);
                     // A global request runs everywhere after everything: every member's copy
                     // of every object is current after it, so it dirties nothing.
@@ -301,8 +305,7 @@ impl ExecStage {
                 .collect(),
             ask: false,
         };
-        let others = ClusterConfig::exec_members(&self.q).filter(|p| *p != Principal::Exec(self.id));
-        self.send_each(others, &message, out);
+        self.send_each(self.other_exec_members(), &message, out);
         sel.sent.insert(seqno, message);
         while sel.sent.len() > SENT_KEPT {
             sel.sent.pop_first();
@@ -386,11 +389,7 @@ impl ExecStage {
                 certified.push((*key, result.clone()));
                 continue;
             }
-            let objects = sel
-                .selector
-                .stored_through(seqno)
-                .find(|s| (s.item.request.client, s.item.request.request_id) == *key)
-                .map(|s| s.objects.clone());
+            let objects = sel.stored_request(key.0, key.1).map(|s| s.objects.clone());
             let Some(Objects::These(objects)) = objects else {
                 // Not stored (it ran here after all): nothing to certify.
                 continue;
@@ -407,12 +406,10 @@ impl ExecStage {
             return;
         }
         let closure = sel.selector.closure_through(seqno, &replay);
-        let mut sel = self.selective.take().expect("checked above");
-        let stored = sel.selector.take_touching_through(seqno, &closure);
+        let stored = (self.selective.as_mut().expect("checked above").selector).take_touching_through(seqno, &closure);
         let replayed = stored.len() as u64;
         let mut effects = Effects::default();
         self.run_update(
-            &mut sel,
             Update {
                 restore: Vec::new(),
                 replay: stored,
@@ -420,7 +417,6 @@ impl ExecStage {
             &mut effects,
         );
         self.drop_pushes(&mut effects);
-        self.selective = Some(sel);
         let mut installed = 0u64;
         for (name, state) in states.iter().filter(|(name, _)| !closure.contains(*name)) {
             if let Err(e) = self.service.restore_object(name, state.as_deref()) {
@@ -450,7 +446,6 @@ impl ExecStage {
         let sel = self.selective.as_mut().expect("selective execution is on");
         sel.suspects.extend(unheard);
         sel.selector.discard_through(seqno);
-        sel.skipped_at.retain(|_, (_, at)| at.seqno > seqno);
         sel.sync = None;
         sel.synced = seqno;
         sel.received.retain(|s, _| *s > seqno);
@@ -476,9 +471,8 @@ impl ExecStage {
                     replies: replies.clone(),
                     ask: true,
                 };
-                let others = ClusterConfig::exec_members(&self.q).filter(|p| *p != Principal::Exec(self.id));
                 self.stats.bump("object_cp_asked");
-                self.send_each(others, &message, out);
+                self.send_each(self.other_exec_members(), &message, out);
             }
             return;
         }
@@ -530,20 +524,20 @@ impl ExecStage {
     /// RETRANSMIT for a request this member skipped: run it now (with what it needs first), so
     /// its reply can go out. `false` if it is not stored here.
     pub(super) fn force_skipped(&mut self, client: ClientId, request_id: RequestId) -> bool {
-        let Some(mut sel) = self.selective.take() else {
+        let Some(sel) = self.selective.as_mut() else {
             return false;
         };
-        let mut forced = false;
-        if let Some(&(_, at)) = sel.skipped_at.get(&client).filter(|(id, _)| *id == request_id) {
-            if let Some(update) = sel.selector.force(at) {
-                let mut effects = Effects::default();
-                self.run_update(&mut sel, update, &mut effects);
-                self.drop_pushes(&mut effects);
-                self.stats.bump("requests_forced");
-                forced = true;
-            }
-        }
-        self.selective = Some(sel);
-        forced && matches!(self.replies.get(client).map(|c| &c.result), Some(CachedResult::Full(_)))
+        let Some(update) = sel
+            .stored_request(client, request_id)
+            .map(|s| s.at)
+            .and_then(|at| sel.selector.force(at))
+        else {
+            return false;
+        };
+        let mut effects = Effects::default();
+        self.run_update(update, &mut effects);
+        self.drop_pushes(&mut effects);
+        self.stats.bump("requests_forced");
+        matches!(self.replies.get(client).map(|c| &c.result), Some(CachedResult::Full(_)))
     }
 }

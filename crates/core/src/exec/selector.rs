@@ -260,6 +260,11 @@ impl<T> Selector<T> {
         std::mem::replace(&mut self.store, later).into_values().collect()
     }
 
+    /// Every stored request, oldest first.
+    pub fn stored_requests(&self) -> impl Iterator<Item = &Stored<T>> {
+        self.store.values()
+    }
+
     /// The stored requests at or before `seqno`, oldest first (still stored).
     pub fn stored_through(&self, seqno: SeqNo) -> impl Iterator<Item = &Stored<T>> {
         self.store

@@ -60,6 +60,17 @@ fn deliver_all(net: &Net, stages: &mut [ExecStage], batch: &TestBatch) -> Vec<Ve
     stages.iter_mut().map(|s| net.deliver(s, batch)).collect()
 }
 
+/// Delivers `batches` in order to every stage; returns each stage's actions over all of them.
+fn deliver_each(net: &Net, stages: &mut [ExecStage], batches: &[TestBatch]) -> Vec<Vec<Action>> {
+    let mut outs: Vec<Vec<Action>> = vec![Vec::new(); stages.len()];
+    for batch in batches {
+        for (i, out) in deliver_all(net, stages, batch).into_iter().enumerate() {
+            outs[i].extend(out);
+        }
+    }
+    outs
+}
+
 /// The OBJECT-CPs in `out` as inputs from `from`, one per recipient.
 fn object_cps(net: &Net, from: u32, out: &[Action]) -> Vec<(Principal, Input)> {
     out.iter()
@@ -114,12 +125,7 @@ fn a_request_runs_on_its_two_maintainers_only_and_every_member_catches_up_at_the
         vec![put_on(CLIENT, 2, &on12, "c")],
         vec![],
     ]);
-    let mut outs: Vec<Vec<Action>> = vec![Vec::new(); 3];
-    for batch in &batches[..3] {
-        for (i, out) in deliver_all(&net, &mut stages, batch).into_iter().enumerate() {
-            outs[i].extend(out);
-        }
-    }
+    let outs = deliver_each(&net, &mut stages, &batches[..3]);
     // Client 7's first put: members 0 and 1 answer, member 2 skips it.
     let answered = |out: &[Action], client, id| replies(out, client).iter().any(|(r, _)| *r == RequestId(id));
     assert!(answered(&outs[0], CLIENT, 1) && answered(&outs[1], CLIENT, 1));
@@ -294,12 +300,7 @@ fn a_silent_maintainer_is_waited_for_once_then_a_stand_in_runs_its_objects() {
     // Next interval: member 2 is suspected. Member 0, the first member after the object's
     // keepers {1, 2}, stands in for it: it runs the put at its turn and answers, so the client
     // still gets two replies, and has nothing to wait for at the checkpoint.
-    let mut outs: Vec<Vec<Action>> = vec![Vec::new(); 3];
-    for batch in &batches[4..] {
-        for (i, out) in deliver_all(&net, &mut stages, batch).into_iter().enumerate() {
-            outs[i].extend(out);
-        }
-    }
+    let outs = deliver_each(&net, &mut stages, &batches[4..]);
     assert!(replies(&outs[0], CLIENT).iter().any(|(id, _)| *id == RequestId(2)));
     assert_eq!(
         checkpoint_digest(&outs[0]),
