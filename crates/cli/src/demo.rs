@@ -160,6 +160,7 @@ pub fn start_local_cluster_with(
         recovery_interval_secs: 0,
         protocol,
         selective_execution: false,
+        separate_stages: None,
     };
     files::init_cluster(&plan, dir)?;
     let exe = std::env::current_exe().map_err(|e| FileError(format!("cannot find own executable: {e}")))?;

@@ -101,6 +101,16 @@ enum Command {
         /// `selective_execution`.
         #[arg(long)]
         selective_execution: bool,
+        /// Run the execution members in processes of their own (docs/ODRC.md "Separated
+        /// stages"): replicas 0 .. 2u + r + 1 run authentication and order, the next n_exec one
+        /// execution member each (start them with `upright replica --stages exec --id i`).
+        /// --replicas then counts both. PBFT only. Written to cluster.toml as `separate_stages`.
+        #[arg(long)]
+        separate_stages: bool,
+        /// With --separate-stages: the failures the execution stage tolerates (at least --u;
+        /// default --u); it has exec_u + max(exec_u, r) + 1 members. Written as `exec_u`.
+        #[arg(long, requires = "separate_stages")]
+        exec_u: Option<usize>,
         /// The ordering protocol: `pbft` (Byzantine faults), `quorum` (Aliph's Quorum with PBFT
         /// as its Backup: fastest for one client at a time; needs --u equal to --r, no admin.toml),
         /// `chain` (Aliph's Chain with PBFT as its Backup: for many clients; needs --r of at
@@ -120,9 +130,16 @@ enum Command {
         /// Cluster config.
         #[arg(long)]
         config: PathBuf,
-        /// Replica id.
+        /// Replica id: its position in cluster.toml; with --stages, the member's index in
+        /// those stages.
         #[arg(long)]
         id: u32,
+        /// The stages this process runs, comma-separated (`auth,order` or `exec`), when the
+        /// cluster runs them in separate processes (`separate_stages = true`): `--stages exec
+        /// --id i` is execution member i. Refused when cluster.toml places other stages there.
+        /// Default: whatever cluster.toml places on replica --id.
+        #[arg(long, value_delimiter = ',', value_parser = ["auth", "order", "exec"])]
+        stages: Vec<String>,
         /// Key file (default: keys/replica-<id>.key next to the config).
         #[arg(long)]
         key: Option<PathBuf>,
@@ -388,13 +405,18 @@ fn main() -> ExitCode {
             key_refresh_secs,
             recovery_interval_secs,
             selective_execution,
+            separate_stages,
+            exec_u,
             protocol,
             out,
         } => init(
             (replicas, u, r),
             (
-                protocol.as_deref().unwrap_or(if r == 0 { "lcr" } else { "pbft" }),
+                protocol
+                    .as_deref()
+                    .unwrap_or(if r == 0 && !separate_stages { "lcr" } else { "pbft" }),
                 selective_execution,
+                separate_stages.then_some(exec_u.unwrap_or(u)),
             ),
             hosts,
             clients,
@@ -406,11 +428,12 @@ fn main() -> ExitCode {
         Command::Replica {
             config,
             id,
+            stages,
             key,
             service,
             objects,
             object_bytes,
-        } => replica(&config, id, key, &service, (objects, object_bytes as usize)),
+        } => replica(&config, (id, &stages), key, &service, (objects, object_bytes as usize)),
         Command::Status { config } => runtime().block_on(status(&config)),
         Command::Recover {
             config,
@@ -588,7 +611,7 @@ fn hex_of(bytes: &[u8]) -> String {
 #[allow(clippy::too_many_arguments)]
 fn init(
     (replicas, u, r): (usize, usize, usize),
-    (protocol, selective_execution): (&str, bool),
+    (protocol, selective_execution, separate_stages): (&str, bool, Option<usize>),
     hosts: Vec<String>,
     clients: u32,
     name: String,
@@ -596,11 +619,29 @@ fn init(
     (metrics_host, metrics_token): (Option<String>, bool),
     out: &Path,
 ) -> Result<ExitCode, FileError> {
-    if replicas != 2 * u + r + 1 {
-        return Err(FileError(format!(
-            "--replicas {replicas} does not match u = {u}, r = {r}: the cluster needs 2u + r + 1 = {} replicas",
-            2 * u + r + 1
-        )));
+    match separate_stages {
+        None if replicas != 2 * u + r + 1 => {
+            return Err(FileError(format!(
+                "--replicas {replicas} does not match u = {u}, r = {r}: the cluster needs 2u + r + 1 = {} replicas",
+                2 * u + r + 1
+            )));
+        }
+        Some(exec_u) => {
+            if exec_u < u {
+                return Err(FileError(format!(
+                    "--exec-u {exec_u} is below --u {u}: the execution stage must tolerate at least the failures the cluster does"
+                )));
+            }
+            let n_exec = exec_u + exec_u.max(r) + 1;
+            if replicas != 2 * u + r + 1 + n_exec {
+                return Err(FileError(format!(
+                    "--replicas {replicas} does not match u = {u}, r = {r}, exec_u = {exec_u} with --separate-stages: the cluster needs 2u + r + 1 = {} authentication and order replicas and exec_u + max(exec_u, r) + 1 = {n_exec} execution replicas, {} in all",
+                    2 * u + r + 1,
+                    2 * u + r + 1 + n_exec
+                )));
+            }
+        }
+        None => {}
     }
     if hosts.is_empty() {
         return Err(FileError(
@@ -630,6 +671,7 @@ fn init(
         recovery_interval_secs,
         protocol: upright_core::config::OrderProtocol::from_name(protocol).expect("clap checked the name"),
         selective_execution,
+        separate_stages,
     };
     let cluster = files::init_cluster(&plan, out)?;
     println!(
@@ -658,10 +700,17 @@ fn init(
             files::METRICS_TOKEN_FILE
         );
     }
-    println!(
-        "run replica i with: upright replica --config {}/cluster.toml --id i",
-        out.display()
-    );
+    if separate_stages.is_some() {
+        println!(
+            "run authentication and order member i with: upright replica --config {0}/cluster.toml --stages auth,order --id i\nrun execution member i with: upright replica --config {0}/cluster.toml --stages exec --id i",
+            out.display()
+        );
+    } else {
+        println!(
+            "run replica i with: upright replica --config {}/cluster.toml --id i",
+            out.display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -682,15 +731,68 @@ fn byzantine_wrapper(
     }))
 }
 
+/// The replica process that runs member `id` of `stages` (`upright replica --stages`): `id`
+/// itself without `--stages`; refused when cluster.toml places other stages on that process.
+fn replica_process(cluster: &Cluster, id: u32, stages: &[String]) -> Result<u32, FileError> {
+    if stages.is_empty() {
+        return Ok(id);
+    }
+    let q = cluster.config.validate().map_err(|e| FileError(e.to_string()))?;
+    let mut wanted: Vec<&str> = stages.iter().map(String::as_str).collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let process = if wanted == ["exec"] && q.separate_stages {
+        if id as usize >= q.n_exec {
+            return Err(FileError(format!(
+                "--stages exec --id {id}: the cluster has {} execution members (0 to {})",
+                q.n_exec,
+                q.n_exec - 1
+            )));
+        }
+        id + q.exec_process_base()
+    } else {
+        id
+    };
+    let hosted: Vec<&str> = q
+        .members_of(upright_core::ids::ReplicaId(process))
+        .iter()
+        .map(|p| match p.stage() {
+            Some(upright_core::ids::StageKind::Auth) => "auth",
+            Some(upright_core::ids::StageKind::Order) => "order",
+            _ => "exec",
+        })
+        .collect();
+    let mut sorted = hosted.clone();
+    sorted.sort_unstable();
+    if sorted != wanted {
+        return Err(FileError(format!(
+            "--stages {} --id {id}: cluster.toml places {} on that replica{}",
+            stages.join(","),
+            if hosted.is_empty() {
+                "nothing".to_string()
+            } else {
+                hosted.join(",")
+            },
+            if q.separate_stages {
+                ""
+            } else {
+                " (its stages share processes: set separate_stages = true with upright init --separate-stages to run them apart)"
+            }
+        )));
+    }
+    Ok(process)
+}
+
 fn replica(
     config: &Path,
-    id: u32,
+    (id, stages): (u32, &[String]),
     key: Option<PathBuf>,
     service: &str,
     (objects, object_bytes): (u64, usize),
 ) -> Result<ExitCode, FileError> {
     init_logging("info");
     let cluster = Cluster::load(config)?;
+    let id = replica_process(&cluster, id, stages)?;
     cluster.slot_keys(id)?;
     let key_path = key.unwrap_or_else(|| cluster.key_path(id));
     let keys = files::load_replica_keys(&cluster, id, &key_path)?;
@@ -775,12 +877,17 @@ async fn status(config: &Path) -> Result<ExitCode, FileError> {
         "{:<8} {:<11} {:>6} {:>10} {:>10} {:>11} {:>10}",
         "replica", "health", "view", "committed", "executed", "stable_cp", "exec_cp"
     );
-    let n_exec = cluster.config.validate().map_err(|e| FileError(e.to_string()))?.n_exec;
+    let q = cluster.config.validate().map_err(|e| FileError(e.to_string()))?;
     let token = cluster.metrics_token()?;
     let mut up = 0;
     for entry in &cluster.file.replicas {
-        // Replicas past the first n_exec host no execution member: nothing to show there.
-        let hosts_exec = (entry.id as usize) < n_exec;
+        // A replica without an execution member (past the first n_exec, or an authentication
+        // and order process of separate stages) or without an order member (an execution
+        // process): nothing to show in those columns.
+        let members = q.members_of(upright_core::ids::ReplicaId(entry.id));
+        let hosts = |kind| members.iter().any(|p| p.stage() == Some(kind));
+        let hosts_exec = hosts(upright_core::ids::StageKind::Exec);
+        let hosts_order = hosts(upright_core::ids::StageKind::Order);
         let slot = entry
             .public_keys()
             .ok()
@@ -796,10 +903,14 @@ async fn status(config: &Path) -> Result<ExitCode, FileError> {
                     "{:<8} {:<11} {:>6} {:>10} {:>10} {:>11} {:>10}",
                     slot,
                     g("health"),
-                    g("view"),
-                    g("committed"),
+                    if hosts_order { g("view") } else { "-".into() },
+                    if hosts_order { g("committed") } else { "-".into() },
                     if hosts_exec { g("executed") } else { "-".into() },
-                    g("stable_checkpoint"),
+                    if hosts_order {
+                        g("stable_checkpoint")
+                    } else {
+                        "-".into()
+                    },
                     if hosts_exec { g("exec_checkpoint") } else { "-".into() }
                 );
             }

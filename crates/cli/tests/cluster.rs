@@ -59,6 +59,20 @@ impl TestCluster {
         TestCluster::start_running(hosts, in_netns, upright_core::config::OrderProtocol::Pbft, false)
     }
 
+    /// Starts a cluster with separate stages (u = r = 1 for ordering, the execution stage at
+    /// `exec_u`): four authentication and order processes, then the execution processes, each
+    /// started as a user would (`upright replica --stages auth,order|exec --id i`).
+    fn start_separate(exec_u: usize, selective_execution: bool) -> TestCluster {
+        let n_exec = exec_u + exec_u.max(1) + 1;
+        TestCluster::start_plan(
+            vec!["127.0.0.1".into()],
+            None,
+            upright_core::config::OrderProtocol::Pbft,
+            (selective_execution, Some(exec_u)),
+            4 + n_exec,
+        )
+    }
+
     /// Starts a cluster ordering with `protocol`: four replicas (u = r = 1), or three (u = 1,
     /// r = 0) for LCR.
     fn start_running(
@@ -68,7 +82,23 @@ impl TestCluster {
         selective_execution: bool,
     ) -> TestCluster {
         let lcr = protocol == upright_core::config::OrderProtocol::Lcr;
-        let (r, n) = if lcr { (0, 3) } else { (1, 4) };
+        let n = if lcr { 3 } else { 4 };
+        TestCluster::start_plan(hosts, in_netns, protocol, (selective_execution, None), n)
+    }
+
+    /// Starts `n` replica processes of a cluster at u = 1 (r = 0 under LCR, 1 otherwise).
+    fn start_plan(
+        hosts: Vec<String>,
+        in_netns: Option<(usize, String)>,
+        protocol: upright_core::config::OrderProtocol,
+        (selective_execution, separate_stages): (bool, Option<usize>),
+        n: usize,
+    ) -> TestCluster {
+        let r = if protocol == upright_core::config::OrderProtocol::Lcr {
+            0
+        } else {
+            1
+        };
         let dir = tempfile::tempdir().unwrap();
         let knobs = Knobs {
             checkpoint_interval: 8,
@@ -94,6 +124,7 @@ impl TestCluster {
             recovery_interval_secs: 0,
             protocol,
             selective_execution,
+            separate_stages,
         };
         let cluster = files::init_cluster(&plan, dir.path()).unwrap();
         let mut c = TestCluster {
@@ -140,10 +171,21 @@ impl TestCluster {
             _ => Command::new(env!("CARGO_BIN_EXE_upright")),
         };
         command.envs(self.env.iter().map(|(k, v)| (*k, v.as_str())));
-        let child = command
+        command
             .args(["replica", "--config"])
-            .arg(self.path().join("cluster.toml"))
-            .args(["--id", &id.to_string()])
+            .arg(self.path().join("cluster.toml"));
+        // With separate stages, as a user starts them: by stage and member index.
+        let q = self.cluster.config.validate().unwrap();
+        if q.separate_stages {
+            let base = q.exec_process_base() as usize;
+            match id.checked_sub(base) {
+                Some(member) => command.args(["--stages", "exec", "--id", &member.to_string()]),
+                None => command.args(["--stages", "auth,order", "--id", &id.to_string()]),
+            };
+        } else {
+            command.args(["--id", &id.to_string()]);
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -392,6 +434,55 @@ fn selective_execution_serves_through_sigkill_of_each_execution_replica_and_of_a
             }
         }
         kill_each_then_all(&mut c, &client, acked, 3, 4).await;
+    });
+}
+
+/// Separate stages (ODRC-6, UpRight's deployment): four authentication and order processes and
+/// five execution-only processes (ordering at u = r = 1, execution at u = 2), with selective
+/// execution. Pairs of execution processes are SIGKILLed together while a client writes (every
+/// process is in some pair, and pairs of neighbours, which maintain objects together), then
+/// restarted: writes go on, every acknowledged write is readable, and the restarted processes
+/// catch up.
+#[test]
+fn separate_stages_serve_through_sigkill_of_any_two_execution_processes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    rt().block_on(async {
+        let mut c = TestCluster::start_separate(2, true);
+        assert_eq!(c.children.len(), 9);
+        let client = c.client(0);
+        let mut acked = write_many(&client, "before", 20).await;
+        assert_eq!(acked.len(), 20, "{}", c.logs());
+        // Execution member i is process 4 + i.
+        for (a, b) in [(0, 1), (2, 3), (4, 0), (1, 3)] {
+            c.kill(4 + a);
+            c.kill(4 + b);
+            let during = write_many(&client, &format!("without-{a}-{b}"), 20).await;
+            assert_eq!(
+                during.len(),
+                20,
+                "writes continue with execution members {a} and {b} down\n{}",
+                c.logs()
+            );
+            acked.extend(during);
+            c.spawn(4 + a);
+            c.spawn(4 + b);
+            acked.extend(write_many(&client, &format!("back-{a}-{b}"), 10).await);
+        }
+        assert_all_readable(&c, &client, &acked).await;
+        // The authentication and order processes execute nothing; every execution process
+        // catches up with the others.
+        assert_eq!(
+            c.status(0).await.and_then(|s| s.get("executed").cloned()).as_deref(),
+            Some("0")
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for id in 4..9u32 {
+            let other = if id == 8 { 4 } else { id + 1 };
+            while c.executed(id).await < c.executed(other).await.saturating_sub(2) {
+                assert!(Instant::now() < deadline, "process {id} did not catch up\n{}", c.logs());
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
     });
 }
 

@@ -118,7 +118,7 @@ impl RawClient {
                     (Message::NewKey { key, .. }, from) => {
                         new_keys += 1;
                         if install {
-                            let _ = self.keys.accept_new_key(from.process(), key);
+                            let _ = self.keys.accept_new_key(self.keys.process_of(from), key);
                         }
                     }
                     _ => {}

@@ -33,6 +33,8 @@ fn cluster() -> (ClusterConfig, Vec<SecretKeys>) {
         origin: None,
         protocol: Default::default(),
         selective_execution: false,
+        separate_stages: false,
+        exec_u: None,
     };
     (config, secrets)
 }

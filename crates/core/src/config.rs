@@ -95,6 +95,11 @@ pub enum Sabotage {
     /// and a skipped reply's digest from one copy, instead of `r + 1` matching: a Byzantine
     /// maintainer can then plant a state nobody executed.
     SingleObjectCopy,
+    /// Separate stages: an execution member accepts a NEXT-BATCH from the order member of its
+    /// own index alone, as if the two shared a process (the co-located shortcut kept where it
+    /// does not hold): one Byzantine order member can then have it execute a batch that was
+    /// never agreed.
+    SeparateNextBatch,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.
@@ -355,6 +360,16 @@ pub struct ClusterConfig {
     /// (`Service::object_state`); not with tentative execution or the Quorum phase.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub selective_execution: bool,
+    /// Run the execution members in processes of their own (docs/ODRC.md "Separated stages"):
+    /// the first `2u + r + 1` replicas host an authentication and an order member, the next
+    /// `n_exec` one execution member each (`upright replica --stages exec`). PBFT only, without
+    /// tentative execution or an administrator.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub separate_stages: bool,
+    /// With `separate_stages`: failures of any kind the execution stage tolerates while staying
+    /// live, at least `u` (default `u`); `n_exec = exec_u + max(exec_u, r) + 1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_u: Option<usize>,
 }
 
 /// What a view runs after its Backup phase (docs/PROTOCOL.md "Quorum", "Chain", "Aliph").
@@ -476,7 +491,7 @@ pub enum ConfigError {
     #[error(transparent)]
     FaultModel(#[from] FaultModelError),
     /// Wrong number of replicas.
-    #[error("u = {u}, r = {r} needs exactly {needed} replicas (2u + r + 1), the config lists {listed}")]
+    #[error("u = {u}, r = {r} needs exactly {needed} replicas (2u + r + 1, and n_exec more with separate_stages), the config lists {listed}")]
     WrongReplicaCount {
         /// u
         u: usize,
@@ -525,9 +540,58 @@ pub enum ConfigError {
 }
 
 impl ClusterConfig {
+    /// The first replica process hosting an execution member: 0 when the stages share processes,
+    /// `2u + r + 1` (after the authentication and order processes) with `separate_stages`.
+    pub fn exec_process_base(&self) -> u32 {
+        if self.separate_stages {
+            (2 * self.u + self.r + 1) as u32
+        } else {
+            0
+        }
+    }
+
     /// Checks the configuration; every stage constructor calls this first.
     pub fn validate(&self) -> Result<Quorums, ConfigError> {
-        let q = self.protocol.quorums(self.u, self.r)?;
+        let mut q = self.protocol.quorums(self.u, self.r)?;
+        let bad = |name, value: u64, why| Err(ConfigError::BadKnob { name, value, why });
+        if self.separate_stages {
+            let exec_u = self.exec_u.unwrap_or(self.u);
+            if exec_u < self.u {
+                return bad(
+                    "exec_u",
+                    exec_u as u64,
+                    "must be at least u (the execution stage tolerates at least the failures the cluster does)",
+                );
+            }
+            q = q.with_separate_stages(exec_u)?;
+            if self.protocol != OrderProtocol::Pbft {
+                return bad(
+                    "separate_stages",
+                    1,
+                    "needs protocol = \"pbft\" (the fast phases and LCR hand batches to a co-located execution member)",
+                );
+            }
+            if self.knobs.tentative_entries_max > 0 {
+                return bad(
+                    "tentative_entries_max",
+                    self.knobs.tentative_entries_max as u64,
+                    "must be 0 with separate_stages = true (tentative execution runs beside a co-located order member)",
+                );
+            }
+            if self.admin.is_some() {
+                return bad(
+                    "admin",
+                    1,
+                    "must be unset with separate_stages = true (reconfiguration moves co-located members)",
+                );
+            }
+        } else if let Some(exec_u) = self.exec_u {
+            return bad(
+                "exec_u",
+                exec_u as u64,
+                "needs separate_stages = true (co-located execution members number at most the order members)",
+            );
+        }
         if self.cluster_name.is_empty() {
             return Err(ConfigError::EmptyName);
         }
@@ -574,7 +638,6 @@ impl ClusterConfig {
             }
         }
         let k = &self.knobs;
-        let bad = |name, value: u64, why| Err(ConfigError::BadKnob { name, value, why });
         if self.protocol == OrderProtocol::Lcr {
             if self.r != 0 {
                 return bad(
@@ -835,23 +898,61 @@ mod tests {
         assert!(base().validate().is_ok());
     }
 
+    /// `c` is refused with tentative execution on and with an administrator; left as it was.
+    fn refuses_tentative_execution_and_an_admin(c: &mut ClusterConfig) {
+        c.knobs.tentative_entries_max = 8;
+        assert!(error(c).contains("tentative_entries_max"), "{}", error(c));
+        c.knobs.tentative_entries_max = 0;
+        c.admin = Some(c.clients[0].id);
+        assert!(error(c).contains("admin"), "{}", error(c));
+        c.admin = None;
+    }
+
     #[test]
     fn selective_execution_refuses_what_it_does_not_go_with() {
         let mut c = base();
         c.selective_execution = true;
         assert!(c.validate().is_ok());
-        c.knobs.tentative_entries_max = 8;
-        assert!(error(&c).contains("tentative_entries_max"), "{}", error(&c));
-        c.knobs.tentative_entries_max = 0;
-        c.admin = Some(c.clients[0].id);
-        assert!(error(&c).contains("admin"), "{}", error(&c));
-        c.admin = None;
+        refuses_tentative_execution_and_an_admin(&mut c);
         for protocol in [OrderProtocol::Quorum, OrderProtocol::Aliph] {
             c.protocol = protocol;
             assert!(error(&c).contains("selective_execution"), "{}", error(&c));
         }
         c.protocol = OrderProtocol::Chain;
         assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn separate_stages_need_their_replicas_and_refuse_what_they_do_not_go_with() {
+        let mut c = base();
+        c.exec_u = Some(2);
+        assert!(error(&c).contains("needs separate_stages = true"), "{}", error(&c));
+        c.separate_stages = true;
+        // u = r = 1 with the execution stage at u = 2: 4 + 5 processes.
+        assert!(error(&c).contains("needs exactly 9 replicas"), "{}", error(&c));
+        let f = fixture(1, 1, 2, Knobs::default());
+        c.replicas = f.config.replicas.clone();
+        c.replicas.extend((0..5u8).map(|i| ReplicaInfo {
+            id: ReplicaId(4 + i as u32),
+            keys: crate::crypto::SecretKeys::from_seed([200 + i; 32]).public(),
+        }));
+        let q = c.validate().expect("4 + 5 processes");
+        assert_eq!((q.n_order, q.n_exec, q.u_exec, q.checkpoint_token()), (4, 5, 2, 3));
+        assert_eq!(c.exec_process_base(), 4);
+        c.exec_u = Some(0);
+        assert!(error(&c).contains("exec_u"), "{}", error(&c));
+        c.exec_u = Some(2);
+        refuses_tentative_execution_and_an_admin(&mut c);
+        for protocol in [OrderProtocol::Quorum, OrderProtocol::Chain, OrderProtocol::Aliph] {
+            c.protocol = protocol;
+            assert!(error(&c).contains("separate_stages"), "{}", error(&c));
+        }
+        c.protocol = OrderProtocol::Pbft;
+        c.selective_execution = true;
+        assert!(
+            c.validate().is_ok(),
+            "selective execution on execution-only replicas (ODRC-6)"
+        );
     }
 
     #[test]

@@ -257,6 +257,8 @@ pub enum AuthError {
 /// replica's ring holds keys for every replica and every client.
 pub struct KeyRing {
     me: Process,
+    /// The first replica process hosting an execution member (`Principal::process_at`).
+    exec_base: u32,
     /// The long-term pairwise keys of the transport's hello (whatever either side's session or
     /// configuration epoch).
     macs: BTreeMap<Process, MacKey>,
@@ -299,9 +301,9 @@ pub type Entropy = Box<dyn FnMut() -> [u8; 32] + Send>;
 pub const VERIFIED_CACHE_MAX: usize = 4096;
 
 /// The key of a `(signer, digest, signature)` triple in a [`VerifiedCache`].
-fn verified_id(from: Principal, digest: &Digest, signature: &Signature) -> [u8; 32] {
+fn verified_id(from: Process, digest: &Digest, signature: &Signature) -> [u8; 32] {
     let mut id = blake3::Hasher::new();
-    id.update(&process_bytes(from.process()));
+    id.update(&process_bytes(from));
     id.update(&digest.0);
     id.update(&signature.0);
     id.finalize().into()
@@ -391,6 +393,7 @@ impl KeyRing {
         };
         KeyRing {
             me,
+            exec_base: config.exec_process_base(),
             macs,
             base,
             config_epoch,
@@ -408,16 +411,26 @@ impl KeyRing {
         }
     }
 
+    /// The first replica process hosting an execution member in this ring's configuration.
+    pub fn exec_base(&self) -> u32 {
+        self.exec_base
+    }
+
+    /// The process that holds `principal`'s keys in this ring's configuration.
+    pub fn process_of(&self, principal: Principal) -> Process {
+        principal.process_at(self.exec_base)
+    }
+
     fn session(&self) -> std::sync::RwLockReadGuard<'_, Session> {
         self.session.read().expect("session keys lock")
     }
 
     /// Our MAC for `to` under the session's outgoing key (a zero tag that never verifies for an
     /// unknown recipient: sending to one is a bug of the caller, caught by the receiver's check).
-    fn outgoing_mac(session: &Session, to: Principal, digest: &Digest) -> Mac {
+    fn outgoing_mac(&self, session: &Session, to: Principal, digest: &Digest) -> Mac {
         session
             .outgoing
-            .get(&to.process())
+            .get(&self.process_of(to))
             .map_or(Mac::default(), |key| key.mac(digest))
     }
 
@@ -425,14 +438,14 @@ impl KeyRing {
     /// connection must be possible whatever either side's session epoch).
     pub fn static_mac_for(&self, to: Principal, digest: &Digest) -> Mac {
         self.macs
-            .get(&to.process())
+            .get(&self.process_of(to))
             .map_or(Mac::default(), |key| key.mac(digest))
     }
 
     /// Checks a MAC from `from` under the long-term pairwise key.
     pub fn verify_static_mac(&self, from: Principal, digest: &Digest, mac: &Mac) -> Result<(), AuthError> {
         self.macs
-            .get(&from.process())
+            .get(&self.process_of(from))
             .ok_or(AuthError::UnknownSender)?
             .check(digest, mac)
     }
@@ -621,17 +634,23 @@ impl KeyRing {
 
     /// MAC for one recipient.
     pub fn mac_for(&self, to: Principal, digest: &Digest) -> Mac {
-        Self::outgoing_mac(&self.session(), to, digest)
+        self.outgoing_mac(&self.session(), to, digest)
     }
 
     /// Checks a MAC from `from` over `digest`.
     pub fn verify_mac(&self, from: Principal, digest: &Digest, mac: &Mac) -> Result<(), AuthError> {
         let session = self.session();
-        let key = session.incoming.get(&from.process()).ok_or(AuthError::UnknownSender)?;
+        let key = session
+            .incoming
+            .get(&self.process_of(from))
+            .ok_or(AuthError::UnknownSender)?;
         if key.verify(digest, mac) {
             return Ok(());
         }
-        let retiring = session.retiring.as_ref().and_then(|keys| keys.get(&from.process()));
+        let retiring = session
+            .retiring
+            .as_ref()
+            .and_then(|keys| keys.get(&self.process_of(from)));
         if retiring.is_some_and(|key| key.verify(digest, mac)) {
             let counter = if session.retired {
                 &self.accepted_retired
@@ -648,7 +667,7 @@ impl KeyRing {
     pub fn authenticator(&self, recipients: impl Iterator<Item = Principal>, digest: &Digest) -> Authenticator {
         let session = self.session();
         Authenticator {
-            macs: recipients.map(|to| Self::outgoing_mac(&session, to, digest)).collect(),
+            macs: recipients.map(|to| self.outgoing_mac(&session, to, digest)).collect(),
         }
     }
 
@@ -664,7 +683,7 @@ impl KeyRing {
             .map(|digest| Authenticator {
                 macs: recipients
                     .clone()
-                    .map(|to| Self::outgoing_mac(&session, to, &digest))
+                    .map(|to| self.outgoing_mac(&session, to, &digest))
                     .collect(),
             })
             .collect()
@@ -690,8 +709,11 @@ impl KeyRing {
 
     /// Checks an Ed25519 signature by `from` over `digest`.
     pub fn verify_signature(&self, from: Principal, digest: &Digest, signature: &Signature) -> Result<(), AuthError> {
-        let key = self.verifying.get(&from.process()).ok_or(AuthError::UnknownSender)?;
-        let id = verified_id(from, digest, signature);
+        let key = self
+            .verifying
+            .get(&self.process_of(from))
+            .ok_or(AuthError::UnknownSender)?;
+        let id = verified_id(self.process_of(from), digest, signature);
         if self.verified.lock().expect("verified cache lock").contains(&id) {
             return Ok(());
         }
@@ -716,7 +738,7 @@ impl KeyRing {
     pub fn verify_signatures(&self, items: &[(Principal, Digest, Signature)]) -> bool {
         let mut keys = Vec::with_capacity(items.len());
         for (from, _, _) in items {
-            match self.verifying.get(&from.process()) {
+            match self.verifying.get(&self.process_of(*from)) {
                 Some(key) => keys.push(*key),
                 None => return false,
             }
@@ -731,7 +753,7 @@ impl KeyRing {
         }
         let mut cache = self.verified.lock().expect("verified cache lock");
         for (from, digest, signature) in items {
-            cache.insert(verified_id(*from, digest, signature));
+            cache.insert(verified_id(self.process_of(*from), digest, signature));
         }
         true
     }
@@ -882,6 +904,8 @@ mod tests {
             origin: None,
             protocol: Default::default(),
             selective_execution: false,
+            separate_stages: false,
+            exec_u: None,
         };
         (config, secrets, client)
     }

@@ -148,6 +148,9 @@ pub struct HostStats {
 /// The stages of one replica, their logs and timers.
 pub struct Host<L> {
     me: ReplicaId,
+    /// The first replica process hosting an execution member (`Principal::process_at`): 0 when
+    /// the stages share processes.
+    exec_base: u32,
     members: Vec<Member<L>>,
     /// (time, member, timer) for firing in order; `timer_at` for moving/cancelling.
     timers: BTreeMap<(Time, usize, Timer), ()>,
@@ -174,6 +177,7 @@ impl<L: Log> Host<L> {
     pub fn new(me: ReplicaId, members: Vec<Member<L>>) -> Host<L> {
         Host {
             me,
+            exec_base: 0,
             members,
             timers: BTreeMap::new(),
             timer_at: BTreeMap::new(),
@@ -184,6 +188,21 @@ impl<L: Log> Host<L> {
             noted_behind: Vec::new(),
             progress: Progress::default(),
             stats: HostStats::default(),
+        }
+    }
+
+    /// This host in a cluster whose execution members start at replica process `exec_base`
+    /// ([`crate::quorum::Quorums::exec_process_base`]; separate stages).
+    pub fn with_exec_base(mut self, exec_base: u32) -> Host<L> {
+        self.exec_base = exec_base;
+        self
+    }
+
+    /// The principal of member `index`.
+    pub fn principal(&self, index: usize) -> Principal {
+        match self.members[index].kind {
+            StageKind::Exec => Principal::Exec(ReplicaId(self.me.0 - self.exec_base)),
+            kind => kind.member(self.me),
         }
     }
 
@@ -330,8 +349,9 @@ impl<L: Log> Host<L> {
 
     /// A note of member `index` takes effect: kept for [`Host::take_notes`], and progress.
     fn note(&mut self, index: usize, event: Event) {
+        let principal = self.principal(index);
         if let Some(notes) = &mut self.notes {
-            notes.push((self.members[index].kind.member(self.me), event.clone()));
+            notes.push((principal, event.clone()));
         }
         let p = &mut self.progress;
         match event {
@@ -436,7 +456,8 @@ impl<L: Log> Host<L> {
         let mut remote: Vec<Principal> = Vec::new();
         let mut processes: Vec<Process> = Vec::new();
         for principal in to {
-            if principal.replica() == Some(self.me) {
+            let process = principal.process_at(self.exec_base);
+            if process == Process::Replica(self.me) {
                 let kind = principal.stage().expect("replica principals have a stage");
                 match self.member_of(kind) {
                     Some(index) => self.local.push_back((index, envelope.clone())),
@@ -444,7 +465,6 @@ impl<L: Log> Host<L> {
                 }
                 continue;
             }
-            let process = principal.process();
             if processes.contains(&process) {
                 continue; // one copy per process: the receiver dispatches by message kind
             }
@@ -453,7 +473,7 @@ impl<L: Log> Host<L> {
         }
         if !remote.is_empty() {
             self.stats.sent += remote.len() as u64;
-            router.send(self.members[from].kind.member(self.me), remote, envelope);
+            router.send(self.principal(from), remote, envelope);
         }
     }
 }

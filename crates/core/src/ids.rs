@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 /// Index of a replica (a process that hosts at most one member of each stage).
 ///
 /// Replica `i` hosts authentication member `i`, order member `i`, and execution member `i` when
-/// `i < n_execution`.
+/// `i < n_execution`; with separate stages, replicas from `n_order` on host one execution member
+/// each ([`crate::quorum::Quorums::process_of`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ReplicaId(pub u32);
 
@@ -56,7 +57,7 @@ pub enum Principal {
     Auth(ReplicaId),
     /// Order member `i` (hosted by replica `i`).
     Order(ReplicaId),
-    /// Execution member `i` (hosted by replica `i`).
+    /// Execution member `i` (hosted by replica `i`, or `n_order + i` with separate stages).
     Exec(ReplicaId),
 }
 
@@ -72,11 +73,23 @@ pub enum Process {
 }
 
 impl Principal {
-    /// The process that holds this principal's keys.
-    pub fn process(self) -> Process {
+    /// The process that holds this principal's keys, when execution members start at replica
+    /// `exec_base` (0 when the stages share processes, `n_order` when they do not; see
+    /// [`crate::quorum::Quorums::process_of`]).
+    pub fn process_at(self, exec_base: u32) -> Process {
         match self {
             Principal::Client(c) => Process::Client(c),
-            Principal::Auth(r) | Principal::Order(r) | Principal::Exec(r) => Process::Replica(r),
+            Principal::Auth(r) | Principal::Order(r) => Process::Replica(r),
+            Principal::Exec(r) => Process::Replica(ReplicaId(r.0 + exec_base)),
+        }
+    }
+
+    /// The index of the replica process hosting this principal (see [`Principal::process_at`]),
+    /// if it is a stage member.
+    pub fn process_index(self, exec_base: u32) -> Option<u32> {
+        match self.process_at(exec_base) {
+            Process::Replica(r) => Some(r.0),
+            Process::Client(_) => None,
         }
     }
 

@@ -5,6 +5,7 @@
 //! small = `r + 1` (contains at least one correct member), medium = `n - u` (still reachable with
 //! `u` members down), large = `n`.
 
+use crate::ids::{Principal, Process, ReplicaId};
 use crate::limits::MAX_FAULTS;
 
 /// Why `(u, r)` is not a fault model upright supports.
@@ -42,9 +43,18 @@ pub struct Quorums {
     /// Order members: `2u + r + 1` (thesis Table 2.1, UpRight acceptors), so two medium quorums
     /// intersect in `r + 1` members, at least one of them correct.
     pub n_order: usize,
-    /// Execution members: `u + max(u, r) + 1` (thesis Table 6.1): indirect learning of a
-    /// checkpoint hash needs `max(u, r) + 1` matching tokens from members that stay up.
+    /// Execution members: `u_exec + max(u_exec, r) + 1` (thesis Table 6.1): indirect learning of
+    /// a checkpoint hash needs `max(u_exec, r) + 1` matching tokens from members that stay up.
     pub n_exec: usize,
+    /// Failures of any kind the execution stage tolerates while staying live: `u` unless the
+    /// stages run in processes of their own ([`Quorums::with_separate_stages`]), where the
+    /// execution stage may be sized for more (UpRight ran ZooKeeper's execution at `u = 3`
+    /// beside ordering at `u = 2`).
+    pub u_exec: usize,
+    /// Whether the execution members run in processes of their own (docs/ODRC.md "Separated
+    /// stages"): replicas `0 .. n_order` host an authentication and an order member, replicas
+    /// `n_order .. n_order + n_exec` one execution member each.
+    pub separate_stages: bool,
 }
 
 impl Quorums {
@@ -63,7 +73,73 @@ impl Quorums {
             n_auth: u + max_ur + r + 1,
             n_order: 2 * u + r + 1,
             n_exec: u + max_ur + 1,
+            u_exec: u,
+            separate_stages: false,
         })
+    }
+
+    /// These sizes with the execution members in processes of their own, sized for `u_exec`
+    /// failures (`u_exec >= u`, at most [`MAX_FAULTS`]): `n_exec = u_exec + max(u_exec, r) + 1`.
+    pub fn with_separate_stages(mut self, u_exec: usize) -> Result<Quorums, FaultModelError> {
+        if u_exec > MAX_FAULTS {
+            return Err(FaultModelError::TooManyFaults {
+                u: u_exec,
+                max: MAX_FAULTS,
+            });
+        }
+        let u_exec = u_exec.max(self.u);
+        self.u_exec = u_exec;
+        self.n_exec = u_exec + u_exec.max(self.r) + 1;
+        self.separate_stages = true;
+        Ok(self)
+    }
+
+    /// The process that hosts `principal` (and holds its keys): replica `i` for authentication
+    /// and order member `i`; for execution member `i`, replica `i` when the stages share
+    /// processes and replica `n_order + i` when they do not ([`Quorums::separate_stages`]).
+    pub fn process_of(&self, principal: Principal) -> Process {
+        principal.process_at(self.exec_process_base())
+    }
+
+    /// The first replica process hosting an execution member: 0, or `n_order` with separate
+    /// stages.
+    pub fn exec_process_base(&self) -> u32 {
+        if self.separate_stages {
+            self.n_order as u32
+        } else {
+            0
+        }
+    }
+
+    /// Whether `a` and `b` are hosted by one process (correct or faulty together, one key ring).
+    pub fn co_located(&self, a: Principal, b: Principal) -> bool {
+        self.process_of(a) == self.process_of(b)
+    }
+
+    /// The members replica process `replica` hosts, authentication first.
+    pub fn members_of(&self, replica: ReplicaId) -> Vec<Principal> {
+        let i = replica.0 as usize;
+        if self.separate_stages {
+            if i < self.n_order {
+                vec![Principal::Auth(replica), Principal::Order(replica)]
+            } else if i < self.n_order + self.n_exec {
+                vec![Principal::Exec(ReplicaId(replica.0 - self.n_order as u32))]
+            } else {
+                Vec::new()
+            }
+        } else {
+            let mut members = Vec::new();
+            if i < self.n_auth {
+                members.push(Principal::Auth(replica));
+            }
+            if i < self.n_order {
+                members.push(Principal::Order(replica));
+            }
+            if i < self.n_exec {
+                members.push(Principal::Exec(replica));
+            }
+            members
+        }
     }
 
     /// These sizes with an execution member on every replica (`n_exec = n_order`), as Aliph's
@@ -87,9 +163,14 @@ impl Quorums {
     }
 
     /// Number of replica processes: every replica hosts an authentication and an order member;
-    /// the first `n_exec` also host an execution member.
+    /// the first `n_exec` also host an execution member. With separate stages, `n_order`
+    /// replicas host authentication and order, and `n_exec` more one execution member each.
     pub fn n_replicas(&self) -> usize {
-        self.n_order.max(self.n_auth).max(self.n_exec)
+        if self.separate_stages {
+            self.n_order.max(self.n_auth) + self.n_exec
+        } else {
+            self.n_order.max(self.n_auth).max(self.n_exec)
+        }
     }
 
     /// Small quorum, `r + 1`: any such set contains a correct member, so `r + 1` matching
@@ -177,10 +258,10 @@ impl Quorums {
     }
 
     /// Matching CP-TOKENs from execution members before the order stage certifies a checkpoint:
-    /// `max(u, r) + 1` (indirect learning: at least one correct member that holds the state stays
-    /// available to serve it, since at most `u` fail and at most `r` lie).
+    /// `max(u_exec, r) + 1` (indirect learning: at least one correct member that holds the state
+    /// stays available to serve it, since at most `u_exec` fail and at most `r` lie).
     pub fn checkpoint_token(&self) -> usize {
-        self.u.max(self.r) + 1
+        self.u_exec.max(self.r) + 1
     }
 
     /// Signed CHECKPOINT messages from distinct order members that make a checkpoint stable:
@@ -273,6 +354,49 @@ mod tests {
                 "u={u} r={r}: more than u correct members prepared"
             );
         }
+    }
+
+    /// Separate stages: the execution stage sized for its own `u_exec`, in processes after the
+    /// authentication and order ones; every principal's process and every process's members.
+    #[test]
+    fn separate_stages_place_execution_members_in_processes_of_their_own() {
+        let q = Quorums::new(1, 1).unwrap();
+        assert_eq!(
+            q.process_of(Principal::Exec(ReplicaId(2))),
+            Process::Replica(ReplicaId(2))
+        );
+        assert!(q.co_located(Principal::Order(ReplicaId(1)), Principal::Exec(ReplicaId(1))));
+        assert_eq!(
+            q.members_of(ReplicaId(3)).len(),
+            2,
+            "replica 3 hosts no execution member"
+        );
+        let s = q.with_separate_stages(2).unwrap();
+        assert_eq!(
+            (s.n_order, s.n_exec, s.n_replicas(), s.exec_process_base()),
+            (4, 5, 9, 4)
+        );
+        assert_eq!(s.checkpoint_token(), 3, "max(u_exec, r) + 1");
+        assert!(s.checkpoint_token() <= s.n_exec - s.u_exec && s.reply() <= s.n_exec - s.u_exec);
+        assert_eq!(
+            s.process_of(Principal::Exec(ReplicaId(2))),
+            Process::Replica(ReplicaId(6))
+        );
+        assert_eq!(
+            s.process_of(Principal::Order(ReplicaId(2))),
+            Process::Replica(ReplicaId(2))
+        );
+        assert!(!s.co_located(Principal::Order(ReplicaId(1)), Principal::Exec(ReplicaId(1))));
+        for p in 0..s.n_replicas() as u32 {
+            for member in s.members_of(ReplicaId(p)) {
+                assert_eq!(s.process_of(member), Process::Replica(ReplicaId(p)));
+            }
+        }
+        assert_eq!(s.members_of(ReplicaId(8)), vec![Principal::Exec(ReplicaId(4))]);
+        assert!(s.members_of(ReplicaId(9)).is_empty());
+        // At least u: a smaller exec_u is raised to u.
+        assert_eq!(q.with_separate_stages(0).unwrap().n_exec, 3);
+        assert!(q.with_separate_stages(MAX_FAULTS + 1).is_err());
     }
 
     #[test]

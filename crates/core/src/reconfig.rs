@@ -277,6 +277,8 @@ fn with_members(
         origin,
         protocol: base.protocol,
         selective_execution: false,
+        separate_stages: false,
+        exec_u: None,
     }
 }
 

@@ -55,15 +55,18 @@ impl KeyRepair {
         out: &mut Vec<crate::stage::Action>,
     ) {
         use crate::ids::Principal;
-        let process = envelope.from.process();
+        let process = keys.process_of(envelope.from);
         let (Some(ours), true) = (keys.announcement(), keys.knows(process)) else {
             return;
         };
         let to = match process {
-            Process::Replica(r) => Principal::Auth(r),
+            Process::Replica(r) => match quorums.members_of(r).first() {
+                Some(member) => *member,
+                None => return,
+            },
             Process::Client(c) => Principal::Client(c),
         };
-        if process == me.process() {
+        if process == keys.process_of(me) {
             return;
         }
         let epochs = (ours.epoch, keys.peer_epoch(process));
@@ -155,7 +158,7 @@ pub fn receive(
     if !known {
         return ("new_key_wrong_sender", None);
     }
-    let stat = match keys.accept_new_key(envelope.from.process(), key) {
+    let stat = match keys.accept_new_key(keys.process_of(envelope.from), key) {
         Ok(Accepted::Installed) => "new_key_installed",
         Ok(Accepted::Stale) => "new_key_stale",
         Err(_) => return ("new_key_bad_signature", None),

@@ -54,6 +54,8 @@ pub fn fixture(u: usize, r: usize, clients: u32, knobs: Knobs) -> Fixture {
         origin: None,
         protocol: Default::default(),
         selective_execution: false,
+        separate_stages: false,
+        exec_u: None,
     });
     config.validate().unwrap();
     let replicas = replica_secrets

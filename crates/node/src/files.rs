@@ -98,6 +98,15 @@ pub struct ClusterFile {
     /// replica refuses to start otherwise).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub selective_execution: bool,
+    /// Execution members in processes of their own (docs/ODRC.md "Separated stages"): replicas
+    /// `0 .. 2u + r + 1` run authentication and order, the next `n_exec` one execution member
+    /// each (`upright replica --stages exec --id i`). PBFT only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub separate_stages: bool,
+    /// With `separate_stages`: the failures the execution stage tolerates (default `u`); it then
+    /// has `exec_u + max(exec_u, r) + 1` members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_u: Option<usize>,
     /// Protocol knobs (all defaults if absent).
     #[serde(default)]
     pub knobs: Option<Knobs>,
@@ -232,6 +241,8 @@ impl ClusterFile {
             origin: None,
             protocol: self.protocol,
             selective_execution: self.selective_execution,
+            separate_stages: self.separate_stages,
+            exec_u: self.exec_u,
         };
         config
             .validate()
@@ -659,6 +670,9 @@ pub struct InitPlan {
     pub protocol: OrderProtocol,
     /// Selective execution (`selective_execution` in cluster.toml).
     pub selective_execution: bool,
+    /// Separate stages with the execution stage sized for this many failures
+    /// (`separate_stages = true` and `exec_u` in cluster.toml); none: co-located stages.
+    pub separate_stages: Option<usize>,
 }
 
 /// Where the metrics endpoints listen (`upright init --metrics-host`).
@@ -692,7 +706,10 @@ pub const METRICS_TOKEN_FILE: &str = "keys/metrics.token";
 
 /// Writes `cluster.toml`, `keys/replica-<i>.key` and `client-<c>.toml` into `out`.
 pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
-    let q = upright_core::quorum::Quorums::new(plan.u, plan.r).map_err(|e| FileError(e.to_string()))?;
+    let mut q = upright_core::quorum::Quorums::new(plan.u, plan.r).map_err(|e| FileError(e.to_string()))?;
+    if let Some(exec_u) = plan.separate_stages {
+        q = q.with_separate_stages(exec_u).map_err(|e| FileError(e.to_string()))?;
+    }
     let n = q.n_replicas();
     if plan.hosts.len() != 1 && plan.hosts.len() != n {
         return err(format!(
@@ -758,7 +775,7 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         .collect();
     // The administrator: one more client, after the others (`admin.toml`). An LCR, Quorum, Chain or
     // Aliph cluster's membership is fixed: it has none; so is one with selective execution.
-    let administered = plan.protocol.is_default() && !plan.selective_execution;
+    let administered = plan.protocol.is_default() && !plan.selective_execution && plan.separate_stages.is_none();
     let admin_keys = fresh_keys();
     let admin_id = plan.clients;
     let mut clients: Vec<ClientEntry> = clients;
@@ -779,6 +796,8 @@ pub fn init_cluster(plan: &InitPlan, out: &Path) -> Result<Cluster, FileError> {
         idle_spin_us: plan.idle_spin_us,
         protocol: plan.protocol,
         selective_execution: plan.selective_execution,
+        separate_stages: plan.separate_stages.is_some(),
+        exec_u: plan.separate_stages.filter(|u| *u != plan.u),
         knobs: plan.knobs.clone(),
         metrics_token_file: plan.metrics_token.then(|| METRICS_TOKEN_FILE.to_string()),
         recovery_interval_secs: plan.recovery_interval_secs,
@@ -848,6 +867,7 @@ mod tests {
             recovery_interval_secs: 0,
             protocol: Default::default(),
             selective_execution: false,
+            separate_stages: None,
         }
     }
 

@@ -222,12 +222,22 @@ pub fn wrong_state_stages(
         }
     }
     Arc::new(move |kind, storage, keys| {
-        let principal = kind.member(ReplicaId(id));
+        let q = config.validate()?;
+        let Some(principal) = q
+            .members_of(ReplicaId(id))
+            .into_iter()
+            .find(|p| p.stage() == Some(kind))
+        else {
+            return Err(ConfigError::BadKnob {
+                name: "stages",
+                value: id as u64,
+                why: "this replica hosts no member of that stage",
+            });
+        };
         let stage = upright_core::stages::build(&config, principal, &keys, storage, &service)?;
         if kind != StageKind::Exec {
             return Ok(stage);
         }
-        let q = config.validate()?;
         Ok(Box::new(Lying { inner: stage, keys, q }))
     })
 }
@@ -335,7 +345,10 @@ impl Router for NetRouter {
         let frame = Arc::new(upright_core::wire::encode(&envelope));
         for principal in to {
             timeline::message("send", &envelope.message, timeline::peer(&principal));
-            self.send_frame(principal.process(), frame.clone());
+            self.send_frame(
+                principal.process_at(self.growth.config.exec_process_base()),
+                frame.clone(),
+            );
         }
     }
 
@@ -455,14 +468,11 @@ pub struct Built {
 pub fn build_members(spec: &ReplicaSpec, id: ReplicaId, keys: &Arc<KeyRing>) -> Result<Built, FileError> {
     let config = spec.cluster.config.clone();
     let q = config.validate().map_err(|e| FileError(e.to_string()))?;
-    let mut kinds = vec![StageKind::Auth, StageKind::Order];
-    if (id.0 as usize) < q.n_exec {
-        kinds.push(StageKind::Exec);
-    }
     let mut members = Vec::new();
     let mut outcomes = BTreeMap::new();
     let mut corrupt = 0;
-    for kind in kinds {
+    for principal in q.members_of(id) {
+        let kind = principal.stage().expect("a replica hosts stage members");
         let dir = spec.cluster.data_dir(spec.id).join(stage_name(kind));
         let (log, storage, recovery) = StageLog::open(&dir, spec.storage)
             .map_err(|e| FileError(format!("cannot open storage {}: {e}", dir.display())))?;
@@ -497,15 +507,8 @@ pub fn build_members(spec: &ReplicaSpec, id: ReplicaId, keys: &Arc<KeyRing>) -> 
                 } else {
                     None
                 };
-                upright_core::stages::build_with_pages(
-                    &config,
-                    kind.member(id),
-                    keys,
-                    &storage,
-                    &spec.service,
-                    page_store,
-                )
-                .map_err(bad)?
+                upright_core::stages::build_with_pages(&config, principal, keys, &storage, &spec.service, page_store)
+                    .map_err(bad)?
             }
         };
         let stage = match &spec.wrap {
@@ -843,7 +846,7 @@ pub async fn run_replica(mut spec: ReplicaSpec, shutdown: impl Future<Output = (
             handing_over: None,
         },
     };
-    let host = Host::new(me, members);
+    let host = Host::new(me, members).with_exec_base(config.exec_process_base());
     let idle_spin = Duration::from_micros(cluster.file.idle_spin_us);
     let result = event_loop(
         host,

@@ -65,6 +65,9 @@ pub struct Byzantine {
     hold_us: Time,
     /// Newest view and seqno seen in its own order member's messages (aims the flood).
     seen: (View, SeqNo),
+    /// The honest history digests of the NEXT-BATCHes it sent lately (a fabricated batch
+    /// chains onto them).
+    histories: BTreeMap<SeqNo, upright_core::crypto::Digest>,
     /// A wrong-state member lies about pages only (for `--sabotage unchecked-pages`, which
     /// only a member still trusted for pages exposes).
     pages_only: bool,
@@ -88,6 +91,7 @@ impl Byzantine {
             variants: BTreeMap::new(),
             hold_us: 150_000,
             seen: (View(0), SeqNo(0)),
+            histories: BTreeMap::new(),
             pages_only: false,
         }
     }
@@ -179,8 +183,9 @@ impl Byzantine {
         counts: &mut FaultCounts,
     ) -> Vec<Outgoing> {
         // Messages between its own co-located members pass untouched.
-        let (local, remote): (Vec<Principal>, Vec<Principal>) =
-            to.into_iter().partition(|p| p.replica() == Some(self.replica));
+        let (local, remote): (Vec<Principal>, Vec<Principal>) = to
+            .into_iter()
+            .partition(|p| p.process_index(self.quorums.exec_process_base()) == Some(self.replica.0));
         let mut out = Vec::new();
         if !local.is_empty() {
             out.push(Outgoing {
@@ -422,6 +427,13 @@ impl Byzantine {
                 }
             }
             Behaviour::EquivocatingPrimary => out.extend(self.equivocate(from, &envelope, remote, counts)),
+            Behaviour::FabricatedBatch => match self.fabricate_batch(&envelope.message) {
+                Some(message) => {
+                    counts.bump(class);
+                    out.extend(self.reseal(from, &message, &envelope.seal, &remote));
+                }
+                None => out.push(honest),
+            },
             Behaviour::Mutate => {
                 // Mostly the mutated message alone, now and then beside the honest one.
                 let mutated = rng
@@ -442,6 +454,44 @@ impl Byzantine {
             }
         }
         out
+    }
+
+    /// [`Behaviour::FabricatedBatch`]: for a NEXT-BATCH with requests, the same batch without
+    /// its last request, under the history digest that chains it onto the honest history of the
+    /// slot before (remembered from the NEXT-BATCHes this member sent), so an execution member
+    /// that checks one copy against its own history finds nothing wrong.
+    fn fabricate_batch(&mut self, message: &Message) -> Option<Message> {
+        let Message::NextBatch {
+            view,
+            seqno,
+            history,
+            time_us,
+            entries,
+        } = message
+        else {
+            return None;
+        };
+        self.histories.insert(*seqno, *history);
+        while self.histories.len() > 64 {
+            self.histories.pop_first();
+        }
+        let previous = if seqno.0 == 1 {
+            upright_core::crypto::Digest::default()
+        } else {
+            *self.histories.get(&SeqNo(seqno.0 - 1))?
+        };
+        if entries.is_empty() {
+            return None;
+        }
+        let fewer = entries[..entries.len() - 1].to_vec();
+        let digest = upright_core::message::batch_digest(*time_us, fewer.iter().map(RequestEntry::digest));
+        Some(Message::NextBatch {
+            view: *view,
+            seqno: *seqno,
+            history: upright_core::message::history_digest(&previous, &digest),
+            time_us: *time_us,
+            entries: fewer,
+        })
     }
 
     /// An AUTH-REQ item for the request after `real` of the same client, which the client never
@@ -887,6 +937,8 @@ pub(crate) mod tests {
             origin: None,
             protocol: Default::default(),
             selective_execution: false,
+            separate_stages: false,
+            exec_u: None,
         };
         let mut rings: Vec<Arc<KeyRing>> = (0..4)
             .map(|i| {

@@ -62,6 +62,12 @@ pub enum Behaviour {
     /// AUTH-REQ it adds an item for a correct client's next request with an invented
     /// operation, under its own valid row.
     ForgedAuth,
+    /// Its order member's NEXT-BATCHes to execution members carry a batch that was never
+    /// agreed (one request left out) under a history digest made to chain onto the honest one,
+    /// re-sealed with its own keys: one copy can pass every check an execution member makes on
+    /// a single NEXT-BATCH. Not drawn for random seeds: the sabotage run
+    /// `separate-next-batch` places it.
+    FabricatedBatch,
 }
 
 /// How the Byzantine client (an extra client beside the correct ones) misbehaves.
@@ -143,19 +149,20 @@ impl Behaviour {
             Behaviour::WrongState => "wrong-state",
             Behaviour::FloodPeers => "flood-peers",
             Behaviour::ForgedAuth => "forged-auth",
+            Behaviour::FabricatedBatch => "fabricated-batch",
         }
     }
 
     /// The replica it is placed on when drawn: the view-0 primary for the primary's attacks,
     /// the view-1 primary for the NEW-VIEW liar, an execution member for those that act there.
-    pub fn place(self, rng: &mut ChaCha8Rng, n_replicas: usize, n_exec: usize) -> u32 {
+    pub fn place(self, rng: &mut ChaCha8Rng, n_replicas: usize, (exec_base, n_exec): (u32, usize)) -> u32 {
         match self {
             Behaviour::EquivocatingPrimary | Behaviour::SlowPrimary | Behaviour::StarveClient => 0,
-            Behaviour::NewViewDropsCommitted => 1,
+            Behaviour::NewViewDropsCommitted | Behaviour::FabricatedBatch => 1,
             Behaviour::WrongReplies
             | Behaviour::WrongCheckpointTokens
             | Behaviour::ForgeSender
-            | Behaviour::WrongState => rng.random_range(0..n_exec as u32),
+            | Behaviour::WrongState => exec_base + rng.random_range(0..n_exec as u32),
             _ => rng.random_range(0..n_replicas as u32),
         }
     }
@@ -179,6 +186,7 @@ impl Behaviour {
             Behaviour::WrongState => "byz_wrong_state",
             Behaviour::FloodPeers => "byz_flood",
             Behaviour::ForgedAuth => "byz_forged_auth",
+            Behaviour::FabricatedBatch => "byz_fabricated_batch",
         }
     }
 }
@@ -299,8 +307,10 @@ pub struct PlanShape {
     pub r: usize,
     /// Replicas.
     pub n_replicas: usize,
-    /// Execution members (replicas `0..n_exec`).
+    /// Execution members (replicas `exec_base .. exec_base + n_exec`).
     pub n_exec: usize,
+    /// The first replica process hosting an execution member (0 unless the stages run apart).
+    pub exec_base: u32,
     /// End of the fault phase.
     pub heal_at: Time,
 }
@@ -456,7 +466,7 @@ fn draw_byzantine(rng: &mut ChaCha8Rng, shape: PlanShape) -> BTreeMap<u32, Behav
     let mut out = BTreeMap::new();
     for _ in 0..count {
         let behaviour = *Behaviour::ALL.choose(rng).expect("non-empty");
-        let replica = behaviour.place(rng, shape.n_replicas, shape.n_exec);
+        let replica = behaviour.place(rng, shape.n_replicas, (shape.exec_base, shape.n_exec));
         out.entry(replica).or_insert(behaviour);
     }
     out
@@ -518,6 +528,7 @@ mod tests {
                 r,
                 n_replicas: n,
                 n_exec,
+                exec_base: 0,
                 heal_at: 2_000_000,
             };
             let mut seen_byz = 0;
@@ -547,6 +558,7 @@ mod tests {
                 r,
                 n_replicas: n,
                 n_exec,
+                exec_base: 0,
                 heal_at: 2_000_000,
             };
             let mut primary = 0;

@@ -88,6 +88,16 @@ struct Args {
     /// certified object checkpoints (with --service kv; not with --protocol quorum or aliph).
     #[arg(long)]
     selective_execution: bool,
+    /// Separate stages (docs/ODRC.md "Separated stages"): the execution members run in
+    /// processes of their own, beside 2u + r + 1 authentication and order processes (PBFT only;
+    /// not with --twins, --mutate, --recovery, --reconfiguration or tentative execution). Up to
+    /// u processes of any kind fail.
+    #[arg(long)]
+    separate_stages: bool,
+    /// With --separate-stages: the failures the execution stage is sized for (at least --u;
+    /// default --u + 1, so that there are more execution members than order members).
+    #[arg(long, requires = "separate_stages")]
+    exec_u: Option<usize>,
     /// Prints every named Byzantine behaviour (replicas', then the client's), one per line, and
     /// exits.
     #[arg(long)]
@@ -357,6 +367,23 @@ fn main() {
             std::process::exit(2);
         }
     }
+    if args.separate_stages {
+        let unsupported = [
+            (args.protocol != "pbft", "--protocol other than pbft"),
+            (args.twins || args.mutate, "--twins or --mutate"),
+            (args.recovery || args.key_refresh, "--recovery or --key-refresh"),
+            (args.reconfiguration, "--reconfiguration"),
+            (
+                args.attack.is_some() || args.soak.is_some(),
+                "--attack or --soak (they choose their own configurations)",
+            ),
+            (args.exec_u.is_some_and(|e| e < args.u), "--exec-u below --u"),
+        ];
+        if let Some((_, what)) = unsupported.iter().find(|(bad, _)| *bad) {
+            eprintln!("--separate-stages does not go with {what}");
+            std::process::exit(2);
+        }
+    }
     // Stage panics are caught and reported as violations with their message; the default hook
     // would also print a backtrace for each.
     // `UPRIGHT_SIM_PANICS=1` keeps the default hook (a panic of the simulator itself).
@@ -382,6 +409,7 @@ fn main() {
         opts.reconfiguration = args.reconfiguration || sabotage == Some(SabotageMode::SharedConfigurationKeys);
         opts.shrink_any = args.shrink_any;
         opts.selective_execution = args.selective_execution;
+        opts.separate_stages = args.separate_stages.then(|| args.exec_u.unwrap_or(args.u + 1));
         opts.defences = defences;
         opts.protocol = upright_core::config::OrderProtocol::from_name(&args.protocol).expect("clap checked the name");
         opts.service = upright_sim::ServiceKind::parse(&args.service).expect("clap checked the name");

@@ -33,19 +33,23 @@ pub struct Network {
     /// speed): its execution member lags behind the others while still answering read-only
     /// requests promptly, from a stale state.
     pub lagging: Option<u32>,
+    /// The first replica process hosting an execution member (`Principal::process_at`; 0
+    /// unless the stages run apart).
+    pub exec_base: u32,
 }
 
 impl Network {
     /// Whether a partition separates `a` from `b`.
     pub fn separated(&self, a: Principal, b: Principal) -> bool {
         let Some(cut) = &self.partition else { return false };
-        let side = |p: Principal| p.replica().is_some_and(|r| cut.contains(&r.0));
+        let side = |p: Principal| p.process_index(self.exec_base).is_some_and(|r| cut.contains(&r));
         side(a) != side(b)
     }
 
     /// The delays after which copies of one message from `from` reach `to` (empty: lost).
     pub fn route(&self, rng: &mut ChaCha8Rng, from: Principal, to: Principal, counts: &mut FaultCounts) -> Vec<Time> {
-        if from.replica().is_some() && from.replica() == to.replica() {
+        let (from_process, to_process) = (from.process_index(self.exec_base), to.process_index(self.exec_base));
+        if from_process.is_some() && from_process == to_process {
             return vec![rng.random_range(LOCAL_DELAY_US)];
         }
         if self.separated(from, to) {
@@ -61,8 +65,7 @@ impl Network {
             counts.bump("duplication");
             copies.push(self.delay(rng, counts));
         }
-        let lagging = |p: Principal| p.replica().is_some_and(|r| Some(r.0) == self.lagging);
-        if lagging(to) && from.replica().is_some() {
+        if to_process.is_some() && to_process == self.lagging && from_process.is_some() {
             counts.bump("lagging_replica");
             for copy in &mut copies {
                 *copy += rng.random_range(LAG_DELAY_US);
@@ -102,6 +105,7 @@ mod tests {
             },
             partition: Some([1].into_iter().collect()),
             lagging: None,
+            exec_base: 0,
         };
         let a1 = Principal::Auth(ReplicaId(1));
         let o1 = Principal::Order(ReplicaId(1));
@@ -130,6 +134,7 @@ mod tests {
             },
             partition: None,
             lagging: None,
+            exec_base: 0,
         };
         let copies = net.route(
             &mut rng,

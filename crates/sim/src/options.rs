@@ -74,11 +74,15 @@ pub enum SabotageMode {
     /// (`Sabotage::SingleObjectCopy`); the run uses selective execution with an execution
     /// member lying in its object checkpoints.
     SingleObjectCopy,
+    /// Under separate stages, an execution member accepts its same-index order member's
+    /// NEXT-BATCH alone (`Sabotage::SeparateNextBatch`); the run separates the stages, with an
+    /// order member sending fabricated batches.
+    SeparateNextBatch,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 21] = [
+    pub const ALL: [SabotageMode; 22] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -100,6 +104,7 @@ impl SabotageMode {
         SabotageMode::ChainSkipCheck,
         SabotageMode::WeakReplyQuorum,
         SabotageMode::SingleObjectCopy,
+        SabotageMode::SeparateNextBatch,
     ];
 
     /// Its command-line name.
@@ -126,6 +131,7 @@ impl SabotageMode {
             SabotageMode::ChainSkipCheck => "chain-skip-check",
             SabotageMode::WeakReplyQuorum => "weak-reply-quorum",
             SabotageMode::SingleObjectCopy => "single-object-copy",
+            SabotageMode::SeparateNextBatch => "separate-next-batch",
         }
     }
 
@@ -157,6 +163,7 @@ impl SabotageMode {
             SabotageMode::ChainSkipCheck => Some(Sabotage::ChainSkipCheck),
             SabotageMode::WeakReplyQuorum => Some(Sabotage::WeakReplyQuorum),
             SabotageMode::SingleObjectCopy => Some(Sabotage::SingleObjectCopy),
+            SabotageMode::SeparateNextBatch => Some(Sabotage::SeparateNextBatch),
         }
     }
 }
@@ -229,6 +236,9 @@ pub struct SimOptions {
     /// Selective execution (`selective_execution = true`, docs/ODRC.md); no tentative
     /// execution then.
     pub selective_execution: bool,
+    /// Separate stages (`separate_stages = true`, docs/ODRC.md): the execution members run in
+    /// processes of their own, sized for this many failures (`exec_u`); none: co-located.
+    pub separate_stages: Option<usize>,
 }
 
 impl SimOptions {
@@ -260,6 +270,7 @@ impl SimOptions {
             shrink_any: false,
             protocol: Default::default(),
             selective_execution: false,
+            separate_stages: None,
         }
     }
 
@@ -312,7 +323,7 @@ impl SimOptions {
             self.sabotage,
             Some(SabotageMode::TentativeSmallQuorum | SabotageMode::TentativeNoRollback)
         );
-        if self.selective_execution {
+        if self.selective_execution || self.separate_stages.is_some() {
             0
         } else if sabotaged || self.seed.is_multiple_of(2) {
             8
@@ -341,6 +352,9 @@ impl SimOptions {
         }
         if self.selective_execution {
             cmd.push_str(" --selective-execution");
+        }
+        if let Some(exec_u) = self.separate_stages {
+            cmd.push_str(&format!(" --separate-stages --exec-u {exec_u}"));
         }
         if self.twins {
             cmd.push_str(" --twins");

@@ -234,8 +234,15 @@ impl<P: Protocol> Sim<P> {
             opts.selective_execution = true;
             opts.service = crate::ServiceKind::Kv;
         }
+        if opts.sabotage == Some(SabotageMode::SeparateNextBatch) && opts.r > 0 {
+            opts.separate_stages.get_or_insert(opts.u + 1);
+            opts.protocol = upright_core::config::OrderProtocol::Pbft;
+        }
         let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
-        let quorums = opts.protocol.quorums(opts.u, opts.r).expect("valid (u, r)");
+        let mut quorums = opts.protocol.quorums(opts.u, opts.r).expect("valid (u, r)");
+        if let Some(exec_u) = opts.separate_stages {
+            quorums = quorums.with_separate_stages(exec_u).expect("valid exec_u");
+        }
         let n = quorums.n_replicas();
         let mut secret = || {
             let mut s = [0u8; 32];
@@ -274,6 +281,8 @@ impl<P: Protocol> Sim<P> {
             origin: None,
             protocol: opts.protocol,
             selective_execution: opts.selective_execution,
+            separate_stages: opts.separate_stages.is_some(),
+            exec_u: opts.separate_stages,
         });
         config.validate().expect("simulator configuration is valid");
         let admin = opts.reconfiguration.then(|| {
@@ -314,6 +323,7 @@ impl<P: Protocol> Sim<P> {
             r: opts.r,
             n_replicas: n,
             n_exec: quorums.n_exec,
+            exec_base: quorums.exec_process_base(),
             heal_at: opts.heal_at(),
         };
         let plan = Self::plan(&opts, &mut rng, shape);
@@ -390,7 +400,10 @@ impl<P: Protocol> Sim<P> {
             byz_client_busy: false,
             byz_client_sent: std::collections::VecDeque::new(),
             byz_client_keys,
-            network: Network::default(),
+            network: Network {
+                exec_base: quorums.exec_process_base(),
+                ..Network::default()
+            },
             workload: Workload::new(opts.keys),
             zk: (opts.service == ServiceKind::Zk)
                 .then(|| ZkClients::new(opts.sabotage != Some(SabotageMode::UnorderedEvents))),
@@ -442,7 +455,7 @@ impl<P: Protocol> Sim<P> {
             let mut plan = FaultPlan::quiet(shape);
             match attack {
                 crate::attack::Attack::Replica(b) => {
-                    let replica = b.place(rng, shape.n_replicas, shape.n_exec);
+                    let replica = b.place(rng, shape.n_replicas, (shape.exec_base, shape.n_exec));
                     plan.byzantine.insert(replica, b);
                 }
                 crate::attack::Attack::Client(c) => plan.byzantine_client = Some(c),
@@ -510,6 +523,13 @@ impl<P: Protocol> Sim<P> {
                 plan.byzantine.insert(1, Behaviour::Mutate);
                 plan
             }
+            Some(SabotageMode::SeparateNextBatch) if opts.r > 0 => {
+                // Order member 1 fabricates the batches it hands to the execution members;
+                // execution member 1 takes them on its word alone.
+                let mut plan = FaultPlan::quiet(shape);
+                plan.byzantine.insert(1, Behaviour::FabricatedBatch);
+                plan
+            }
             Some(SabotageMode::SingleObjectCopy) if opts.r > 0 => {
                 // The usual faults, with one execution member lying in its object checkpoints.
                 let mut plan = FaultPlan::draw(rng, shape);
@@ -541,6 +561,7 @@ impl<P: Protocol> Sim<P> {
                             | SabotageMode::QuorumDropSpeculative
                             | SabotageMode::ChainSkipCheck
                             | SabotageMode::SingleObjectCopy
+                            | SabotageMode::SeparateNextBatch
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -567,7 +588,8 @@ impl<P: Protocol> Sim<P> {
                     | SabotageMode::TentativeNoRollback
                     | SabotageMode::QuorumDropSpeculative
                     | SabotageMode::ChainSkipCheck
-                    | SabotageMode::SingleObjectCopy => {
+                    | SabotageMode::SingleObjectCopy
+                    | SabotageMode::SeparateNextBatch => {
                         unreachable!("guarded above")
                     }
                 };
@@ -739,11 +761,12 @@ impl<P: Protocol> Sim<P> {
             .map(|(r, _)| *r);
         if self.opts.faults && (weak_reads || liar.is_some() || self.rng.random_bool(LAGGING_PROBABILITY)) {
             let n_exec = self.quorums.n_exec as u32;
+            let base = self.quorums.exec_process_base();
             let mut lagging = self.rng.random_range(0..n_exec);
-            if Some(lagging) == liar {
+            if Some(base + lagging) == liar {
                 lagging = (lagging + 1) % n_exec;
             }
-            self.network.lagging = Some(lagging);
+            self.network.lagging = Some(base + lagging);
         }
         let waking: Vec<u32> = self
             .correct_clients
@@ -781,7 +804,7 @@ impl<P: Protocol> Sim<P> {
                     Principal::Client(c) => self.client_input(c.0, Input::Message(envelope)),
                     _ => {
                         let r = process;
-                        let from = from.process();
+                        let from = self.quorums.process_of(from);
                         if !self.replicas[r as usize].up() || self.cut_off_drops(r, from) {
                             return;
                         }
@@ -1129,7 +1152,7 @@ impl<P: Protocol> Sim<P> {
         if here == epoch
             || !self.is_correct(to)
             || matches!(envelope.seal, upright_core::message::Seal::None)
-            || !matches!(envelope.from.process(), Process::Replica(_))
+            || matches!(envelope.from, Principal::Client(_))
         {
             return;
         }
@@ -1144,16 +1167,10 @@ impl<P: Protocol> Sim<P> {
     }
 
     /// The members replica process `r` hosts.
-    fn kinds(&self, r: usize) -> Vec<StageKind> {
-        let mut out = vec![StageKind::Auth, StageKind::Order];
-        let n_exec = self.replicas[r]
-            .config
-            .validate()
-            .map_or(self.quorums.n_exec, |q| q.n_exec);
-        if (self.replicas[r].id as usize) < n_exec {
-            out.push(StageKind::Exec);
-        }
-        out
+    /// The members replica process `r` hosts in its configuration.
+    fn members_of(&self, r: usize) -> Vec<Principal> {
+        let q = self.replicas[r].config.validate().unwrap_or(self.quorums);
+        q.members_of(ReplicaId(self.replicas[r].id))
     }
 
     fn crash(&mut self, r: usize) {
@@ -1239,13 +1256,13 @@ impl<P: Protocol> Sim<P> {
         }
         let mut disk = std::mem::take(&mut self.replicas[r].disk);
         let mut members = Vec::new();
-        for kind in self.kinds(r) {
+        for p in self.members_of(r) {
+            let kind = p.stage().expect("replica members have a stage");
             let mut log = match disk.iter().position(|(k, _)| *k == kind) {
                 Some(i) => disk.swap_remove(i).1,
                 None => SimLog::default(),
             };
             log.lies = self.opts.sabotage == Some(SabotageMode::LyingDisk);
-            let p = kind.member(id);
             let page_store: Option<Box<dyn PageStore>> =
                 (kind == StageKind::Exec).then(|| Box::new(SimPageStore(self.replicas[r].pages.clone())) as _);
             match self
@@ -1256,7 +1273,7 @@ impl<P: Protocol> Sim<P> {
                 Err(e) => self.errors.push(format!("simulator: {p:?} refused to start: {e}")),
             }
         }
-        let mut host = Host::new(id, members);
+        let mut host = Host::new(id, members).with_exec_base(config.exec_process_base());
         host.keep_notes();
         self.replicas[r].host = Some(host);
         if recovering {
@@ -1366,10 +1383,13 @@ impl<P: Protocol> Sim<P> {
             Principal::Client(c) => Some(c.0) != self.byz_client,
             // Every process that now runs as that replica (two for a moment after a shrink
             // renumbered one into a removed one's id).
-            _ => self
-                .nodes_of(p.replica().expect("member").0)
-                .all(|r| self.is_correct_node(r)),
+            _ => self.nodes_of(self.process_index(p)).all(|r| self.is_correct_node(r)),
         }
+    }
+
+    /// The id of the replica process hosting member `p` (`u32::MAX` for a client).
+    fn process_index(&self, p: Principal) -> u32 {
+        p.process_index(self.quorums.exec_process_base()).unwrap_or(u32::MAX)
     }
 
     /// Whether replica process `r` is correct (faults belong to processes, not ids).
@@ -1553,7 +1573,10 @@ impl<P: Protocol> Sim<P> {
         let envelope_sent = envelope.clone();
         let byz_replica = match (process, from.replica()) {
             (Some(p), Some(_)) => self.byzantine.get_mut(&self.replicas[p as usize].slot),
-            (None, Some(r)) => self.byzantine.get_mut(&r.0),
+            (None, Some(_)) => {
+                let index = self.process_index(from);
+                self.byzantine.get_mut(&index)
+            }
             _ => None,
         };
         let outgoing = if let Some(byz) = byz_replica {
@@ -1598,7 +1621,7 @@ impl<P: Protocol> Sim<P> {
             .filter(|&p| {
                 from.replica().is_some()
                     && self.is_correct(from)
-                    && self.replicas[p as usize].id == from.replica().map_or(u32::MAX, |r| r.0)
+                    && self.replicas[p as usize].id == self.process_index(from)
             })
             .map(|p| self.replicas[p as usize].config.epoch());
         for o in outgoing {
@@ -1630,11 +1653,19 @@ impl<P: Protocol> Sim<P> {
     /// arrives at (for a client recipient: one entry, unused, if it arrives): replica
     /// `to.replica()`, or under `--twins` what the round's sides let through.
     fn twin_route(&self, process: Option<u32>, from: Principal, to: Principal) -> Vec<u32> {
-        let usual = to.replica().map_or(vec![0], |r| self.route_nodes(process, r.0));
+        let usual = match to {
+            Principal::Client(_) => vec![0],
+            _ => self.route_nodes(process, self.process_index(to)),
+        };
         let Some(twins) = &self.twins else {
             return usual;
         };
-        let src = Twins::node(from, process.or(from.replica().map(|r| r.0)).unwrap_or(0));
+        let src = Twins::node(
+            from,
+            process
+                .or(from.process_index(self.quorums.exec_process_base()))
+                .unwrap_or(0),
+        );
         let targets = match to {
             Principal::Client(c) => vec![(Node::Client(c.0), 0)],
             _ => usual
@@ -1825,7 +1856,7 @@ impl<P: Protocol> Sim<P> {
                 if keys.accepted_retired() > 0 {
                     violations.push(format!(
                         "keys: {:?}'s process accepted {} MACs under keys it had retired",
-                        who.process(),
+                        self.quorums.process_of(who),
                         keys.accepted_retired()
                     ));
                 }
@@ -1844,10 +1875,12 @@ impl<P: Protocol> Sim<P> {
             .replicas
             .iter()
             .flat_map(|n| {
-                let members = n.host.as_ref().map_or(&[][..], |h| h.members());
-                members
-                    .iter()
-                    .map(move |m| (m.kind.member(ReplicaId(n.id)), m.stage.stats().counters.clone()))
+                n.host.iter().flat_map(|h| {
+                    h.members()
+                        .iter()
+                        .enumerate()
+                        .map(move |(i, m)| (h.principal(i), m.stage.stats().counters.clone()))
+                })
             })
             .collect();
         stage_stats.extend(self.clients.iter().map(|s| (s.principal(), s.stats().counters.clone())));

@@ -262,6 +262,15 @@ fn fast_phase_sabotage_is_caught_under_aliph() {
     );
 }
 
+/// Separate stages: an execution member that takes its same-index order member's NEXT-BATCH
+/// alone (as if they shared a process) executes that member's fabricated batch; the agreement
+/// checker sees its history differ. (`seeds_separate.rs` runs the same fabricating member
+/// against the correct rule: nothing is caught there.)
+#[test]
+fn separate_next_batch_is_caught() {
+    caught(SabotageMode::SeparateNextBatch);
+}
+
 /// Selective execution: a client that takes `r` matching replies takes a Byzantine maintainer's
 /// reply alone.
 #[test]

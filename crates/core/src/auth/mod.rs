@@ -364,7 +364,7 @@ impl AuthStage {
     fn send_items(&mut self, mut items: Vec<AuthItem>, to: Vec<Principal>, out: &mut Vec<Action>) {
         self.stats.bump("auth_request_messages");
         let refreshed = self.config.knobs.key_refresh_us > 0
-            || ClusterConfig::order_members(&self.quorums).any(|p| self.keys.peer_epoch(p.process()) > 0);
+            || ClusterConfig::order_members(&self.quorums).any(|p| self.keys.peer_epoch(self.keys.process_of(p)) > 0);
         if refreshed {
             // An item built before an order member's last NEW-KEY reached us (a retransmission,
             // an item sent to the backups later) carries MACs it may have retired by now (it
@@ -647,7 +647,12 @@ impl AuthStage {
             unreachable!("dispatched on message kind");
         };
         // Only this process's own members are believed (and needed: see the module doc).
-        if !self.own_process_sent(envelope, &[Principal::Order(self.id), Principal::Exec(self.id)], out) {
+        let me = Principal::Auth(self.id);
+        let own: Vec<Principal> = [Principal::Order(self.id), Principal::Exec(self.id)]
+            .into_iter()
+            .filter(|p| self.quorums.co_located(*p, me))
+            .collect();
+        if !self.own_process_sent(envelope, &own, out) {
             return;
         }
         let pace = self.new_request_pace();

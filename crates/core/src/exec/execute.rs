@@ -115,7 +115,7 @@ impl ExecStage {
         let preferred = |a: u32| (a as u64 + n - client.0 as u64 % n) % n < self.q.client_preferred() as u64;
         let usable = |a: &u32| !self.fetch_suspects.contains(a);
         let own = self.id.0;
-        if (own as u64) < n && preferred(own) && usable(&own) {
+        if !self.q.separate_stages && (own as u64) < n && preferred(own) && usable(&own) {
             return vec![own];
         }
         let base = client.0 as u64 + self.fetch_from as u64;
@@ -355,8 +355,11 @@ impl ExecStage {
         };
         // Only the co-located authentication member (one process with us) listens to us; the
         // others learn it from their own order and execution members (PROTOCOL.md step 7).
-        let auth = Principal::Auth(self.id);
-        self.send(vec![auth], message, SealFor::One(auth), out);
+        // With separate stages none shares our process: each learns it from its order member.
+        if !self.q.separate_stages {
+            let auth = Principal::Auth(self.id);
+            self.send(vec![auth], message, SealFor::One(auth), out);
+        }
         self.stats.bump("batches_executed");
         out.push(Action::Note(Event::Executed {
             seqno: batch.seqno,

@@ -170,8 +170,14 @@ impl ExecStage {
             last_time_us: 0,
             replies: ReplyCache::default(),
             // Exec(i) and Order(i) are one process (PROTOCOL.md, placement; n_exec <= n_order, so
-            // every exec member has one): see `batches`.
-            batches: BatchCollector::new(q.next_batch(), Some(id), buffered_max),
+            // every exec member has one): see `batches`. With separate stages no order member
+            // shares our process, and every batch needs `q.next_batch()` matching copies.
+            batches: BatchCollector::new(
+                q.next_batch(),
+                (!q.separate_stages || config.knobs.sabotage == Some(crate::config::Sabotage::SeparateNextBatch))
+                    .then_some(id),
+                buffered_max,
+            ),
             fetcher: Fetcher::default(),
             fetch_from: 0,
             fetch_suspects: std::collections::BTreeSet::new(),

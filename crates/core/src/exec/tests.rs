@@ -59,6 +59,8 @@ impl Net {
             origin: None,
             protocol: Default::default(),
             selective_execution: false,
+            separate_stages: false,
+            exec_u: None,
         };
         let q = config.validate().unwrap();
         let rings = (0..4)

@@ -48,6 +48,14 @@ impl OrderStage {
                 self.tell_auth_ordered(n, requests.collect(), out);
             }
             if let Some(message) = self.next_batch_message(n) {
+                if self.q.separate_stages {
+                    // No execution member shares this process: each needs `q.next_batch()`
+                    // NEXT-BATCHes from order members, so every order member sends to every one
+                    // at once (the thesis's cross-process path; docs/ODRC.md "Separated stages").
+                    self.stats.bump("next_batch_separate");
+                    self.send_to_exec(out, ClusterConfig::exec_members(&self.q).collect(), message);
+                    continue;
+                }
                 if self.hosts_exec() {
                     self.send_to_exec(out, vec![Principal::Exec(self.id)], message);
                 }
@@ -197,6 +205,9 @@ impl OrderStage {
 
     /// Whether this replica hosts an execution member beside this order member.
     pub(super) fn hosts_exec(&self) -> bool {
+        if self.q.separate_stages {
+            return false;
+        }
         let own = Principal::Exec(self.id);
         ClusterConfig::exec_members(&self.q).any(|p| p == own)
     }

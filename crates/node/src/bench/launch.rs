@@ -128,6 +128,7 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
         recovery_interval_secs: 0,
         protocol: target.protocol,
         selective_execution: target.selective_execution,
+        separate_stages: None,
     };
     files::init_cluster(&plan, dir)?;
     let config = dir.join("cluster.toml").display().to_string();

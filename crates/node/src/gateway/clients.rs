@@ -101,6 +101,7 @@ mod tests {
             recovery_interval_secs: 0,
             protocol: Default::default(),
             selective_execution: false,
+            separate_stages: None,
         };
         init_cluster(&plan, dir.path()).unwrap();
         dir

@@ -82,7 +82,7 @@ impl Router for Checker {
                 .iter()
                 .map(|d| parse_records(&std::fs::read(d.join("log")).unwrap()).0.len())
                 .collect();
-            self.sends.push((to.process(), on_disk));
+            self.sends.push((to.process_at(0), on_disk));
         }
     }
 }

@@ -9,7 +9,7 @@ use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use upright_core::crypto::KeyRing;
-use upright_core::ids::{ClientId, Process};
+use upright_core::ids::{ClientId, Principal, Process};
 
 use super::endpoint::{Endpoint, Listener, ReadHalf, Stream, WriteHalf};
 use super::mux::{ClientFrame, ClientRoutes, HelloList, HELLO_LIST_BYTES_MAX};
@@ -351,6 +351,7 @@ async fn read_from_peer(
         named: peer,
         router,
         foreign: epoch != running,
+        exec_base: keys.exec_base(),
     };
     read_loop(reader, peers, inbox, max_frame, counters).await;
 }
@@ -531,6 +532,8 @@ enum Peers {
         named: Process,
         router: Process,
         foreign: bool,
+        /// Where execution members' processes start (`Principal::process_at`).
+        exec_base: u32,
     },
     Clients(BTreeSet<ClientId>),
 }
@@ -538,12 +541,19 @@ enum Peers {
 impl Peers {
     /// Whether an envelope from `from` may come on this connection, and the sender the inbox
     /// queues it under.
-    fn carries(&self, from: Process) -> Option<Process> {
-        match (self, from) {
-            (Peers::One { named, router, foreign }, from) => {
-                (*named == from || (*foreign && matches!(from, Process::Replica(_)))).then_some(*router)
-            }
-            (Peers::Clients(clients), Process::Client(c)) => clients.contains(&c).then_some(from),
+    fn carries(&self, from: Principal) -> Option<Process> {
+        let exec_base = match self {
+            Peers::One { exec_base, .. } => *exec_base,
+            Peers::Clients(_) => 0,
+        };
+        match (self, from.process_at(exec_base)) {
+            (
+                Peers::One {
+                    named, router, foreign, ..
+                },
+                from,
+            ) => (*named == from || (*foreign && matches!(from, Process::Replica(_)))).then_some(*router),
+            (Peers::Clients(clients), Process::Client(c)) => clients.contains(&c).then_some(Process::Client(c)),
             (Peers::Clients(_), Process::Replica(_)) => None,
         }
     }
@@ -563,7 +573,7 @@ async fn read_loop(reader: ReadHalf, peers: Peers, inbox: Arc<Inbox>, max_frame:
         let closing = loop {
             match frames.next_frame() {
                 Ok(Some(body)) => match upright_core::wire::decode(&body) {
-                    Ok(envelope) => match peers.carries(envelope.from.process()) {
+                    Ok(envelope) => match peers.carries(envelope.from) {
                         Some(queue_as) => batch.push((queue_as, Arc::new(envelope))),
                         None => wrong_sender += 1,
                     },
@@ -676,6 +686,7 @@ impl Listening {
                 named: hello.from,
                 router,
                 foreign: hello.epoch != self.identities.primary().config_epoch(),
+                exec_base: keys.exec_base(),
             },
             nonce: hello.nonce,
             keys,

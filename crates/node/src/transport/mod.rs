@@ -218,6 +218,8 @@ mod tests {
             origin: None,
             protocol: Default::default(),
             selective_execution: false,
+            separate_stages: false,
+            exec_u: None,
         };
         (config, secrets)
     }

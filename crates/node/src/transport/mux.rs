@@ -189,7 +189,7 @@ fn demux_frame(body: &[u8], inboxes: &BTreeMap<ClientId, Arc<Inbox>>) -> Result<
     // From a replica; not necessarily the id dialled: a reconfiguration may have renumbered it
     // (it answers a client that has not learnt of the change yet under its new id). The client
     // stage checks whose it is.
-    if !matches!(envelope.from.process(), Process::Replica(_)) {
+    if matches!(envelope.from, upright_core::ids::Principal::Client(_)) {
         return Ok(Demuxed::Dropped("net_dropped_wrong_sender"));
     }
     Ok(Demuxed::For(client, Arc::new(envelope)))

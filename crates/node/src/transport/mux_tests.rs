@@ -56,6 +56,8 @@ impl Keys {
             origin: None,
             protocol: Default::default(),
             selective_execution: false,
+            separate_stages: false,
+            exec_u: None,
         };
         Keys {
             config,

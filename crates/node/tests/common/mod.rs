@@ -40,6 +40,7 @@ pub fn make_cluster(dir: &Path, name: &str) -> Cluster {
         recovery_interval_secs: 0,
         protocol: Default::default(),
         selective_execution: false,
+        separate_stages: None,
     };
     files::init_cluster(&plan, dir).unwrap()
 }

@@ -89,6 +89,8 @@ fn config(u: usize, r: usize, knobs: Knobs, protocol: OrderProtocol) -> (Cluster
         origin: None,
         protocol,
         selective_execution: false,
+        separate_stages: false,
+        exec_u: None,
     };
     (config, secrets)
 }
