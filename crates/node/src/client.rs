@@ -370,6 +370,7 @@ fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>,
             },
             client: prepared.client,
             replicas: replicas.clone(),
+            exec_base: cluster.config.exec_process_base(),
             epoch: cluster.config.epoch(),
             addrs: cluster
                 .file
@@ -400,6 +401,9 @@ struct ClientTask {
     client: Client,
     pushes: PushOut,
     replicas: BTreeMap<ReplicaId, Dialer>,
+    /// The first replica process hosting an execution member (`Principal::process_at`): read-only
+    /// requests go to execution members, which may run in processes of their own.
+    exec_base: u32,
     /// The configuration epoch `replicas` were dialled for, and each replica's client address.
     epoch: u64,
     addrs: BTreeMap<ReplicaId, String>,
@@ -512,7 +516,8 @@ impl ClientTask {
                         crate::timeline::event("client-send", u64::from(client.0), request_id.0, to.len() as u64);
                     }
                     for principal in to {
-                        if let Some(replica) = principal.replica().and_then(|r| self.replicas.get(&r)) {
+                        let process = principal.process_index(self.exec_base).map(ReplicaId);
+                        if let Some(replica) = process.and_then(|r| self.replicas.get(&r)) {
                             replica.send(frame.clone());
                         }
                     }

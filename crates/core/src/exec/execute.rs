@@ -361,6 +361,7 @@ impl ExecStage {
             self.send(vec![auth], message, SealFor::One(auth), out);
         }
         self.stats.bump("batches_executed");
+        self.answer_wanted(out);
         out.push(Action::Note(Event::Executed {
             seqno: batch.seqno,
             history: batch.history,
@@ -376,7 +377,7 @@ impl ExecStage {
     }
 
     /// Sends the client's cached reply (full if `retransmit`, else by the full/digest rule).
-    fn send_cached_reply(&self, client: ClientId, retransmit: bool, out: &mut Vec<Action>) {
+    pub(super) fn send_cached_reply(&self, client: ClientId, retransmit: bool, out: &mut Vec<Action>) {
         let Some(cached) = self.replies.get(client) else { return };
         match &cached.result {
             CachedResult::Full(result) => self.send_reply(client, cached.request_id, result, retransmit, out),
@@ -443,11 +444,22 @@ impl ExecStage {
             self.stats.bump("retransmit_tentative");
             return;
         }
-        if self.replies.get(client).map(|c| c.request_id) != Some(request_id) {
+        let cached = self.replies.get(client).map(|c| c.request_id);
+        if cached != Some(request_id) {
             self.stats.bump("retransmit_not_cached");
+            // Under selective execution: not agreed here yet. Run it when it comes instead of
+            // storing it, so the client's vote completes without another RETRANSMIT.
+            if cached.is_none_or(|c| c < request_id) && self.clients.contains(&client) {
+                if let Some(sel) = self.selective.as_mut() {
+                    sel.want(client, request_id);
+                }
+            }
             return;
         }
-        if !self.replies.may_resend(client, now, self.config.knobs.exec_retry_us) {
+        if !self
+            .replies
+            .may_resend(client, request_id, now, self.config.knobs.exec_retry_us)
+        {
             self.stats.bump("retransmit_rate_limited");
             return;
         }

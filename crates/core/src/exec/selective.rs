@@ -78,12 +78,28 @@ pub(super) struct Selective {
     /// Members that sent no OBJECT-CP for a checkpoint this member finished: objects they
     /// maintain are replayed at once rather than waited for, until they send one again.
     suspects: BTreeSet<ReplicaId>,
+    /// Requests a RETRANSMIT asked for before this member had them (one per client, the
+    /// newest): run rather than stored when they come, and answered. Without it, a client whose
+    /// object's maintainer lies waits for the order members' next RETRANSMIT of the request,
+    /// which they pace at `auth_retransmit_interval_us` (4 s by default): the client's conflict
+    /// retransmission usually reaches the members that skip the request before they have it.
+    wanted: BTreeMap<ClientId, RequestId>,
 }
 
 /// Own OBJECT-CPs kept for resending.
 const SENT_KEPT: usize = 2;
 
 impl Selective {
+    /// A RETRANSMIT for `client`'s request `request_id`, which this member has not yet seen
+    /// agreed: remembered, so it is run and answered when it comes
+    /// ([`ExecStage::answer_wanted`]). At most one per configured client.
+    pub(super) fn want(&mut self, client: ClientId, request_id: RequestId) {
+        let newer = self.wanted.get(&client).is_none_or(|r| *r < request_id);
+        if newer {
+            self.wanted.insert(client, request_id);
+        }
+    }
+
     /// Member `me` of `n_exec`, each object kept by `copies` members.
     pub(super) fn new(me: usize, n_exec: usize, copies: usize) -> Selective {
         Selective {
@@ -93,6 +109,7 @@ impl Selective {
             received: BTreeMap::new(),
             sent: BTreeMap::new(),
             sync: None,
+            wanted: BTreeMap::new(),
             synced: SeqNo(0),
             suspects: BTreeSet::new(),
         }
@@ -518,6 +535,36 @@ impl ExecStage {
             if !self.selective_waiting() {
                 self.execute_ready(out);
             }
+        }
+    }
+
+    /// After a batch: every wanted request now stored here is run and answered; wanted requests
+    /// at or below a client's newest agreed one are forgotten.
+    pub(super) fn answer_wanted(&mut self, out: &mut Vec<Action>) {
+        let Some(sel) = self.selective.as_mut() else { return };
+        if sel.wanted.is_empty() {
+            return;
+        }
+        let mut due = Vec::new();
+        sel.wanted.retain(|client, request_id| match self.replies.get(*client) {
+            Some(cached) if cached.request_id >= *request_id => {
+                if cached.request_id == *request_id {
+                    due.push((*client, *request_id));
+                }
+                false
+            }
+            _ => true,
+        });
+        for (client, request_id) in due {
+            let skipped = self
+                .replies
+                .get(client)
+                .is_some_and(|c| c.result == CachedResult::Skipped);
+            if skipped && !self.force_skipped(client, request_id) {
+                continue;
+            }
+            self.stats.bump("retransmit_answered_later");
+            self.send_cached_reply(client, true, out);
         }
     }
 

@@ -665,6 +665,17 @@ fn retransmit_resends_the_cached_reply_in_full() {
     // Later it is answered again.
     stage.handle(2_000_000, retransmit(&net, Principal::Order(ReplicaId(2)), 1), &mut out);
     assert_eq!(replies(&out, CLIENT), vec![(RequestId(1), ReplyBody::Full(result))]);
+    // The pace is per request: the client's next request, retransmitted right after, is
+    // answered at once.
+    let batches = chain(vec![
+        vec![append(CLIENT, 1, "k", long)],
+        vec![append(CLIENT, 2, "k", "x")],
+    ]);
+    net.deliver(&mut stage, &batches[1]);
+    let mut out = Vec::new();
+    stage.handle(2_000_001, retransmit(&net, Principal::Order(ReplicaId(2)), 2), &mut out);
+    assert_eq!(replies(&out, CLIENT).len(), 1, "{:?}", stage.stats());
+    assert_eq!(stage.stats().get("retransmit_rate_limited"), 1);
 }
 
 #[test]

@@ -162,30 +162,42 @@ fn a_request_runs_on_its_two_maintainers_only_and_every_member_catches_up_at_the
     assert!(replies(&outs[0], CLIENT).iter().any(|(id, _)| *id == RequestId(3)));
 }
 
-#[test]
-fn a_forced_request_runs_after_the_skipped_requests_it_depends_on() {
-    let net = selective_net();
+/// Member 0 and two batches on an object it does not keep: a put by `CLIENT`, then client 8's
+/// Get of it; the first delivered (and skipped).
+fn member0_after_a_skipped_put(net: &Net) -> (ExecStage, Vec<TestBatch>) {
     let mut member0 = net.kv_stage(0);
     let on12 = key_kept_by([1, 2]);
     let batches = chain(vec![
         vec![put_on(CLIENT, 1, &on12, "x")],
         vec![get_on(ClientId(8), 1, &on12)],
+        vec![put_on(CLIENT, 2, &on12, "y")],
     ]);
     let out = net.deliver(&mut member0, &batches[0]);
     assert!(replies(&out, CLIENT).is_empty(), "skipped");
+    (member0, batches)
+}
+
+/// An order member's RETRANSMIT of client 8's request `request_id`.
+fn retransmit_of_client_8(net: &Net, request_id: u64) -> Input {
+    net.input(
+        Principal::Order(ReplicaId(1)),
+        Message::Retransmit {
+            client: ClientId(8),
+            request_id: RequestId(request_id),
+        },
+        SealFor::Stage(StageKind::Exec),
+    )
+}
+
+#[test]
+fn a_forced_request_runs_after_the_skipped_requests_it_depends_on() {
+    let net = selective_net();
+    let (mut member0, batches) = member0_after_a_skipped_put(&net);
     // The Get is skipped as well; its client's vote does not complete, so it retransmits.
     let out = net.deliver(&mut member0, &batches[1]);
     assert!(replies(&out, ClientId(8)).is_empty());
     let mut out = Vec::new();
-    let retransmit = net.input(
-        Principal::Order(ReplicaId(1)),
-        Message::Retransmit {
-            client: ClientId(8),
-            request_id: RequestId(1),
-        },
-        SealFor::Stage(StageKind::Exec),
-    );
-    member0.handle(3, retransmit, &mut out);
+    member0.handle(3, retransmit_of_client_8(&net, 1), &mut out);
     let got = replies(&out, ClientId(8));
     assert_eq!(
         got,
@@ -197,6 +209,36 @@ fn a_forced_request_runs_after_the_skipped_requests_it_depends_on() {
     );
     assert_eq!(member0.stats().get("requests_forced"), 1);
     assert_eq!(member0.stats().get("requests_replayed"), 2, "the put, then the Get");
+}
+
+/// A client whose maintainers disagree retransmits at once, usually before a member that skips
+/// its request has it (the order members then pace the next RETRANSMIT at seconds): that member
+/// remembers the RETRANSMIT, runs the request when it comes and answers it.
+#[test]
+fn a_retransmission_that_comes_before_its_request_is_answered_when_the_request_comes() {
+    let net = selective_net();
+    let (mut member0, batches) = member0_after_a_skipped_put(&net);
+    let mut out = Vec::new();
+    member0.handle(3, retransmit_of_client_8(&net, 1), &mut out);
+    assert!(replies(&out, ClientId(8)).is_empty(), "not agreed here yet");
+    assert_eq!(member0.stats().get("retransmit_not_cached"), 1);
+    let out = net.deliver(&mut member0, &batches[1]);
+    assert_eq!(
+        replies(&out, ClientId(8)),
+        vec![(
+            RequestId(1),
+            ReplyBody::Full(KvReply::Value(Some(Bytes::from_static(b"x"))).encode())
+        )],
+        "run and answered when it came"
+    );
+    assert_eq!(member0.stats().get("retransmit_answered_later"), 1);
+    assert_eq!(member0.stats().get("requests_forced"), 1);
+    // A RETRANSMIT of a request already answered is not remembered for later.
+    let mut out = Vec::new();
+    member0.handle(4, retransmit_of_client_8(&net, 0), &mut out);
+    let out = net.deliver(&mut member0, &batches[2]);
+    assert!(replies(&out, CLIENT).is_empty(), "skipped as usual");
+    assert_eq!(member0.stats().get("retransmit_answered_later"), 1);
 }
 
 #[test]
