@@ -124,6 +124,41 @@ fn init_then_misconfigurations_are_one_line_errors() {
     assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
 }
 
+/// Separate stages: `upright init --separate-stages` counts both kinds of process, and
+/// `upright replica --stages` is refused where cluster.toml places other stages (or nothing).
+#[test]
+fn separate_stages_misconfigurations_are_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s");
+    let out = out.to_str().unwrap();
+    let mut init: Vec<&str> = "init --u 1 --r 1 --hosts 127.0.0.1 --separate-stages --exec-u 2 --out"
+        .split(' ')
+        .collect();
+    init.push(out);
+    one_line_error(&[&init[..], &["--replicas", "4"]].concat(), "9 in all");
+    one_line_error(
+        &[&init[..], &["--replicas", "9", "--key-refresh-secs", "5"]].concat(),
+        "key_refresh_us",
+    );
+    let (code, stdout, stderr) = upright(&[&init[..], &["--replicas", "9"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("--stages exec --id i"), "{stdout}");
+    let config = format!("{out}/cluster.toml");
+    one_line_error(
+        &["replica", "--config", &config, "--stages", "exec", "--id", "5"],
+        "the cluster has 5 execution members (0 to 4)",
+    );
+    one_line_error(
+        &["replica", "--config", &config, "--stages", "exec,order", "--id", "1"],
+        "cluster.toml places auth,order on that replica",
+    );
+    one_line_error(
+        &["replica", "--config", &config, "--stages", "auth,order", "--id", "6"],
+        "cluster.toml places exec on that replica",
+    );
+    one_line_error(&["recover", "--config", &config, "--id", "0"], "separate_stages");
+}
+
 #[test]
 fn a_demo_whose_replicas_cannot_start_says_why_at_once() {
     let started = std::time::Instant::now();

@@ -585,6 +585,13 @@ impl ClusterConfig {
                     "must be unset with separate_stages = true (reconfiguration moves co-located members)",
                 );
             }
+            if self.knobs.key_refresh_us > 0 {
+                return bad(
+                    "key_refresh_us",
+                    self.knobs.key_refresh_us,
+                    "must be 0 with separate_stages = true (an authentication member refreshes its process's keys; execution-only processes have none yet)",
+                );
+            }
         } else if let Some(exec_u) = self.exec_u {
             return bad(
                 "exec_u",
@@ -943,6 +950,9 @@ mod tests {
         assert!(error(&c).contains("exec_u"), "{}", error(&c));
         c.exec_u = Some(2);
         refuses_tentative_execution_and_an_admin(&mut c);
+        c.knobs.key_refresh_us = 1_000_000;
+        assert!(error(&c).contains("key_refresh_us"), "{}", error(&c));
+        c.knobs.key_refresh_us = 0;
         for protocol in [OrderProtocol::Quorum, OrderProtocol::Chain, OrderProtocol::Aliph] {
             c.protocol = protocol;
             assert!(error(&c).contains("separate_stages"), "{}", error(&c));

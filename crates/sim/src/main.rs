@@ -370,8 +370,11 @@ fn main() {
     if args.separate_stages {
         let unsupported = [
             (args.protocol != "pbft", "--protocol other than pbft"),
-            (args.twins || args.mutate, "--twins or --mutate"),
-            (args.recovery || args.key_refresh, "--recovery or --key-refresh"),
+            (args.twins, "--twins"),
+            (
+                args.recovery || args.key_refresh,
+                "--recovery or --key-refresh (execution-only processes neither refresh keys nor recover proactively yet)",
+            ),
             (args.reconfiguration, "--reconfiguration"),
             (
                 args.attack.is_some() || args.soak.is_some(),

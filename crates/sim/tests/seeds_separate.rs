@@ -62,6 +62,18 @@ fn an_order_member_fabricating_batches_changes_nothing() {
     result.assert_clean_with("byz_fabricated_batch", 30);
 }
 
+/// Byzantine processes (order or execution) mutating what they send, re-sealed with their own
+/// keys (ByzzFuzz style, `--mutate`).
+#[test]
+fn one_hundred_separate_stage_seeds_under_mutation() {
+    let result = sweep(44_000, 100, |seed| {
+        let mut opts = separate(seed, 1, 1, 2);
+        opts.mutate = true;
+        opts
+    });
+    result.assert_clean_with("byz_mutate", 100);
+}
+
 #[test]
 fn one_hundred_separate_stage_seeds_u2_r1() {
     let result = sweep(42_000, 100, |seed| separate(seed, 2, 1, 2));
