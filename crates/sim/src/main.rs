@@ -370,7 +370,6 @@ fn main() {
     if args.separate_stages {
         let unsupported = [
             (args.protocol != "pbft", "--protocol other than pbft"),
-            (args.twins, "--twins"),
             (
                 args.recovery || args.key_refresh,
                 "--recovery or --key-refresh (execution-only processes neither refresh keys nor recover proactively yet)",

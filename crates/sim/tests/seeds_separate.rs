@@ -74,6 +74,18 @@ fn one_hundred_separate_stage_seeds_under_mutation() {
     result.assert_clean_with("byz_mutate", 100);
 }
 
+/// A faulty process run as two correct copies sharing its identity and keys, each talking to
+/// a different part of the cluster (`--twins`).
+#[test]
+fn one_hundred_separate_stage_seeds_with_twins() {
+    let result = sweep(45_000, 100, |seed| {
+        let mut opts = separate(seed, 1, 1, 2);
+        opts.twins = true;
+        opts
+    });
+    result.assert_clean_with("twins", 100);
+}
+
 #[test]
 fn one_hundred_separate_stage_seeds_u2_r1() {
     let result = sweep(42_000, 100, |seed| separate(seed, 2, 1, 2));
