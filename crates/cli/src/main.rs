@@ -632,12 +632,15 @@ fn init(
                     "--exec-u {exec_u} is below --u {u}: the execution stage must tolerate at least the failures the cluster does"
                 )));
             }
-            let n_exec = exec_u + exec_u.max(r) + 1;
-            if replicas != 2 * u + r + 1 + n_exec {
+            let q = upright_core::quorum::Quorums::new(u, r)
+                .and_then(|q| q.with_separate_stages(exec_u))
+                .map_err(|e| FileError(e.to_string()))?;
+            if replicas != q.n_replicas() {
                 return Err(FileError(format!(
-                    "--replicas {replicas} does not match u = {u}, r = {r}, exec_u = {exec_u} with --separate-stages: the cluster needs 2u + r + 1 = {} authentication and order replicas and exec_u + max(exec_u, r) + 1 = {n_exec} execution replicas, {} in all",
-                    2 * u + r + 1,
-                    2 * u + r + 1 + n_exec
+                    "--replicas {replicas} does not match u = {u}, r = {r}, exec_u = {exec_u} with --separate-stages: the cluster needs 2u + r + 1 = {} authentication and order replicas and exec_u + max(exec_u, r) + 1 = {} execution replicas, {} in all",
+                    q.n_order,
+                    q.n_exec,
+                    q.n_replicas()
                 )));
             }
         }

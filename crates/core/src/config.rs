@@ -543,10 +543,9 @@ impl ClusterConfig {
     /// The first replica process hosting an execution member: 0 when the stages share processes,
     /// `2u + r + 1` (after the authentication and order processes) with `separate_stages`.
     pub fn exec_process_base(&self) -> u32 {
-        if self.separate_stages {
-            (2 * self.u + self.r + 1) as u32
-        } else {
-            0
+        match Quorums::new(self.u, self.r) {
+            Ok(q) if self.separate_stages => q.n_order as u32,
+            _ => 0,
         }
     }
 

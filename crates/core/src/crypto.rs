@@ -640,17 +640,12 @@ impl KeyRing {
     /// Checks a MAC from `from` over `digest`.
     pub fn verify_mac(&self, from: Principal, digest: &Digest, mac: &Mac) -> Result<(), AuthError> {
         let session = self.session();
-        let key = session
-            .incoming
-            .get(&self.process_of(from))
-            .ok_or(AuthError::UnknownSender)?;
+        let process = self.process_of(from);
+        let key = session.incoming.get(&process).ok_or(AuthError::UnknownSender)?;
         if key.verify(digest, mac) {
             return Ok(());
         }
-        let retiring = session
-            .retiring
-            .as_ref()
-            .and_then(|keys| keys.get(&self.process_of(from)));
+        let retiring = session.retiring.as_ref().and_then(|keys| keys.get(&process));
         if retiring.is_some_and(|key| key.verify(digest, mac)) {
             let counter = if session.retired {
                 &self.accepted_retired
@@ -709,11 +704,9 @@ impl KeyRing {
 
     /// Checks an Ed25519 signature by `from` over `digest`.
     pub fn verify_signature(&self, from: Principal, digest: &Digest, signature: &Signature) -> Result<(), AuthError> {
-        let key = self
-            .verifying
-            .get(&self.process_of(from))
-            .ok_or(AuthError::UnknownSender)?;
-        let id = verified_id(self.process_of(from), digest, signature);
+        let process = self.process_of(from);
+        let key = self.verifying.get(&process).ok_or(AuthError::UnknownSender)?;
+        let id = verified_id(process, digest, signature);
         if self.verified.lock().expect("verified cache lock").contains(&id) {
             return Ok(());
         }

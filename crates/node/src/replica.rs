@@ -343,12 +343,10 @@ fn identity_in(
 impl Router for NetRouter {
     fn send(&mut self, _from: Principal, to: Vec<Principal>, envelope: Arc<Envelope>) {
         let frame = Arc::new(upright_core::wire::encode(&envelope));
+        let exec_base = self.growth.config.exec_process_base();
         for principal in to {
             timeline::message("send", &envelope.message, timeline::peer(&principal));
-            self.send_frame(
-                principal.process_at(self.growth.config.exec_process_base()),
-                frame.clone(),
-            );
+            self.send_frame(principal.process_at(exec_base), frame.clone());
         }
     }
 

@@ -377,7 +377,7 @@ impl ExecStage {
     }
 
     /// Sends the client's cached reply (full if `retransmit`, else by the full/digest rule).
-    pub(super) fn send_cached_reply(&self, client: ClientId, retransmit: bool, out: &mut Vec<Action>) {
+    fn send_cached_reply(&self, client: ClientId, retransmit: bool, out: &mut Vec<Action>) {
         let Some(cached) = self.replies.get(client) else { return };
         match &cached.result {
             CachedResult::Full(result) => self.send_reply(client, cached.request_id, result, retransmit, out),
@@ -463,16 +463,30 @@ impl ExecStage {
             self.stats.bump("retransmit_rate_limited");
             return;
         }
-        if self
-            .replies
-            .get(client)
-            .is_some_and(|c| c.result == CachedResult::Skipped)
-            && !self.force_skipped(client, request_id)
-        {
+        if !self.resend_cached_reply(client, request_id, out) {
             self.stats.bump("retransmit_skipped_not_stored");
             return;
         }
         self.stats.bump("retransmit_answered");
+    }
+
+    /// Sends `client`'s cached reply (to `request_id`) in full, after running the request if this
+    /// member skipped it (selective execution). False, sending nothing, if it was skipped and is
+    /// not stored here.
+    pub(super) fn resend_cached_reply(
+        &mut self,
+        client: ClientId,
+        request_id: RequestId,
+        out: &mut Vec<Action>,
+    ) -> bool {
+        let skipped = self
+            .replies
+            .get(client)
+            .is_some_and(|c| c.result == CachedResult::Skipped);
+        if skipped && !self.force_skipped(client, request_id) {
+            return false;
+        }
         self.send_cached_reply(client, true, out);
+        true
     }
 }

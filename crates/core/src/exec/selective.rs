@@ -556,15 +556,9 @@ impl ExecStage {
             _ => true,
         });
         for (client, request_id) in due {
-            let skipped = self
-                .replies
-                .get(client)
-                .is_some_and(|c| c.result == CachedResult::Skipped);
-            if skipped && !self.force_skipped(client, request_id) {
-                continue;
+            if self.resend_cached_reply(client, request_id, out) {
+                self.stats.bump("retransmit_answered_later");
             }
-            self.stats.bump("retransmit_answered_later");
-            self.send_cached_reply(client, true, out);
         }
     }
 
