@@ -97,7 +97,7 @@ enum Command {
         recovery_interval_secs: u64,
         /// Selective execution (ODRC, docs/ODRC.md): each object's requests run on r + 1
         /// execution replicas only; the others catch up at each checkpoint. Needs a service
-        /// with object checkpoints (`--service kv`). Written to cluster.toml as
+        /// with object checkpoints (`--service kv` or `redis`). Written to cluster.toml as
         /// `selective_execution`.
         #[arg(long)]
         selective_execution: bool,

@@ -17,6 +17,8 @@ use redis_cli::{cli, have};
 
 #[path = "common/cluster.rs"]
 mod cluster;
+#[path = "common/demo.rs"]
+mod demo;
 use cluster::Proc;
 
 /// A base port whose cluster ports and `base + 300` (the gateway) are free.
@@ -61,6 +63,20 @@ fn start_gateway_with(dir: &Path, port: u16, extra: &[&str]) -> Proc {
     Proc(child)
 }
 
+/// Starts the four `upright replica --service redis` processes of `config`, replica 2 a
+/// Byzantine stand-in that corrupts its stored values and replies.
+fn start_replicas(dir: &Path, config: &str) -> Vec<Proc> {
+    (0..4)
+        .map(|id| {
+            let id = id.to_string();
+            let args = ["replica", "--config", config, "--id", &id, "--service", "redis"];
+            let mut c = upright(dir, &args, &format!("replica-{id}.log"));
+            c.env("UPRIGHT_TEST_CORRUPT_REPLICA", "2");
+            Proc(c.spawn().unwrap())
+        })
+        .collect()
+}
+
 /// Retries a command until the cluster has elected and answered (replicas start in any order).
 fn cli_when_up(port: u16, args: &[&str], want: &str) {
     let until = Instant::now() + Duration::from_secs(60);
@@ -86,25 +102,7 @@ fn redis_cli_through_upright_redis_against_an_initialised_cluster() {
     let dir = dir.path();
     let base = free_base();
     let config = cluster::init(dir, base);
-    let _replicas: Vec<Proc> = (0..4)
-        .map(|id| {
-            let mut c = upright(
-                dir,
-                &[
-                    "replica",
-                    "--config",
-                    &config,
-                    "--id",
-                    &id.to_string(),
-                    "--service",
-                    "redis",
-                ],
-                &format!("replica-{id}.log"),
-            );
-            c.env("UPRIGHT_TEST_CORRUPT_REPLICA", "2");
-            Proc(c.spawn().unwrap())
-        })
-        .collect();
+    let _replicas = start_replicas(dir, &config);
     let port = base + 300;
     let gateway = start_gateway(dir, port);
     cli_when_up(port, &["SET", "gw:a", "hello"], "OK");
@@ -275,4 +273,67 @@ fn users_select_identities_and_commands(dir: &Path, port: u16) {
         "the app's write went through the app's pool"
     );
     assert_eq!(operations("viewer"), viewer_before, "and not through the viewer's");
+}
+
+/// A counter of replica `id`'s `GET /status` (its metrics address from cluster.toml).
+fn status_counter(dir: &Path, id: usize, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    let toml = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
+    let addr = toml
+        .lines()
+        .filter_map(|l| l.strip_prefix("metrics_addr = \""))
+        .nth(id)
+        .and_then(|a| a.strip_suffix('"'))
+        .expect("metrics_addr in cluster.toml")
+        .to_string();
+    let Ok(mut stream) = std::net::TcpStream::connect(&addr) else {
+        return 0;
+    };
+    let _ = write!(stream, "GET /status HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body);
+    body.lines()
+        .filter_map(|l| l.split_once([' ', '=', ':']))
+        .find(|(k, _)| k.trim() == name)
+        .and_then(|(_, v)| v.trim().trim_matches('"').parse().ok())
+        .unwrap_or(0)
+}
+
+/// Selective execution with the Redis store, as a user runs it (`upright init
+/// --selective-execution`, four `upright replica --service redis`, replica 2 a Byzantine stand-in
+/// that corrupts its stored values, replies and key states): redis-py's checks of every data
+/// type, expiry, pipelines, MULTI/EXEC and pub/sub pass, what selective execution refuses is
+/// refused with an error that says so, and the correct execution replicas skipped requests.
+#[test]
+fn redis_clients_against_a_selective_cluster_with_a_lying_replica() {
+    if !have("redis-cli") {
+        eprintln!(
+            "\n\n*** SKIPPED selective redis test: redis-cli is not installed (apt-get install redis-tools) ***\n\n"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let base = free_base();
+    let (config, _) = cluster::init_with(dir, base, &["--selective-execution"]);
+    let _replicas = start_replicas(dir, &config);
+    let port = base + 300;
+    let _gateway = start_gateway(dir, port);
+    cli_when_up(port, &["SET", "sel:up", "yes"], "OK");
+    demo::run_python_checks(
+        "redis_selective.py",
+        port,
+        "python redis client under selective execution (pip install redis)",
+    );
+    // Both correct execution replicas skipped requests on keys they do not maintain (stage
+    // counters reach /status a moment later).
+    let until = Instant::now() + Duration::from_secs(10);
+    for id in [0, 1] {
+        while status_counter(dir, id, "stat_exec_requests_skipped") == 0 {
+            assert!(Instant::now() < until, "replica {id} skipped nothing");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let log = std::fs::read_to_string(dir.join("replica-2.log")).unwrap();
+    assert!(log.contains("corrupts its stored values and replies"), "{log}");
 }

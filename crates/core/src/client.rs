@@ -189,7 +189,11 @@ impl Client {
         let Some((operation, path)) = self.queue.pop_front() else {
             return;
         };
-        if path.is_read_only() && now < self.read_only_paused_until {
+        if path == ReadPath::ReadOnly && self.config.selective_execution {
+            // Under selective execution only an object's maintainers answer a read, so the
+            // linearizable quorum (every execution member) never forms: order it at once.
+            self.stats.bump("read_only_selective_ordered");
+        } else if path.is_read_only() && now < self.read_only_paused_until {
             self.stats.bump("read_only_paused");
         } else if path.is_read_only() && self.start_read_only(now, operation.clone(), path, out) {
             return;
@@ -737,6 +741,38 @@ mod tests {
                 Input::Message(reply(&f, 2, 2, 1, ReplyBody::Full(good.clone()))),
             );
             assert_eq!(delivered(&out), [good]);
+        }
+    }
+
+    /// Under selective execution a linearizable read goes down the ordered path at once (only
+    /// the maintainers of its objects would answer it); a serializable one still tries its
+    /// `r + 1` maintainers first.
+    #[test]
+    fn under_selective_execution_a_linearizable_read_is_ordered_at_once() {
+        for (selective, path, ordered) in [
+            (false, ReadPath::ReadOnly, false),
+            (true, ReadPath::ReadOnly, true),
+            (true, ReadPath::Serializable, false),
+        ] {
+            let mut f = fixture(1, 1, 3, Knobs::default());
+            let mut config = (*f.config).clone();
+            config.selective_execution = selective;
+            f.config = Arc::new(config);
+            let mut c = client(&f, 2);
+            let out = step(
+                &mut c,
+                0,
+                Input::Invoke {
+                    operation: Bytes::from_static(b"get"),
+                    path,
+                },
+            );
+            let Some(Action::Send { envelope, .. }) = out.first() else {
+                panic!("nothing sent")
+            };
+            let read_only = matches!(envelope.message, Message::ReadOnlyRequest { .. });
+            assert_eq!(!read_only, ordered, "selective {selective}, {path:?}");
+            assert_eq!(c.stats().get("read_only_selective_ordered"), u64::from(ordered));
         }
     }
 

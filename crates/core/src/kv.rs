@@ -249,6 +249,11 @@ impl Service for KvService {
         })
     }
 
+    /// Its requests already touch only the key they name.
+    fn enable_selective_execution(&mut self) -> bool {
+        true
+    }
+
     /// A key's value and its watchers.
     fn object_state(&self, object: &[u8]) -> Option<Option<Bytes>> {
         let value = self.map.get(object);

@@ -134,6 +134,15 @@ pub trait Service {
         None
     }
 
+    /// Called once, before anything else, by an execution stage of a cluster that runs selective
+    /// execution (`selective_execution = true`): a service that can run selectively switches to
+    /// the rules that needs (docs/ODRC.md, "What a service must do": a reply and the state it
+    /// leaves depend only on the declared objects and the request's own agreed context) and says
+    /// `true`; the default says `false`, and the execution stage refuses to start.
+    fn enable_selective_execution(&mut self) -> bool {
+        false
+    }
+
     /// ODRC's object checkpoint function (docs/ODRC.md): the state of object `object` (a name
     /// [`Service::access`] gives) as deterministic bytes, `Some(None)` when the object is absent.
     /// `None`, the default, says the service does not support selective execution. The bytes must

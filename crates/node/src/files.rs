@@ -94,8 +94,8 @@ pub struct ClusterFile {
     #[serde(default, skip_serializing_if = "OrderProtocol::is_default")]
     pub protocol: OrderProtocol,
     /// Selective execution (docs/ODRC.md): each object's requests run on the `r + 1` execution
-    /// members that maintain it. Needs a service with object checkpoints (the core KV; the
-    /// replica refuses to start otherwise).
+    /// members that maintain it. Needs a service with object checkpoints (the core KV, the Redis
+    /// store; the replica refuses to start otherwise).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub selective_execution: bool,
     /// Execution members in processes of their own (docs/ODRC.md "Separated stages"): replicas

@@ -91,6 +91,9 @@ pub fn forging_pushes(service: ServiceFactory) -> ServiceFactory {
         fn access(&self, operation: &[u8]) -> Option<Access> {
             self.0.access(operation)
         }
+        fn enable_selective_execution(&mut self) -> bool {
+            self.0.enable_selective_execution()
+        }
         fn object_state(&self, object: &[u8]) -> Option<Option<Bytes>> {
             self.0.object_state(object)
         }

@@ -85,7 +85,8 @@ struct Args {
     shrink_any: bool,
     /// Selective execution (ODRC, docs/ODRC.md): each object's requests run on the r + 1
     /// execution members that maintain it; the others catch up at each checkpoint from
-    /// certified object checkpoints (with --service kv; not with --protocol quorum or aliph).
+    /// certified object checkpoints (with --service kv or redis; not with --protocol quorum or
+    /// aliph).
     #[arg(long)]
     selective_execution: bool,
     /// Separate stages (docs/ODRC.md "Separated stages"): the execution members run in
@@ -349,8 +350,8 @@ fn main() {
     if args.selective_execution {
         let unsupported = [
             (
-                args.service != "kv",
-                "--service other than kv (no object checkpoints yet)",
+                args.service != "kv" && args.service != "redis",
+                "--service other than kv or redis (no object checkpoints yet)",
             ),
             (
                 args.protocol == "quorum" || args.protocol == "aliph",

@@ -94,10 +94,18 @@ impl ServiceKind {
     /// clients carry out each operation in steps ([`crate::zk::ZkClients`]), a write of no live
     /// session, and for `fs` (likewise, [`crate::fs::FsClients`]) a file and a directory of its
     /// own (what the Byzantine client sends).
-    pub fn encode(self, op: &KvOperation, rng: &mut ChaCha8Rng) -> Bytes {
+    /// Under `selective` execution the Redis forms leave out WATCH, which the store refuses
+    /// there.
+    pub fn encode(self, op: &KvOperation, rng: &mut ChaCha8Rng, selective: bool) -> Bytes {
         match self {
             ServiceKind::Kv | ServiceKind::PagedKv => op.encode(),
-            ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, rng.random_range(0..FORMS))),
+            ServiceKind::Redis => {
+                let mut form = rng.random_range(0..FORMS);
+                if selective && (form / 5) % 3 == 2 {
+                    form -= 10; // the same commands, not guarded by a WATCH
+                }
+                upright_kv::encode_operation(&redis_commands(op, form))
+            }
             ServiceKind::Zk => crate::zk::stray_request(&op.encode()),
             ServiceKind::Fs => crate::fs::stray_request(&op.encode()),
         }
@@ -587,7 +595,7 @@ pub fn tampered_state(kind: ServiceKind, checkpoint: &Bytes, seqno: upright_core
         key: Bytes::from_static(b"k0"),
         value: Bytes::from_static(b"planted by an attacker"),
     };
-    let operation = kind.encode(&op, &mut ChaCha8Rng::seed_from_u64(seqno.0));
+    let operation = kind.encode(&op, &mut ChaCha8Rng::seed_from_u64(seqno.0), false);
     let context = BatchContext {
         seqno,
         time_us,
@@ -620,7 +628,7 @@ mod tests {
             let mut rng = ChaCha8Rng::seed_from_u64(form);
             for (i, (op, want)) in ops.iter().enumerate() {
                 let operation = match kind {
-                    ServiceKind::Kv | ServiceKind::PagedKv => kind.encode(op, &mut rng),
+                    ServiceKind::Kv | ServiceKind::PagedKv => kind.encode(op, &mut rng, false),
                     ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, form as u32)),
                     ServiceKind::Zk | ServiceKind::Fs => unreachable!("their clients are tested in their modules"),
                 };

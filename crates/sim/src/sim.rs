@@ -1711,7 +1711,10 @@ impl<P: Protocol> Sim<P> {
                 key: "byz".into(),
                 value: format!("{}", self.rng.random::<u64>()).into(),
             };
-            let operation = self.opts.service.encode(&op, &mut self.rng);
+            let operation = self
+                .opts
+                .service
+                .encode(&op, &mut self.rng, self.opts.selective_execution);
             self.client_input(
                 c,
                 Input::Invoke {
@@ -1755,7 +1758,12 @@ impl<P: Protocol> Sim<P> {
         let (operation, path) = match (self.zk.as_mut(), self.fs.as_mut()) {
             (Some(zk), _) => zk.begin(c, op.clone(), path, &mut self.rng),
             (_, Some(fs)) => fs.begin(c, op.clone(), path, &mut self.rng),
-            _ => (self.opts.service.encode(&op, &mut self.rng), path),
+            _ => (
+                self.opts
+                    .service
+                    .encode(&op, &mut self.rng, self.opts.selective_execution),
+                path,
+            ),
         };
         self.workload.invoke(c, op, self.now, final_read, serializable);
         self.client_input(c, Input::Invoke { operation, path });

@@ -284,3 +284,10 @@ fn weak_reply_quorum_is_caught() {
 fn single_object_copy_is_caught() {
     caught(SabotageMode::SingleObjectCopy);
 }
+
+/// Both selective-execution sabotage modes with the Redis store's keys as the objects.
+#[test]
+fn selective_sabotage_is_caught_with_the_redis_store() {
+    caught_running(SabotageMode::SingleObjectCopy, 1, 1, ServiceKind::Redis);
+    caught_running(SabotageMode::WeakReplyQuorum, 1, 1, ServiceKind::Redis);
+}

@@ -2,7 +2,8 @@
 //! `u = r = 1` and 300 at `u = 2, r = 1` with every fault class the simulator draws (Byzantine
 //! replicas, among them execution members lying in their object checkpoints and replies, and
 //! Byzantine clients, crashes, power loss, loss, duplication, reordering, delay, partitions,
-//! clock skew), and 100 under message mutation: zero violations. Its sabotage modes
+//! clock skew), and 100 under message mutation: zero violations; the Redis store at both, 200
+//! and 150 seeds. Its sabotage modes
 //! (`weak-reply-quorum`, `single-object-copy`) are in `sabotage.rs`.
 
 use upright_sim::sweep::sweep;
@@ -42,4 +43,24 @@ fn one_hundred_selective_seeds_under_mutation() {
 fn one_hundred_selective_seeds_crash_only_u1_r0() {
     let result = sweep(30_000, 100, |seed| selective(seed, 1, 0));
     result.assert_clean(0, 100);
+}
+
+/// The Redis store users run (`--service redis`: strings, lists, sorted sets, hashes and sets,
+/// MULTI/EXEC as global requests) under selective execution, with every fault class: each
+/// request's keys' replies and key states depend only on those keys (docs/ODRC.md, "The Redis
+/// store").
+#[test]
+fn two_hundred_selective_redis_seeds_u1_r1_and_one_hundred_fifty_u2_r1() {
+    let redis = |seed, u| {
+        let mut opts = selective(seed, u, 1);
+        opts.service = upright_sim::ServiceKind::Redis;
+        opts
+    };
+    let result = sweep(40_000, 200, |seed| redis(seed, 1));
+    result.assert_clean(1, 200);
+    assert!(
+        result.counts().get("byz_wrong_state") > 0,
+        "no key state was lied about"
+    );
+    sweep(60_000, 150, |seed| redis(seed, 2)).assert_clean(1, 150);
 }

@@ -297,6 +297,10 @@ impl ExecStage {
             if self.service.wake_at().is_some_and(|at| batch.time_us >= at) {
                 self.selective_before_wake(batch.seqno, &mut effects);
                 self.service.wake(&context, &mut effects);
+                if self.selective.is_some() {
+                    // Members wake at different batches under selective execution.
+                    self.drop_pushes(&mut effects);
+                }
                 self.stats.bump("service_woken");
             }
             if self.selective.is_some() {

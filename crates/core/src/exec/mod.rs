@@ -149,7 +149,12 @@ impl ExecStage {
     ) -> Result<ExecStage, ConfigError> {
         let q = config.validate()?;
         assert!((id.0 as usize) < q.n_exec, "replica {} hosts no execution member", id.0);
-        if config.selective_execution && (service.pages().is_some() || service.object_state(b"").is_none()) {
+        let mut service = service;
+        if config.selective_execution
+            && (service.pages().is_some()
+                || !service.enable_selective_execution()
+                || service.object_state(b"").is_none())
+        {
             return Err(ConfigError::SelectiveExecutionUnsupported);
         }
         let selective = config

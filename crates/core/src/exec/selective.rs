@@ -216,9 +216,10 @@ impl ExecStage {
         }
     }
 
-    /// Drops the pushes of requests run under selective execution (they are not numbered alike
-    /// on every member).
-    fn drop_pushes(&mut self, effects: &mut Effects) {
+    /// Drops pushes emitted under selective execution by what not every member runs at the same
+    /// point (a request on some objects, a replay, a wake-up): they would be numbered differently
+    /// on different members. A global request's pushes are kept (`execute_selectively`).
+    pub(super) fn drop_pushes(&mut self, effects: &mut Effects) {
         let dropped = effects.take_pushes().len() as u64;
         if dropped > 0 {
             self.stats.add("pushes_dropped_selective", dropped);
@@ -276,7 +277,20 @@ impl ExecStage {
                 }
                 Decision::Run(update) => {
                     self.run_update(update, effects);
+                    self.drop_pushes(effects);
                     let result = self.run_one(&request, context, effects);
+                    let everywhere = match &objects {
+                        Objects::All => true,
+                        Objects::These(set) => set.is_empty(),
+                    };
+                    if everywhere {
+                        // Every member runs every global request, in agreed order, and nothing
+                        // else pushes: its pushes are numbered alike everywhere (before its
+                        // reply, as without selective execution).
+                        self.send_pushes(effects.take_pushes(), out);
+                    } else {
+                        self.drop_pushes(effects);
+                    }
                     // A global request runs everywhere after everything: every member's copy
                     // of every object is current after it, so it dirties nothing.
                     if let Objects::These(set) = &objects {
@@ -289,7 +303,6 @@ impl ExecStage {
                 }
             }
         }
-        self.drop_pushes(effects);
         self.selective = Some(sel);
     }
 

@@ -400,3 +400,88 @@ fn selective_execution_is_refused_for_a_service_without_object_checkpoints() {
     let Err(error) = refused else { panic!("accepted") };
     assert!(error.to_string().contains("selective_execution"), "{error}");
 }
+
+/// The KV, plus: every request pushes "keyed" (a Put or Get) or "global" (the operation
+/// `publish`, which names no object) to [`CLIENT`].
+struct Publishing(KvService);
+
+impl Service for Publishing {
+    fn execute(
+        &mut self,
+        context: &crate::service::BatchContext,
+        requests: &[crate::service::ServiceRequest],
+        effects: &mut crate::service::Effects,
+    ) -> Vec<Bytes> {
+        requests
+            .iter()
+            .map(|r| {
+                if &r.operation[..] == b"publish" {
+                    effects.push(CLIENT, Bytes::from_static(b"global"));
+                    Bytes::from_static(b"published")
+                } else {
+                    effects.push(CLIENT, Bytes::from_static(b"keyed"));
+                    self.0.execute(context, std::slice::from_ref(r), effects).remove(0)
+                }
+            })
+            .collect()
+    }
+    fn access(&self, operation: &[u8]) -> Option<crate::service::Access> {
+        self.0.access(operation)
+    }
+    fn enable_selective_execution(&mut self) -> bool {
+        self.0.enable_selective_execution()
+    }
+    fn object_state(&self, object: &[u8]) -> Option<Option<Bytes>> {
+        self.0.object_state(object)
+    }
+    fn restore_object(&mut self, object: &[u8], state: Option<&[u8]>) -> Result<(), crate::service::RestoreError> {
+        self.0.restore_object(object, state)
+    }
+    fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
+        self.0.execute_read_only(operation)
+    }
+    fn checkpoint(&self) -> Bytes {
+        self.0.checkpoint()
+    }
+    fn restore(&mut self, checkpoint: &[u8]) -> Result<(), crate::service::RestoreError> {
+        self.0.restore(checkpoint)
+    }
+}
+
+/// A global request runs on every member after everything, in agreed order, so its pushes are
+/// numbered alike everywhere and sent (before its reply); pushes of a request only some members
+/// run are dropped.
+#[test]
+fn pushes_of_global_requests_are_sent_and_those_of_keyed_requests_dropped() {
+    let net = selective_net();
+    let mut stages: Vec<ExecStage> = (0..3)
+        .map(|i| net.stage(i, &Storage::new(), Box::new(Publishing(KvService::new()))))
+        .collect();
+    let on01 = key_kept_by([0, 1]);
+    let publish = RequestEntry {
+        client: ClientId(8),
+        request_id: RequestId(1),
+        body: crate::message::RequestBody::Inline(Bytes::from_static(b"publish")),
+    };
+    let batches = chain(vec![vec![put_on(CLIENT, 1, &on01, "a"), publish]]);
+    let outs = deliver_each(&net, &mut stages, &batches);
+    for (member, out) in outs.iter().enumerate() {
+        let pushes: Vec<(u64, Bytes)> = sent(out)
+            .into_iter()
+            .filter_map(|(_, m)| match m {
+                Message::Push { seq, payload } => Some((seq, payload)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(pushes, vec![(1, Bytes::from_static(b"global"))], "member {member}");
+        let published = replies(out, ClientId(8));
+        assert_eq!(published.len(), 1, "member {member} answers the global request");
+        // Members 0 and 1 ran the put; member 2 replayed it before the global request.
+        assert_eq!(
+            stages[member].stats().get("pushes_dropped_selective"),
+            1,
+            "member {member}"
+        );
+        assert_eq!(stages[member].stats().get("requests_replayed"), u64::from(member == 2));
+    }
+}

@@ -201,6 +201,9 @@ impl RedisStore {
         if super::reply_size(&reply) <= LARGE_REPLY_BYTES {
             return reply;
         }
+        if !self.may_keep_large_reply() {
+            return super::selective::unavailable("replies larger than 256 KiB (except to whole-store commands) are");
+        }
         let encoded = Bytes::from(upright_core::codec::to_bytes(&reply));
         let len = encoded.len() as u64;
         match self.large.keep(self.caller(), encoded) {

@@ -18,6 +18,9 @@ mod list;
 mod multi;
 mod notify;
 mod pubsub;
+mod selective;
+#[cfg(test)]
+mod selective_tests;
 mod set;
 mod sort;
 #[cfg(test)]
@@ -253,6 +256,13 @@ pub struct RedisStore {
     client: Option<ClientId>,
     /// Testing only: behave as a Byzantine replica that corrupts stored values and replies.
     corrupt: bool,
+    /// Run under selective execution (`selective.rs`).
+    selective: bool,
+    /// The current request is global (runs on every execution member; selective execution only).
+    global_request: bool,
+    /// Under selective execution: the bytes used as of the last checkpoint, against which writes
+    /// are checked (every member holds the same whole state there).
+    used_agreed: std::cell::Cell<usize>,
 }
 
 /// The SCAN slot of a key: a fixed 63-bit hash, never 0 (0 is the cursor that ends a scan).
@@ -294,14 +304,19 @@ impl RedisStore {
     /// answers every blocked command whose timeout passed.
     pub fn advance(&mut self, time_us: u64) {
         self.now_ms = self.now_ms.max(time_us / 1000);
+        self.remove_expired_before(self.now_ms);
+        self.expire_waiters();
+    }
+
+    /// Removes every key whose expiry time is before `ms`.
+    fn remove_expired_before(&mut self, ms: u64) {
         while let Some((at, key)) = self.expiries.first().cloned() {
-            if at >= self.now_ms {
+            if at >= ms {
                 break;
             }
             self.remove(&key);
             self.notify('x', "expired", &key);
         }
-        self.expire_waiters();
     }
 
     /// Executes one command (an argument vector) at the current agreed time, then serves the
@@ -326,6 +341,12 @@ impl RedisStore {
         }
         let a = &argv[1..];
         Some(match (&name[8..], a) {
+            (b"block" | b"watch", _) if self.selective => selective::unavailable(
+                "blocking commands (their waiters are served by other clients' writes) and WATCH are",
+            ),
+            (b"notify-config", [value]) if self.selective && notify::parse(value).is_some_and(|flags| flags != 0) => {
+                selective::unavailable("keyspace notifications are")
+            }
             (b"block", [token, command @ ..]) if !command.is_empty() => self.block(self.caller(), token, command),
             (b"collect", [token]) => self.collect(token),
             (b"unblock", [token, how]) => self.unblock(token, how),
@@ -363,7 +384,7 @@ impl RedisStore {
             // Connection commands are the gateway's; a client sending one here gets an error.
             return Reply::err(format!("ERR '{}' is answered by the gateway", spec.name));
         }
-        if spec.flags.contains(&"denyoom") && self.used > STORE_BYTES_MAX {
+        if spec.flags.contains(&"denyoom") && self.used_for_bound() > STORE_BYTES_MAX {
             return Reply::err("OOM command not allowed when used memory > 'maxmemory'.");
         }
         let existed = if self.notifying() && matches!(spec.name, "del" | "unlink" | "getdel") {
@@ -798,6 +819,12 @@ type CheckpointRows = Vec<(Bytes, Value, Option<u64>, usize, u32)>;
 
 impl Service for RedisStore {
     fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
+        if self.selective {
+            return requests
+                .iter()
+                .map(|request| self.execute_selectively(context, request, effects))
+                .collect();
+        }
         self.advance(context.time_us);
         self.seed = u64::from_le_bytes(context.seed[..8].try_into().expect("8 bytes"));
         self.random_calls = 0;
@@ -823,6 +850,9 @@ impl Service for RedisStore {
     /// wake the store with the next batch, a heartbeat on an idle cluster, so expired keys leave
     /// reads and timeouts are answered within about one heartbeat.
     fn wake_at(&self) -> Option<u64> {
+        if self.selective {
+            return self.selective_wake_at();
+        }
         let expiry = self.expiries.first().map(|(at_ms, _)| at_ms + 1);
         let timeout = self.blocked.first_deadline();
         expiry
@@ -833,6 +863,10 @@ impl Service for RedisStore {
     }
 
     fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {
+        if self.selective {
+            self.selective_wake(context, effects);
+            return;
+        }
         self.advance(context.time_us);
         self.push_served(effects);
     }
@@ -870,16 +904,42 @@ impl Service for RedisStore {
         Some(encode_bounded(replies.into_iter()))
     }
 
+    fn enable_selective_execution(&mut self) -> bool {
+        self.selective = true;
+        true
+    }
+
+    fn object_state(&self, object: &[u8]) -> Option<Option<Bytes>> {
+        self.selective.then(|| self.key_state(object))
+    }
+
+    fn restore_object(&mut self, object: &[u8], state: Option<&[u8]>) -> Result<(), RestoreError> {
+        if !self.selective {
+            return Err(RestoreError(
+                "the redis store restores single keys only under selective execution".into(),
+            ));
+        }
+        self.restore_key(object, state)
+    }
+
     fn checkpoint(&self) -> Bytes {
+        // Under selective execution the clock and the random draws are each request's own (the
+        // members ran different requests last), so they are left out of the agreed state.
+        let (now_ms, seed, random_calls) = if self.selective {
+            self.used_agreed.set(self.used);
+            (0, 0, 0)
+        } else {
+            (self.now_ms, self.seed, self.random_calls)
+        };
         let rows: Vec<(&Bytes, &Value, Option<u64>, usize, u32)> = self
             .map
             .iter()
             .map(|(k, e)| (k, &e.value, e.expires_ms, e.cost, e.estimated))
             .collect();
         Bytes::from(upright_core::codec::to_bytes(&(
-            self.now_ms,
-            self.seed,
-            self.random_calls,
+            now_ms,
+            seed,
+            random_calls,
             rows,
             self.blocked.rows(),
             self.watches.rows(),
@@ -904,7 +964,7 @@ impl Service for RedisStore {
         let (now_ms, seed, random_calls, rows, blocked, watches, subscriptions, large, notify): Checkpoint =
             upright_core::codec::from_bytes(checkpoint)
                 .map_err(|e| RestoreError(format!("redis store checkpoint: {e}")))?;
-        let corrupt = self.corrupt;
+        let (corrupt, selective) = (self.corrupt, self.selective);
         *self = RedisStore {
             now_ms,
             seed,
@@ -921,6 +981,10 @@ impl Service for RedisStore {
         self.large = large::Large::from_rows(large);
         self.notify = notify;
         self.corrupt = corrupt;
+        self.selective = selective;
+        if selective {
+            self.used_agreed.set(self.used);
+        }
         Ok(())
     }
 }

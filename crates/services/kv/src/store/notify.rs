@@ -37,7 +37,7 @@ fn class_bit(class: char) -> u16 {
 }
 
 /// Parses a setting (`KEA`, `Elg$`, ...); `None` for an unknown character.
-fn parse(value: &[u8]) -> Option<u16> {
+pub(super) fn parse(value: &[u8]) -> Option<u16> {
     let mut flags = 0;
     for &c in value {
         flags |= match c as char {
