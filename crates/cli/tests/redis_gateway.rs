@@ -314,7 +314,7 @@ fn redis_clients_against_a_selective_cluster_with_a_lying_replica() {
     }
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let base = free_base();
+    let base = cluster::free_base(22_050, 1); // beside the other test's (they run at once)
     let (config, _) = cluster::init_with(dir, base, &["--selective-execution"]);
     let _replicas = start_replicas(dir, &config);
     let port = base + 300;
