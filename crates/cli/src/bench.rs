@@ -83,6 +83,21 @@ pub struct BenchArgs {
     /// CPU-heavy workload `cpuN` (an operation that burns N microseconds of CPU on its key).
     #[arg(long, default_value = "off", value_parser = ["off", "on", "both"])]
     selective_execution: String,
+    /// Run the execution members in processes of their own (docs/ODRC.md "Separated stages"):
+    /// 2u + r + 1 authentication and order processes, then the execution processes (results
+    /// name it `pbft+separate`). PBFT only.
+    #[arg(long)]
+    separate_stages: bool,
+    /// With --separate-stages: the failures the execution stage tolerates (default u), which
+    /// sets the execution processes (exec_u + max(exec_u, r) + 1).
+    #[arg(long, requires = "separate_stages")]
+    exec_u: Option<usize>,
+    /// Limit each process (every replica, the NO-REP server) to this share of one core, each in
+    /// a cgroup of its own, so that processes sharing this host behave like machines with a fixed
+    /// CPU each (e.g. 0.18 for 11 processes on 2 cores). Needs root and the cgroup cpu
+    /// controller.
+    #[arg(long)]
+    cpu_per_process: Option<f64>,
     /// Write the results as JSON here, and one SVG plot per workload next to it (with
     /// `--attack`: one object per attack, and a plot of throughput over time).
     #[arg(long)]
@@ -148,6 +163,35 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
         return Err(FileError("--pipeline: the pipeline window must be at least 1".into()));
     }
     let fsync = parse_fsync(&args.fsync)?;
+    if let Some(share) = args.cpu_per_process {
+        if !(share > 0.0 && share <= 64.0) {
+            return Err(FileError(format!(
+                "--cpu-per-process {share}: give a share of one core above 0 (e.g. 0.2)"
+            )));
+        }
+    }
+    let separate_stages = match (args.separate_stages, args.exec_u) {
+        (false, _) => None,
+        (true, exec_u) => {
+            if args.protocol.iter().any(|p| p != "pbft" && p != "backup") || args.attack.is_some() {
+                return Err(FileError(
+                    "--separate-stages runs with --protocol pbft only, and not with --attack".into(),
+                ));
+            }
+            if args.tentative.is_some_and(|t| t > 0) || args.key_refresh_secs > 0 {
+                return Err(FileError(
+                    "--separate-stages does not go with --tentative or --key-refresh-secs (docs/ODRC.md)".into(),
+                ));
+            }
+            let (u, _) = parse_ur(args.ur.first().map_or("1/1", String::as_str))?;
+            Some(exec_u.unwrap_or(u))
+        }
+    };
+    if separate_stages.is_some() && args.ur.len() > 1 && args.exec_u.is_none() {
+        return Err(FileError(
+            "--separate-stages with several --ur: give --exec-u (the execution fault bound of every cluster)".into(),
+        ));
+    }
     Ok(BenchOptions {
         exe: std::env::current_exe().map_err(|e| FileError(format!("cannot find own executable: {e}")))?,
         workloads,
@@ -173,6 +217,8 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
             "both" => vec![false, true],
             _ => vec![false],
         },
+        separate_stages,
+        cpu_per_process: args.cpu_per_process,
     })
 }
 

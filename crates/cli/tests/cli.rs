@@ -157,6 +157,20 @@ fn separate_stages_misconfigurations_are_one_line_errors() {
         "cluster.toml places exec on that replica",
     );
     one_line_error(&["recover", "--config", &config, "--id", "0"], "separate_stages");
+    // The benchmark's separate stages and CPU limits.
+    fn bench<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        [&["bench", "--workload", "cpu200", "--duration", "1s"][..], extra].concat()
+    }
+    one_line_error(
+        &bench(&["--separate-stages", "--protocol", "quorum"]),
+        "--protocol pbft only",
+    );
+    one_line_error(
+        &bench(&["--separate-stages", "--tentative", "8"]),
+        "does not go with --tentative",
+    );
+    one_line_error(&bench(&["--cpu-per-process", "0"]), "share of one core");
+    one_line_error(&bench(&["--workload", "cpu200x0"]), "K must be 1 to");
 }
 
 #[test]

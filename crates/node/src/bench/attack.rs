@@ -219,6 +219,8 @@ fn target(options: &BenchOptions, defences: bool, attack: Option<Attack>) -> Tar
         attackers: ATTACKERS,
         selective_execution: options.selective.first().copied().unwrap_or(false),
         protocol: Default::default(),
+        separate_stages: None,
+        cpu_per_process: options.cpu_per_process,
     }
 }
 

@@ -6,12 +6,15 @@ use std::process::{Child, Command, Stdio};
 
 use upright_core::config::Knobs;
 
+use super::cpu_limit::CpuLimit;
 use crate::files::{self, FileError, InitPlan};
 use crate::storage::FsyncPolicy;
 
 /// Child processes of one benchmark target; all are SIGKILLed when dropped.
 pub struct Processes {
     children: Vec<Child>,
+    /// Each child's CPU limit (`--cpu-per-process`), removed after the children are gone.
+    limits: Vec<Option<CpuLimit>>,
     /// Directory with the config, client files and logs.
     pub dir: PathBuf,
 }
@@ -80,6 +83,11 @@ pub struct Target {
     pub protocol: upright_core::config::OrderProtocol,
     /// Selective execution (`selective_execution` in cluster.toml).
     pub selective_execution: bool,
+    /// Separate stages with this execution fault bound (`separate_stages` and `exec_u` in
+    /// cluster.toml): `2u + r + 1` authentication and order processes, then the execution ones.
+    pub separate_stages: Option<usize>,
+    /// Each process limited to this share of one core (`--cpu-per-process`; `cpu_limit`).
+    pub cpu_per_process: Option<f64>,
 }
 
 fn spawn(
@@ -106,7 +114,11 @@ fn spawn(
 
 /// Writes the config of `target` into `dir` and starts its processes from the binary `exe`.
 pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, FileError> {
-    let n = 2 * target.u + target.r + 1;
+    let mut q = upright_core::quorum::Quorums::new(target.u, target.r).map_err(|e| FileError(e.to_string()))?;
+    if let Some(exec_u) = target.separate_stages {
+        q = q.with_separate_stages(exec_u).map_err(|e| FileError(e.to_string()))?;
+    }
+    let n = q.n_replicas();
     let mut ports = Vec::new();
     for _ in 0..n {
         ports.push((free_port()?, free_port()?, free_port()?));
@@ -128,7 +140,7 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
         recovery_interval_secs: 0,
         protocol: target.protocol,
         selective_execution: target.selective_execution,
-        separate_stages: None,
+        separate_stages: target.separate_stages,
     };
     files::init_cluster(&plan, dir)?;
     let config = dir.join("cluster.toml").display().to_string();
@@ -141,8 +153,13 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
             children.push(spawn_replica(exe, dir, target, id as u32)?);
         }
     }
+    let limits = children
+        .iter()
+        .map(|c| target.cpu_per_process.map(|f| CpuLimit::apply(c.id(), f)).transpose())
+        .collect::<Result<Vec<_>, FileError>>()?;
     Ok(Processes {
         children,
+        limits,
         dir: dir.to_path_buf(),
     })
 }
@@ -177,6 +194,11 @@ impl Processes {
     /// Starts replica `id` again (after [`Processes::kill`]) from the same binary and config.
     pub fn restart(&mut self, exe: &Path, target: &Target, id: usize) -> Result<(), FileError> {
         let child = spawn_replica(exe, &self.dir, target, id as u32)?;
+        self.limits[id] = None;
+        self.limits[id] = target
+            .cpu_per_process
+            .map(|f| CpuLimit::apply(child.id(), f))
+            .transpose()?;
         self.children[id] = child;
         Ok(())
     }

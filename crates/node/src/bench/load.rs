@@ -35,18 +35,30 @@ pub struct Workload {
     /// `cpuN`: the operation burns this many microseconds of CPU on the client's key
     /// (`KvOperation::Burn`; 0: an `A/B` workload).
     pub burn_us: u32,
+    /// `cpuNxK`: each client's operations go to its `K` keys in turn (1: one key per client), so
+    /// that under selective execution the work spreads over the execution members as a large key
+    /// space would spread it, not by where a few keys happen to be placed.
+    pub keys: u32,
 }
+
+/// Most keys per client of a `cpuNxK` workload.
+pub const KEYS_PER_CLIENT_MAX: u32 = 100_000;
 
 impl Workload {
     /// Parses `A/B`.
     pub fn parse(text: &str) -> Result<Workload, String> {
         let bad = || {
-            format!("workload {text:?}: expected A/B with A, B in KiB (0 = 8 bytes), e.g. 0/0, 0/4, 4/0, 0/0ro, 0/0get, or cpuN with N microseconds, e.g. cpu200")
+            format!("workload {text:?}: expected A/B with A, B in KiB (0 = 8 bytes), e.g. 0/0, 0/4, 4/0, 0/0ro, 0/0get, or cpuN with N microseconds, e.g. cpu200, or cpuNxK with K keys per client, e.g. cpu200x64")
         };
-        if let Some(micros) = text.trim().strip_prefix("cpu") {
+        if let Some(rest) = text.trim().strip_prefix("cpu") {
+            let (micros, keys) = rest.split_once('x').unwrap_or((rest, "1"));
             let burn_us: u32 = micros.parse().map_err(|_| bad())?;
+            let keys: u32 = keys.parse().map_err(|_| bad())?;
             if burn_us == 0 || burn_us > upright_core::kv::BURN_MICROS_MAX {
                 return Err(format!("workload {text:?}: N must be 1 to 1000000 microseconds"));
+            }
+            if keys == 0 || keys > KEYS_PER_CLIENT_MAX {
+                return Err(format!("workload {text:?}: K must be 1 to {KEYS_PER_CLIENT_MAX} keys"));
             }
             return Ok(Workload {
                 request_kib: 0,
@@ -54,6 +66,7 @@ impl Workload {
                 get: false,
                 read_only: false,
                 burn_us,
+                keys,
             });
         }
         let (a, b) = text.trim().split_once('/').ok_or_else(bad)?;
@@ -71,6 +84,7 @@ impl Workload {
             get,
             read_only,
             burn_us: 0,
+            keys: 1,
         };
         if w.request_kib > 512 || w.reply_kib > 512 {
             return Err(format!("workload {text:?}: sizes above 512 KiB are not supported"));
@@ -80,6 +94,9 @@ impl Workload {
 
     /// `A/B`, with its suffix.
     pub fn name(&self) -> String {
+        if self.burn_us > 0 && self.keys > 1 {
+            return format!("cpu{}x{}", self.burn_us, self.keys);
+        }
         if self.burn_us > 0 {
             return format!("cpu{}", self.burn_us);
         }
@@ -128,9 +145,20 @@ impl Workload {
     /// The measured operation of client `c`: with `B = 0` a PUT of an `A`-KiB value (reply: a
     /// short "done"); with `B > 0` a GET of a `B`-KiB value under an `A`-KiB key.
     pub fn operation(&self, c: usize) -> Bytes {
+        self.operation_at(c, 0)
+    }
+
+    /// Client `c`'s `n`-th operation (of `cpuNxK`: on its key `n mod K`; otherwise the same
+    /// every time).
+    pub fn operation_at(&self, c: usize, n: u64) -> Bytes {
         if self.burn_us > 0 {
+            let key = if self.keys > 1 {
+                Bytes::from(format!("k{c:07}.{}", n % u64::from(self.keys)))
+            } else {
+                self.key(c)
+            };
             KvOperation::Burn {
-                key: self.key(c),
+                key,
                 micros: self.burn_us,
             }
             .encode()
@@ -202,8 +230,13 @@ async fn client_loop(
 ) -> (Histogram<u64>, u64, u64) {
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
     let (mut ops, mut errors) = (0u64, 0u64);
-    let operation = workload.operation(c);
+    let mut operation = workload.operation(c);
+    let mut sent = 0u64;
     while !shared.stop.load(Ordering::Relaxed) {
+        if workload.keys > 1 {
+            operation = workload.operation_at(c, sent);
+        }
+        sent += 1;
         let start = Instant::now();
         let result = handle
             .invoke_timeout(operation.clone(), workload.read_only, OP_TIMEOUT)
@@ -348,5 +381,15 @@ mod tests {
         assert!(w.check(&reply));
         assert!(!w.check(&KvReply::Done.encode()));
         assert!(Workload::parse("cpu0").is_err() && Workload::parse("cpux").is_err());
+        // cpuNxK: K keys per client, in turn.
+        let spread = Workload::parse("cpu200x64").unwrap();
+        assert_eq!((spread.name(), spread.keys), ("cpu200x64".to_string(), 64));
+        let key_of = |n| match KvOperation::decode(&spread.operation_at(3, n)).unwrap() {
+            KvOperation::Burn { key, .. } => key,
+            _ => panic!("a burn"),
+        };
+        assert_eq!(key_of(1), key_of(65));
+        assert_ne!(key_of(1), key_of(2));
+        assert!(Workload::parse("cpu200x0").is_err() && Workload::parse("cpu200x100001").is_err());
     }
 }

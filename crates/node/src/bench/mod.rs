@@ -12,6 +12,7 @@
 //! from its state directly.
 
 pub mod attack;
+mod cpu_limit;
 mod launch;
 mod load;
 mod report;
@@ -72,6 +73,10 @@ pub struct BenchOptions {
     pub baseline: bool,
     /// Selective execution off, on, or both (each cluster setting measured once per entry).
     pub selective: Vec<bool>,
+    /// Separate stages with this execution fault bound (`None`: stages share processes).
+    pub separate_stages: Option<usize>,
+    /// Each process (every replica, the NO-REP server) limited to this share of one core.
+    pub cpu_per_process: Option<f64>,
 }
 
 /// One measured point.
@@ -89,6 +94,8 @@ pub struct Point {
     pub protocol: OrderProtocol,
     /// Selective execution.
     pub selective: bool,
+    /// Separate stages (execution members in processes of their own).
+    pub separate_stages: bool,
     /// `batch_size_max`.
     pub batch_size: usize,
     /// Log sync policy.
@@ -181,6 +188,9 @@ async fn start(options: &BenchOptions, target: Target) -> Result<Running, FileEr
 pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
     let most = *options.clients.iter().max().unwrap_or(&1);
     println!("upright bench: {} cores; {READ_ONLY_NOTE}", cores());
+    if let Some(share) = options.cpu_per_process {
+        println!("upright bench: every replica and NO-REP process limited to {share} of one core (its own cgroup)");
+    }
     let mut norep = None;
     if options.baseline {
         let target = Target {
@@ -196,6 +206,8 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
             attackers: 0,
             protocol: OrderProtocol::Pbft,
             selective_execution: false,
+            separate_stages: None,
+            cpu_per_process: options.cpu_per_process,
         };
         norep = Some(start(options, target).await?);
     }
@@ -219,6 +231,8 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
                 replica_env: Vec::new(),
                 attackers: 0,
                 selective_execution: selective,
+                separate_stages: options.separate_stages,
+                cpu_per_process: options.cpu_per_process,
             };
             let mut cluster = start(options, target).await?;
             for &workload in &options.workloads {
@@ -229,6 +243,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<Point>, FileError> {
                     r,
                     protocol,
                     selective,
+                    separate_stages: options.separate_stages.is_some(),
                     batch_size,
                     fsync: options.fsync,
                     upright: Measurement::default(),

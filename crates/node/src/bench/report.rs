@@ -347,11 +347,15 @@ pub fn to_svg(points: &[Point], workload: Workload) -> String {
     s
 }
 
-/// The protocol as results name it: `pbft`, or `pbft+selective` under selective execution.
+/// The protocol as results name it: `pbft`, `pbft+selective` under selective execution,
+/// `pbft+separate` with separate stages (`pbft+separate+selective` with both).
 pub fn protocol_label(p: &Point) -> String {
-    if p.selective {
-        format!("{}+selective", p.protocol.name())
-    } else {
-        p.protocol.name().to_string()
+    let mut label = p.protocol.name().to_string();
+    if p.separate_stages {
+        label.push_str("+separate");
     }
+    if p.selective {
+        label.push_str("+selective");
+    }
+    label
 }

@@ -342,6 +342,8 @@ async fn transfer(
         attackers: 0,
         selective_execution: false,
         protocol: Default::default(),
+        separate_stages: None,
+        cpu_per_process: None,
     };
     let mut processes = launch(&options.exe, dir, &target)?;
     let cluster = Cluster::load(&dir.join("cluster.toml"))?;
