@@ -131,8 +131,7 @@ pub fn start_local_cluster_with(
     clients: u32,
     service: &str,
     idle_spin_us: u64,
-    transport: Transport,
-    protocol: OrderProtocol,
+    (transport, protocol, selective_execution): (Transport, OrderProtocol, bool),
 ) -> Result<Cluster, FileError> {
     let (u, r, replicas) = shape(protocol);
     let mut ports = Vec::new();
@@ -159,7 +158,7 @@ pub fn start_local_cluster_with(
         metrics_token: false,
         recovery_interval_secs: 0,
         protocol,
-        selective_execution: false,
+        selective_execution,
         separate_stages: None,
     };
     files::init_cluster(&plan, dir)?;
@@ -227,7 +226,7 @@ pub async fn run(
     service: &str,
     gateway: Gateway,
     idle_spin_us: u64,
-    (transport, protocol): (Transport, OrderProtocol),
+    (transport, protocol, selective): (Transport, OrderProtocol, bool),
 ) -> Result<ExitCode, FileError> {
     let Gateway { port, pool: pool_size } = gateway;
     let redis = service == "redis";
@@ -253,7 +252,13 @@ pub async fn run(
         .tempdir()
         .map_err(|e| FileError(format!("cannot create a temporary directory: {e}")))?;
     let dir = temp.path().to_path_buf();
-    let mut cluster = start_local_cluster_with(&dir, clients.max(1) + 1, service, idle_spin_us, transport, protocol)?;
+    let mut cluster = start_local_cluster_with(
+        &dir,
+        clients.max(1) + 1,
+        service,
+        idle_spin_us,
+        (transport, protocol, selective),
+    )?;
     let cfg = files::Cluster::load(&dir.join("cluster.toml"))?.file;
     let what = if redis {
         "Redis-compatible KV service"
@@ -275,8 +280,9 @@ pub async fn run(
     };
     let (u, r, replicas) = shape(protocol);
     println!(
-        "upright demo: {replicas} replicas (u = {u}, r = {r}, {}) on this host over {over}, {what}",
-        protocol.name()
+        "upright demo: {replicas} replicas (u = {u}, r = {r}, {}{}) on this host over {over}, {what}",
+        protocol.name(),
+        if selective { ", selective execution" } else { "" }
     );
     for r in &cfg.replicas {
         println!(

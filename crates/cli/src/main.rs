@@ -334,6 +334,11 @@ enum Command {
         /// 1), `backup` (another name of pbft) or `lcr` (3 replicas, u = 1, r = 0: crashes only).
         #[arg(long, default_value = "pbft", value_parser = ["pbft", "backup", "quorum", "chain", "aliph", "lcr"])]
         protocol: String,
+        /// Selective execution (ODRC, docs/ODRC.md): each request runs on the r + 1 execution
+        /// replicas that maintain its keys (`--service redis` or `kv`; with Redis, blocking
+        /// commands, WATCH and keyspace notifications are refused).
+        #[arg(long)]
+        selective_execution: bool,
     },
     /// Benchmark a local cluster beside the NO-REP baseline: throughput, latency, CPU per operation.
     Bench(Box<bench::BenchArgs>),
@@ -493,9 +498,16 @@ fn main() -> ExitCode {
             idle_spin_us,
             tcp,
             protocol,
+            selective_execution,
         } => {
             init_logging("warn");
             let service = if smoke { "kv" } else { service.as_str() };
+            if selective_execution && !matches!(service, "redis" | "kv") {
+                eprintln!(
+                    "error: --selective-execution needs a service with object checkpoints: --service redis or kv, not {service}"
+                );
+                return ExitCode::from(2);
+            }
             let gateway = demo::Gateway {
                 port: port.unwrap_or(match service {
                     "zk" => 2181,
@@ -526,6 +538,7 @@ fn main() -> ExitCode {
                 (
                     transport,
                     upright_core::config::OrderProtocol::from_name(&protocol).expect("clap checked the name"),
+                    selective_execution,
                 ),
             ))
         }
