@@ -1,0 +1,9 @@
+//! UpRight-HDFS (docs/HDFS.md): the NameNode as a replicated upright service. DataNodes stay
+//! outside agreement and every block's hash is committed by the NameNode, so a reader catches a
+//! DataNode that returns other bytes.
+//!
+//! [`namenode`] is the state machine (namespace, leases, block map, DataNodes); [`service`] runs it
+//! as an upright [`upright_core::service::Service`].
+
+pub mod namenode;
+pub mod service;
