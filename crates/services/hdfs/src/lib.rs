@@ -3,7 +3,10 @@
 //! DataNode that returns other bytes.
 //!
 //! [`namenode`] is the state machine (namespace, leases, block map, DataNodes); [`service`] runs it
-//! as an upright [`upright_core::service::Service`].
+//! as an upright [`upright_core::service::Service`]; [`block`] hashes blocks; [`datanode`] is a
+//! DataNode's store of block replicas.
 
+pub mod block;
+pub mod datanode;
 pub mod namenode;
 pub mod service;
