@@ -20,6 +20,21 @@ use crate::stage::{Stage, Storage};
 /// service.
 pub type ServiceFactory = Arc<dyn Fn() -> Box<dyn Service + Send> + Send + Sync>;
 
+/// A service crate's factory (its `replica::service(corrupt)`): a fresh `S` per execution
+/// member, or with `corrupt` (testing only) a fresh `C`, the crate's stand-in for a Byzantine
+/// replica's service.
+pub fn service_factory<S, C>(corrupt: bool) -> ServiceFactory
+where
+    S: Service + Default + Send + 'static,
+    C: Service + Default + Send + 'static,
+{
+    if corrupt {
+        Arc::new(|| Box::new(C::default()))
+    } else {
+        Arc::new(|| Box::new(S::default()))
+    }
+}
+
 /// The factory of the core's in-memory key-value service ([`crate::kv::KvService`]).
 pub fn kv_service() -> ServiceFactory {
     Arc::new(|| Box::new(crate::kv::KvService::new()))

@@ -18,6 +18,7 @@ pub mod checkers;
 pub mod events;
 pub mod faults;
 pub mod fs;
+pub mod hdfs;
 pub mod history;
 pub mod mutate;
 pub mod network;

@@ -40,8 +40,10 @@ struct Args {
     /// store `upright replica --service redis` runs, driven by Redis commands), `paged-kv` (the
     /// KV with its state in pages: checkpoints and state transfers by difference), `zk`
     /// (upright-zk, driven by ZooKeeper sessions: expiring sessions, ephemerals, watches, multi)
-    /// or `fs` (upright-fs, driven by NFSv3 calls: each key a chain of immutable version files).
-    #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "paged-kv", "zk", "fs"])]
+    /// `fs` (upright-fs, driven by NFSv3 calls: each key a chain of immutable version files) or
+    /// `hdfs` (upright-hdfs's NameNode: each key a chain of version files written through
+    /// CREATE, ADDBLOCK, COMPLETE and RENAME, the clients standing in for the DataNodes).
+    #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "paged-kv", "zk", "fs", "hdfs"])]
     service: String,
     /// The ordering protocol: `pbft` (the default), `lcr` (crash-only: needs --r 0), `quorum`
     /// (Aliph's Quorum with PBFT as Backup: needs --u equal to --r) or `chain` (Aliph's Chain

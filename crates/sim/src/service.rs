@@ -48,16 +48,20 @@ pub enum ServiceKind {
     Zk,
     /// upright-fs ([`upright_fs::service::FsService`]), driven by NFSv3 calls ([`crate::fs`]).
     Fs,
+    /// upright-hdfs's NameNode ([`upright_hdfs::service::NameNodeService`]), driven by clients
+    /// that also stand in for the DataNodes ([`crate::hdfs`]).
+    Hdfs,
 }
 
 impl ServiceKind {
     /// Every kind.
-    pub const ALL: [ServiceKind; 5] = [
+    pub const ALL: [ServiceKind; 6] = [
         ServiceKind::Kv,
         ServiceKind::Redis,
         ServiceKind::PagedKv,
         ServiceKind::Zk,
         ServiceKind::Fs,
+        ServiceKind::Hdfs,
     ];
 
     /// Its command-line name.
@@ -68,6 +72,7 @@ impl ServiceKind {
             ServiceKind::PagedKv => "paged-kv",
             ServiceKind::Zk => "zk",
             ServiceKind::Fs => "fs",
+            ServiceKind::Hdfs => "hdfs",
         }
     }
 
@@ -87,6 +92,7 @@ impl ServiceKind {
             (ServiceKind::PagedKv, true) => Arc::new(|| Box::new(PagedKv::corrupt())),
             (ServiceKind::Zk, corrupt) => crate::zk::factory(corrupt),
             (ServiceKind::Fs, corrupt) => crate::fs::factory(corrupt),
+            (ServiceKind::Hdfs, corrupt) => crate::hdfs::factory(corrupt),
         }
     }
 
@@ -108,6 +114,7 @@ impl ServiceKind {
             }
             ServiceKind::Zk => crate::zk::stray_request(&op.encode()),
             ServiceKind::Fs => crate::fs::stray_request(&op.encode()),
+            ServiceKind::Hdfs => crate::hdfs::stray_request(&op.encode()),
         }
     }
 
@@ -117,7 +124,7 @@ impl ServiceKind {
         match self {
             ServiceKind::Kv | ServiceKind::PagedKv => KvReply::decode(result),
             ServiceKind::Redis => redis_reply(op, &upright_kv::decode_replies(result)?),
-            ServiceKind::Zk | ServiceKind::Fs => None,
+            ServiceKind::Zk | ServiceKind::Fs | ServiceKind::Hdfs => None,
         }
     }
 }
@@ -630,7 +637,9 @@ mod tests {
                 let operation = match kind {
                     ServiceKind::Kv | ServiceKind::PagedKv => kind.encode(op, &mut rng, false),
                     ServiceKind::Redis => upright_kv::encode_operation(&redis_commands(op, form as u32)),
-                    ServiceKind::Zk | ServiceKind::Fs => unreachable!("their clients are tested in their modules"),
+                    ServiceKind::Zk | ServiceKind::Fs | ServiceKind::Hdfs => {
+                        unreachable!("their clients are tested in their modules")
+                    }
                 };
                 let context = BatchContext {
                     seqno: SeqNo(i as u64 + 1),

@@ -27,6 +27,7 @@ use crate::checkers::{durability, linearizability, liveness, serializable};
 use crate::events::{Event, EventQueue, Timers};
 use crate::faults::{Behaviour, ClientBehaviour, FaultCounts, FaultPlan, FaultStep, PlanShape};
 use crate::fs::FsClients;
+use crate::hdfs::HdfsClients;
 use crate::network::Network;
 use crate::options::{SabotageMode, SimOptions};
 use crate::protocol::Protocol;
@@ -169,6 +170,7 @@ pub struct Sim<P: Protocol> {
     zk: Option<ZkClients>,
     /// `--service fs`: the clients' NFS calls, which carry out each model operation.
     fs: Option<FsClients>,
+    hdfs: Option<HdfsClients>,
     agreement: Agreement,
     pushes: Pushes,
     trace: blake3::Hasher,
@@ -408,6 +410,7 @@ impl<P: Protocol> Sim<P> {
             zk: (opts.service == ServiceKind::Zk)
                 .then(|| ZkClients::new(opts.sabotage != Some(SabotageMode::UnorderedEvents))),
             fs: (opts.service == ServiceKind::Fs).then(FsClients::new),
+            hdfs: (opts.service == ServiceKind::Hdfs).then(HdfsClients::new),
             counts: FaultCounts::default(),
             agreement: Agreement::default(),
             pushes: Pushes::default(),
@@ -1755,9 +1758,10 @@ impl<P: Protocol> Sim<P> {
             ReadPath::Ordered
         };
         let serializable = path == ReadPath::Serializable;
-        let (operation, path) = match (self.zk.as_mut(), self.fs.as_mut()) {
-            (Some(zk), _) => zk.begin(c, op.clone(), path, &mut self.rng),
-            (_, Some(fs)) => fs.begin(c, op.clone(), path, &mut self.rng),
+        let (operation, path) = match (self.zk.as_mut(), self.fs.as_mut(), self.hdfs.as_mut()) {
+            (Some(zk), _, _) => zk.begin(c, op.clone(), path, &mut self.rng),
+            (_, Some(fs), _) => fs.begin(c, op.clone(), path, &mut self.rng),
+            (_, _, Some(hdfs)) => hdfs.begin(c, op.clone(), path),
             _ => (
                 self.opts
                     .service
@@ -1781,6 +1785,10 @@ impl<P: Protocol> Sim<P> {
             return;
         } else if let Some(fs) = self.fs.as_mut() {
             let next = fs.deliver(c, &result, &mut self.rng);
+            self.zk_next(c, next);
+            return;
+        } else if let Some(hdfs) = self.hdfs.as_mut() {
+            let next = hdfs.deliver(c, &result);
             self.zk_next(c, next);
             return;
         } else if self
@@ -1849,6 +1857,9 @@ impl<P: Protocol> Sim<P> {
         if let Some(fs) = &self.fs {
             violations.extend(fs.violations().iter().cloned());
         }
+        if let Some(hdfs) = &self.hdfs {
+            violations.extend(hdfs.violations().iter().cloned());
+        }
         if self.errors.is_empty() {
             // A run stopped by a panic cannot make progress; the panic is the finding.
             violations.extend(liveness::check(history, &self.correct_clients, self.opts.heal_at()));
@@ -1915,7 +1926,8 @@ impl<P: Protocol> Sim<P> {
             pages_transferred: stat_total("state_transfer_pages"),
             sessions_expired: self.zk.as_ref().map_or(0, |zk| zk.sessions_expired),
             watch_events: self.zk.as_ref().map_or(0, |zk| zk.watch_events),
-            version_conflicts: self.fs.as_ref().map_or(0, |fs| fs.conflicts),
+            version_conflicts: self.fs.as_ref().map_or(0, |fs| fs.conflicts)
+                + self.hdfs.as_ref().map_or(0, |hdfs| hdfs.conflicts),
             keys_refreshed: stat_total("keys_refreshed"),
             recoveries: (self.recovering.len() + self.recoveries_before_switch) as u64,
             recoveries_completed: (self.recoveries_completed() + self.recoveries_before_switch) as u64,

@@ -83,6 +83,7 @@ fn a_corrupt_service_is_caught_for_each_service() {
     caught_running(SabotageMode::CorruptService, 1, 1, ServiceKind::Redis);
     caught_running(SabotageMode::CorruptService, 1, 1, ServiceKind::Zk);
     caught_running(SabotageMode::CorruptService, 1, 1, ServiceKind::Fs);
+    caught_running(SabotageMode::CorruptService, 1, 1, ServiceKind::Hdfs);
 }
 
 /// The protocol's sabotage modes are caught with the Redis store as the service too.

@@ -16,19 +16,11 @@ pub mod xdr;
 
 /// What `upright replica --service fs` runs.
 pub mod replica {
-    use std::sync::Arc;
-
     use upright_core::stages::ServiceFactory;
 
     /// A fresh file system per execution member; `corrupt` (testing only): one that lies in
     /// every reply ([`crate::service::Corrupting`]).
     pub fn service(corrupt: bool) -> ServiceFactory {
-        Arc::new(move || {
-            if corrupt {
-                Box::new(crate::service::Corrupting::default())
-            } else {
-                Box::new(crate::service::FsService::new())
-            }
-        })
+        upright_core::stages::service_factory::<crate::service::FsService, crate::service::Corrupting>(corrupt)
     }
 }

@@ -10,3 +10,14 @@ pub mod block;
 pub mod datanode;
 pub mod namenode;
 pub mod service;
+
+/// What `upright replica --service hdfs` runs.
+pub mod replica {
+    use upright_core::stages::ServiceFactory;
+
+    /// A fresh NameNode per execution member; `corrupt` (testing only): one that lies in every
+    /// answer ([`crate::service::Corrupting`]).
+    pub fn service(corrupt: bool) -> ServiceFactory {
+        upright_core::stages::service_factory::<crate::service::NameNodeService, crate::service::Corrupting>(corrupt)
+    }
+}

@@ -87,3 +87,85 @@ impl Service for NameNodeService {
         Ok(())
     }
 }
+
+/// Testing only: a NameNode whose every answer lies (a Byzantine replica's stand-in): a yes for a
+/// no, an extra directory entry, a changed block hash, a failure for anything else.
+#[derive(Debug, Default)]
+pub struct Corrupting(pub NameNodeService);
+
+fn lie(answer: Answer) -> Answer {
+    match answer {
+        Answer::Done(b) => Answer::Done(!b),
+        Answer::Ok => Answer::Done(true),
+        Answer::Listing { mut entries, remaining } => {
+            if let Some(first) = entries.first().cloned() {
+                entries.push(crate::namenode::FileStatus {
+                    path_suffix: format!("{}.forged", first.path_suffix),
+                    ..first
+                });
+            }
+            Answer::Listing {
+                entries,
+                remaining: remaining + 1,
+            }
+        }
+        Answer::Locations {
+            mut blocks,
+            length,
+            complete,
+        } => {
+            for b in &mut blocks {
+                if let Some(h) = &mut b.hash {
+                    h[0] ^= 1;
+                }
+            }
+            Answer::Locations {
+                blocks,
+                length: length + 1,
+                complete,
+            }
+        }
+        Answer::Block(mut b) => {
+            b.block += 1;
+            Answer::Block(b)
+        }
+        _ => Answer::Error(HdfsError::Limit("corrupted by a Byzantine NameNode".into())),
+    }
+}
+
+impl Service for Corrupting {
+    fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
+        self.0
+            .execute(context, requests, effects)
+            .into_iter()
+            .map(|reply| match decode_answer(&reply) {
+                Some(answer) => Bytes::from(codec::to_bytes(&lie(answer))),
+                None => reply,
+            })
+            .collect()
+    }
+
+    fn wake_at(&self) -> Option<u64> {
+        self.0.wake_at()
+    }
+
+    fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {
+        self.0.wake(context, effects)
+    }
+
+    fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
+        let reply = self.0.execute_read_only(operation)?;
+        Some(match decode_answer(&reply) {
+            Some(answer) => Bytes::from(codec::to_bytes(&lie(answer))),
+            None => reply,
+        })
+    }
+
+    fn checkpoint(&self) -> Bytes {
+        self.0.checkpoint()
+    }
+
+    fn restore(&mut self, checkpoint: &[u8]) -> Result<(), RestoreError> {
+        self.0.restore(checkpoint)
+    }
+}

@@ -17,19 +17,11 @@ pub mod watches;
 
 /// What `upright replica --service zk` runs.
 pub mod replica {
-    use std::sync::Arc;
-
     use upright_core::stages::ServiceFactory;
 
     /// A fresh ZooKeeper service per execution member; `corrupt` (testing only): one that
     /// answers and pushes wrongly ([`crate::service::Corrupting`]).
     pub fn service(corrupt: bool) -> ServiceFactory {
-        Arc::new(move || {
-            if corrupt {
-                Box::new(crate::service::Corrupting::default())
-            } else {
-                Box::new(crate::service::ZkService::new())
-            }
-        })
+        upright_core::stages::service_factory::<crate::service::ZkService, crate::service::Corrupting>(corrupt)
     }
 }
