@@ -23,8 +23,8 @@ fn a_soak_deals_seeds_to_every_lane_and_finds_nothing_in_a_correct_protocol() {
     let lanes = Lane::all();
     assert_eq!(
         lanes.len(),
-        150,
-        "3 configurations x 5 services, mutation and twins where r > 0, recovery, key refresh, reconfiguration, \
+        180,
+        "3 configurations x 6 services, mutation and twins where r > 0, recovery, key refresh, reconfiguration, \
          LCR with and without key refresh where r = 0, Chain plain, with twins and with mutation where r > 0, \
          Quorum and Aliph plain, with twins and with mutation where u = r"
     );
