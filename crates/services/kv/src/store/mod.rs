@@ -814,6 +814,35 @@ impl RedisStore {
     }
 }
 
+/// The keys an operation's commands name (see `Service::access`).
+fn access_of(commands: &[Vec<Bytes>]) -> Option<Access> {
+    let mut access = Access::default();
+    for argv in commands {
+        let spec = crate::command::check(argv).ok()?;
+        if spec.keys.0 == 0 {
+            return None;
+        }
+        let keys = spec.keys_of(argv);
+        access.merge(if spec.is_read() {
+            Access::reading(keys)
+        } else {
+            Access::writing(keys)
+        });
+    }
+    Some(access)
+}
+
+impl RedisStore {
+    /// Runs an operation's decoded commands (`None`: it did not decode) as the current client:
+    /// their encoded replies.
+    fn run_operation(&mut self, commands: Option<&[Vec<Bytes>]>) -> Bytes {
+        match commands {
+            Some(commands) => encode_bounded(commands.iter().map(|argv| self.apply(argv))),
+            None => crate::encode_replies(&[Reply::err("ERR malformed upright operation")]),
+        }
+    }
+}
+
 /// A checkpoint: every key with its value, expiry and counted cost, in key order.
 type CheckpointRows = Vec<(Bytes, Value, Option<u64>, usize, u32)>;
 
@@ -833,10 +862,7 @@ impl Service for RedisStore {
             .iter()
             .map(|request| {
                 self.client = Some(request.client);
-                let reply = match crate::decode_operation(&request.operation) {
-                    Some(commands) => encode_bounded(commands.iter().map(|argv| self.apply(argv))),
-                    None => crate::encode_replies(&[Reply::err("ERR malformed upright operation")]),
-                };
+                let reply = self.run_operation(crate::decode_operation(&request.operation).as_deref());
                 self.push_served(effects);
                 reply
             })
@@ -875,20 +901,7 @@ impl Service for RedisStore {
     /// commands and written by the others; `None` for an operation with a keyless whole-store
     /// command (KEYS, SCAN, DBSIZE, FLUSHDB), an unknown command or a malformed operation.
     fn access(&self, operation: &[u8]) -> Option<Access> {
-        let mut access = Access::default();
-        for argv in crate::decode_operation(operation)? {
-            let spec = crate::command::check(&argv).ok()?;
-            if spec.keys.0 == 0 {
-                return None;
-            }
-            let keys = spec.keys_of(&argv);
-            access.merge(if spec.is_read() {
-                Access::reading(keys)
-            } else {
-                Access::writing(keys)
-            });
-        }
-        Some(access)
+        access_of(&crate::decode_operation(operation)?)
     }
 
     /// Answers an operation whose every command only reads (GET, MGET, EXISTS, TTL, SCAN, ...) from

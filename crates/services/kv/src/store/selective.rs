@@ -25,7 +25,7 @@
 //!   subscriptions are global, so every member pushes the same messages in the same order.
 
 use bytes::Bytes;
-use upright_core::service::{BatchContext, Effects, RestoreError, Service, ServiceRequest};
+use upright_core::service::{BatchContext, Effects, RestoreError, ServiceRequest};
 
 use super::{RedisStore, Value};
 use crate::reply::Reply;
@@ -58,7 +58,8 @@ impl RedisStore {
         self.seed = request_seed(context, request);
         self.random_calls = 0;
         self.client = Some(request.client);
-        match self.access(&request.operation) {
+        let commands = crate::decode_operation(&request.operation);
+        match commands.as_deref().and_then(super::access_of) {
             None => {
                 // Global: every member runs it with every key current.
                 self.global_request = true;
@@ -70,10 +71,7 @@ impl RedisStore {
                 }
             }
         }
-        let reply = match crate::decode_operation(&request.operation) {
-            Some(commands) => super::encode_bounded(commands.iter().map(|argv| self.apply(argv))),
-            None => crate::encode_replies(&[Reply::err("ERR malformed upright operation")]),
-        };
+        let reply = self.run_operation(commands.as_deref());
         self.push_served(effects);
         self.client = None;
         self.global_request = false;
