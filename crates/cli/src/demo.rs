@@ -37,6 +37,15 @@ pub struct Cluster {
     dir: PathBuf,
     service: String,
     children: Vec<Option<Child>>,
+    /// Other processes of the demo (HDFS's DataNodes), restarted like the replicas.
+    helpers: Vec<Helper>,
+}
+
+/// A process of the demo besides the replicas: its name (and log file's), its arguments.
+struct Helper {
+    name: String,
+    args: Vec<String>,
+    child: Option<Child>,
 }
 
 impl Cluster {
@@ -63,23 +72,41 @@ impl Cluster {
         Ok(())
     }
 
+    /// Starts helper `i` (again).
+    fn spawn_helper(&mut self, i: usize) -> Result<(), FileError> {
+        let helper = &mut self.helpers[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{}.log", helper.name)))
+            .map_err(|e| FileError(format!("cannot create log file: {e}")))?;
+        let child = Command::new(&self.exe)
+            .args(&helper.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| FileError(e.to_string()))?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| FileError(format!("cannot start {}: {e}", helper.name)))?;
+        helper.child = Some(child);
+        Ok(())
+    }
+
+    /// The first helper process that has exited, with how it ended and its log's last line.
+    fn helper_exited(&mut self) -> Option<(usize, String)> {
+        let dir = &self.dir;
+        self.helpers.iter_mut().enumerate().find_map(|(i, helper)| {
+            let child = helper.child.as_mut()?;
+            exit_of(child, &dir.join(format!("{}.log", helper.name))).map(|how| (i, how))
+        })
+    }
+
     /// The first replica process that has exited, with how it ended and the last line of its log
     /// (a replica that fails at start-up says why there).
     fn exited(&mut self) -> Option<(usize, String)> {
-        for (id, child) in self.children.iter_mut().enumerate() {
-            let Some(child) = child else { continue };
-            if let Ok(Some(status)) = child.try_wait() {
-                let log = std::fs::read_to_string(self.dir.join(format!("replica-{id}.log"))).unwrap_or_default();
-                let last = log
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("")
-                    .to_string();
-                return Some((id, format!("{status}; its log ends: {last}")));
-            }
-        }
-        None
+        let dir = &self.dir;
+        self.children.iter_mut().enumerate().find_map(|(id, child)| {
+            exit_of(child.as_mut()?, &dir.join(format!("replica-{id}.log"))).map(|how| (id, how))
+        })
     }
 
     /// SIGKILL one replica.
@@ -96,7 +123,21 @@ impl Drop for Cluster {
         for id in 0..self.children.len() {
             self.kill(id);
         }
+        for helper in &mut self.helpers {
+            if let Some(mut child) = helper.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
     }
+}
+
+/// How `child` ended, with the last line of its log `log`; `None` while it runs.
+fn exit_of(child: &mut Child, log: &Path) -> Option<String> {
+    let status = child.try_wait().ok()??;
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    Some(format!("{status}; its log ends: {last}"))
 }
 
 /// A free loopback port below Linux's ephemeral range (32768+), so the replicas' own outgoing
@@ -168,6 +209,7 @@ pub fn start_local_cluster_with(
         dir: dir.to_path_buf(),
         service: service.to_string(),
         children: (0..replicas).map(|_| None).collect(),
+        helpers: Vec::new(),
     };
     for id in 0..replicas {
         cluster.spawn(id)?;
@@ -203,6 +245,10 @@ pub const ZK_GATEWAY_POOL: u32 = 64;
 /// every connection waiting, so a few suffice for many outstanding RPCs).
 pub const NFS_GATEWAY_POOL: u32 = 4;
 
+/// Upright clients of the demo's WebHDFS gateway (NameNode commands in flight at once: each
+/// write holds one while it adds a block or completes, each read while it locates blocks).
+pub const HDFS_GATEWAY_POOL: u32 = 8;
+
 /// Settings of the demo's Redis gateway.
 pub struct Gateway {
     /// Loopback port.
@@ -232,8 +278,11 @@ pub async fn run(
     let redis = service == "redis";
     let zk = service == "zk";
     let fs = service == "fs";
+    let hdfs = service == "hdfs";
     // Bind the gateway's port first so a busy port fails before anything starts.
-    let listener = if redis {
+    let listener = if hdfs {
+        Some(hdfs_gateway::bind(port).await?)
+    } else if redis {
         Some(redis_gateway::bind(port).await?)
     } else if zk {
         Some(zk_gateway::bind(port).await?)
@@ -242,7 +291,10 @@ pub async fn run(
     } else {
         None
     };
-    let clients = if redis || zk || fs {
+    let clients = if hdfs {
+        // The gateway's pool, then one identity per DataNode.
+        clients.max(pool_size + hdfs_gateway::DATANODES)
+    } else if redis || zk || fs {
         clients.max(pool_size)
     } else {
         clients
@@ -266,6 +318,8 @@ pub async fn run(
         "ZooKeeper-compatible coordination service"
     } else if fs {
         "NFSv3 file system (BFS)"
+    } else if hdfs {
+        "HDFS NameNode (UpRight-HDFS)"
     } else {
         "in-memory KV service"
     };
@@ -305,6 +359,8 @@ pub async fn run(
         upright_zk::service::Command::Touch { sessions: Vec::new() }.encode()
     } else if fs {
         nfs_gateway::probe()
+    } else if hdfs {
+        hdfs_gateway::probe()
     } else {
         put(b"demo-ready", b"1")
     };
@@ -337,7 +393,12 @@ pub async fn run(
     if let Some(listener) = listener {
         let pool = gateway_clients(&dir, pool_size)?;
         let exe = cluster.exe.display().to_string();
-        if zk {
+        if hdfs {
+            hdfs_gateway::start_datanodes(&mut cluster, pool_size, &probe).await?;
+            let namenode = upright_hdfs::client::NameNodeClient::new(pool, "demo");
+            tokio::spawn(upright_hdfs::gateway::serve(listener, namenode));
+            hdfs_gateway::announce(port, pool_size, &exe, &dir);
+        } else if zk {
             tokio::spawn(upright_zk::gateway::serve(listener, pool));
             zk_gateway::announce(port, pool_size, &exe, &dir);
         } else if fs {
@@ -384,6 +445,17 @@ async fn supervise(cluster: &mut Cluster) -> FileError {
     let mut last_restart: Option<Instant> = None;
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
+        if let Some((i, how)) = cluster.helper_exited() {
+            cluster.helpers[i].child = None;
+            let name = cluster.helpers[i].name.clone();
+            println!("  {name} exited ({how}); restarting it in {RESTART_DELAY:?}");
+            tokio::time::sleep(RESTART_DELAY).await;
+            if let Err(e) = cluster.spawn_helper(i) {
+                return e;
+            }
+            println!("  {name} restarted");
+            continue;
+        }
         let Some((id, how)) = cluster.exited() else { continue };
         cluster.children[id] = None;
         if last_restart.is_some_and(|at| at.elapsed() < RESTART_STABLE) {
@@ -625,6 +697,106 @@ mod redis_gateway {
         println!("  redis-cli -p {port} set hello world");
         println!("  redis-cli -p {port} get hello");
         println!("  redis-benchmark -p {port} -t set,get -n 10000 -q");
+        println!("  {exe} status --config {}/cluster.toml", dir.display());
+        println!("press Ctrl-C to stop");
+    }
+}
+
+mod hdfs_gateway {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+    use upright_hdfs::namenode::{Answer, Command};
+    use upright_node::client::ClientHandle;
+    use upright_node::files::FileError;
+
+    use super::{free_port, Cluster, Helper};
+
+    /// DataNodes of the demo.
+    pub const DATANODES: u32 = 3;
+    /// How long the demo waits for its DataNodes to register.
+    const REGISTER_WAIT: Duration = Duration::from_secs(60);
+
+    /// Binds the gateway's loopback port.
+    pub async fn bind(port: u16) -> Result<tokio::net::TcpListener, FileError> {
+        tokio::net::TcpListener::bind(("127.0.0.1", port)).await.map_err(|e| {
+            FileError(format!(
+                "cannot listen on 127.0.0.1:{port} for WebHDFS clients ({e}); is an HDFS NameNode running? choose another with --port"
+            ))
+        })
+    }
+
+    /// The readiness probe: the root's status, ordered.
+    pub fn probe() -> Bytes {
+        upright_hdfs::service::encode(&Command::GetFileStatus { path: "/".into() })
+    }
+
+    /// Starts the DataNodes (client identities `first..first + DATANODES`, each with a directory
+    /// of its own in the demo's) and waits until the NameNode counts them all.
+    pub async fn start_datanodes(cluster: &mut Cluster, first: u32, probe: &ClientHandle) -> Result<(), FileError> {
+        for k in 0..DATANODES {
+            let id = first + k;
+            let port = free_port()?;
+            let dir = cluster.dir.clone();
+            let args = vec![
+                "datanode".to_string(),
+                "--client".into(),
+                dir.join(format!("client-{id}.toml")).display().to_string(),
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--dir".into(),
+                dir.join(format!("datanode-{id}")).display().to_string(),
+            ];
+            cluster.helpers.push(Helper {
+                name: format!("datanode-{id}"),
+                args,
+                child: None,
+            });
+            let i = cluster.helpers.len() - 1;
+            cluster.spawn_helper(i)?;
+            println!(
+                "  DataNode {id}: blocks on 127.0.0.1:{port}, replicas in {}/datanode-{id}, log {}/datanode-{id}.log",
+                dir.display(),
+                dir.display()
+            );
+        }
+        let started = Instant::now();
+        let list = upright_hdfs::service::encode(&Command::ListDataNodes);
+        loop {
+            if let Some((i, how)) = cluster.helper_exited() {
+                return Err(FileError(format!(
+                    "{} exited before registering ({how})",
+                    cluster.helpers[i].name
+                )));
+            }
+            if let Ok(reply) = probe.invoke_timeout(list.clone(), true, Duration::from_secs(10)).await {
+                if let Some(Answer::DataNodes(nodes)) = upright_hdfs::service::decode_answer(&reply) {
+                    if nodes.iter().filter(|n| !n.dead).count() >= DATANODES as usize {
+                        println!("  {DATANODES} DataNodes registered ({:.2?})", started.elapsed());
+                        return Ok(());
+                    }
+                }
+            }
+            if started.elapsed() > REGISTER_WAIT {
+                return Err(FileError(format!(
+                    "the DataNodes did not register within {REGISTER_WAIT:?}; see datanode-*.log in {}",
+                    cluster.dir.display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Tells the user how to connect.
+    pub fn announce(port: u16, pool: u32, exe: &str, dir: &Path) {
+        println!("WebHDFS on http://127.0.0.1:{port}/webhdfs/v1/, served by the BFT NameNode cluster and {DATANODES} DataNodes");
+        println!("  gateway: {pool} upright client(s); namespace changes are ordered by agreement; every block read is checked against the hash the NameNode committed");
+        println!("try, in another terminal (pip install hdfs):");
+        println!("  echo hello > /tmp/hello.txt");
+        println!("  hdfscli upload --alias=upright /tmp/hello.txt /hello.txt   # ~/.hdfscli.cfg: [upright.alias] url = http://127.0.0.1:{port}");
+        println!("  curl -s 'http://127.0.0.1:{port}/webhdfs/v1/?op=LISTSTATUS'");
+        println!("  curl -sL 'http://127.0.0.1:{port}/webhdfs/v1/hello.txt?op=OPEN'");
         println!("  {exe} status --config {}/cluster.toml", dir.display());
         println!("press Ctrl-C to stop");
     }

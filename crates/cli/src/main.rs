@@ -145,10 +145,10 @@ enum Command {
         key: Option<PathBuf>,
         /// The replicated service: `kv` (the core's in-memory KV), `redis` (the Redis-compatible
         /// store of upright-kv), `zk` (the ZooKeeper-compatible service of upright-zk), `fs` (the
-        /// NFSv3 file system of upright-fs) or `objects` (a paged test service of `--objects`
-        /// generated objects, for the state-transfer benchmark). Every replica of a cluster must
-        /// run the same one.
-        #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "zk", "fs", "objects"])]
+        /// NFSv3 file system of upright-fs), `hdfs` (the HDFS NameNode of upright-hdfs) or
+        /// `objects` (a paged test service of `--objects` generated objects, for the
+        /// state-transfer benchmark). Every replica of a cluster must run the same one.
+        #[arg(long, default_value = "kv", value_parser = ["kv", "redis", "zk", "fs", "hdfs", "objects"])]
         service: String,
         /// `--service objects`: how many objects.
         #[arg(long, default_value_t = 1_000_000)]
@@ -292,6 +292,53 @@ enum Command {
         #[command(flatten)]
         tls: TlsArgs,
     },
+    /// Serve HDFS clients over WebHDFS (hdfscli, Hadoop's `webhdfs://` file system and FsShell)
+    /// from a running cluster whose replicas run `--service hdfs` (the NameNode) and its
+    /// DataNodes (`upright datanode`); runs until Ctrl-C or SIGTERM. The gateway writes each
+    /// block to its DataNodes while hashing it and commits the hash; every read is checked
+    /// against the committed hashes (docs/HDFS.md).
+    Hdfs {
+        /// Client config of the pool's first member (client-<c>.toml from `upright init`); a pool
+        /// of N also uses client-<c+1>.toml .. client-<c+N-1>.toml beside it. The gateway's
+        /// clients and the DataNodes' need distinct identities.
+        #[arg(long)]
+        client: PathBuf,
+        /// Address to serve WebHDFS on (host:port; HDFS's NameNode web port is 9870).
+        #[arg(long, default_value = "127.0.0.1:9870")]
+        listen: String,
+        /// Upright clients in the gateway's pool (NameNode commands in flight at once).
+        #[arg(long, default_value_t = 8,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(upright_node::gateway::clients::POOL_MAX)))]
+        pool: u32,
+    },
+    /// Run an HDFS DataNode for a cluster whose replicas run `--service hdfs`: stores block
+    /// replicas with their 64 KiB sub-block hashes in --dir, serves them to the WebHDFS gateway
+    /// and to other DataNodes, registers and heartbeats with the NameNode as an upright client
+    /// (its DataNode id is that client's id) and scans its replicas in the background; runs until
+    /// Ctrl-C or SIGTERM.
+    Datanode {
+        /// Its upright client identity (client-<c>.toml from `upright init`; the DataNode's id is
+        /// c). Its request id is kept in client-<c>.last-request-id beside it.
+        #[arg(long)]
+        client: PathBuf,
+        /// Address to serve blocks on (host:port).
+        #[arg(long, default_value = "127.0.0.1:9864")]
+        listen: String,
+        /// The host:port the gateway and other DataNodes reach it on (default: --listen's bound
+        /// address).
+        #[arg(long)]
+        advertise: Option<String>,
+        /// Directory of its block replicas (created if missing).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Bytes it offers (reported to the NameNode).
+        #[arg(long, default_value_t = 1 << 40)]
+        capacity: u64,
+        /// Seconds between background scans of every replica.
+        #[arg(long, default_value_t = upright_hdfs::dataserver::SCAN_INTERVAL_DEFAULT.as_secs(),
+              value_parser = clap::value_parser!(u64).range(1..))]
+        scan_interval_secs: u64,
+    },
     /// Start a local 4-replica cluster (u = r = 1; with --protocol lcr 3 replicas, u = 1, r = 0)
     /// on this host; runs until Ctrl-C.
     Demo {
@@ -306,13 +353,14 @@ enum Command {
         clients: u32,
         /// Loopback port of the gateway: Redis protocol with `--service redis` (default 6379),
         /// ZooKeeper protocol with `--service zk` (default 2181), NFS version 3 and MOUNT with
-        /// `--service fs` (default 2049).
+        /// `--service fs` (default 2049), WebHDFS with `--service hdfs` (default 9870).
         #[arg(long)]
         port: Option<u16>,
         /// The replicated service: `redis` (Redis-compatible, served on --port), `zk`
         /// (ZooKeeper-compatible, served on --port), `fs` (an NFSv3 file system exporting `/`,
-        /// served on --port) or `kv`. `--smoke` always uses `kv`.
-        #[arg(long, default_value = "redis", value_parser = ["kv", "redis", "zk", "fs"])]
+        /// served on --port), `hdfs` (UpRight-HDFS: the NameNode replicated, 3 DataNodes,
+        /// WebHDFS served on --port) or `kv`. `--smoke` always uses `kv`.
+        #[arg(long, default_value = "redis", value_parser = ["kv", "redis", "zk", "fs", "hdfs"])]
         service: String,
         /// Upright clients in the gateway's pool (operations in flight at once). Default: 1 for
         /// redis, whose gateway packs many connections' commands into one operation; 64 for zk,
@@ -488,6 +536,27 @@ fn main() -> ExitCode {
             init_logging("warn");
             single_thread_runtime().block_on(nfs(&client, &listen, pool, &tls))
         }
+        Command::Hdfs { client, listen, pool } => {
+            init_logging("warn");
+            runtime().block_on(hdfs(&client, &listen, pool))
+        }
+        Command::Datanode {
+            client,
+            listen,
+            advertise,
+            dir,
+            capacity,
+            scan_interval_secs,
+        } => {
+            init_logging("info");
+            let settings = DatanodeSettings {
+                advertise,
+                dir,
+                capacity,
+                scan_interval: std::time::Duration::from_secs(scan_interval_secs),
+            };
+            runtime().block_on(datanode(&client, &listen, settings))
+        }
         Command::Demo {
             smoke,
             seconds,
@@ -512,11 +581,13 @@ fn main() -> ExitCode {
                 port: port.unwrap_or(match service {
                     "zk" => 2181,
                     "fs" => 2049,
+                    "hdfs" => 9870,
                     _ => 6379,
                 }),
                 pool: gateway_pool.unwrap_or(match service {
                     "zk" => demo::ZK_GATEWAY_POOL,
                     "fs" => demo::NFS_GATEWAY_POOL,
+                    "hdfs" => demo::HDFS_GATEWAY_POOL,
                     _ => demo::GATEWAY_POOL,
                 }),
             };
@@ -1419,6 +1490,12 @@ fn replica_service(service: &str, id: u32, objects: u64, object_bytes: usize) ->
             tracing::warn!("TESTING: this replica corrupts its replies (Byzantine stand-in)");
         }
         upright_fs::replica::service(corrupt)
+    } else if service == "hdfs" {
+        let corrupt = upright_kv::replica::corrupt_requested(id);
+        if corrupt {
+            tracing::warn!("TESTING: this replica corrupts its replies (Byzantine stand-in)");
+        }
+        upright_hdfs::replica::service(corrupt)
     } else if service == "objects" {
         tracing::info!(
             objects,
@@ -1500,6 +1577,70 @@ async fn nfs(client: &Path, listen: &str, pool: u32, tls: &TlsArgs) -> Result<Ex
     );
     let listener = tls.listener(listener)?;
     run_gateway(upright_fs::gateway::serve(listener, handles)).await
+}
+
+/// `upright hdfs`: the WebHDFS gateway against the cluster of `client`'s file.
+async fn hdfs(client: &Path, listen: &str, pool: u32) -> Result<ExitCode, FileError> {
+    let (listener, handles) =
+        start_gateway(client, listen, pool, "WebHDFS", "HDFS clients (is a NameNode running?)").await?;
+    let addr = listener.local_addr().map_err(|e| FileError(e.to_string()))?;
+    println!("  hdfscli: --url http://{addr}; Hadoop: webhdfs://{addr}/");
+    let namenode = upright_hdfs::client::NameNodeClient::new(handles, client_name(client));
+    run_gateway(upright_hdfs::gateway::serve(listener, namenode)).await
+}
+
+/// The client file's stem (`client-3`), naming a gateway in its lease holders.
+fn client_name(client: &Path) -> String {
+    client
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("gateway")
+        .to_string()
+}
+
+/// `upright datanode`'s settings besides its client and address.
+struct DatanodeSettings {
+    advertise: Option<String>,
+    dir: PathBuf,
+    capacity: u64,
+    scan_interval: std::time::Duration,
+}
+
+/// Testing only: the DataNode with this id flips a bit of the first replica it stores on disk
+/// and serves reads unchecked (the faulty DataNode of the WebHDFS tests).
+pub(crate) const FLIP_DATANODE_ENV: &str = "UPRIGHT_TEST_FLIP_DATANODE";
+
+/// `upright datanode`: a DataNode of the cluster of `client`'s file.
+async fn datanode(client: &Path, listen: &str, settings: DatanodeSettings) -> Result<ExitCode, FileError> {
+    use upright_node::gateway::clients::{self, RequestIds};
+    let members = clients::load(client, 1)?;
+    let id = members[0].1.id.0;
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+        FileError(format!(
+            "cannot listen on {listen} for block reads and writes ({e}); choose another with --listen"
+        ))
+    })?;
+    let bound = listener.local_addr().map_err(|e| FileError(e.to_string()))?;
+    let advertise = settings.advertise.unwrap_or_else(|| bound.to_string());
+    let handles = clients::start(members, RequestIds::Durable)?;
+    let flip = std::env::var(FLIP_DATANODE_ENV).is_ok_and(|v| v.trim() == id.to_string());
+    if flip {
+        tracing::warn!("TESTING: this DataNode flips a bit of the first replica it stores and serves reads unchecked");
+    }
+    println!(
+        "DataNode {id} on {bound} (advertised as {advertise}), replicas in {}",
+        settings.dir.display()
+    );
+    let config = upright_hdfs::dataserver::DataNodeConfig {
+        id,
+        advertise,
+        dir: settings.dir,
+        capacity: settings.capacity,
+        scan_interval: settings.scan_interval,
+        flip_first_block: flip,
+    };
+    let namenode = upright_hdfs::client::NameNodeClient::new(handles, format!("datanode-{id}"));
+    run_gateway(upright_hdfs::dataserver::run(listener, namenode, config)).await
 }
 
 /// Waits for Ctrl-C (SIGINT) or SIGTERM (`kill`, a service manager stopping the demo or a bench):

@@ -5,7 +5,7 @@
 //!
 //! The tests run one at a time (each starts four processes; the machine may have two cores).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -16,6 +16,10 @@ use upright_core::config::Knobs;
 use upright_core::kv::{KvOperation, KvReply};
 use upright_node::client::{start_client, ClientHandle};
 use upright_node::files::{self, ClientFile, Cluster, InitPlan};
+
+#[path = "common/storage.rs"]
+mod storage;
+use storage::corrupt_storage;
 use upright_node::metrics::{http_get, parse_key_values};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -531,25 +535,6 @@ fn every_acknowledged_write_survives_sigkill_of_all_replicas() {
         assert_all_readable(&c, &client, &acked).await;
         assert!(put(&client, "after-restart", "ok").await);
     });
-}
-
-/// Flips a byte near the start of every non-empty log and snapshot of `replica` (a damaged
-/// record with valid data after it: corruption, not a torn tail).
-fn corrupt_storage(dir: &Path) -> usize {
-    let mut corrupted = 0;
-    for stage in ["auth", "order", "exec"] {
-        for file in ["log", "snapshot"] {
-            let path: PathBuf = dir.join(stage).join(file);
-            if let Ok(mut bytes) = std::fs::read(&path) {
-                if bytes.len() > 64 {
-                    bytes[10] ^= 0x5a;
-                    std::fs::write(&path, bytes).unwrap();
-                    corrupted += 1;
-                }
-            }
-        }
-    }
-    corrupted
 }
 
 #[test]

@@ -7,7 +7,11 @@
 //! DataNode's store of block replicas.
 
 pub mod block;
+pub mod client;
 pub mod datanode;
+pub mod dataserver;
+pub mod gateway;
+pub mod http;
 pub mod namenode;
 pub mod service;
 

@@ -201,6 +201,27 @@ pub enum Command {
         /// The DataNode that served wrong bytes.
         datanode: u32,
     },
+    /// The registered DataNodes (HDFS's `dfsadmin -report`).
+    ListDataNodes,
+}
+
+/// A DataNode as the NameNode sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataNodeInfo {
+    /// Its id.
+    pub id: u32,
+    /// `host:port`.
+    pub addr: String,
+    /// Bytes it offers.
+    pub capacity: u64,
+    /// Bytes it stores (its last heartbeat).
+    pub used: u64,
+    /// Agreed time of its last heartbeat (ms).
+    pub last_heartbeat_ms: u64,
+    /// No heartbeat for [`DATANODE_DEAD_MS`].
+    pub dead: bool,
+    /// Good replicas it holds.
+    pub replicas: u64,
 }
 
 /// A block with the length and hash someone reports for it.
@@ -328,6 +349,8 @@ pub enum Answer {
     },
     /// HEARTBEAT: what the DataNode is to do.
     Commands(Vec<DataNodeCommand>),
+    /// The registered DataNodes.
+    DataNodes(Vec<DataNodeInfo>),
     /// A failure, as HDFS names it.
     Error(HdfsError),
 }
@@ -588,7 +611,8 @@ impl NameNode {
             Command::GetFileStatus { .. }
             | Command::ListStatus { .. }
             | Command::GetContentSummary { .. }
-            | Command::GetBlockLocations { .. } => return self.read(command).expect("a read"),
+            | Command::GetBlockLocations { .. }
+            | Command::ListDataNodes => return self.read(command).expect("a read"),
             Command::Delete { path, recursive } => self.delete(path, *recursive),
             Command::Rename { src, dst } => self.rename(src, dst),
             Command::SetPermission { path, permission } => self.set_permission(path, *permission),
@@ -629,6 +653,20 @@ impl NameNode {
                 Answer::Summary(summary)
             }),
             Command::GetBlockLocations { path } => self.locations(path),
+            Command::ListDataNodes => Ok(Answer::DataNodes(
+                self.datanodes
+                    .iter()
+                    .map(|(id, d)| DataNodeInfo {
+                        id: *id,
+                        addr: d.addr.clone(),
+                        capacity: d.capacity,
+                        used: d.used,
+                        last_heartbeat_ms: d.last_heartbeat_ms,
+                        dead: d.dead,
+                        replicas: self.blocks.values().filter(|b| b.good().any(|g| g == *id)).count() as u64,
+                    })
+                    .collect(),
+            )),
             _ => return None,
         };
         Some(result.unwrap_or_else(Answer::Error))
@@ -1351,7 +1389,8 @@ impl NameNode {
         dn.last_heartbeat_ms = now;
         let revived = std::mem::replace(&mut dn.dead, false);
         let commands = std::mem::take(&mut dn.pending);
-        if revived {
+        // A revived DataNode holds replicas again; one told to delete may take copies again.
+        if revived || !commands.is_empty() {
             self.schedule_copies();
         }
         Ok(Answer::Commands(commands))
@@ -1416,10 +1455,18 @@ impl NameNode {
             if short == 0 || good.is_empty() {
                 continue;
             }
+            // Not to a DataNode still to be told to delete its replica of this block: the copy
+            // could arrive before the delete and be deleted with it.
+            let deleting = |d: &u32| {
+                self.datanodes[d]
+                    .pending
+                    .iter()
+                    .any(|c| matches!(c, DataNodeCommand::Delete { blocks } if blocks.contains(&id)))
+            };
             let candidates: Vec<u32> = live
                 .iter()
                 .copied()
-                .filter(|d| !good.contains(d) && !block.copying.contains_key(d))
+                .filter(|d| !good.contains(d) && !block.copying.contains_key(d) && !deleting(d))
                 .collect();
             let targets = self.pick(&candidates, short);
             for target in targets {

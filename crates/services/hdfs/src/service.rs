@@ -42,6 +42,20 @@ fn seed_of(context: &BatchContext, index: usize) -> u64 {
     batch ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
+/// A DataNode speaks for itself only: its id is its upright client id, so a client cannot
+/// register, heartbeat or report replicas in another DataNode's name.
+fn impersonated(command: &Command, client: u32) -> Option<HdfsError> {
+    let id = match command {
+        Command::RegisterDataNode { id, .. } | Command::Heartbeat { id, .. } | Command::BlockReceived { id, .. } => *id,
+        _ => return None,
+    };
+    (id != client).then(|| {
+        HdfsError::BadArgument(format!(
+            "client {client} cannot speak for DataNode {id} (a DataNode's id is its client id)"
+        ))
+    })
+}
+
 fn malformed() -> Bytes {
     Bytes::from(codec::to_bytes(&Answer::Error(HdfsError::BadArgument(
         "malformed NameNode command".into(),
@@ -55,11 +69,14 @@ impl Service for NameNodeService {
             .iter()
             .enumerate()
             .map(|(i, request)| match codec::from_bytes::<Command>(&request.operation) {
-                Ok(command) => Bytes::from(codec::to_bytes(&self.namenode.apply(
-                    now_ms,
-                    seed_of(context, i),
-                    &command,
-                ))),
+                Ok(command) => match impersonated(&command, request.client.0) {
+                    Some(error) => Bytes::from(codec::to_bytes(&Answer::Error(error))),
+                    None => Bytes::from(codec::to_bytes(&self.namenode.apply(
+                        now_ms,
+                        seed_of(context, i),
+                        &command,
+                    ))),
+                },
                 Err(_) => malformed(),
             })
             .collect()

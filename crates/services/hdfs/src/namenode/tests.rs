@@ -484,7 +484,11 @@ fn the_same_commands_give_the_same_state_and_the_checkpoint_round_trips() {
             .iter()
             .enumerate()
             .map(|(i, c)| ServiceRequest {
-                client: ClientId(1),
+                // A DataNode speaks as the client of its id.
+                client: match c {
+                    Command::RegisterDataNode { id, .. } => ClientId(*id),
+                    _ => ClientId(7),
+                },
                 request_id: RequestId(i as u64 + 1),
                 operation: encode(c),
             })
@@ -665,4 +669,52 @@ mod model {
             prop_assert_eq!(a, b);
         }
     }
+}
+
+#[test]
+fn a_client_cannot_speak_for_another_datanode() {
+    use crate::service::{decode_answer, encode, NameNodeService};
+    use upright_core::ids::{ClientId, RequestId, SeqNo};
+    use upright_core::service::{BatchContext, Effects, Service, ServiceRequest};
+    let mut s = NameNodeService::new();
+    let context = BatchContext {
+        seqno: SeqNo(1),
+        time_us: 5_000_000,
+        seed: [3; 32],
+    };
+    let register = |id: u32| Command::RegisterDataNode {
+        id,
+        addr: "a:1".into(),
+        capacity: 10,
+    };
+    let requests = [
+        (5, register(4)),
+        (4, register(4)),
+        (5, Command::Heartbeat { id: 4, used: 0 }),
+        (4, Command::ListDataNodes),
+    ];
+    let requests: Vec<ServiceRequest> = requests
+        .iter()
+        .enumerate()
+        .map(|(i, (client, c))| ServiceRequest {
+            client: ClientId(*client),
+            request_id: RequestId(i as u64 + 1),
+            operation: encode(c),
+        })
+        .collect();
+    let replies = s.execute(&context, &requests, &mut Effects::default());
+    let answers: Vec<Answer> = replies.iter().map(|r| decode_answer(r).unwrap()).collect();
+    assert!(
+        matches!(&answers[0], Answer::Error(HdfsError::BadArgument(m)) if m.contains("cannot speak for DataNode 4"))
+    );
+    assert_eq!(answers[1], Answer::Ok);
+    assert!(matches!(&answers[2], Answer::Error(HdfsError::BadArgument(_))));
+    let Answer::DataNodes(nodes) = &answers[3] else {
+        panic!("{:?}", answers[3]);
+    };
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(
+        (nodes[0].id, nodes[0].last_heartbeat_ms, nodes[0].dead),
+        (4, 5_000, false)
+    );
 }
