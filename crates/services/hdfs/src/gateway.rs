@@ -284,6 +284,9 @@ struct Sink {
     done: tokio::task::JoinHandle<std::result::Result<(u64, Hash), String>>,
 }
 
+/// A read stopped because its client went away.
+const CLIENT_GONE: &str = "the client went away";
+
 /// Why one DataNode's read of a block stopped.
 enum ReadFail {
     /// Its bytes or hashes do not match what the NameNode committed.
@@ -342,6 +345,21 @@ impl Gateway {
             },
             (Method::GET, "GETFILECHECKSUM") => self.checksum(&path).await,
             (Method::GET, "GETHOMEDIRECTORY") => Ok(json_response(&json!({"Path": format!("/user/{user}")}))),
+            (Method::GET, "GETTRASHROOT") => Ok(json_response(&json!({"Path": format!("/user/{user}/.Trash")}))),
+            // What Hadoop's client asks before deleting (trash) and writing: HDFS's defaults,
+            // with the trash off (a delete deletes) and CRC32C checksums (id 2) per 512 bytes.
+            (Method::GET, "GETSERVERDEFAULTS") => Ok(json_response(&json!({"FsServerDefaults": {
+                "blockSize": BLOCK_SIZE_DEFAULT,
+                "bytesPerChecksum": BYTES_PER_CRC,
+                "writePacketSize": 64 * 1024,
+                "replication": crate::namenode::REPLICATION_DEFAULT,
+                "fileBufferSize": 4096,
+                "encryptDataTransfer": false,
+                "trashInterval": 0,
+                "checksumType": 2,
+                "keyProviderUri": "",
+                "defaultStoragePolicyId": 7,
+            }}))),
             (Method::GET, "GETFILEBLOCKLOCATIONS") => {
                 let offset = params.number::<u64>("offset")?.unwrap_or(0);
                 let length = params.number::<u64>("length")?.unwrap_or(u64::MAX);
@@ -528,6 +546,9 @@ impl Gateway {
         let path = path.to_string();
         tokio::spawn(async move {
             if let Err(e) = gateway.read_range(&blocks, offset, end, &tx).await {
+                if e == CLIENT_GONE {
+                    return; // the client closed the stream early (Hadoop's client seeks so)
+                }
                 tracing::warn!(path, "read broke off: {e}");
                 let _ = tx.send(Err(std::io::Error::other(e))).await;
             }
@@ -576,7 +597,7 @@ impl Gateway {
             let dn = &b.datanodes[(first + k) % n];
             match self.read_from(dn, b, (&mut next, last), (from, to), tx).await {
                 Ok(()) => return Ok(()),
-                Err(ReadFail::ClientGone) => return Err("the client went away".into()),
+                Err(ReadFail::ClientGone) => return Err(CLIENT_GONE.into()),
                 Err(ReadFail::Corrupt(why)) => {
                     tracing::warn!(
                         block = b.block,
