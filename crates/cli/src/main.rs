@@ -6,6 +6,7 @@
 
 mod bench;
 mod demo;
+mod hdfs_bench;
 mod zk_bench;
 
 use std::path::{Path, PathBuf};
@@ -393,6 +394,10 @@ enum Command {
     /// Load any ZooKeeper service (upright-zk or Apache ZooKeeper) with closed-loop clients:
     /// creates, setData, getData or a 90/10 mix; throughput and p50/p99 latency.
     ZkBench(zk_bench::ZkBenchArgs),
+    /// Load any WebHDFS service (upright-hdfs's gateway or Apache HDFS's NameNode) with clients
+    /// that write files and read them back, checking every byte: throughput per phase, and the
+    /// server's CPU with --server-pid.
+    HdfsBench(hdfs_bench::HdfsBenchArgs),
     /// Run the unreplicated NO-REP baseline server of a u = r = 0 config (used by `bench`, and
     /// by scripts/nfs-bench.sh with `--service fs`): the service in memory, no agreement.
     Norep {
@@ -616,6 +621,10 @@ fn main() -> ExitCode {
         Command::Bench(args) => {
             init_logging("warn");
             runtime().block_on(bench::run(*args))
+        }
+        Command::HdfsBench(args) => {
+            init_logging("warn");
+            runtime().block_on(hdfs_bench::run(args))
         }
         Command::ZkBench(args) => {
             init_logging("warn");

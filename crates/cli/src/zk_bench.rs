@@ -305,15 +305,21 @@ pub async fn run(args: ZkBenchArgs) -> Result<std::process::ExitCode, FileError>
         }
     }
     if let Some(path) = &args.json {
-        use std::io::Write;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| FileError(format!("cannot open {}: {e}", path.display())))?;
-        for line in lines {
-            writeln!(file, "{line}").map_err(|e| FileError(format!("cannot write {}: {e}", path.display())))?;
-        }
+        append_json_lines(path, &lines)?;
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Appends `lines` (JSON objects, one per line) to the file at `path`.
+pub(crate) fn append_json_lines(path: &std::path::Path, lines: &[String]) -> Result<(), FileError> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| FileError(format!("cannot open {}: {e}", path.display())))?;
+    for line in lines {
+        writeln!(file, "{line}").map_err(|e| FileError(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(())
 }

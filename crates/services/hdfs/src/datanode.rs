@@ -151,6 +151,7 @@ impl BlockStore {
             id,
             file,
             tmp,
+            dir: self.dir.clone(),
             hasher: BlockHasher::new(),
         })
     }
@@ -233,12 +234,34 @@ impl BlockStore {
     }
 }
 
+/// Bytes after which a writer starts the disk writing back what it wrote.
+pub const WRITE_BEHIND_BYTES: u64 = 8 << 20;
+
+/// Asks the kernel to start writing `len` bytes of `file` at `offset` to disk, without waiting.
+#[cfg(target_os = "linux")]
+fn start_writeback(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain system call on an open descriptor; failure only loses the head start.
+    unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_file: &File, _offset: u64, _len: u64) {}
+
 /// A replica being written.
 #[derive(Debug)]
 pub struct BlockWriter {
     id: u64,
     file: File,
     tmp: PathBuf,
+    dir: PathBuf,
     hasher: BlockHasher,
 }
 
@@ -251,22 +274,70 @@ impl BlockWriter {
         self.file
             .write_all(data)
             .map_err(|e| io("cannot write", &self.tmp, e))?;
+        let before = self.hasher.len();
         self.hasher.update(data);
+        // Start writing back each full stretch now, so the sync at the end waits for little
+        // (HDFS's dfs.datanode.sync.behind.writes).
+        let written = self.hasher.len();
+        if written / WRITE_BEHIND_BYTES > before / WRITE_BEHIND_BYTES {
+            let end = written / WRITE_BEHIND_BYTES * WRITE_BEHIND_BYTES;
+            start_writeback(&self.file, end.saturating_sub(WRITE_BEHIND_BYTES), WRITE_BEHIND_BYTES);
+        }
         Ok(())
     }
 
     /// Syncs the replica and makes it visible: its report to the NameNode.
     pub fn finish(self, store: &mut BlockStore) -> Result<BlockReport, StoreError> {
-        let BlockWriter { id, file, tmp, hasher } = self;
+        self.seal()?.commit(store)
+    }
+
+    /// Syncs the replica's bytes and writes its meta file beside them (both still temporary):
+    /// the slow part of finishing, which needs no lock on the store.
+    pub fn seal(self) -> Result<SealedBlock, StoreError> {
+        let BlockWriter {
+            id,
+            file,
+            tmp,
+            dir,
+            hasher,
+        } = self;
         file.sync_all().map_err(|e| io("cannot sync", &tmp, e))?;
         drop(file);
         let (len, subs, hash) = hasher.finish();
         let meta = Meta { len, hash, subs };
-        let meta_tmp = store.dir.join(format!("{id}.meta.tmp"));
+        let meta_tmp = dir.join(format!("{id}.meta.tmp"));
         let mut f = File::create(&meta_tmp).map_err(|e| io("cannot create", &meta_tmp, e))?;
         f.write_all(&upright_core::codec::to_bytes(&meta))
             .and_then(|_| f.sync_all())
             .map_err(|e| io("cannot write", &meta_tmp, e))?;
+        Ok(SealedBlock {
+            id,
+            tmp,
+            meta_tmp,
+            meta,
+        })
+    }
+}
+
+/// A replica whose bytes and meta file are synced, not yet visible.
+#[derive(Debug)]
+pub struct SealedBlock {
+    id: u64,
+    tmp: PathBuf,
+    meta_tmp: PathBuf,
+    meta: Meta,
+}
+
+impl SealedBlock {
+    /// Makes the replica visible (renaming its meta file last, then syncing the directory),
+    /// replacing any earlier replica of the block: its report to the NameNode.
+    pub fn commit(self, store: &mut BlockStore) -> Result<BlockReport, StoreError> {
+        let SealedBlock {
+            id,
+            tmp,
+            meta_tmp,
+            meta,
+        } = self;
         store.delete(id)?;
         let (data, meta_path) = (store.data_path(id), store.meta_path(id));
         fs::rename(&tmp, &data).map_err(|e| io("cannot rename", &tmp, e))?;
@@ -274,6 +345,7 @@ impl BlockWriter {
         if let Ok(dir) = OpenOptions::new().read(true).open(&store.dir) {
             dir.sync_all().map_err(|e| io("cannot sync", &store.dir, e))?;
         }
+        let (len, hash) = (meta.len, meta.hash);
         store.used += len;
         store.index.insert(id, meta);
         Ok(BlockReport { block: id, len, hash })

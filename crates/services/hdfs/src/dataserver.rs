@@ -335,8 +335,10 @@ impl DataNode {
         };
         loop {
             match http::next_chunk(&mut body).await {
+                // Into the page cache (the writer starts writing back every 8 MiB); the sync at
+                // the end is the part that waits for the disk.
                 Ok(Some(chunk)) => {
-                    if let Err(e) = tokio::task::block_in_place(|| writer.write(&chunk)) {
+                    if let Err(e) = writer.write(&chunk) {
                         return status(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"));
                     }
                 }
@@ -351,9 +353,13 @@ impl DataNode {
                 }
             }
         }
-        let report = tokio::task::block_in_place(|| {
+        let sealed = match tokio::task::spawn_blocking(move || writer.seal()).await {
+            Ok(sealed) => sealed,
+            Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        };
+        let report = sealed.and_then(|sealed| {
             let mut store = self.store.write().unwrap_or_else(|e| e.into_inner());
-            writer.finish(&mut store)
+            sealed.commit(&mut store)
         });
         let report = match report {
             Ok(r) => r,

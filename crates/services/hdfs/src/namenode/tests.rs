@@ -403,6 +403,30 @@ fn a_dead_datanode_s_blocks_are_copied_to_another() {
 }
 
 #[test]
+fn a_bad_replica_is_copied_back_only_after_its_datanode_is_told_to_delete_it() {
+    let mut n = Nn::new();
+    n.datanodes(3);
+    let b = n.write_file("/f", 3, 100, 1);
+    assert_eq!(n.nn.live_replicas(b.block), 3);
+    n.ok(Command::BadReplica {
+        block: b.block,
+        datanode: 2,
+    });
+    assert_eq!(n.nn.live_replicas(b.block), 2);
+    // DataNode 2 is the only one without a good replica, but its delete is still pending: a
+    // copy sent now could arrive before the delete and be deleted with it.
+    assert!(n.heartbeat(0).is_empty() && n.heartbeat(1).is_empty());
+    assert_eq!(n.heartbeat(2), vec![DataNodeCommand::Delete { blocks: vec![b.block] }]);
+    let copies: Vec<DataNodeCommand> = n.heartbeat(0).into_iter().chain(n.heartbeat(1)).collect();
+    let [DataNodeCommand::Copy { report, target }] = &copies[..] else {
+        panic!("one copy wanted: {copies:?}")
+    };
+    assert_eq!((target.id, report.block, report.hash), (2, b.block, h(1)));
+    n.received(2, *report);
+    assert_eq!(n.nn.live_replicas(b.block), 3);
+}
+
+#[test]
 fn rename_and_delete_follow_hdfs() {
     let mut n = Nn::new();
     n.datanodes(1);
