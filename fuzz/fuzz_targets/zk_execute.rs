@@ -6,9 +6,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use upright_core::ids::{ClientId, RequestId, SeqNo};
-use upright_core::service::{BatchContext, ServiceRequest};
-use upright_fuzz::{checkpoints_agree_and_restore, execute_on_both};
+use upright_fuzz::{batch, checkpoints_agree_and_restore, execute_on_both, requests};
 use upright_zk::proto::op;
 use upright_zk::service::{Answer, Command, ZkService};
 
@@ -40,23 +38,8 @@ fuzz_target!(|data: &[u8]| {
     let (mut a, mut b) = (ZkService::new(), ZkService::new());
     let mut request_id = 0u64;
     let mut run = |a: &mut ZkService, b: &mut ZkService, n: u64, operations: Vec<Bytes>| -> Vec<Bytes> {
-        let context = BatchContext {
-            seqno: SeqNo(n),
-            time_us: 100_000 * n,
-            seed: [n as u8; 32],
-        };
-        let requests: Vec<ServiceRequest> = operations
-            .into_iter()
-            .map(|operation| {
-                request_id += 1;
-                ServiceRequest {
-                    client: ClientId(0),
-                    request_id: RequestId(request_id),
-                    operation,
-                }
-            })
-            .collect();
-        execute_on_both(a, b, &context, &requests)
+        let operations = operations.into_iter().map(|o| (0, o)).collect();
+        execute_on_both(a, b, &batch(n, 100_000), &requests(&mut request_id, operations))
     };
     let connect = Command::Connect {
         session: 0,

@@ -2,7 +2,32 @@
 //! checkpoint must restore to a service with the same checkpoint.
 
 use bytes::Bytes;
+use upright_core::ids::{ClientId, RequestId, SeqNo};
 use upright_core::service::{BatchContext, Effects, Service, ServiceRequest};
+
+/// Batch `n` of a run: its sequence number, agreed time `n * step_us` and a seed of its own.
+pub fn batch(n: u64, step_us: u64) -> BatchContext {
+    BatchContext {
+        seqno: SeqNo(n),
+        time_us: step_us * n,
+        seed: [n as u8; 32],
+    }
+}
+
+/// `operations` (each with its client) as requests numbered on from `*last_id`.
+pub fn requests(last_id: &mut u64, operations: Vec<(u32, Bytes)>) -> Vec<ServiceRequest> {
+    operations
+        .into_iter()
+        .map(|(client, operation)| {
+            *last_id += 1;
+            ServiceRequest {
+                client: ClientId(client),
+                request_id: RequestId(*last_id),
+                operation,
+            }
+        })
+        .collect()
+}
 
 /// Executes `requests` on both replicas and checks that they return one reply per request and the
 /// same replies and pushes; returns the replies.
