@@ -365,7 +365,8 @@ enum Command {
         service: String,
         /// Upright clients in the gateway's pool (operations in flight at once). Default: 1 for
         /// redis, whose gateway packs many connections' commands into one operation; 64 for zk,
-        /// whose sessions each have one request at the cluster through their pool member.
+        /// whose sessions each have one request at the cluster through their pool member; 4 for
+        /// fs; 8 for hdfs (the DataNodes take the client identities after the pool's).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
         gateway_pool: Option<u32>,
         /// How long each replica spins (yielding its CPU to other threads) after it runs out of

@@ -348,3 +348,33 @@ fn the_attack_bench_shows_the_slow_primary_replaced_only_with_the_defences_on() 
     assert!(on > 0.6, "defences on: {on}");
     assert!(off < 0.3, "defences off: {off}");
 }
+
+#[test]
+fn hdfs_commands_fail_with_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("client-8.toml");
+    let missing = missing.to_str().unwrap();
+    let blocks = dir.path().join("blocks");
+    one_line_error(
+        &["datanode", "--client", missing, "--dir", blocks.to_str().unwrap()],
+        "cannot read",
+    );
+    one_line_error(&["hdfs", "--client", missing], "cannot read");
+    one_line_error(
+        &["hdfs-bench", "--url", "https://127.0.0.1:9870"],
+        "is not an http:// URL",
+    );
+    // Nothing listens on port 1: the first write says where it failed.
+    one_line_error(
+        &[
+            "hdfs-bench",
+            "--url",
+            "http://127.0.0.1:1",
+            "--file-mib",
+            "1",
+            "--clients",
+            "1",
+        ],
+        "write phase failed",
+    );
+}
