@@ -44,10 +44,10 @@ MiB = 1 << 20
 # 1. The faulty DataNode's block: written first, read from every DataNode in turn.
 first = rng.randbytes(MiB + 12345)
 client.write("/flip/first.bin", data=first)
-for i in range(4):
+for i in range(6):
     check(f"read {i} of /flip/first.bin", hashlib.sha256(read("/flip/first.bin")).hexdigest(),
           hashlib.sha256(first).hexdigest())
-print("first file read back 4 times", flush=True)
+print("first file read back 6 times", flush=True)
 
 # 2. Files of several sizes, block sizes and replication factors, written and read back.
 written = {}

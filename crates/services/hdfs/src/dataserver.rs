@@ -298,11 +298,36 @@ impl DataNode {
             if self.config.flip_first_block {
                 continue; // the faulty DataNode of the tests does not look
             }
-            let bad = tokio::task::block_in_place(|| self.store.read().unwrap_or_else(|e| e.into_inner()).scan());
-            for block in bad {
-                self.corrupt_here(block, &StoreError::Corrupt { block, sub: 0 }).await;
+            self.scan().await;
+        }
+    }
+
+    /// Reads every replica, a piece at a time (the store's lock is held for one piece only, so
+    /// writes and reads go on meanwhile), reporting and dropping those that do not match their
+    /// hashes; how many it found.
+    async fn scan(&self) -> usize {
+        let blocks: Vec<(u64, u64)> = {
+            let store = self.store.read().unwrap_or_else(|e| e.into_inner());
+            store.reports().iter().map(|r| (r.block, r.len)).collect()
+        };
+        let mut bad = 0;
+        for (block, len) in blocks {
+            let mut offset = 0;
+            while offset < len {
+                let n = READ_PIECE_BYTES.min(len - offset);
+                match self.read_piece(block, offset, n) {
+                    Ok(_) => offset += n,
+                    Err(e @ StoreError::Corrupt { .. }) => {
+                        self.corrupt_here(block, &e).await;
+                        bad += 1;
+                        break;
+                    }
+                    Err(_) => break, // deleted or replaced meanwhile
+                }
+                tokio::task::yield_now().await;
             }
         }
+        bad
     }
 
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
