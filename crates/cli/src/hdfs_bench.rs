@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
-use hyper::header::{HOST, LOCATION};
-use hyper::{Method, Request, StatusCode};
+use hyper::header::LOCATION;
+use hyper::{Method, StatusCode};
 use upright_hdfs::http;
 use upright_node::files::FileError;
 
@@ -83,13 +83,9 @@ async fn webhdfs(
             (Some(make), false) => make(),
             _ => http::empty(),
         };
-        let request = Request::builder()
-            .method(method.clone())
-            .uri(path)
-            .header(HOST, host.as_str())
-            .body(request_body)
-            .map_err(|e| e.to_string())?;
-        let response = http::request(&host, request).await.map_err(|e| format!("{url}: {e}"))?;
+        let response = http::send(&host, method.clone(), &path, request_body)
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
         if response.status() == StatusCode::TEMPORARY_REDIRECT && first {
             url = response
                 .headers()

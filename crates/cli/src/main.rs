@@ -1482,30 +1482,22 @@ async fn redis(
 /// The service a replica (or the NO-REP server) runs, by its `--service` name; replica `id`
 /// corrupts its replies when the testing variable asks it to.
 fn replica_service(service: &str, id: u32, objects: u64, object_bytes: usize) -> upright_core::stages::ServiceFactory {
+    // Whether this replica is told to lie (testing only), said in its log with what it corrupts.
+    let lying = |what: &str| {
+        let corrupt = upright_kv::replica::corrupt_requested(id);
+        if corrupt {
+            tracing::warn!("TESTING: this replica corrupts {what} (Byzantine stand-in)");
+        }
+        corrupt
+    };
     if service == "redis" {
-        let corrupt = upright_kv::replica::corrupt_requested(id);
-        if corrupt {
-            tracing::warn!("TESTING: this replica corrupts its stored values and replies (Byzantine stand-in)");
-        }
-        upright_kv::replica::service(corrupt)
+        upright_kv::replica::service(lying("its stored values and replies"))
     } else if service == "zk" {
-        let corrupt = upright_kv::replica::corrupt_requested(id);
-        if corrupt {
-            tracing::warn!("TESTING: this replica corrupts its replies and pushed events (Byzantine stand-in)");
-        }
-        upright_zk::replica::service(corrupt)
+        upright_zk::replica::service(lying("its replies and pushed events"))
     } else if service == "fs" {
-        let corrupt = upright_kv::replica::corrupt_requested(id);
-        if corrupt {
-            tracing::warn!("TESTING: this replica corrupts its replies (Byzantine stand-in)");
-        }
-        upright_fs::replica::service(corrupt)
+        upright_fs::replica::service(lying("its replies"))
     } else if service == "hdfs" {
-        let corrupt = upright_kv::replica::corrupt_requested(id);
-        if corrupt {
-            tracing::warn!("TESTING: this replica corrupts its replies (Byzantine stand-in)");
-        }
-        upright_hdfs::replica::service(corrupt)
+        upright_hdfs::replica::service(lying("its replies"))
     } else if service == "objects" {
         tracing::info!(
             objects,

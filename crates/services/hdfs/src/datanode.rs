@@ -2,7 +2,7 @@
 //! `<id>.meta` beside it holding its length, sub-block hashes and block hash. A replica is written
 //! to temporary files, synced, and made visible by renaming the meta file last, so a crash leaves
 //! either the whole replica or none. Every read checks the sub-blocks it returns against the
-//! stored hashes, and [`BlockStore::scan`] checks every replica (the background scan); the
+//! stored hashes (the DataNode's background scan reads every replica so, a piece at a time); the
 //! reader checks the stored hashes against the hash the NameNode committed too, so a store whose
 //! meta files are corrupt is caught as well.
 
@@ -223,15 +223,6 @@ impl BlockStore {
         }
         Ok(())
     }
-
-    /// The background scan: every replica read whole and checked; the corrupt ones.
-    pub fn scan(&self) -> Vec<u64> {
-        self.index
-            .iter()
-            .filter(|(id, m)| self.read(**id, 0, m.len).is_err())
-            .map(|(id, _)| *id)
-            .collect()
-    }
 }
 
 /// Bytes after which a writer starts the disk writing back what it wrote.
@@ -417,14 +408,13 @@ mod tests {
     }
 
     #[test]
-    fn a_flipped_bit_is_caught_by_reads_of_its_sub_block_and_by_the_scan() {
+    fn a_flipped_bit_is_caught_by_reads_of_its_sub_block() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = BlockStore::open(dir.path()).unwrap();
         let bytes = data(2 * SUB_BLOCK_BYTES + 100);
         store.put(1, &bytes).unwrap();
         store.put(2, &bytes).unwrap();
         flip_stored_bit(&store, 1, SUB_BLOCK_BYTES as u64 + 17).unwrap();
-        assert_eq!(store.scan(), vec![1]);
         assert!(matches!(
             store.read(1, 0, bytes.len() as u64),
             Err(StoreError::Corrupt { block: 1, sub: 1 })

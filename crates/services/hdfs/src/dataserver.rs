@@ -97,6 +97,13 @@ fn status(code: StatusCode, text: impl Into<String>) -> Response<Body> {
     response
 }
 
+/// Keeps a report for the next heartbeat, up to [`UNREPORTED_MAX`].
+fn keep_unreported(unreported: &mut Vec<BlockReport>, report: BlockReport) {
+    if unreported.len() < UNREPORTED_MAX {
+        unreported.push(report);
+    }
+}
+
 /// `/block/<id>` and what follows it.
 fn block_path(path: &str) -> Option<(u64, &str)> {
     let rest = path.strip_prefix("/block/")?;
@@ -152,9 +159,7 @@ impl DataNode {
         }
         let mut unreported = self.unreported.lock().await;
         for report in left {
-            if unreported.len() < UNREPORTED_MAX {
-                unreported.push(report);
-            }
+            keep_unreported(&mut unreported, report);
         }
     }
 
@@ -167,10 +172,7 @@ impl DataNode {
                     block = report.block,
                     "replica report not taken ({other:?}); resent with the next heartbeat"
                 );
-                let mut unreported = self.unreported.lock().await;
-                if unreported.len() < UNREPORTED_MAX {
-                    unreported.push(report);
-                }
+                keep_unreported(&mut *self.unreported.lock().await, report);
             }
         }
     }
@@ -229,11 +231,8 @@ impl DataNode {
             return Err(std::io::Error::other("the replica here is not the committed one"));
         }
         let (tx, body) = http::channel();
-        let request = Request::put(format!("/block/{}", report.block))
-            .header(hyper::header::HOST, target)
-            .body(body)
-            .map_err(std::io::Error::other)?;
-        let sending = http::request(target, request);
+        let path = format!("/block/{}", report.block);
+        let sending = http::send(target, Method::PUT, &path, body);
         let reading = async move {
             let mut offset = 0;
             while offset < report.len {
@@ -403,17 +402,11 @@ impl DataNode {
                 Err(e) => tracing::warn!(block, "TESTING: could not flip a bit: {e}"),
             }
         }
-        let json = serde_json::json!({
+        http::json(&serde_json::json!({
             "block": report.block,
             "length": report.len,
             "hash": hex::encode(report.hash),
-        });
-        let mut response = Response::new(http::full(json.to_string()));
-        response.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("application/json"),
-        );
-        response
+        }))
     }
 
     fn hashes(&self, block: u64) -> Response<Body> {

@@ -94,7 +94,7 @@ impl WebError {
     pub fn response(&self) -> Response<Body> {
         let (exception, class, message, status) = self.parts();
         let body = json!({"RemoteException": {"exception": exception, "javaClassName": class, "message": message}});
-        let mut response = json_response(&body);
+        let mut response = http::json(&body);
         *response.status_mut() = status;
         response
     }
@@ -112,14 +112,6 @@ fn java_class(exception: &str) -> &'static str {
         "IllegalArgumentException" => "java.lang.IllegalArgumentException",
         _ => "java.io.IOException",
     }
-}
-
-fn json_response(value: &Value) -> Response<Body> {
-    let mut response = Response::new(http::full(value.to_string()));
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
 }
 
 type Result<T> = std::result::Result<T, WebError>;
@@ -318,20 +310,20 @@ impl Gateway {
                 self.open(&path, offset, length).await
             }
             (Method::GET, "GETFILESTATUS") => match self.call(Command::GetFileStatus { path }).await? {
-                Answer::Status(s) => Ok(json_response(&json!({"FileStatus": status_json(&s)}))),
+                Answer::Status(s) => Ok(http::json(&json!({"FileStatus": status_json(&s)}))),
                 other => Err(unexpected(other)),
             },
             (Method::GET, "LISTSTATUS") => {
                 let entries = self.list_all(&path).await?;
                 let list: Vec<Value> = entries.iter().map(status_json).collect();
-                Ok(json_response(&json!({"FileStatuses": {"FileStatus": list}})))
+                Ok(http::json(&json!({"FileStatuses": {"FileStatus": list}})))
             }
             (Method::GET, "LISTSTATUS_BATCH") => {
                 let after = params.get("startAfter").filter(|s| !s.is_empty()).map(str::to_string);
                 match self.call(Command::ListStatus { path, after }).await? {
                     Answer::Listing { entries, remaining } => {
                         let list: Vec<Value> = entries.iter().map(status_json).collect();
-                        Ok(json_response(&json!({"DirectoryListing": {
+                        Ok(http::json(&json!({"DirectoryListing": {
                             "partialListing": {"FileStatuses": {"FileStatus": list}},
                             "remainingEntries": remaining,
                         }})))
@@ -340,15 +332,15 @@ impl Gateway {
                 }
             }
             (Method::GET, "GETCONTENTSUMMARY") => match self.call(Command::GetContentSummary { path }).await? {
-                Answer::Summary(s) => Ok(json_response(&summary_json(&s))),
+                Answer::Summary(s) => Ok(http::json(&summary_json(&s))),
                 other => Err(unexpected(other)),
             },
             (Method::GET, "GETFILECHECKSUM") => self.checksum(&path).await,
-            (Method::GET, "GETHOMEDIRECTORY") => Ok(json_response(&json!({"Path": format!("/user/{user}")}))),
-            (Method::GET, "GETTRASHROOT") => Ok(json_response(&json!({"Path": format!("/user/{user}/.Trash")}))),
+            (Method::GET, "GETHOMEDIRECTORY") => Ok(http::json(&json!({"Path": format!("/user/{user}")}))),
+            (Method::GET, "GETTRASHROOT") => Ok(http::json(&json!({"Path": format!("/user/{user}/.Trash")}))),
             // What Hadoop's client asks before deleting (trash) and writing: HDFS's defaults,
             // with the trash off (a delete deletes) and CRC32C checksums (id 2) per 512 bytes.
-            (Method::GET, "GETSERVERDEFAULTS") => Ok(json_response(&json!({"FsServerDefaults": {
+            (Method::GET, "GETSERVERDEFAULTS") => Ok(http::json(&json!({"FsServerDefaults": {
                 "blockSize": BLOCK_SIZE_DEFAULT,
                 "bytesPerChecksum": BYTES_PER_CRC,
                 "writePacketSize": 64 * 1024,
@@ -411,14 +403,14 @@ impl Gateway {
             (Method::PUT, "MKDIRS") => {
                 let permission = params.permission()?;
                 match self.call(Command::Mkdirs { path, permission, user }).await? {
-                    Answer::Done(b) => Ok(json_response(&json!({"boolean": b}))),
+                    Answer::Done(b) => Ok(http::json(&json!({"boolean": b}))),
                     other => Err(unexpected(other)),
                 }
             }
             (Method::PUT, "RENAME") => {
                 let dst = params.required("destination")?.to_string();
                 match self.call(Command::Rename { src: path, dst }).await? {
-                    Answer::Done(b) => Ok(json_response(&json!({"boolean": b}))),
+                    Answer::Done(b) => Ok(http::json(&json!({"boolean": b}))),
                     other => Err(unexpected(other)),
                 }
             }
@@ -443,14 +435,14 @@ impl Gateway {
             (Method::PUT, "SETREPLICATION") => {
                 let replication = params.number::<u16>("replication")?.unwrap_or(crate::namenode::REPLICATION_DEFAULT);
                 match self.call(Command::SetReplication { path, replication }).await? {
-                    Answer::Done(b) => Ok(json_response(&json!({"boolean": b}))),
+                    Answer::Done(b) => Ok(http::json(&json!({"boolean": b}))),
                     other => Err(unexpected(other)),
                 }
             }
             (Method::DELETE, "DELETE") => {
                 let recursive = params.flag("recursive")?.unwrap_or(false);
                 match self.call(Command::Delete { path, recursive }).await? {
-                    Answer::Done(b) => Ok(json_response(&json!({"boolean": b}))),
+                    Answer::Done(b) => Ok(http::json(&json!({"boolean": b}))),
                     other => Err(unexpected(other)),
                 }
             }
@@ -530,7 +522,7 @@ impl Gateway {
                 })
             })
             .collect();
-        Ok(json_response(&json!({"BlockLocations": {"BlockLocation": list}})))
+        Ok(http::json(&json!({"BlockLocations": {"BlockLocation": list}})))
     }
 
     async fn open(self: Arc<Self>, path: &str, offset: u64, length: Option<u64>) -> Result<Response<Body>> {
@@ -644,11 +636,8 @@ impl Gateway {
         }
         let start = *next * sub;
         let stop = ((last + 1) * sub).min(b.len);
-        let request = Request::get(format!("/block/{}?offset={start}&length={}", b.block, stop - start))
-            .header(HOST, dn.addr.as_str())
-            .body(http::empty())
-            .map_err(|e| ReadFail::Io(e.to_string()))?;
-        let response = http::request(&dn.addr, request)
+        let path = format!("/block/{}?offset={start}&length={}", b.block, stop - start);
+        let response = http::send(&dn.addr, Method::GET, &path, http::empty())
             .await
             .map_err(|e| ReadFail::Io(e.to_string()))?;
         if !response.status().is_success() {
@@ -848,7 +837,7 @@ impl Gateway {
         bytes.extend_from_slice(&(BYTES_PER_CRC as u32).to_be_bytes());
         bytes.extend_from_slice(&crc_per_block.to_be_bytes());
         bytes.extend_from_slice(&md5);
-        Ok(json_response(&json!({"FileChecksum": {
+        Ok(http::json(&json!({"FileChecksum": {
             "algorithm": format!("MD5-of-{crc_per_block}MD5-of-{BYTES_PER_CRC}CRC32C"),
             "bytes": hex::encode(&bytes),
             "length": bytes.len(),
@@ -882,7 +871,7 @@ fn redirect(request: &Request<Incoming>, noredirect: bool) -> Response<Body> {
         .collect();
     let location = format!("http://{host}{}?{}&data=true", request.uri().path(), query.join("&"));
     if noredirect {
-        return json_response(&json!({"Location": location}));
+        return http::json(&json!({"Location": location}));
     }
     let mut response = Response::new(http::empty());
     *response.status_mut() = StatusCode::TEMPORARY_REDIRECT;
@@ -948,11 +937,9 @@ async fn finish_block(block: OpenBlock) -> Result<BlockReport> {
 
 /// PUTs a block's bytes from `body` to the DataNode at `addr`; its stored length and hash.
 async fn put_block(addr: &str, block: u64, body: Body) -> std::result::Result<(u64, Hash), String> {
-    let request = Request::put(format!("/block/{block}"))
-        .header(HOST, addr)
-        .body(body)
+    let response = http::send(addr, Method::PUT, &format!("/block/{block}"), body)
+        .await
         .map_err(|e| e.to_string())?;
-    let response = http::request(addr, request).await.map_err(|e| e.to_string())?;
     let status = response.status();
     let bytes = http::read_body(response.into_body(), 64 * 1024)
         .await
@@ -972,11 +959,7 @@ async fn put_block(addr: &str, block: u64, body: Body) -> std::result::Result<(u
 
 /// A DataNode's sub-block hashes of `block`.
 async fn fetch_hashes(addr: &str, block: u64) -> std::result::Result<Vec<Hash>, ReadFail> {
-    let request = Request::get(format!("/block/{block}/hashes"))
-        .header(HOST, addr)
-        .body(http::empty())
-        .map_err(|e| ReadFail::Io(e.to_string()))?;
-    let response = http::request(addr, request)
+    let response = http::send(addr, Method::GET, &format!("/block/{block}/hashes"), http::empty())
         .await
         .map_err(|e| ReadFail::Io(e.to_string()))?;
     if !response.status().is_success() {

@@ -13,7 +13,8 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::{Frame, Incoming};
-use hyper::{Request, Response};
+use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Semaphore};
@@ -107,9 +108,8 @@ fn is_transient(e: &io::Error) -> bool {
 const EMFILE: i32 = 24;
 const ENFILE: i32 = 23;
 
-/// Sends one request to `addr` (`host:port`) over a new connection and returns the response
-/// (its body streams on while the caller reads it).
-pub async fn request(addr: &str, request: Request<Body>) -> io::Result<Response<Incoming>> {
+/// Sends `request` to `addr` (`host:port`) over a new connection.
+async fn request_to(addr: &str, request: Request<Body>) -> io::Result<Response<Incoming>> {
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("connecting to {addr} timed out")))??;
@@ -121,6 +121,27 @@ pub async fn request(addr: &str, request: Request<Body>) -> io::Result<Response<
         let _ = connection.await;
     });
     sender.send_request(request).await.map_err(io::Error::other)
+}
+
+/// Sends `method path` with `body` to `addr` (`host:port`, also the `Host` header) over a new
+/// connection; the response (its body streams on while the caller reads it).
+pub async fn send(addr: &str, method: Method, path: &str, body: Body) -> io::Result<Response<Incoming>> {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(HOST, addr)
+        .body(body)
+        .map_err(io::Error::other)?;
+    request_to(addr, request).await
+}
+
+/// A response with this JSON body.
+pub fn json(value: &serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(full(value.to_string()));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
 }
 
 /// The whole body of a response, refused past `limit` bytes.
