@@ -110,7 +110,8 @@ pub const CHECKPOINTS_KEPT: usize = 3;
 /// [`CHECKPOINTS_KEPT`], until this many newer checkpoints were taken since it was last served:
 /// a transfer over lossy links that retries each `exec_retry_us` then finishes while the cluster
 /// checkpoints fast (under Aliph's Quorum every request is a batch), instead of chasing newer
-/// checkpoints that are dropped in turn before it is done. At most one such extra checkpoint.
+/// checkpoints that are dropped in turn before it is done. At most one such extra checkpoint per
+/// execution peer (its latest fetch).
 pub const CHECKPOINT_SERVED_PIN: u32 = 8;
 
 /// Most client signatures an authentication member checks in one batch (`KeyRing::verify_signatures`):

@@ -14,7 +14,7 @@ use super::ExecStage;
 use crate::codec;
 use crate::config::ClusterConfig;
 use crate::crypto::Digest;
-use crate::ids::{ClientId, RequestId, SeqNo, StageKind};
+use crate::ids::{ClientId, ReplicaId, RequestId, SeqNo, StageKind};
 use crate::limits::STATE_CHUNKS_MAX;
 use crate::message::{state_digest, SealFor};
 use crate::service::RestoreError;
@@ -160,9 +160,10 @@ pub fn tampered_record(
 pub(crate) struct CheckpointStore {
     kept: BTreeMap<SeqNo, StoredCheckpoint>,
     on_disk: BTreeSet<SeqNo>,
-    /// The checkpoint last served to a peer, and how many were taken since
-    /// ([`crate::limits::CHECKPOINT_SERVED_PIN`]).
-    served: Option<(SeqNo, u32)>,
+    /// Per peer, the checkpoint last served to it and how many were taken since
+    /// ([`crate::limits::CHECKPOINT_SERVED_PIN`]): two lagging peers fetching different
+    /// checkpoints each keep theirs (one pin for all let each peer's fetch unpin the other's).
+    served: BTreeMap<ReplicaId, (SeqNo, u32)>,
 }
 
 impl CheckpointStore {
@@ -171,22 +172,17 @@ impl CheckpointStore {
     fn insert(&mut self, stored: StoredCheckpoint) -> Vec<SeqNo> {
         self.on_disk.insert(stored.seqno);
         self.kept.insert(stored.seqno, stored);
-        if let Some((_, since)) = &mut self.served {
+        for (_, since) in self.served.values_mut() {
             *since += 1;
         }
-        self.served = self
-            .served
-            .filter(|&(seqno, since)| since <= crate::limits::CHECKPOINT_SERVED_PIN && self.kept.contains_key(&seqno));
-        let pinned = self.served.map(|(seqno, _)| seqno);
-        while self.kept.len() > CHECKPOINTS_KEPT + usize::from(pinned.is_some()) {
-            let oldest = self
-                .kept
-                .keys()
-                .copied()
-                .find(|s| Some(*s) != pinned)
-                .expect("more kept than one pinned");
-            self.kept.remove(&oldest);
-        }
+        let kept = &self.kept;
+        self.served.retain(|_, &mut (seqno, since)| {
+            since <= crate::limits::CHECKPOINT_SERVED_PIN && kept.contains_key(&seqno)
+        });
+        let pinned: BTreeSet<SeqNo> = self.served.values().map(|(seqno, _)| *seqno).collect();
+        let newest: BTreeSet<SeqNo> = self.kept.keys().rev().take(CHECKPOINTS_KEPT).copied().collect();
+        self.kept
+            .retain(|seqno, _| newest.contains(seqno) || pinned.contains(seqno));
 
         let stale: Vec<SeqNo> = self
             .on_disk
@@ -216,9 +212,10 @@ impl CheckpointStore {
         self.kept.get(&seqno).filter(|cp| cp.digest == digest)
     }
 
-    /// A peer fetched from the kept checkpoint at `seqno`: keep it a while longer.
-    pub fn served(&mut self, seqno: SeqNo) {
-        self.served = Some((seqno, 0));
+    /// Peer `to` fetched from the kept checkpoint at `seqno`: keep it a while longer. A peer
+    /// holds one pin (its latest fetch), so at most one extra checkpoint per peer is kept.
+    pub fn served(&mut self, to: ReplicaId, seqno: SeqNo) {
+        self.served.insert(to, (seqno, 0));
     }
 }
 
@@ -395,8 +392,9 @@ mod tests {
         StoredCheckpoint::new(SeqNo(n), Bytes::from(n.to_le_bytes().to_vec()), 4)
     }
 
-    /// The newest `CHECKPOINTS_KEPT` are kept; one a peer is fetching stays too, until
-    /// `CHECKPOINT_SERVED_PIN` newer ones were taken without it being served again.
+    /// The newest `CHECKPOINTS_KEPT` are kept; the one each peer is fetching stays too (a
+    /// peer's later fetch moves its pin), until `CHECKPOINT_SERVED_PIN` newer ones were taken
+    /// without it being served to that peer again.
     #[test]
     fn a_checkpoint_being_fetched_outlives_the_newest_three_for_a_while() {
         let mut store = CheckpointStore::default();
@@ -404,17 +402,23 @@ mod tests {
             assert!(store.insert(cp(n)).is_empty());
         }
         assert_eq!(store.insert(cp(4)), vec![SeqNo(1)], "the oldest goes");
-        store.served(SeqNo(2));
+        store.served(ReplicaId(1), SeqNo(2));
+        store.served(ReplicaId(2), SeqNo(3));
+        store.served(ReplicaId(3), SeqNo(2));
+        store.served(ReplicaId(3), SeqNo(4));
         for n in 5..5 + u64::from(crate::limits::CHECKPOINT_SERVED_PIN) {
             store.insert(cp(n));
-            assert!(store.get(SeqNo(2), cp(2).digest).is_some(), "pinned at {n}");
-            assert_eq!(store.kept.len(), CHECKPOINTS_KEPT + 1, "one extra at most");
+            assert!(store.get(SeqNo(2), cp(2).digest).is_some(), "pinned by peer 1 at {n}");
+            assert!(store.get(SeqNo(3), cp(3).digest).is_some(), "pinned by peer 2 at {n}");
+            assert!(store.kept.len() <= CHECKPOINTS_KEPT + 3, "one extra per peer at most");
         }
         store.insert(cp(100));
-        assert!(
-            store.get(SeqNo(2), cp(2).digest).is_none(),
-            "released once not served for long"
-        );
+        for n in 2..=4 {
+            assert!(
+                store.get(SeqNo(n), cp(n).digest).is_none(),
+                "{n} released once not served for long"
+            );
+        }
         assert_eq!(store.kept.len(), CHECKPOINTS_KEPT);
         assert_eq!(store.on_disk.len(), CHECKPOINTS_KEPT, "its storage record goes with it");
     }

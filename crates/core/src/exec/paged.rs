@@ -96,17 +96,23 @@ pub(crate) struct PageSync {
     installed: BTreeSet<u64>,
     /// Next peer to give new items to.
     next_peer: usize,
+    /// Peers that sent the checkpoint's manifest (the transfer's holders): asked first.
+    pub(super) holders: BTreeSet<usize>,
 }
 
 impl PageSync {
-    /// The next peer not caught lying, from `start` on (all are trusted again if none is left).
+    /// The next peer not caught lying, from `start` on, a holder of the checkpoint if one is
+    /// trusted (all are trusted again if none is left).
     fn trusted_from(&mut self, start: usize, peers: usize) -> usize {
         if self.distrusted.len() >= peers {
             self.distrusted.clear();
         }
-        (0..peers)
-            .map(|k| (start + k) % peers)
-            .find(|p| !self.distrusted.contains(p))
+        let trusted = |p: &usize| !self.distrusted.contains(p);
+        let mut order = (0..peers).map(|k| (start + k) % peers);
+        order
+            .clone()
+            .find(|p| trusted(p) && self.holders.contains(p))
+            .or_else(|| order.find(trusted))
             .expect("at least one peer is trusted")
     }
 }
@@ -306,6 +312,7 @@ impl ExecStage {
             distrusted: BTreeSet::new(),
             installed: BTreeSet::new(),
             next_peer: 0,
+            holders: t.holders.clone(),
         });
         self.stats.bump("state_transfer_paged");
         self.pump_pages(out);

@@ -3,7 +3,7 @@
 //! agreed digest), then every chunk (verified against the manifest), restores it and continues at
 //! `seqno + 1`. It serves its own kept checkpoints to peers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
@@ -33,8 +33,14 @@ pub(crate) struct Transfer {
     next_index: u32,
     /// Execution peers, starting after ourselves.
     pub(super) peers: Vec<ReplicaId>,
-    /// Peer asked for the manifest / first choice for chunks; advances on every retry.
+    /// First choice for chunks; advances on every retry.
     cursor: usize,
+    /// Peers (indices into `peers`) that sent this checkpoint's manifest: they keep it, so
+    /// chunks and pages are asked of them. A lagging peer (itself in transfer) or one that
+    /// dropped the checkpoint answers nothing; asking it cost a retry interval per item, which a
+    /// member catching up while the cluster checkpoints fast could not afford (soak seed
+    /// 400047).
+    pub(super) holders: BTreeSet<usize>,
     /// The verified small part, kept until the pages are in place.
     pub(super) stored: Option<StoredCheckpoint>,
     /// The paged phase, once the small part is in (`paged.rs`).
@@ -56,8 +62,23 @@ impl Transfer {
         self.seqno
     }
 
-    fn peer(&self, offset: usize) -> Principal {
-        Principal::Exec(self.peers[(self.cursor + offset) % self.peers.len()])
+    /// The peer (index into `peers`) `offset` places after the cursor, among the holders if
+    /// any peer is known to hold the checkpoint.
+    fn pick(&self, offset: usize) -> usize {
+        if self.holders.is_empty() {
+            return (self.cursor + offset) % self.peers.len();
+        }
+        let k = (self.cursor + offset) % self.holders.len();
+        *self.holders.iter().nth(k).expect("k < holders")
+    }
+
+    /// The holder after peer `last` (any peer after it if none is known).
+    fn next_after(&self, last: usize) -> usize {
+        let peers = self.peers.len();
+        (1..=peers)
+            .map(|k| (last + k) % peers)
+            .find(|p| self.holders.is_empty() || self.holders.contains(p))
+            .expect("a holder or any peer")
     }
 }
 
@@ -116,6 +137,7 @@ impl ExecStage {
             next_index: 0,
             peers,
             cursor: 0,
+            holders: BTreeSet::new(),
             stored: None,
             pages: None,
             progressed: false,
@@ -126,6 +148,8 @@ impl ExecStage {
         self.request_manifest(out);
     }
 
+    /// Asks every peer for the manifest: those that keep the checkpoint answer it (and become
+    /// its holders), those that dropped it for a newer one offer that one.
     fn request_manifest(&self, out: &mut Vec<Action>) {
         let Some(t) = &self.transfer else { return };
         let message = Message::FetchState {
@@ -133,7 +157,7 @@ impl ExecStage {
             state_digest: t.digest,
             chunk: None,
         };
-        self.send_each(std::iter::once(t.peer(0)), &message, out);
+        self.send_each(t.peers.iter().map(|p| Principal::Exec(*p)), &message, out);
     }
 
     fn request_chunk(&self, index: u32, peer: Principal, out: &mut Vec<Action>) {
@@ -153,9 +177,9 @@ impl ExecStage {
             while t.in_flight.len() < CHUNKS_IN_FLIGHT_MAX && (t.next_index as usize) < t.chunks.len() {
                 let index = t.next_index;
                 t.next_index += 1;
-                let offset = index as usize % t.peers.len();
-                t.in_flight.insert(index, (t.cursor + offset) % t.peers.len());
-                requests.push((index, t.peer(offset)));
+                let peer = t.pick(index as usize);
+                t.in_flight.insert(index, peer);
+                requests.push((index, Principal::Exec(t.peers[peer])));
             }
         }
         for (index, peer) in requests {
@@ -173,6 +197,21 @@ impl ExecStage {
             return;
         }
         t.progressed = false;
+        if t.manifest.is_some() && t.holders.len() < t.peers.len() {
+            // Peers that did not answer the manifest may have lost the request or be a faulty
+            // holder's alternatives: ask them again, so that chunks and pages are not left to
+            // holders that stopped answering.
+            let message = Message::FetchState {
+                seqno: t.seqno,
+                state_digest: t.digest,
+                chunk: None,
+            };
+            let others: Vec<Principal> = (0..t.peers.len())
+                .filter(|p| !t.holders.contains(p))
+                .map(|p| Principal::Exec(t.peers[p]))
+                .collect();
+            self.send_each(others.into_iter(), &message, out);
+        }
         if self.installing_pages() {
             self.retry_pages(out);
             return;
@@ -183,11 +222,11 @@ impl ExecStage {
             self.request_manifest(out);
             return;
         }
-        let peers = t.peers.len();
+        let moved: Vec<(u32, usize)> = t.in_flight.iter().map(|(i, p)| (*i, t.next_after(*p))).collect();
         let mut requests = Vec::new();
-        for (index, peer) in t.in_flight.iter_mut() {
-            *peer = (*peer + 1) % peers;
-            requests.push((*index, Principal::Exec(t.peers[*peer])));
+        for (index, peer) in moved {
+            t.in_flight.insert(index, peer);
+            requests.push((index, Principal::Exec(t.peers[peer])));
         }
         self.stats.bump("state_transfer_retried");
         for (index, peer) in requests {
@@ -216,12 +255,22 @@ impl ExecStage {
             return;
         }
         let Some(t) = &mut self.transfer else { return };
-        if t.seqno != seqno || t.manifest.is_some() {
+        if t.seqno != seqno {
             self.stats.bump("state_manifest_unexpected");
             return;
         }
         if digest != t.digest {
             self.stats.bump("state_manifest_bad");
+            return;
+        }
+        if let Some(peer) = t.peers.iter().position(|p| *p == from) {
+            t.holders.insert(peer);
+            if let Some(ps) = t.pages.as_mut() {
+                ps.holders.insert(peer);
+            }
+        }
+        if t.manifest.is_some() {
+            self.stats.bump("state_manifest_more_holders");
             return;
         }
         t.manifest = Some((total_bytes, chunk_digests.to_vec()));
@@ -279,9 +328,10 @@ impl ExecStage {
         if Digest::of(data) != digests[i] {
             self.stats.bump("state_chunk_bad");
             // Refetch from the next peer at once (if we still want it; every request is answered once).
-            if let Some(peer) = t.in_flight.get_mut(&index) {
-                *peer = (*peer + 1) % t.peers.len();
-                let to = Principal::Exec(t.peers[*peer]);
+            if let Some(last) = t.in_flight.get(&index).copied() {
+                let peer = t.next_after(last);
+                t.in_flight.insert(index, peer);
+                let to = Principal::Exec(t.peers[peer]);
                 self.request_chunk(index, to, out);
             }
             return;
@@ -411,7 +461,7 @@ impl ExecStage {
             },
         };
         self.stats.bump("fetch_state_served");
-        self.checkpoints.served(seqno);
+        self.checkpoints.served(from, seqno);
         self.send_each(std::iter::once(Principal::Exec(from)), &message, out);
     }
 }

@@ -145,8 +145,10 @@ fn restarts_from_the_newest_valid_stored_checkpoint() {
 }
 
 /// Routes messages between `a` (exec 0, correct) and `b` (exec 1, loading), with exec 2 Byzantine:
-/// it answers every manifest request with a bad manifest, every chunk request with garbage, and
-/// every page request with forged tree nodes and pages. Returns all of `b`'s actions.
+/// it answers a manifest request with the right manifest (so that it is a holder the loading
+/// member asks for chunks and pages: `a`'s, when `a` keeps that checkpoint), every chunk request
+/// with garbage, and every page request with forged tree nodes and pages. Returns all of `b`'s
+/// actions.
 pub(super) fn pump(net: &Net, a: &mut ExecStage, b: &mut ExecStage, initial: Vec<Action>, now: u64) -> Vec<Action> {
     let mut log = Vec::new();
     let mut queue: VecDeque<(u32, Input)> = VecDeque::new();
@@ -156,53 +158,10 @@ pub(super) fn pump(net: &Net, a: &mut ExecStage, b: &mut ExecStage, initial: Vec
                 continue;
             };
             for dest in to {
-                match (dest, &envelope.message) {
-                    (Principal::Exec(r), _) if r.0 < 2 => queue.push_back((r.0, Input::Message(envelope.clone()))),
-                    (
-                        Principal::Exec(ReplicaId(2)),
-                        Message::FetchState {
-                            seqno,
-                            state_digest,
-                            chunk,
-                        },
-                    ) => {
-                        let message = match chunk {
-                            None => Message::StateManifest {
-                                seqno: *seqno,
-                                total_bytes: 3,
-                                chunk_digests: vec![Digest::of(b"abc")],
-                            },
-                            Some(index) => Message::StateChunk {
-                                seqno: *seqno,
-                                state_digest: *state_digest,
-                                index: *index,
-                                data: Bytes::from_static(b"garbage"),
-                            },
-                        };
-                        let from = Principal::Exec(ReplicaId(2));
-                        let to = envelope.from;
-                        queue.push_back((to.replica().unwrap().0, net.input(from, message, SealFor::One(to))));
+                if let Principal::Exec(r) = dest {
+                    if r.0 <= 2 {
+                        queue.push_back((r.0, Input::Message(envelope.clone())));
                     }
-                    (
-                        Principal::Exec(ReplicaId(2)),
-                        Message::FetchPages {
-                            seqno,
-                            state_digest,
-                            nodes,
-                            pages,
-                        },
-                    ) => {
-                        let message = Message::PageAnswer {
-                            seqno: *seqno,
-                            state_digest: *state_digest,
-                            nodes: nodes.iter().map(|n| (*n, vec![Digest::of(b"forged"); 16])).collect(),
-                            pages: pages.iter().map(|i| (*i, Bytes::from_static(b"forged page"))).collect(),
-                        };
-                        let from = Principal::Exec(ReplicaId(2));
-                        let to = envelope.from;
-                        queue.push_back((to.replica().unwrap().0, net.input(from, message, SealFor::One(to))));
-                    }
-                    _ => {}
                 }
             }
         }
@@ -214,10 +173,15 @@ pub(super) fn pump(net: &Net, a: &mut ExecStage, b: &mut ExecStage, initial: Vec
         steps += 1;
         assert!(steps < 10_000, "message storm");
         let mut out = Vec::new();
-        if dest == 0 {
-            a.handle(now, input, &mut out);
-        } else {
-            b.handle(now, input, &mut out);
+        match dest {
+            0 => a.handle(now, input, &mut out),
+            1 => b.handle(now, input, &mut out),
+            _ => {
+                if let Some((to, message)) = liar_answer(a, &input) {
+                    let from = Principal::Exec(ReplicaId(2));
+                    queue.push_back((to.replica().unwrap().0, net.input(from, message, SealFor::One(to))));
+                }
+            }
         }
         route(&out, &mut queue);
         if dest == 1 {
@@ -225,6 +189,49 @@ pub(super) fn pump(net: &Net, a: &mut ExecStage, b: &mut ExecStage, initial: Vec
         }
     }
     log
+}
+
+/// What the Byzantine exec 2 of [`pump`] answers to a message, and to whom.
+fn liar_answer(a: &ExecStage, input: &Input) -> Option<(Principal, Message)> {
+    let Input::Message(envelope) = input else { return None };
+    let to = envelope.from;
+    let message = match &envelope.message {
+        Message::FetchState {
+            seqno,
+            state_digest,
+            chunk: None,
+        } => {
+            let kept = a.checkpoints.get(*seqno, *state_digest)?;
+            Message::StateManifest {
+                seqno: *seqno,
+                total_bytes: kept.blob.len() as u64,
+                chunk_digests: kept.chunk_digests.clone(),
+            }
+        }
+        Message::FetchState {
+            seqno,
+            state_digest,
+            chunk: Some(index),
+        } => Message::StateChunk {
+            seqno: *seqno,
+            state_digest: *state_digest,
+            index: *index,
+            data: Bytes::from_static(b"garbage"),
+        },
+        Message::FetchPages {
+            seqno,
+            state_digest,
+            nodes,
+            pages,
+        } => Message::PageAnswer {
+            seqno: *seqno,
+            state_digest: *state_digest,
+            nodes: nodes.iter().map(|n| (*n, vec![Digest::of(b"forged"); 16])).collect(),
+            pages: pages.iter().map(|i| (*i, Bytes::from_static(b"forged page"))).collect(),
+        },
+        _ => return None,
+    };
+    Some((to, message))
 }
 
 fn state_transfer_knobs() -> Knobs {
@@ -278,27 +285,38 @@ fn state_transfer_between_two_members_end_to_end() {
     assert!(sent(&out).is_empty());
     assert_eq!(b.stats().get("wrong_sender"), 1);
     b.handle(10, from_order(0), &mut out);
-    // The manifest is asked of exec 2 first (the peer after us), which lies.
-    assert_eq!(
-        sent(&out),
-        vec![(
-            vec![Principal::Exec(ReplicaId(2))],
+    // The manifest is asked of every peer at once.
+    let ask = |to: u32| {
+        (
+            vec![Principal::Exec(ReplicaId(to))],
             Message::FetchState {
                 seqno,
                 state_digest: digest,
-                chunk: None
-            }
-        )]
+                chunk: None,
+            },
+        )
+    };
+    assert_eq!(sent(&out), vec![ask(2), ask(0)]);
+    // A manifest that does not match the agreed digest is refused.
+    let mut bad = Vec::new();
+    let wrong = Message::StateManifest {
+        seqno,
+        total_bytes: 3,
+        chunk_digests: vec![Digest::of(b"abc")],
+    };
+    let from2 = net.input(
+        Principal::Exec(ReplicaId(2)),
+        wrong,
+        SealFor::One(Principal::Exec(ReplicaId(1))),
     );
-    let mut log = pump(&net, &mut a, &mut b, out, 10);
+    b.handle(10, from2, &mut bad);
+    assert!(sent(&bad).is_empty());
     assert_eq!(b.stats().get("state_manifest_bad"), 1);
-    assert!(b.transfer.is_some());
-    // On retry exec 0 is asked; chunks alternate between the peers, exec 2's are garbage and are
-    // refetched from exec 0 at once.
-    let mut out = Vec::new();
-    b.handle(300_000, Input::Timer(Timer::ExecRetry), &mut out);
-    log.extend(pump(&net, &mut a, &mut b, out, 300_000));
+    // Both peers send the right manifest and are holders; chunks alternate between them, exec
+    // 2's are garbage and are refetched from exec 0 at once.
+    let log = pump(&net, &mut a, &mut b, out, 10);
     assert!(b.stats().get("state_chunk_bad") >= 2, "{:?}", b.stats());
+    assert_eq!(b.stats().get("state_manifest_more_holders"), 1);
     assert_eq!(b.stats().get("state_chunk_accepted"), chunks as u64);
     assert!(log.iter().any(
         |a| matches!(a, Action::Note(Event::StateLoaded { seqno: s, state_digest: d }) if *s == seqno && *d == digest)
@@ -522,9 +540,40 @@ fn chunk_requests_in_flight_are_bounded() {
         .filter(|(_, m)| matches!(m, Message::FetchState { chunk: Some(_), .. }))
         .collect();
     assert_eq!(chunk_requests.len(), super::state_transfer::CHUNKS_IN_FLIGHT_MAX);
-    // A second manifest is not needed once one verified.
-    b.handle(1, Input::Message(envelope.clone()), &mut out);
-    assert_eq!(b.stats().get("state_manifest_unexpected"), 1);
+    assert!(
+        chunk_requests
+            .iter()
+            .all(|(to, _)| *to == vec![Principal::Exec(ReplicaId(0))]),
+        "only the holder is asked"
+    );
+    // A second copy of the manifest from the same holder asks for nothing more.
+    let mut again = Vec::new();
+    b.handle(1, Input::Message(envelope.clone()), &mut again);
+    assert!(sent(&again).is_empty());
+    assert_eq!(b.stats().get("state_manifest_more_holders"), 1);
+    // A retry tick asks the peer that sent no manifest again and the outstanding chunks of the
+    // holder again (the only one known).
+    let mut retry = Vec::new();
+    b.handle(200_000, Input::Timer(Timer::ExecRetry), &mut retry);
+    let retried = sent(&retry);
+    assert!(retried.contains(&(
+        vec![Principal::Exec(ReplicaId(2))],
+        Message::FetchState {
+            seqno,
+            state_digest: digest,
+            chunk: None
+        }
+    )));
+    let chunks_to = |to: u32| {
+        retried
+            .iter()
+            .filter(|(dest, m)| {
+                *dest == vec![Principal::Exec(ReplicaId(to))] && matches!(m, Message::FetchState { chunk: Some(_), .. })
+            })
+            .count()
+    };
+    assert_eq!(chunks_to(0), super::state_transfer::CHUNKS_IN_FLIGHT_MAX);
+    assert_eq!(chunks_to(2), 0);
 }
 
 #[test]
