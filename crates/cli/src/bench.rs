@@ -178,9 +178,9 @@ fn options(args: &BenchArgs) -> Result<BenchOptions, FileError> {
                     "--separate-stages runs with --protocol pbft only, and not with --attack".into(),
                 ));
             }
-            if args.tentative.is_some_and(|t| t > 0) || args.key_refresh_secs > 0 {
+            if args.tentative.is_some_and(|t| t > 0) {
                 return Err(FileError(
-                    "--separate-stages does not go with --tentative or --key-refresh-secs (docs/ODRC.md)".into(),
+                    "--separate-stages does not go with --tentative (docs/ODRC.md)".into(),
                 ));
             }
             let (u, _) = parse_ur(args.ur.first().map_or("1/1", String::as_str))?;

@@ -1278,12 +1278,12 @@ async fn reconfigure(
 async fn recover(config: &Path, id: u32, timeout_secs: u64, wait: bool) -> Result<ExitCode, FileError> {
     use upright_node::metrics::{http_get, http_request, parse_key_values};
     let cluster = Cluster::load(config)?;
-    if cluster.config.separate_stages {
-        return Err(FileError(
-            "upright recover does not go with separate_stages = true yet (proactive recovery of execution-only processes is not built); restart the process instead".into(),
-        ));
-    }
     let entry = cluster.member_entry(id)?;
+    // An execution-only process (separate stages) has no order member and no recovery point.
+    let exec_only = cluster
+        .config
+        .validate()
+        .is_ok_and(|q| q.separate_stages && id >= q.exec_process_base());
     let addr = files::resolve(&entry.metrics_addr)?;
     let token = cluster.metrics_token()?;
     let unreachable = |e: std::io::Error| {
@@ -1327,14 +1327,24 @@ async fn recover(config: &Path, id: u32, timeout_secs: u64, wait: bool) -> Resul
                 match g("proactive_recovery").as_str() {
                     "recovered" if ours => {
                         let millis: f64 = g("proactive_recovery_millis").parse().unwrap_or(0.0);
+                        let point = if exec_only {
+                            "execution only".to_string()
+                        } else {
+                            format!("recovery point {}", g("proactive_recovery_point"))
+                        };
                         println!(
-                            "replica {id}: recovered in {:.2} s (recovery point {}; state fetched: {} bytes, {} pages)",
+                            "replica {id}: recovered in {:.2} s ({point}; state fetched: {} bytes, {} pages)",
                             millis / 1e3,
-                            g("proactive_recovery_point"),
                             g("proactive_recovery_state_bytes"),
                             g("proactive_recovery_state_pages")
                         );
                         return Ok(ExitCode::SUCCESS);
+                    }
+                    "recovering" if ours && exec_only => {
+                        format!(
+                            "recovering (state being checked against a certified checkpoint, executed {})",
+                            g("executed")
+                        )
                     }
                     "recovering" if ours => {
                         let point = g("proactive_recovery_point");

@@ -136,14 +136,23 @@ fn separate_stages_misconfigurations_are_one_line_errors() {
         .collect();
     init.push(out);
     one_line_error(&[&init[..], &["--replicas", "4"]].concat(), "9 in all");
-    one_line_error(
-        &[&init[..], &["--replicas", "9", "--key-refresh-secs", "5"]].concat(),
-        "key_refresh_us",
-    );
-    let (code, stdout, stderr) = upright(&[&init[..], &["--replicas", "9"]].concat());
+    // Execution-only processes keep their own keys: key refresh and proactive recovery go with
+    // separate stages.
+    let with_keys = [
+        "--replicas",
+        "9",
+        "--key-refresh-secs",
+        "5",
+        "--recovery-interval-secs",
+        "900",
+    ];
+    let (code, stdout, stderr) = upright(&[&init[..], &with_keys[..]].concat());
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("--stages exec --id i"), "{stdout}");
     let config = format!("{out}/cluster.toml");
+    let toml = std::fs::read_to_string(&config).unwrap();
+    assert!(toml.contains("key_refresh_us = 5000000"), "{toml}");
+    assert!(toml.contains("recovery_interval_secs = 900"), "{toml}");
     one_line_error(
         &["replica", "--config", &config, "--stages", "exec", "--id", "5"],
         "the cluster has 5 execution members (0 to 4)",
@@ -156,7 +165,6 @@ fn separate_stages_misconfigurations_are_one_line_errors() {
         &["replica", "--config", &config, "--stages", "auth,order", "--id", "6"],
         "cluster.toml places exec on that replica",
     );
-    one_line_error(&["recover", "--config", &config, "--id", "0"], "separate_stages");
     // The benchmark's separate stages and CPU limits.
     fn bench<'a>(extra: &[&'a str]) -> Vec<&'a str> {
         [&["bench", "--workload", "cpu200", "--duration", "1s"][..], extra].concat()

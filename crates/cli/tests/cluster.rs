@@ -108,6 +108,8 @@ impl TestCluster {
             checkpoint_interval: 8,
             log_window: 16,
             view_change_timeout_us: 500_000,
+            // Separated stages run with key refresh: execution-only processes keep their own keys.
+            key_refresh_us: if separate_stages.is_some() { 2_000_000 } else { 0 },
             ..Knobs::default()
         };
         let plan = InitPlan {
@@ -487,6 +489,46 @@ fn separate_stages_serve_through_sigkill_of_any_two_execution_processes() {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+        // Key refresh runs in every process, the execution-only ones included (each its own key
+        // member); a proactive recovery of an execution-only process and of an authentication
+        // and order process completes while a client writes.
+        // (Processes restarted above began a new epoch at their start; the next comes 2 s later.)
+        let deadline = Instant::now() + Duration::from_secs(15);
+        for id in 4..9u32 {
+            loop {
+                let status = c.status(id).await.expect("execution process answers");
+                let refreshed: u64 = status.get("stat_exec_keys_refreshed").map_or(0, |v| v.parse().unwrap());
+                if refreshed >= 2 {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "process {id} refreshed its keys: {status:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = spawn_writer(c.client(1), stop.clone());
+        let config = c.path().join("cluster.toml");
+        for id in [6u32, 1] {
+            recover_with_the_command(&c, &config, id).await;
+            let status = c.status(id).await.expect("recovered process answers");
+            assert_eq!(status.get("proactive_recovery").map(String::as_str), Some("recovered"));
+            let stage = if id >= 4 { "exec" } else { "auth" };
+            assert_eq!(
+                status
+                    .get(&format!("stat_{stage}_recovery_new_key"))
+                    .map(String::as_str),
+                Some("1"),
+                "new key epoch: {status:?}"
+            );
+        }
+        let exec_6 = c.status(6).await.unwrap();
+        assert_eq!(
+            exec_6.get("stat_exec_recovery_state_checked").map(String::as_str),
+            Some("1"),
+            "state checked against a certified checkpoint: {exec_6:?}"
+        );
+        acked.extend(finish_writer(&stop, writer, "recoveries", &c.logs()).await);
+        assert_all_readable(&c, &client, &acked).await;
     });
 }
 
@@ -827,30 +869,7 @@ fn every_replica_recovers_proactively_in_turn_while_a_workload_runs() {
         let config = c.path().join("cluster.toml");
         let pids: Vec<u32> = c.children.iter().map(|ch| ch.as_ref().unwrap().id()).collect();
         for id in 0..4u32 {
-            let config = config.clone();
-            let out = tokio::task::spawn_blocking(move || {
-                std::process::Command::new(env!("CARGO_BIN_EXE_upright"))
-                    .args(["recover", "--config"])
-                    .arg(&config)
-                    .args(["--id", &id.to_string(), "--timeout-secs", "60"])
-                    .output()
-                    .unwrap()
-            })
-            .await
-            .unwrap();
-            let printed = String::from_utf8_lossy(&out.stdout).to_string();
-            assert!(
-                out.status.success(),
-                "upright recover --id {id}: {printed}{}\n{}",
-                String::from_utf8_lossy(&out.stderr),
-                c.logs()
-            );
-            assert!(
-                printed.contains(&format!("replica {id}: recovery requested")),
-                "{printed}"
-            );
-            assert!(printed.contains(&format!("replica {id}: recovered in ")), "{printed}");
-            println!("{printed}");
+            recover_with_the_command(&c, &config, id).await;
             let status = c.status(id).await.expect("recovered replica answers");
             assert_eq!(status.get("proactive_recovery").map(String::as_str), Some("recovered"));
             assert_eq!(
@@ -874,6 +893,34 @@ fn every_replica_recovers_proactively_in_turn_while_a_workload_runs() {
         acked.extend(during);
         assert_none_lost(&client, &acked, &c.logs()).await;
     });
+}
+
+/// `upright recover --id id` as a user runs it: it must report the replica recovered.
+async fn recover_with_the_command(c: &TestCluster, config: &Path, id: u32) {
+    let config = config.to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_upright"))
+            .args(["recover", "--config"])
+            .arg(&config)
+            .args(["--id", &id.to_string(), "--timeout-secs", "60"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "upright recover --id {id}: {printed}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    assert!(
+        printed.contains(&format!("replica {id}: recovery requested")),
+        "{printed}"
+    );
+    assert!(printed.contains(&format!("replica {id}: recovered in ")), "{printed}");
+    println!("{printed}");
 }
 
 /// A client that writes `during-<i>` keys until `stop`: what was acknowledged, and the slowest

@@ -274,7 +274,14 @@ impl<L: Log> Host<L> {
             self.drop_input("host_dropped_not_for_replica");
             return 0;
         };
-        let Some(index) = self.member_of(kind) else {
+        // A NEW-KEY goes to the process's key member: its authentication member, or the
+        // execution member of an execution-only process (`Quorums::key_member`).
+        let key_member = || {
+            matches!(envelope.message, Message::NewKey { .. })
+                .then(|| self.member_of(StageKind::Exec))
+                .flatten()
+        };
+        let Some(index) = self.member_of(kind).or_else(key_member) else {
             self.drop_input("host_dropped_stage_not_hosted");
             return 0;
         };

@@ -142,6 +142,18 @@ impl Quorums {
         }
     }
 
+    /// The member of replica process `replica` that runs its key schedule and takes NEW-KEYs
+    /// (`crate::session::ReplicaKeys`): its authentication member, or the execution member of an
+    /// execution-only process.
+    pub fn key_member(&self, replica: ReplicaId) -> Option<Principal> {
+        self.members_of(replica).first().copied()
+    }
+
+    /// The key member of every replica process, in index order (whom a client's NEW-KEY goes to).
+    pub fn key_members(&self) -> impl Iterator<Item = Principal> + '_ {
+        (0..self.n_replicas() as u32).filter_map(|r| self.key_member(ReplicaId(r)))
+    }
+
     /// These sizes with an execution member on every replica (`n_exec = n_order`), as Aliph's
     /// Quorum runs (`protocol = "quorum"`, [`crate::config::OrderProtocol::quorums`]): a client
     /// commits there on matching speculative replies from every order member

@@ -21,7 +21,21 @@ pub struct Fixture {
 
 /// A cluster for `(u, r)` with `clients` clients (ids 0..clients) and the given knobs.
 pub fn fixture(u: usize, r: usize, clients: u32, knobs: Knobs) -> Fixture {
-    let quorums = Quorums::new(u, r).unwrap();
+    build(u, r, None, clients, knobs)
+}
+
+/// [`fixture`] with separate stages (`separate_stages = true`, the execution stage sized for
+/// `exec_u` failures): `2u + r + 1` authentication and order processes, then the execution-only
+/// ones.
+pub fn separated_fixture(u: usize, r: usize, exec_u: usize, clients: u32, knobs: Knobs) -> Fixture {
+    build(u, r, Some(exec_u), clients, knobs)
+}
+
+fn build(u: usize, r: usize, exec_u: Option<usize>, clients: u32, knobs: Knobs) -> Fixture {
+    let mut quorums = Quorums::new(u, r).unwrap();
+    if let Some(exec_u) = exec_u {
+        quorums = quorums.with_separate_stages(exec_u).unwrap();
+    }
     let replica_secrets: Vec<SecretKeys> = (0..quorums.n_replicas())
         .map(|i| SecretKeys::from_seed([i as u8 + 1; 32]))
         .collect();
@@ -54,8 +68,8 @@ pub fn fixture(u: usize, r: usize, clients: u32, knobs: Knobs) -> Fixture {
         origin: None,
         protocol: Default::default(),
         selective_execution: false,
-        separate_stages: false,
-        exec_u: None,
+        separate_stages: exec_u.is_some(),
+        exec_u,
     });
     config.validate().unwrap();
     let replicas = replica_secrets
@@ -100,4 +114,17 @@ pub fn swap_change(config: &ClusterConfig, a: usize, b: usize) -> crate::reconfi
     let mut replicas: Vec<_> = config.replicas.iter().map(|r| r.keys).collect();
     replicas.swap(a, b);
     membership_change(config, replicas)
+}
+
+/// The NEW-KEYs among `out`, with their recipients and hello flags.
+pub fn new_keys(out: &[crate::stage::Action]) -> Vec<(Vec<crate::ids::Principal>, crate::session::NewKey, bool)> {
+    out.iter()
+        .filter_map(|a| match a {
+            crate::stage::Action::Send { to, envelope } => match &envelope.message {
+                crate::message::Message::NewKey { key, hello } => Some((to.clone(), key.clone(), *hello)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
 }

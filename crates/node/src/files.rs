@@ -209,13 +209,6 @@ impl ClusterFile {
                 self.recovery_interval_secs
             ));
         }
-        if self.separate_stages && self.recovery_interval_secs != 0 {
-            return err(format!(
-                "recovery_interval_secs = {} does not go with separate_stages = true yet (proactive recovery of \
-                 execution-only processes is not built): set it to 0",
-                self.recovery_interval_secs
-            ));
-        }
         if self.idle_spin_us > IDLE_SPIN_US_MAX {
             return err(format!(
                 "idle_spin_us = {} is too large (at most {IDLE_SPIN_US_MAX}; 0 turns spinning off)",

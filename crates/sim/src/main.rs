@@ -93,8 +93,7 @@ struct Args {
     selective_execution: bool,
     /// Separate stages (docs/ODRC.md "Separated stages"): the execution members run in
     /// processes of their own, beside 2u + r + 1 authentication and order processes (PBFT only;
-    /// not with --twins, --mutate, --recovery, --reconfiguration or tentative execution). Up to
-    /// u processes of any kind fail.
+    /// not with --reconfiguration or tentative execution). Up to u processes of any kind fail.
     #[arg(long)]
     separate_stages: bool,
     /// With --separate-stages: the failures the execution stage is sized for (at least --u;
@@ -373,10 +372,6 @@ fn main() {
     if args.separate_stages {
         let unsupported = [
             (args.protocol != "pbft", "--protocol other than pbft"),
-            (
-                args.recovery || args.key_refresh,
-                "--recovery or --key-refresh (execution-only processes neither refresh keys nor recover proactively yet)",
-            ),
             (args.reconfiguration, "--reconfiguration"),
             (
                 args.attack.is_some() || args.soak.is_some(),

@@ -46,6 +46,39 @@ fn one_hundred_separate_stage_seeds_with_selective_execution() {
     clean(&result, 100);
 }
 
+/// Key refresh in every process, execution-only ones included (each its own key member): every
+/// execution process refreshes, and nothing stalls.
+#[test]
+fn one_hundred_separate_stage_seeds_with_key_refresh() {
+    let result = sweep(45_000, 100, |seed| {
+        let mut opts = separate(seed, 1, 1, 2);
+        opts.key_refresh = true;
+        opts
+    });
+    result.assert_clean_with("loss", 100);
+    // Nine processes and four clients, each refreshing every 200-350 ms of a 3 s run.
+    assert!(
+        result.summary.tallies.keys_refreshed >= 100 * 13 * 5,
+        "{}",
+        result.summary.tallies.keys_refreshed
+    );
+}
+
+/// Proactive recovery of every correct process in turn, execution-only ones included (a new key
+/// epoch, the stored state checked against a certified checkpoint, half of them after an
+/// attacker rewrote it): every recovery completes.
+#[test]
+fn one_hundred_separate_stage_seeds_with_proactive_recovery() {
+    let result = sweep(46_000, 100, |seed| {
+        let mut opts = separate(seed, 1, 1, 2);
+        opts.recovery = true;
+        opts
+    });
+    result.assert_clean_with("recovery_damage", 100);
+    let counts = result.counts();
+    assert_eq!(counts.get("recoveries_completed"), counts.get("recoveries"));
+}
+
 /// An order member that hands the execution members fabricated batches, each chained onto the
 /// honest history so one copy passes every check: with `q.next_batch()` matching copies
 /// required, no execution member takes one (`sabotage.rs`: with one copy taken, every seed is

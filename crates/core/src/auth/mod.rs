@@ -85,7 +85,7 @@ pub struct AuthStage {
     /// oldest item and the end of a deferred request's wait), if it is.
     tick_at: Option<Time>,
     /// Key refresh (`keys.rs`).
-    key_schedule: keys::KeySchedule,
+    key_schedule: crate::session::ReplicaKeys,
     key_repair: crate::session::KeyRepair,
     /// When each client behind our configuration was last sent CONFIGURATION (at most one per
     /// configured client).
@@ -131,7 +131,7 @@ impl AuthStage {
             unverified: Vec::new(),
             verifying: None,
             tick_at: None,
-            key_schedule: keys::KeySchedule::restore(storage),
+            key_schedule: keys::restore(storage),
             key_repair: Default::default(),
             told_configuration: Default::default(),
             stats: Stats::default(),

@@ -6,7 +6,7 @@ use super::*;
 use crate::config::Knobs;
 use crate::ids::{Process, StageKind};
 use crate::message::Seal;
-use crate::testing::{fixture, Fixture};
+use crate::testing::{fixture, new_keys, Fixture};
 
 fn request(f: &Fixture, client: u32, request_id: u64, operation: &[u8]) -> Arc<Envelope> {
     request_signed_with(f, client, request_id, operation, None)
@@ -688,19 +688,6 @@ fn without_a_known_primary_or_for_a_retransmission_every_order_member_gets_it_at
     run(&mut auth, 50, completed(&f, Principal::Exec(ReplicaId(2)), 2, 0, 1));
     let actions = run(&mut auth, 60, request(&f, 0, 2, b"put z"));
     assert_eq!(sent_auth_request(&actions).unwrap().0, all);
-}
-
-/// The NEW-KEYs among `out`, with their recipients.
-fn new_keys(out: &[Action]) -> Vec<(Vec<Principal>, crate::session::NewKey, bool)> {
-    out.iter()
-        .filter_map(|a| match a {
-            Action::Send { to, envelope } => match &envelope.message {
-                Message::NewKey { key, hello } => Some((to.clone(), key.clone(), *hello)),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect()
 }
 
 /// Key refresh at a replica: a NEW-KEY (hello) to every other replica and every client at

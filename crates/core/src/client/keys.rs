@@ -1,11 +1,11 @@
 //! Key refresh at a client (`crate::session`): the client refreshes the keys of the replicas'
-//! messages to it every `knobs.key_refresh_us` (NEW-KEY to every authentication member),
+//! messages to it every `knobs.key_refresh_us` (NEW-KEY to every replica process's key member:
+//! its authentication member, or the execution member of an execution-only process),
 //! retires the previous ones `knobs.key_overlap_us` later, and installs the replicas' NEW-KEYs.
 //! A client keeps no storage: its epochs are its clock in microseconds, which a restart does not
 //! take back (the runtime's clock is the wall clock).
 
 use super::Client;
-use crate::config::ClusterConfig;
 use crate::ids::Principal;
 use crate::message::Envelope;
 use crate::session::{self, NewKey};
@@ -47,7 +47,7 @@ impl Client {
             return;
         };
         self.stats.bump("keys_refreshed");
-        let to = ClusterConfig::auth_members(&self.quorums).collect();
+        let to = self.quorums.key_members().collect();
         self.send_new_key(key, hello, to, out);
         self.arm_key_timer(out);
     }
@@ -55,7 +55,7 @@ impl Client {
     /// Our NEW-KEY again, asking every replica for its own (on a retransmission).
     pub(super) fn hello_again(&mut self, out: &mut Vec<Action>) {
         if let Some(ours) = self.keys.announcement() {
-            let to = ClusterConfig::auth_members(&self.quorums).collect();
+            let to = self.quorums.key_members().collect();
             self.stats.bump("new_key_hello_again");
             self.send_new_key(ours, true, to, out);
         }

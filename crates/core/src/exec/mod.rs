@@ -11,6 +11,7 @@
 //! - `read_only`: READ-ONLY requests answered at once from the current state, outside the order;
 //! - [`pushes`]: messages the service pushes to clients, numbered per client, kept for resends;
 //! - [`paged`]: a paged service's page tree: incremental checkpoints, transfer by difference;
+//! - [`keys`]: the key schedule of an execution-only process (separate stages);
 //! - [`selector`]: ODRC's selector, which requests a member runs under selective execution
 //!   (docs/ODRC.md);
 //! - `selective`: selective execution with the selector, OBJECT-CP and the checkpoint wait.
@@ -18,6 +19,7 @@
 pub mod checkpoint;
 mod execute;
 pub mod fetch;
+pub mod keys;
 pub mod paged;
 pub mod pushes;
 mod read_only;
@@ -74,6 +76,9 @@ pub struct ExecStage {
     service: Box<dyn Service + Send>,
     /// NEW-KEYs sent in answer to bad seals (`crate::session::KeyRepair`).
     key_repair: crate::session::KeyRepair,
+    /// The process's key schedule, when this member is its key member (an execution-only
+    /// process: `keys.rs`).
+    key_schedule: Option<crate::session::ReplicaKeys>,
     stats: Stats,
     /// Configured clients; requests of others are skipped (bounds the reply cache).
     clients: BTreeSet<ClientId>,
@@ -162,7 +167,9 @@ impl ExecStage {
             .then(|| selective::Selective::new(id.0 as usize, q.n_exec, q.reply()));
         let clients = config.clients.iter().map(|c| c.id).collect();
         let buffered_max = config.knobs.log_window as usize;
+        let key_schedule = keys::restore(&q, Principal::Exec(id), storage);
         let mut stage = ExecStage {
+            key_schedule,
             q,
             id,
             keys,
@@ -436,14 +443,20 @@ impl Stage for ExecStage {
     fn handle(&mut self, now: Time, input: Input, out: &mut Vec<Action>) {
         match input {
             Input::Start | Input::Recover => {
-                if matches!(input, Input::Recover) {
+                let recover = matches!(input, Input::Recover);
+                if recover {
                     self.begin_recovery();
                 }
+                self.start_keys(now, recover, out);
                 self.send_last_executed(out);
                 self.report_wake(false, out);
                 self.set_retry_timer(now, out);
             }
             Input::Timer(Timer::ExecRetry) => self.on_retry(now, out),
+            Input::Timer(Timer::KeyRefresh) => self.key_timer(now, out),
+            Input::Message(envelope) if matches!(envelope.message, Message::NewKey { .. }) => {
+                self.on_new_key(&envelope, out)
+            }
             Input::Timer(_) => self.stats.bump("unexpected_timer"),
             Input::Message(envelope) => self.on_message(now, &envelope, out),
             Input::Invoke { .. } => self.stats.bump("unexpected_invoke"),
