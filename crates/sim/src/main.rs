@@ -118,8 +118,9 @@ struct Args {
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     defences: String,
     /// Runs seeds across every configuration ((u, r) of (1,0), (1,1), (2,1); every --service;
-    /// with a random Byzantine behaviour, with --mutate and with --twins where r > 0) until
-    /// MINUTES have passed, on --threads threads;
+    /// with a random Byzantine behaviour, with --mutate and with --twins where r > 0; with
+    /// recoveries, key refresh, reconfiguration; every --protocol where it applies;
+    /// --selective-execution and --separate-stages) until MINUTES have passed, on --threads threads;
     /// prints progress, every failing seed's replay command as found, seeds per second and the
     /// totals by lane and by fault class. Uses --first-seed, --seconds, --clients and --sabotage;
     /// ignores --seeds, --u, --r, --service, --mutate and --twins.

@@ -2,7 +2,9 @@
 //! (u, r) of [`SOAK_CONFIGURATIONS`], each service of [`ServiceKind::ALL`], and where a replica
 //! may be Byzantine each way of drawing it (a random behaviour, message mutation, twins), and
 //! each with proactive recoveries and with key refresh, and each other ordering protocol where it
-//! applies (LCR at r = 0, Quorum at u = r) — on several threads until the time is up.
+//! applies (LCR at r = 0, Quorum at u = r), selective execution with the services that declare
+//! their objects, and the stages in processes of their own — on several threads until the time
+//! is up.
 //! Seed number k goes to lane `k mod lanes` as that lane's seed `first_seed + k / lanes`, so a
 //! soak's seeds do not depend on the threads or the machine's speed, only on how many it reached.
 
@@ -38,6 +40,11 @@ pub struct Lane {
     pub reconfiguration: bool,
     /// The ordering protocol (`--protocol`).
     pub protocol: OrderProtocol,
+    /// Selective execution (`--selective-execution`; the services that declare objects).
+    pub selective: bool,
+    /// The execution members in processes of their own, sized for `u + 1` failures
+    /// (`--separate-stages`).
+    pub separate: bool,
 }
 
 impl Lane {
@@ -56,6 +63,8 @@ impl Lane {
                     key_refresh: false,
                     reconfiguration: false,
                     protocol: OrderProtocol::Pbft,
+                    selective: false,
+                    separate: false,
                 };
                 lanes.push(lane);
                 if r == 0 {
@@ -111,13 +120,51 @@ impl Lane {
                     reconfiguration: true,
                     ..lane
                 });
+                if matches!(service, ServiceKind::Kv | ServiceKind::Redis) {
+                    // Selective execution (ODRC): plain, with each way of drawing the faulty
+                    // replica, with recoveries and with key refresh.
+                    let selective = Lane {
+                        selective: true,
+                        ..lane
+                    };
+                    lanes.extend(Lane::drawn_ways(selective));
+                }
+                // Separate stages: every service plain; the KV also with each way of drawing
+                // the faulty process, recoveries, key refresh and selective execution (ODRC-6).
+                let separate = Lane { separate: true, ..lane };
+                if service == ServiceKind::Kv {
+                    lanes.extend(Lane::drawn_ways(separate));
+                    lanes.push(Lane {
+                        selective: true,
+                        ..separate
+                    });
+                } else {
+                    lanes.push(separate);
+                }
             }
         }
         lanes
     }
 
+    /// `lane` plain, with mutation and with twins where r > 0, with recoveries and with key
+    /// refresh.
+    fn drawn_ways(lane: Lane) -> Vec<Lane> {
+        let mut ways = vec![lane];
+        if lane.r > 0 {
+            ways.push(Lane { mutate: true, ..lane });
+            ways.push(Lane { twins: true, ..lane });
+        }
+        ways.push(Lane { recovery: true, ..lane });
+        ways.push(Lane {
+            key_refresh: true,
+            ..lane
+        });
+        ways
+    }
+
     /// The lane's name, as the totals print it: `u1r1 redis mutate`, `u2r1 zk twins`,
-    /// `u1r0 fs recovery`, `u1r1 kv key-refresh`, `u2r1 zk reconfiguration`.
+    /// `u1r0 fs recovery`, `u1r1 kv key-refresh`, `u2r1 zk reconfiguration`,
+    /// `u1r1 kv selective separate twins`.
     pub fn name(&self) -> String {
         let drawn = match (self.mutate, self.twins, self.recovery, self.key_refresh) {
             (true, ..) => " mutate",
@@ -134,7 +181,14 @@ impl Lane {
             OrderProtocol::Chain => " chain",
             OrderProtocol::Aliph => " aliph",
         };
-        format!("u{}r{} {}{protocol}{drawn}", self.u, self.r, self.service.name())
+        let selective = if self.selective { " selective" } else { "" };
+        let separate = if self.separate { " separate" } else { "" };
+        format!(
+            "u{}r{} {}{protocol}{selective}{separate}{drawn}",
+            self.u,
+            self.r,
+            self.service.name()
+        )
     }
 }
 
@@ -226,6 +280,8 @@ pub fn soak(
                 opts.key_refresh = lane.key_refresh;
                 opts.reconfiguration = lane.reconfiguration;
                 opts.protocol = lane.protocol;
+                opts.selective_execution = lane.selective;
+                opts.separate_stages = lane.separate.then_some(lane.u + 1);
                 opts.workload_us = options.workload_us;
                 opts.clients = options.clients;
                 opts.sabotage = options.sabotage;
