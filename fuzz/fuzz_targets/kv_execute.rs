@@ -36,6 +36,7 @@ fuzz_target!(|data: &[u8]| {
     let (mut a, mut b) = (RedisStore::new(), RedisStore::new());
     for (n, batch) in operations.chunks(BATCH).enumerate() {
         let context = BatchContext {
+            index: 0,
             seqno: SeqNo(n as u64 + 1),
             time_us: 1_000_000 * (n as u64 + 1),
             seed: [n as u8; 32],

@@ -45,36 +45,38 @@ fuzz_target!(|data: &[u8]| {
     let mut calls: Vec<(u32, Bytes)> = Vec::new();
     let mut n = 1u64;
     let mut request_id = 0u64;
-    let mut run = |a: &mut FsService, b: &mut FsService, n: u64, calls: Vec<(u32, Bytes)>, handles: &mut Vec<Vec<u8>>| {
-        let context = BatchContext {
-            seqno: SeqNo(n),
-            time_us: 1_000_000 * n,
-            seed: [n as u8; 32],
-        };
-        request_id += 1;
-        let procs: Vec<u32> = calls.iter().map(|(p, _)| *p).collect();
-        let op = encode_calls(&calls.into_iter().map(|(_, c)| c).collect::<Vec<_>>());
-        // The read-only path answers as the ordered one would (it changes nothing either way).
-        let quick = a.execute_read_only(&op);
-        let request = ServiceRequest {
-            client: ClientId(0),
-            request_id: RequestId(request_id),
-            operation: op,
-        };
-        let replies = execute_on_both(a, b, &context, &[request]);
-        if let Some(quick) = quick {
-            assert_eq!(quick, replies[0], "read-only answers as ordered");
-        }
-        let replies = decode_replies(&replies[0]).expect("replies decode");
-        assert_eq!(replies.len(), procs.len(), "one reply per call");
-        for (p, reply) in procs.iter().zip(&replies) {
-            if let Some(h) = handle_of(*p, reply) {
-                if handles.len() < 64 {
-                    handles.push(h);
+    let mut run =
+        |a: &mut FsService, b: &mut FsService, n: u64, calls: Vec<(u32, Bytes)>, handles: &mut Vec<Vec<u8>>| {
+            let context = BatchContext {
+                index: 0,
+                seqno: SeqNo(n),
+                time_us: 1_000_000 * n,
+                seed: [n as u8; 32],
+            };
+            request_id += 1;
+            let procs: Vec<u32> = calls.iter().map(|(p, _)| *p).collect();
+            let op = encode_calls(&calls.into_iter().map(|(_, c)| c).collect::<Vec<_>>());
+            // The read-only path answers as the ordered one would (it changes nothing either way).
+            let quick = a.execute_read_only(&op);
+            let request = ServiceRequest {
+                client: ClientId(0),
+                request_id: RequestId(request_id),
+                operation: op,
+            };
+            let replies = execute_on_both(a, b, &context, &[request]);
+            if let Some(quick) = quick {
+                assert_eq!(quick, replies[0], "read-only answers as ordered");
+            }
+            let replies = decode_replies(&replies[0]).expect("replies decode");
+            assert_eq!(replies.len(), procs.len(), "one reply per call");
+            for (p, reply) in procs.iter().zip(&replies) {
+                if let Some(h) = handle_of(*p, reply) {
+                    if handles.len() < 64 {
+                        handles.push(h);
+                    }
                 }
             }
-        }
-    };
+        };
     while let Some((&len, tail)) = rest.split_first() {
         let len = (len as usize).min(tail.len());
         let (call, tail) = tail.split_at(len);

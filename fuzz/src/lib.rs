@@ -8,6 +8,7 @@ use upright_core::service::{BatchContext, Effects, Service, ServiceRequest};
 /// Batch `n` of a run: its sequence number, agreed time `n * step_us` and a seed of its own.
 pub fn batch(n: u64, step_us: u64) -> BatchContext {
     BatchContext {
+        index: 0,
         seqno: SeqNo(n),
         time_us: step_us * n,
         seed: [n as u8; 32],

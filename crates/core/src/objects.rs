@@ -156,6 +156,7 @@ mod tests {
     fn writes_reads_and_errors() {
         let mut store = ObjectStore::new(10, 32);
         let ctx = BatchContext {
+            index: 0,
             seqno: SeqNo(1),
             time_us: 1,
             seed: [0; 32],

@@ -24,6 +24,13 @@ pub struct BatchContext {
     pub time_us: u64,
     /// Agreed random seed. Use it instead of local randomness.
     pub seed: [u8; 32],
+    /// Index within the batch of the first request handed with this context (0 for a whole
+    /// batch; the i-th request handed is at index `index + i`). With `seqno`, a request's agreed
+    /// position: the same at every member and in a replay (under selective execution a member
+    /// runs one request at a time, or replays it later, with its original position), so a
+    /// service may name what a request creates after it instead of after a counter that requests
+    /// the member skipped would have moved.
+    pub index: u32,
 }
 
 /// One request of a batch, as the service sees it.

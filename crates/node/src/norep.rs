@@ -158,6 +158,7 @@ impl NoRep {
         if !batch.is_empty() {
             self.seqno += 1;
             let context = BatchContext {
+                index: 0,
                 seqno: SeqNo(self.seqno),
                 time_us: self.clock.now(),
                 seed: [0; 32],

@@ -676,6 +676,7 @@ mod tests {
     /// Runs `operation` on `fs` as the ordered batch `n`.
     fn execute(fs: &mut FsService, n: u64, operation: Bytes) -> Bytes {
         let context = BatchContext {
+            index: 0,
             seqno: SeqNo(n),
             time_us: 1_000 * n,
             seed: [0; 32],

@@ -448,6 +448,7 @@ mod tests {
             for (client, operation) in pending {
                 seq += 1;
                 let context = BatchContext {
+                    index: 0,
                     seqno: SeqNo(seq),
                     time_us: seq * 1000,
                     seed: [seq as u8; 32],

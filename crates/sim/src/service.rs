@@ -604,6 +604,7 @@ pub fn tampered_state(kind: ServiceKind, checkpoint: &Bytes, seqno: upright_core
     };
     let operation = kind.encode(&op, &mut ChaCha8Rng::seed_from_u64(seqno.0), false);
     let context = BatchContext {
+        index: 0,
         seqno,
         time_us,
         seed: [0; 32],
@@ -642,6 +643,7 @@ mod tests {
                     }
                 };
                 let context = BatchContext {
+                    index: 0,
                     seqno: SeqNo(i as u64 + 1),
                     time_us: 1_000 * (i as u64 + 1),
                     seed: [0; 32],

@@ -290,6 +290,7 @@ impl ExecStage {
         let mut effects = Effects::default();
         if batch.time_us > 0 {
             let context = BatchContext {
+                index: 0,
                 seqno: batch.seqno,
                 time_us: batch.time_us,
                 seed: batch_seed(&batch.history),

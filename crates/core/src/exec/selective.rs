@@ -250,6 +250,11 @@ impl ExecStage {
                 seqno,
                 index: index as u32,
             };
+            // Run (or stored, and replayed later) alone, at its own position in the batch.
+            let context = &BatchContext {
+                index: index as u32,
+                ..*context
+            };
             let objects = self.objects_of(&request.operation);
             let decision = if matches!(&objects, Objects::These(set) if set.is_empty()) {
                 // Touches nothing: runs everywhere, needing nothing before it.

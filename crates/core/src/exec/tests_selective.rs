@@ -401,50 +401,69 @@ fn selective_execution_is_refused_for_a_service_without_object_checkpoints() {
     assert!(error.to_string().contains("selective_execution"), "{error}");
 }
 
-/// The KV, plus: every request pushes "keyed" (a Put or Get) or "global" (the operation
-/// `publish`, which names no object) to [`CLIENT`].
-struct Publishing(KvService);
+/// The KV with its `execute` replaced by `run` (which may call the KV's): the object API and the
+/// rest are the KV's.
+struct Around {
+    kv: KvService,
+    run: fn(
+        &mut KvService,
+        &crate::service::BatchContext,
+        &[crate::service::ServiceRequest],
+        &mut crate::service::Effects,
+    ) -> Vec<Bytes>,
+}
 
-impl Service for Publishing {
+impl Service for Around {
     fn execute(
         &mut self,
         context: &crate::service::BatchContext,
         requests: &[crate::service::ServiceRequest],
         effects: &mut crate::service::Effects,
     ) -> Vec<Bytes> {
-        requests
-            .iter()
-            .map(|r| {
-                if &r.operation[..] == b"publish" {
-                    effects.push(CLIENT, Bytes::from_static(b"global"));
-                    Bytes::from_static(b"published")
-                } else {
-                    effects.push(CLIENT, Bytes::from_static(b"keyed"));
-                    self.0.execute(context, std::slice::from_ref(r), effects).remove(0)
-                }
-            })
-            .collect()
+        (self.run)(&mut self.kv, context, requests, effects)
     }
     fn access(&self, operation: &[u8]) -> Option<crate::service::Access> {
-        self.0.access(operation)
+        self.kv.access(operation)
     }
     fn enable_selective_execution(&mut self) -> bool {
-        self.0.enable_selective_execution()
+        self.kv.enable_selective_execution()
     }
     fn object_state(&self, object: &[u8]) -> Option<Option<Bytes>> {
-        self.0.object_state(object)
+        self.kv.object_state(object)
     }
     fn restore_object(&mut self, object: &[u8], state: Option<&[u8]>) -> Result<(), crate::service::RestoreError> {
-        self.0.restore_object(object, state)
+        self.kv.restore_object(object, state)
     }
     fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
-        self.0.execute_read_only(operation)
+        self.kv.execute_read_only(operation)
     }
     fn checkpoint(&self) -> Bytes {
-        self.0.checkpoint()
+        self.kv.checkpoint()
     }
     fn restore(&mut self, checkpoint: &[u8]) -> Result<(), crate::service::RestoreError> {
-        self.0.restore(checkpoint)
+        self.kv.restore(checkpoint)
+    }
+}
+
+/// The KV, plus: every request pushes "keyed" (a Put or Get) or "global" (the operation
+/// `publish`, which names no object) to [`CLIENT`].
+fn publishing(kv: KvService) -> Around {
+    Around {
+        kv,
+        run: |kv, context, requests, effects| {
+            requests
+                .iter()
+                .map(|r| {
+                    if &r.operation[..] == b"publish" {
+                        effects.push(CLIENT, Bytes::from_static(b"global"));
+                        Bytes::from_static(b"published")
+                    } else {
+                        effects.push(CLIENT, Bytes::from_static(b"keyed"));
+                        kv.execute(context, std::slice::from_ref(r), effects).remove(0)
+                    }
+                })
+                .collect()
+        },
     }
 }
 
@@ -455,7 +474,7 @@ impl Service for Publishing {
 fn pushes_of_global_requests_are_sent_and_those_of_keyed_requests_dropped() {
     let net = selective_net();
     let mut stages: Vec<ExecStage> = (0..3)
-        .map(|i| net.stage(i, &Storage::new(), Box::new(Publishing(KvService::new()))))
+        .map(|i| net.stage(i, &Storage::new(), Box::new(publishing(KvService::new()))))
         .collect();
     let on01 = key_kept_by([0, 1]);
     let publish = RequestEntry {
@@ -484,4 +503,58 @@ fn pushes_of_global_requests_are_sent_and_those_of_keyed_requests_dropped() {
         );
         assert_eq!(stages[member].stats().get("requests_replayed"), u64::from(member == 2));
     }
+}
+
+/// The KV, answering each request with its agreed position `seqno.index` (what a service that
+/// names what a request creates after its position, as ZooKeeper's zxids would, sees).
+fn positioned(kv: KvService) -> Around {
+    Around {
+        kv,
+        run: |kv, context, requests, effects| {
+            kv.execute(context, requests, effects);
+            (0..requests.len() as u32)
+                .map(|i| Bytes::from(format!("{}.{}", context.seqno.0, context.index + i)))
+                .collect()
+        },
+    }
+}
+
+/// Each request runs with its own agreed position, as a whole batch gives it without selective
+/// execution: when its maintainers run it, and when a member that stored it is made to run it
+/// later (forced by a retransmission).
+#[test]
+fn a_request_runs_at_its_agreed_position_when_run_and_when_forced() {
+    let net = selective_net();
+    let mut stages: Vec<ExecStage> = (0..3)
+        .map(|i| net.stage(i, &Storage::new(), Box::new(positioned(KvService::new()))))
+        .collect();
+    let (on12, on01) = (key_kept_by([1, 2]), key_kept_by([0, 1]));
+    let batches = chain(vec![vec![
+        put_on(CLIENT, 1, &on12, "x"),
+        put_on(ClientId(8), 1, &on01, "y"),
+    ]]);
+    let seqno = batches[0].seqno.0;
+    let at = |index: u32| ReplyBody::Full(Bytes::from(format!("{seqno}.{index}")));
+    let outs = deliver_each(&net, &mut stages, &batches);
+    assert_eq!(replies(&outs[0], ClientId(8)), vec![(RequestId(1), at(1))]);
+    assert_eq!(replies(&outs[1], CLIENT), vec![(RequestId(1), at(0))]);
+    assert_eq!(replies(&outs[1], ClientId(8)), vec![(RequestId(1), at(1))]);
+    assert!(replies(&outs[0], CLIENT).is_empty(), "member 0 stored it");
+    // Member 0 is made to run the request it stored: at its own position still.
+    let retransmit = net.input(
+        Principal::Order(ReplicaId(1)),
+        Message::Retransmit {
+            client: CLIENT,
+            request_id: RequestId(1),
+        },
+        SealFor::Stage(StageKind::Exec),
+    );
+    let mut out = Vec::new();
+    stages[0].handle(3, retransmit, &mut out);
+    assert_eq!(replies(&out, CLIENT), vec![(RequestId(1), at(0))]);
+    // Without selective execution the whole batch runs at once, from index 0.
+    let mut whole = Net::small().stage(0, &Storage::new(), Box::new(positioned(KvService::new())));
+    let out = Net::small().deliver(&mut whole, &batches[0]);
+    assert_eq!(replies(&out, CLIENT), vec![(RequestId(1), at(0))]);
+    assert_eq!(replies(&out, ClientId(8)), vec![(RequestId(1), at(1))]);
 }

@@ -211,6 +211,7 @@ mod tests {
 
     fn context(time_us: u64) -> BatchContext {
         BatchContext {
+            index: 0,
             seqno: SeqNo(1),
             time_us,
             seed: [0; 32],

@@ -518,6 +518,7 @@ fn the_same_commands_give_the_same_state_and_the_checkpoint_round_trips() {
             })
             .collect();
         let context = BatchContext {
+            index: 0,
             seqno: SeqNo(1),
             time_us: 5_000_000,
             seed: [3; 32],
@@ -702,6 +703,7 @@ fn a_client_cannot_speak_for_another_datanode() {
     use upright_core::service::{BatchContext, Effects, Service, ServiceRequest};
     let mut s = NameNodeService::new();
     let context = BatchContext {
+        index: 0,
         seqno: SeqNo(1),
         time_us: 5_000_000,
         seed: [3; 32],

@@ -21,6 +21,7 @@ fn run(s: &mut RedisStore, ms: u64, client: u32, lines: &[&str]) -> (Vec<Reply>,
 
 fn run_argv(s: &mut RedisStore, ms: u64, client: u32, commands: Vec<Vec<Bytes>>) -> (Vec<Reply>, Vec<(u32, Pushed)>) {
     let ctx = BatchContext {
+        index: 0,
         seqno: SeqNo(ms),
         time_us: ms * 1000,
         seed: [7; 32],
@@ -101,6 +102,7 @@ fn waiters_are_served_in_arrival_order_and_time_out_on_agreed_time() {
     );
     let mut effects = Effects::default();
     let ctx = BatchContext {
+        index: 0,
         seqno: SeqNo(9),
         time_us: 3_501_000,
         seed: [0; 32],
@@ -325,6 +327,7 @@ fn keyspace_notifications_publish_the_enabled_events_only() {
     run(s, 1004, 2, &["upright.notify-config Exn", "SET e 1 PX 10"]);
     let mut effects = Effects::default();
     let ctx = BatchContext {
+        index: 0,
         seqno: SeqNo(9),
         time_us: 2_000_000,
         seed: [0; 32],

@@ -32,6 +32,7 @@ fn request(client: u32, id: u64, lines: &[&str]) -> ServiceRequest {
 
 fn context(time_ms: u64, seed: u8) -> BatchContext {
     BatchContext {
+        index: 0,
         seqno: SeqNo(time_ms),
         time_us: time_ms * 1000,
         seed: [seed; 32],

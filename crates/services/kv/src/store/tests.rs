@@ -177,6 +177,7 @@ pub(super) fn batch(s: &mut RedisStore, time_us: u64, seq: u64, commands: &[&[&s
         .map(|c| c.iter().map(|w| Bytes::copy_from_slice(w.as_bytes())).collect())
         .collect();
     let ctx = BatchContext {
+        index: 0,
         seqno: SeqNo(seq),
         time_us,
         seed: [0; 32],
@@ -222,6 +223,7 @@ fn checkpoints_are_deterministic_and_restore_exactly() {
     }
     // A malformed operation gets an error, not a panic.
     let ctx = BatchContext {
+        index: 0,
         seqno: SeqNo(3),
         time_us: 8_000_000,
         seed: [0; 32],
@@ -275,6 +277,7 @@ fn read_only_path_answers_reads_like_the_ordered_path_and_refuses_writes() {
     assert_eq!(s.checkpoint(), checkpoint, "the read-only path changes nothing");
     let ordered = s.execute(
         &BatchContext {
+            index: 0,
             seqno: SeqNo(1),
             time_us: 0,
             seed: [0; 32],
@@ -763,6 +766,7 @@ fn the_store_asks_to_be_woken_when_its_first_key_expires_and_the_wake_removes_it
     cmd(s, "SET b 1 PX 100");
     assert_eq!(s.wake_at(), Some(1_101_000), "just past b's expiry at 1,100 ms");
     let context = BatchContext {
+        index: 0,
         seqno: SeqNo(9),
         time_us: 1_101_000,
         seed: [0; 32],

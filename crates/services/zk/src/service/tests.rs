@@ -36,6 +36,7 @@ impl Harness {
         self.seqno += 1;
         self.time_us += 1_000;
         BatchContext {
+            index: 0,
             seqno: SeqNo(self.seqno),
             time_us: self.time_us,
             seed: [self.seqno as u8; 32],
