@@ -96,14 +96,13 @@ pub(crate) struct PageSync {
     installed: BTreeSet<u64>,
     /// Next peer to give new items to.
     next_peer: usize,
-    /// Peers that sent the checkpoint's manifest (the transfer's holders): asked first.
-    pub(super) holders: BTreeSet<usize>,
 }
 
 impl PageSync {
-    /// The next peer not caught lying, from `start` on, a holder of the checkpoint if one is
-    /// trusted (all are trusted again if none is left).
-    fn trusted_from(&mut self, start: usize, peers: usize) -> usize {
+    /// The next peer not caught lying, from `start` on, one of the transfer's `holders` (the
+    /// peers that sent the checkpoint's manifest) if one is trusted (all are trusted again if
+    /// none is left).
+    fn trusted_from(&mut self, start: usize, peers: usize, holders: &BTreeSet<usize>) -> usize {
         if self.distrusted.len() >= peers {
             self.distrusted.clear();
         }
@@ -111,7 +110,7 @@ impl PageSync {
         let mut order = (0..peers).map(|k| (start + k) % peers);
         order
             .clone()
-            .find(|p| trusted(p) && self.holders.contains(p))
+            .find(|p| trusted(p) && holders.contains(p))
             .or_else(|| order.find(trusted))
             .expect("at least one peer is trusted")
     }
@@ -312,7 +311,6 @@ impl ExecStage {
             distrusted: BTreeSet::new(),
             installed: BTreeSet::new(),
             next_peer: 0,
-            holders: t.holders.clone(),
         });
         self.stats.bump("state_transfer_paged");
         self.pump_pages(out);
@@ -322,7 +320,7 @@ impl ExecStage {
     /// are outstanding, spread over the trusted peers; finishes when nothing is wanted.
     fn pump_pages(&mut self, out: &mut Vec<Action>) {
         let Some(t) = self.transfer.as_mut() else { return };
-        let peers = t.peers.len();
+        let (peers, holders) = (t.peers.len(), &t.holders);
         let Some(ps) = t.pages.as_mut() else { return };
         if ps.sync.is_done() {
             self.finish_page_sync(out);
@@ -339,7 +337,7 @@ impl ExecStage {
             .collect();
         let mut per_peer: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
         for chunk in fresh.chunks(PAGE_ITEMS_PER_FETCH) {
-            let peer = ps.trusted_from(ps.next_peer, peers);
+            let peer = ps.trusted_from(ps.next_peer, peers, holders);
             ps.next_peer = peer + 1;
             for item in chunk {
                 ps.asked.insert(*item, peer);
@@ -386,12 +384,12 @@ impl ExecStage {
     /// Retry tick during the paged phase: every outstanding item goes to the next trusted peer.
     pub(super) fn retry_pages(&mut self, out: &mut Vec<Action>) {
         let Some(t) = self.transfer.as_mut() else { return };
-        let peers = t.peers.len();
+        let (peers, holders) = (t.peers.len(), &t.holders);
         let Some(ps) = t.pages.as_mut() else { return };
         let mut per_peer: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
         let asked: Vec<(Item, usize)> = ps.asked.iter().map(|(i, p)| (*i, *p)).collect();
         for (item, last) in asked {
-            let peer = ps.trusted_from(last + 1, peers);
+            let peer = ps.trusted_from(last + 1, peers, holders);
             ps.asked.insert(item, peer);
             per_peer.entry(peer).or_default().push(item);
         }
@@ -419,7 +417,7 @@ impl ExecStage {
             return;
         }
         let sender = t.peers.iter().position(|p| *p == from);
-        let peers = t.peers.len();
+        let (peers, holders) = (t.peers.len(), &t.holders);
         let ps = t.pages.as_mut().expect("checked");
         let paged = self.paged.as_mut().expect("paged transfer of a paged service");
         let pages = self.service.pages_mut().expect("paged service");
@@ -472,7 +470,7 @@ impl ExecStage {
             // Ask a trusted peer at once.
             let mut per_peer: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
             for item in wrong {
-                let peer = ps.trusted_from(sender.map_or(0, |s| s + 1), peers);
+                let peer = ps.trusted_from(sender.map_or(0, |s| s + 1), peers, holders);
                 ps.asked.insert(item, peer);
                 per_peer.entry(peer).or_default().push(item);
             }

@@ -148,8 +148,8 @@ impl ExecStage {
         self.request_manifest(out);
     }
 
-    /// Asks every peer for the manifest: those that keep the checkpoint answer it (and become
-    /// its holders), those that dropped it for a newer one offer that one.
+    /// Asks every peer not yet known to hold the checkpoint for the manifest: those that keep
+    /// it answer (and become its holders), those that dropped it for a newer one offer that one.
     fn request_manifest(&self, out: &mut Vec<Action>) {
         let Some(t) = &self.transfer else { return };
         let message = Message::FetchState {
@@ -157,7 +157,10 @@ impl ExecStage {
             state_digest: t.digest,
             chunk: None,
         };
-        self.send_each(t.peers.iter().map(|p| Principal::Exec(*p)), &message, out);
+        let others = (0..t.peers.len())
+            .filter(|p| !t.holders.contains(p))
+            .map(|p| Principal::Exec(t.peers[p]));
+        self.send_each(others, &message, out);
     }
 
     fn request_chunk(&self, index: u32, peer: Principal, out: &mut Vec<Action>) {
@@ -197,20 +200,11 @@ impl ExecStage {
             return;
         }
         t.progressed = false;
-        if t.manifest.is_some() && t.holders.len() < t.peers.len() {
+        if t.manifest.is_some() {
             // Peers that did not answer the manifest may have lost the request or be a faulty
             // holder's alternatives: ask them again, so that chunks and pages are not left to
             // holders that stopped answering.
-            let message = Message::FetchState {
-                seqno: t.seqno,
-                state_digest: t.digest,
-                chunk: None,
-            };
-            let others: Vec<Principal> = (0..t.peers.len())
-                .filter(|p| !t.holders.contains(p))
-                .map(|p| Principal::Exec(t.peers[p]))
-                .collect();
-            self.send_each(others.into_iter(), &message, out);
+            self.request_manifest(out);
         }
         if self.installing_pages() {
             self.retry_pages(out);
@@ -265,9 +259,6 @@ impl ExecStage {
         }
         if let Some(peer) = t.peers.iter().position(|p| *p == from) {
             t.holders.insert(peer);
-            if let Some(ps) = t.pages.as_mut() {
-                ps.holders.insert(peer);
-            }
         }
         if t.manifest.is_some() {
             self.stats.bump("state_manifest_more_holders");
