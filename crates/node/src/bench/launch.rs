@@ -112,13 +112,25 @@ fn spawn(
         .map_err(|e| FileError(format!("cannot start {} {}: {e}", exe.display(), args.join(" "))))
 }
 
-/// Writes the config of `target` into `dir` and starts its processes from the binary `exe`.
-pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, FileError> {
+/// The number of replica processes of `target`.
+fn replicas(target: &Target) -> Result<usize, FileError> {
     let mut q = upright_core::quorum::Quorums::new(target.u, target.r).map_err(|e| FileError(e.to_string()))?;
     if let Some(exec_u) = target.separate_stages {
         q = q.with_separate_stages(exec_u).map_err(|e| FileError(e.to_string()))?;
     }
-    let n = q.n_replicas();
+    Ok(q.n_replicas())
+}
+
+/// Writes the config of `target` into `dir` and starts its processes from the binary `exe`.
+pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, FileError> {
+    configure(dir, target)?;
+    start(exe, dir, target)
+}
+
+/// Writes the config of `target` into `dir` (`upright init`'s files, fresh keys), without starting
+/// anything: a bench that chooses its roles by the generated keys reads them before [`start`].
+pub fn configure(dir: &Path, target: &Target) -> Result<(), FileError> {
+    let n = replicas(target)?;
     let mut ports = Vec::new();
     for _ in 0..n {
         ports.push((free_port()?, free_port()?, free_port()?));
@@ -143,13 +155,18 @@ pub fn launch(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, File
         separate_stages: target.separate_stages,
     };
     files::init_cluster(&plan, dir)?;
+    Ok(())
+}
+
+/// Starts the processes of `target`, configured in `dir` by [`configure`], from the binary `exe`.
+pub fn start(exe: &Path, dir: &Path, target: &Target) -> Result<Processes, FileError> {
     let config = dir.join("cluster.toml").display().to_string();
     let mut children = Vec::new();
     if target.norep {
         let args = ["norep".to_string(), "--config".into(), config];
         children.push(spawn(exe, dir, &args, &[], "norep.log")?);
     } else {
-        for id in 0..n {
+        for id in 0..replicas(target)? {
             children.push(spawn_replica(exe, dir, target, id as u32)?);
         }
     }

@@ -6,11 +6,14 @@
 //!    the tree) against serializing and digesting the whole state the way a checkpoint did before
 //!    paged state.
 //! 2. **State transfer**, on a cluster of replica processes (`u = r = 1`, `--service objects`):
-//!    a first round of writes, then replica 2 (an execution member) is SIGKILLed, `writes`
-//!    objects are written while it is down, and it is started again while replica 0 answers every
-//!    state-transfer request wrongly ([`crate::replica::WRONG_STATE_ENV`]): replica 0 is the
-//!    first execution peer replica 2 asks (its peers in turn from the next id, modulo the
-//!    three execution members), so the liar is asked, and caught, in every run. The restarted replica
+//!    a first round of writes, then one execution member (the victim) is SIGKILLed, `writes`
+//!    objects are written while it is down, and it is started again while another (the liar)
+//!    answers every state-transfer request wrongly ([`crate::replica::WRONG_STATE_ENV`]). The
+//!    restarted member fetches pages only from peers that sent it the checkpoint's manifest, so
+//!    the liar must be connected to it at once: of execution members 0 and 2 (1 is recovered
+//!    proactively at the end), the one with the lower Ed25519 key is the victim, since it dials
+//!    the other, the liar, as soon as it starts (a peer that dials it may wait out its reconnect
+//!    back-off). So the liar is asked, and caught, in every run. The restarted replica
 //!    recovers its own checkpoint from disk and fetches only what differs; the bytes it received
 //!    are compared with the size of the state.
 
@@ -26,7 +29,7 @@ use upright_core::objects::{write_op, ObjectStore};
 use upright_core::pages::{tree_of, PageCheckpoint};
 use upright_core::service::Service;
 
-use super::launch::{launch, Target};
+use super::launch::{configure, start, Target};
 use crate::client::{start_clients, ClientHandle};
 use crate::files::{self, ClientFile, Cluster, FileError};
 use crate::metrics::{http_get, parse_key_values, prometheus_label, prometheus_samples};
@@ -40,9 +43,6 @@ const WRITERS: usize = 8;
 
 /// Longest wait for the cluster to serve, and for the restarted replica to catch up.
 const WAIT_MAX: Duration = Duration::from_secs(600);
-/// The replica whose execution member answers every state-transfer request wrongly: the first
-/// peer the restarted replica 2 asks (execution members 0, 1, 2; replica 2 asks 0 first).
-const LIAR: u32 = 0;
 /// Longest wait for the restarted replica's state transfer (one takes well under a second at the
 /// test's size and tens of seconds at the default 1 GiB).
 const TRANSFER_WAIT_MAX: Duration = Duration::from_secs(180);
@@ -316,6 +316,14 @@ pub async fn run(options: &StateTransferOptions) -> Result<StateTransferReport, 
     outcome.map(|()| report)
 }
 
+/// The victim and the liar (replica ids) of a configured cluster: of execution members 0 and 2,
+/// the one with the lower Ed25519 key (which dials the other) and the other (see the module's
+/// comment).
+fn roles(cluster: &Cluster) -> Result<(u32, u32), FileError> {
+    let (a, b) = (cluster.file.replica(0)?, cluster.file.replica(2)?);
+    Ok(if a.ed25519 < b.ed25519 { (0, 2) } else { (2, 0) })
+}
+
 /// The multi-process part: a cluster in `dir`, a replica killed, brought back by transfer.
 async fn transfer(
     options: &StateTransferOptions,
@@ -338,15 +346,21 @@ async fn transfer(
             "--object-bytes".into(),
             options.object_bytes.to_string(),
         ],
-        replica_env: vec![(crate::replica::WRONG_STATE_ENV.into(), LIAR.to_string())],
+        replica_env: Vec::new(),
         attackers: 0,
         selective_execution: false,
         protocol: Default::default(),
         separate_stages: None,
         cpu_per_process: None,
     };
-    let mut processes = launch(&options.exe, dir, &target)?;
+    configure(dir, &target)?;
     let cluster = Cluster::load(&dir.join("cluster.toml"))?;
+    let (victim, liar) = roles(&cluster)?;
+    let target = Target {
+        replica_env: vec![(crate::replica::WRONG_STATE_ENV.into(), liar.to_string())],
+        ..target
+    };
+    let mut processes = start(&options.exe, dir, &target)?;
     let mut setups = Vec::new();
     for c in 0..target.clients {
         setups.push((ClientFile::load(&dir.join(format!("client-{c}.toml")))?, None));
@@ -377,7 +391,7 @@ async fn transfer(
         options.objects,
         started.elapsed().as_secs_f64()
     );
-    // A first round with every replica up, until replica 2 has a checkpoint on disk.
+    // A first round with every replica up, until the victim has a checkpoint on disk.
     let before = options.writes / 10;
     write_objects(
         &clients,
@@ -389,12 +403,12 @@ async fn transfer(
     )
     .await?;
     let waited = Instant::now();
-    while status(&cluster, 2)
+    while status(&cluster, victim)
         .await
         .is_none_or(|kv| number(&kv, "exec_checkpoint") == 0)
     {
         if waited.elapsed() > WAIT_MAX {
-            return Err(fail("replica 2 took no checkpoint".into()));
+            return Err(fail(format!("replica {victim} took no checkpoint")));
         }
         write_objects(
             &clients,
@@ -407,16 +421,16 @@ async fn transfer(
         .await?;
     }
 
-    let stored = number(&status(&cluster, 2).await.unwrap_or_default(), "exec_checkpoint");
-    processes.kill(2)?;
-    eprintln!("state-transfer: replica 2 SIGKILLed (its newest checkpoint: {stored})");
+    let stored = number(&status(&cluster, victim).await.unwrap_or_default(), "exec_checkpoint");
+    processes.kill(victim as usize)?;
+    eprintln!("state-transfer: replica {victim} SIGKILLed (its newest checkpoint: {stored})");
     write_objects(
         &clients,
         options.objects,
         options.object_bytes,
         before.max(1),
         options.writes,
-        "replica 2 down",
+        "victim down",
     )
     .await?;
     // Replica 2 comes back by state transfer only if the cluster's stable checkpoint is past
@@ -425,9 +439,11 @@ async fn transfer(
     // intervals past it.
     let interval = Knobs::default().checkpoint_interval;
     let waited = Instant::now();
-    while number(&status(&cluster, 0).await.unwrap_or_default(), "executed") < stored + 3 * interval {
+    while number(&status(&cluster, liar).await.unwrap_or_default(), "executed") < stored + 3 * interval {
         if waited.elapsed() > WAIT_MAX {
-            return Err(fail("the cluster did not move three checkpoints past replica 2".into()));
+            return Err(fail(format!(
+                "the cluster did not move three checkpoints past replica {victim}"
+            )));
         }
         write_objects(
             &clients,
@@ -435,14 +451,14 @@ async fn transfer(
             options.object_bytes,
             before.max(1),
             WRITERS as u64 * 8,
-            "top-up while replica 2 is down",
+            "top-up while the victim is down",
         )
         .await?;
     }
 
-    processes.restart(&options.exe, &target, 2)?;
+    processes.restart(&options.exe, &target, victim as usize)?;
     let restarted = Instant::now();
-    eprintln!("state-transfer: replica 2 restarted; replica {LIAR} answers state requests wrongly");
+    eprintln!("state-transfer: replica {victim} restarted; replica {liar} answers state requests wrongly");
     let mut last_report = Instant::now();
     let mut diagnosed = false;
     let kv = loop {
@@ -452,9 +468,11 @@ async fn transfer(
         }
         if restarted.elapsed() > TRANSFER_WAIT_MAX {
             eprint!("{}", diagnosis(&cluster).await);
-            return Err(fail("replica 2 did not complete a state transfer".into()));
+            return Err(fail(format!("replica {victim} did not complete a state transfer")));
         }
-        let Some(kv) = status(&cluster, 2).await else { continue };
+        let Some(kv) = status(&cluster, victim).await else {
+            continue;
+        };
         if number(&kv, "stat_exec_state_transfer_completed") > 0 {
             break kv;
         }
@@ -466,7 +484,7 @@ async fn transfer(
             }
             last_report = Instant::now();
             eprintln!(
-                "state-transfer: waiting for replica 2: executed {}, {} bytes fetched",
+                "state-transfer: waiting for replica {victim}: executed {}, {} bytes fetched",
                 number(&kv, "executed"),
                 number(&kv, "stat_exec_state_transfer_bytes")
             );
@@ -488,14 +506,16 @@ async fn transfer(
         "after the transfer",
     )
     .await?;
-    let target_seqno = number(&status(&cluster, 0).await.unwrap_or_default(), "executed");
+    let target_seqno = number(&status(&cluster, liar).await.unwrap_or_default(), "executed");
     let waited = Instant::now();
-    while status(&cluster, 2)
+    while status(&cluster, victim)
         .await
         .is_none_or(|kv| number(&kv, "executed") < target_seqno)
     {
         if waited.elapsed() > WAIT_MAX {
-            return Err(fail("replica 2 did not execute after its state transfer".into()));
+            return Err(fail(format!(
+                "replica {victim} did not execute after its state transfer"
+            )));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -505,23 +525,25 @@ async fn transfer(
     let mut round = 0;
     loop {
         if waited.elapsed() > WAIT_MAX {
-            return Err(fail("replicas 0 and 2 reached no common checkpoint".into()));
+            return Err(fail(format!(
+                "replicas {liar} and {victim} reached no common checkpoint"
+            )));
         }
         let (a, b) = (
-            status(&cluster, 0).await.unwrap_or_default(),
-            status(&cluster, 2).await.unwrap_or_default(),
+            status(&cluster, liar).await.unwrap_or_default(),
+            status(&cluster, victim).await.unwrap_or_default(),
         );
         let seqno = number(&b, "exec_checkpoint");
         if seqno > number(&kv, "exec_checkpoint") && number(&a, "exec_checkpoint") == seqno {
             if a.get("exec_checkpoint_digest") != b.get("exec_checkpoint_digest") {
                 return Err(fail(format!(
-                    "replica 2's checkpoint {seqno} differs from replica 0's: {:?} against {:?}",
+                    "replica {victim}'s checkpoint {seqno} differs from replica {liar}'s: {:?} against {:?}",
                     b.get("exec_checkpoint_digest"),
                     a.get("exec_checkpoint_digest")
                 )));
             }
             eprintln!(
-                "state-transfer: replicas 0 and 2 agree on checkpoint {seqno} ({})",
+                "state-transfer: replicas {liar} and {victim} agree on checkpoint {seqno} ({})",
                 b.get("exec_checkpoint_digest").map_or("-", |d| d.as_str())
             );
             break;
@@ -538,7 +560,7 @@ async fn transfer(
         .await?;
     }
     eprintln!(
-        "state-transfer: replica 2 caught up in {:.1} s: {} pages fetched, {} wrong answers refused, executing again at {}",
+        "state-transfer: replica {victim} caught up in {:.1} s: {} pages fetched, {} wrong answers refused, executing again at {}",
         report.catch_up_seconds, report.pages_fetched, report.wrong_answers, target_seqno
     );
     println!("{}", report.transfer_line());
