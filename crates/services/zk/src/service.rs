@@ -149,6 +149,21 @@ pub struct ZkService {
     /// Sessions created so far (the low bits of the next session id).
     created: i64,
     watches: Watches,
+    /// Under selective execution's rules ([`ZkService::use_positions`]): zxids are agreed
+    /// positions, and a request neither moves its session's deadline nor changes its owner.
+    #[serde(skip)]
+    positions: bool,
+    /// Under those rules, the agreed position of the request (or wake-up) being executed.
+    #[serde(skip)]
+    position: Option<i64>,
+}
+
+/// The zxid of the request at index `index` of batch `seqno` under selective execution's rules:
+/// its agreed position, `seqno << 20 | index + 1` (a wake-up, before the batch's requests, is at
+/// `seqno << 20`), increasing along the agreed order as ZooKeeper's zxids do and the same
+/// whichever member runs it, and when.
+pub fn position_zxid(seqno: u64, index: Option<u32>) -> i64 {
+    ((seqno as i64) << 20) | index.map_or(0, |i| i64::from(i) + 1)
 }
 
 /// The bytes of a reply header and, if `err` is Ok, a response record written by `body`.
@@ -206,6 +221,39 @@ impl ZkService {
             next_sweep_us: None,
             created: 0,
             watches: Watches::default(),
+            positions: false,
+            position: None,
+        }
+    }
+
+    /// Switches to the rules selective execution needs (docs/ODRC.md, "ZooKeeper under
+    /// selective execution", steps 1 and 2): a write's zxid (czxid, mzxid, pzxid, the reply's)
+    /// is its agreed position ([`position_zxid`]) instead of the next of a counter that requests
+    /// a member skipped would have moved; a reply shows its request's position (a read-only one
+    /// shows 0, which clients ignore); sessions are state only global commands write (connect,
+    /// close, AUTH, the watch requests, the gateway's Touch, expiry), so a request no longer
+    /// moves its session's deadline or owner (the gateway's Touch, every third of the timeout,
+    /// keeps it alive). Not yet offered by [`Service::enable_selective_execution`]: the nodes'
+    /// object states and the watch events are the plan's next steps.
+    pub fn use_positions(&mut self) {
+        self.positions = true;
+    }
+
+    /// The zxid a reply shows: the request's position under [`ZkService::use_positions`],
+    /// otherwise the last write's.
+    fn shown_zxid(&self) -> i64 {
+        self.position.unwrap_or(self.zxid)
+    }
+
+    /// The zxid the next write gets.
+    fn next_zxid(&self) -> i64 {
+        self.position.unwrap_or(self.zxid + 1)
+    }
+
+    /// A write at [`ZkService::next_zxid`] succeeded.
+    fn wrote(&mut self) {
+        if self.position.is_none() {
+            self.zxid += 1;
         }
     }
 
@@ -235,7 +283,7 @@ impl ZkService {
     fn answer(&self, session: i64, bytes: Bytes) -> Bytes {
         let events = self.sessions.get(&session).map_or(0, |s| s.events);
         let answer = Answer {
-            zxid: self.zxid,
+            zxid: self.shown_zxid(),
             events,
             bytes,
         };
@@ -302,14 +350,14 @@ impl ZkService {
     ) -> Result<T, E> {
         let auth = self.sessions.get(&session).map(|s| s.auth.clone()).unwrap_or_default();
         let txn = Txn {
-            zxid: self.zxid + 1,
+            zxid: self.next_zxid(),
             time_ms: (ctx.time_us / 1_000) as i64,
             session,
             auth: &auth,
         };
         let result = write(&mut self.tree, &txn);
         if result.is_ok() {
-            self.zxid = txn.zxid;
+            self.wrote();
         }
         result
     }
@@ -352,8 +400,9 @@ impl ZkService {
         if self.tree.ephemerals_of(session).next().is_none() {
             return;
         }
-        self.zxid += 1;
-        let gone = self.tree.close_session(self.zxid, session);
+        let zxid = self.next_zxid();
+        self.wrote();
+        let gone = self.tree.close_session(zxid, session);
         let changes: Vec<Change> = gone.into_iter().map(Change::Deleted).collect();
         self.fire(&changes, effects);
     }
@@ -365,15 +414,20 @@ impl ZkService {
             opcode,
             body,
         } = call;
-        if !self.touch(session, ctx.time_us, Some(client)) {
-            return reply(xid, self.zxid, Code::SessionExpired, |_| {});
+        let alive = if self.positions {
+            self.sessions.contains_key(&session)
+        } else {
+            self.touch(session, ctx.time_us, Some(client))
+        };
+        if !alive {
+            return reply(xid, self.shown_zxid(), Code::SessionExpired, |_| {});
         }
         let mut r = Reader::new(body);
         match opcode {
-            op::PING => return reply(xid, self.zxid, Code::Ok, |_| {}),
+            op::PING => return reply(xid, self.shown_zxid(), Code::Ok, |_| {}),
             op::CLOSE_SESSION => {
                 self.end_session(session, effects);
-                return reply(xid, self.zxid, Code::Ok, |_| {});
+                return reply(xid, self.shown_zxid(), Code::Ok, |_| {});
             }
             op::AUTH => return self.auth(session, xid, &mut r),
             op::MULTI => return self.multi(ctx, session, xid, &mut r, effects),
@@ -386,21 +440,21 @@ impl ZkService {
             _ => {}
         }
         let Some(decoded) = Op::read(opcode, &mut r) else {
-            return reply(xid, self.zxid, Code::Unimplemented, |_| {});
+            return reply(xid, self.shown_zxid(), Code::Unimplemented, |_| {});
         };
         let operation = match decoded.and_then(|o| r.finish().map(|()| o)) {
             Ok(o) => o,
-            Err(_) => return reply(xid, self.zxid, Code::MarshallingError, |_| {}),
+            Err(_) => return reply(xid, self.shown_zxid(), Code::MarshallingError, |_| {}),
         };
         if !operation.is_write() {
             return self.ordered_read(session, xid, opcode, &operation);
         }
         match self.transact(ctx, session, |tree, txn| tree.write(txn, &operation)) {
-            Err(code) => reply(xid, self.zxid, code, |_| {}),
+            Err(code) => reply(xid, self.shown_zxid(), code, |_| {}),
             Ok(done) => {
                 let changes = changes_of(&operation, &done);
                 self.fire(&changes, effects);
-                reply(xid, self.zxid, Code::Ok, |out| write_done(out, opcode, &done))
+                reply(xid, self.shown_zxid(), Code::Ok, |out| write_done(out, opcode, &done))
             }
         }
     }
@@ -409,7 +463,7 @@ impl ZkService {
         // AuthPacket: type, scheme, auth. Only `digest` ("user:password") is known.
         let parsed = (|| Ok::<_, crate::jute::JuteError>((r.int()?, r.string()?, r.data()?)))();
         let Ok((_, scheme, auth)) = parsed else {
-            return reply(xid, self.zxid, Code::MarshallingError, |_| {});
+            return reply(xid, self.shown_zxid(), Code::MarshallingError, |_| {});
         };
         let digest = std::str::from_utf8(&auth).ok().and_then(digest_id);
         let s = self.sessions.get_mut(&session).expect("touched");
@@ -422,9 +476,9 @@ impl ZkService {
                 if !s.auth.contains(&id) {
                     s.auth.push(id);
                 }
-                reply(xid, self.zxid, Code::Ok, |_| {})
+                reply(xid, self.shown_zxid(), Code::Ok, |_| {})
             }
-            _ => reply(xid, self.zxid, Code::AuthFailed, |_| {}),
+            _ => reply(xid, self.shown_zxid(), Code::AuthFailed, |_| {}),
         }
     }
 
@@ -437,14 +491,14 @@ impl ZkService {
         effects: &mut Effects,
     ) -> Bytes {
         let Some(ops) = read_multi_ops(r, |_, o| o.is_write()) else {
-            return reply(xid, self.zxid, Code::MarshallingError, |_| {});
+            return reply(xid, self.shown_zxid(), Code::MarshallingError, |_| {});
         };
         let just_ops: Vec<Op> = ops.iter().map(|(_, o)| o.clone()).collect();
         match self.transact(ctx, session, |tree, txn| tree.multi(txn, &just_ops)) {
             Ok(done) => {
                 let changes: Vec<Change> = just_ops.iter().zip(&done).flat_map(|(o, d)| changes_of(o, d)).collect();
                 self.fire(&changes, effects);
-                reply(xid, self.zxid, Code::Ok, |out| {
+                reply(xid, self.shown_zxid(), Code::Ok, |out| {
                     for ((opcode, _), d) in ops.iter().zip(&done) {
                         // As ZooKeeper answers inside a multi: create2 as a plain create,
                         // createContainer and createTTL with their Stat.
@@ -462,7 +516,7 @@ impl ZkService {
                 })
             }
             // A failed multi: the header says OK, each result says what became of its op.
-            Err(codes) => reply(xid, self.zxid, Code::Ok, |out| {
+            Err(codes) => reply(xid, self.shown_zxid(), Code::Ok, |out| {
                 for code in codes {
                     write_multi_error(out, code);
                 }
@@ -489,7 +543,7 @@ impl ZkService {
             Ok(Read::Exists(None)) => (Code::NoNode, None),
             Ok(read) => (Code::Ok, Some(read)),
         };
-        let bytes = reply(xid, self.zxid, code, |out| {
+        let bytes = reply(xid, self.shown_zxid(), code, |out| {
             if let Some(read) = read {
                 write_read(out, opcode, read);
             }
@@ -654,13 +708,32 @@ impl Service for ZkService {
     fn execute(&mut self, context: &BatchContext, requests: &[ServiceRequest], effects: &mut Effects) -> Vec<Bytes> {
         let replies = requests
             .iter()
-            .map(|request| self.execute_one(context, request, effects))
+            .enumerate()
+            .map(|(i, request)| {
+                let context = &BatchContext {
+                    index: context.index + i as u32,
+                    ..*context
+                };
+                self.position = self
+                    .positions
+                    .then(|| position_zxid(context.seqno.0, Some(context.index)));
+                self.execute_one(context, request, effects)
+            })
             .collect();
+        self.position = None;
         if self.next_sweep_us.is_none() && self.tree.has_swept() {
             self.next_sweep_us = Some(context.time_us + SWEEP_INTERVAL_US);
         }
         self.nodes.flush(&mut self.tree);
         replies
+    }
+
+    fn access(&self, operation: &[u8]) -> Option<upright_core::service::Access> {
+        objects::access(operation)
+    }
+
+    fn placement(&self, object: &[u8]) -> Bytes {
+        objects::placement(object)
     }
 
     fn wake_at(&self) -> Option<u64> {
@@ -672,6 +745,7 @@ impl Service for ZkService {
     }
 
     fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {
+        self.position = self.positions.then(|| position_zxid(context.seqno.0, None));
         while let Some(&(at, session)) = self.deadlines.first() {
             if at > context.time_us {
                 break;
@@ -679,14 +753,15 @@ impl Service for ZkService {
             self.end_session(session, effects);
         }
         if self.next_sweep_us.is_some_and(|at| at <= context.time_us) {
-            let gone = self.tree.sweep(self.zxid + 1, (context.time_us / 1_000) as i64);
+            let gone = self.tree.sweep(self.next_zxid(), (context.time_us / 1_000) as i64);
             if !gone.is_empty() {
-                self.zxid += 1;
+                self.wrote();
                 let changes: Vec<Change> = gone.into_iter().map(Change::Deleted).collect();
                 self.fire(&changes, effects);
             }
             self.next_sweep_us = self.tree.has_swept().then_some(context.time_us + SWEEP_INTERVAL_US);
         }
+        self.position = None;
         self.nodes.flush(&mut self.tree);
     }
 
@@ -725,6 +800,7 @@ impl Service for ZkService {
         restored.tree.load(records).map_err(RestoreError)?;
         restored.nodes = std::mem::take(&mut self.nodes);
         restored.nodes.index(&restored.tree);
+        restored.positions = self.positions;
         *self = restored;
         Ok(())
     }
@@ -834,6 +910,7 @@ impl Service for Corrupting {
     }
 }
 
+mod objects;
 mod paged;
 mod watch_requests;
 

@@ -682,3 +682,117 @@ fn empty_containers_and_expired_ttl_nodes_are_swept_on_agreed_time() {
     assert_eq!(deleted, [s], "the watch on /c fired");
     assert!(h.zk.next_sweep_us.is_some(), "/never-used is still looked at");
 }
+
+/// Runs `requests` (client, command) as one batch at `seqno`, from `index` on.
+fn batch(zk: &mut ZkService, seqno: u64, index: u32, requests: &[(ClientId, Command)]) -> Vec<Reply> {
+    let context = BatchContext {
+        index,
+        seqno: SeqNo(seqno),
+        time_us: 1_000_000 + seqno * 1_000,
+        seed: [seqno as u8; 32],
+    };
+    let requests: Vec<ServiceRequest> = requests
+        .iter()
+        .enumerate()
+        .map(|(i, (client, command))| ServiceRequest {
+            client: *client,
+            request_id: RequestId(seqno * 100 + u64::from(index) + i as u64),
+            operation: command.encode(),
+        })
+        .collect();
+    let out = zk.execute(&context, &requests, &mut Effects::default());
+    out.into_iter()
+        .map(|a| parse(upright_core::codec::from_bytes(&a).unwrap()))
+        .collect()
+}
+
+fn call(session: i64, opcode: i32, body: Vec<u8>) -> Command {
+    Command::Request {
+        session,
+        xid: 42,
+        opcode,
+        body: Bytes::from(body),
+    }
+}
+
+/// Two members under selective execution's rules: `all` runs every write, `some` only those on
+/// `/a` (it skipped the writes on `/b`, another member's objects). A write on `/a` is answered
+/// alike, and leaves the same node, on both: its zxid is its agreed position, not the next of a
+/// counter the skipped writes moved on `all` only. Without the rules the two differ.
+#[test]
+fn under_positions_a_write_gets_its_agreed_position_whichever_member_runs_it() {
+    for positions in [true, false] {
+        let (mut all, mut some) = (ZkService::new(), ZkService::new());
+        if positions {
+            all.use_positions();
+            some.use_positions();
+        }
+        let connect = Command::Connect {
+            session: 0,
+            password: Bytes::new(),
+            timeout_ms: 30_000,
+        };
+        // The connect is global: both run it.
+        let s = Reader::new(&batch(&mut all, 1, 0, &[(GW, connect.clone())])[0].answer.bytes[8..])
+            .long()
+            .unwrap();
+        batch(&mut some, 1, 0, &[(GW, connect)]);
+        let on_b = call(s, op::CREATE, create_body("/b", b"", 0));
+        let on_a = call(s, op::CREATE2, create_body("/a", b"x", 0));
+        // Batch 2: a write on /b, then one on /a. `some` runs the second alone, at index 1.
+        let a_all = batch(&mut all, 2, 0, &[(GW, on_b), (GW, on_a.clone())]).remove(1);
+        let a_some = batch(&mut some, 2, 1, &[(GW, on_a)]).remove(0);
+        let set = call(s, op::SET_DATA, set_body("/a", b"y", 0));
+        let set_all = batch(&mut all, 3, 0, &[(GW, set.clone())]).remove(0);
+        let set_some = batch(&mut some, 3, 0, &[(GW, set)]).remove(0);
+        let node = |zk: &ZkService| zk.tree().get("/a").cloned();
+        if positions {
+            assert_eq!(a_all.zxid, position_zxid(2, Some(1)));
+            assert_eq!(set_all.zxid, position_zxid(3, Some(0)));
+            assert_eq!(
+                (a_all.zxid, &a_all.body, set_all.zxid, &set_all.body),
+                (a_some.zxid, &a_some.body, set_some.zxid, &set_some.body)
+            );
+            assert_eq!(node(&all), node(&some));
+            assert_eq!(node(&all).unwrap().stat.czxid, position_zxid(2, Some(1)));
+            assert!(
+                position_zxid(2, None) < a_all.zxid && a_all.zxid < set_all.zxid,
+                "increasing"
+            );
+        } else {
+            assert_ne!(a_all.zxid, a_some.zxid, "the counter counts the skipped write");
+            assert_ne!(node(&all), node(&some));
+        }
+    }
+}
+
+/// Under selective execution's rules a request is not a session's heartbeat (it would write
+/// session state, which only global commands may): the session expires its timeout after the
+/// connect however many requests it sends, unless the gateway's Touch moves the deadline.
+#[test]
+fn under_positions_only_touch_keeps_a_session_alive() {
+    for positions in [true, false] {
+        let mut h = Harness::new();
+        if positions {
+            h.zk.use_positions();
+        }
+        let (s, _, timeout) = h.connect(GW, 4_000);
+        let expiry = h.time_us + timeout as u64 * 1_000;
+        while h.time_us + 1_000 < expiry {
+            let read = h.request(GW2, s, op::GET_DATA, path_watch("/", false));
+            assert_eq!(read.err, 0);
+        }
+        let late = h.request(GW2, s, op::GET_DATA, path_watch("/", false));
+        let expired = late.err == Code::SessionExpired.value();
+        assert_eq!(expired, positions, "positions: {positions}");
+        if positions {
+            // A touched session lives on.
+            let (t, _, timeout) = h.connect(GW, 4_000);
+            let until = h.time_us + 3 * timeout as u64 * 1_000;
+            while h.time_us < until {
+                h.run(GW, Command::Touch { sessions: vec![t] });
+            }
+            assert_eq!(h.request(GW, t, op::PING, Vec::new()).err, 0);
+        }
+    }
+}

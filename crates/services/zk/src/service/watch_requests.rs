@@ -44,10 +44,10 @@ impl ZkService {
             Ok((relative, data, exist, child, kept, recursive))
         })();
         let Ok((relative, data, exist, child, kept, recursive)) = parsed else {
-            return reply(xid, self.zxid, Code::MarshallingError, |_| {});
+            return reply(xid, self.shown_zxid(), Code::MarshallingError, |_| {});
         };
         if r.remaining() != 0 {
-            return reply(xid, self.zxid, Code::MarshallingError, |_| {});
+            return reply(xid, self.shown_zxid(), Code::MarshallingError, |_| {});
         }
         self.watches.drop_session(session);
         let mut missed: Vec<(i32, String)> = Vec::new();
@@ -70,7 +70,7 @@ impl ZkService {
         for (kind, path) in missed {
             self.push_event(session, kind, &path, effects);
         }
-        reply(xid, self.zxid, Code::Ok, |_| {})
+        reply(xid, self.shown_zxid(), Code::Ok, |_| {})
     }
 
     /// Data or child watches (`kind`) a reconnected client re-states: one on a node that is gone,
@@ -111,20 +111,20 @@ impl ZkService {
     pub(super) fn add_watch(&mut self, session: i64, xid: i32, r: &mut Reader<'_>) -> Bytes {
         let parsed = (|| -> Result<_, JuteError> { Ok((r.string()?, r.int()?)) })();
         let Ok((path, mode)) = parsed else {
-            return reply(xid, self.zxid, Code::MarshallingError, |_| {});
+            return reply(xid, self.shown_zxid(), Code::MarshallingError, |_| {});
         };
         let kind = match mode {
             MODE_PERSISTENT => Kind::Persistent,
             MODE_PERSISTENT_RECURSIVE => Kind::Recursive,
-            _ => return reply(xid, self.zxid, Code::BadArguments, |_| {}),
+            _ => return reply(xid, self.shown_zxid(), Code::BadArguments, |_| {}),
         };
         if let Err(code) = validate_path(&path, false) {
-            return reply(xid, self.zxid, code, |_| {});
+            return reply(xid, self.shown_zxid(), code, |_| {});
         }
         if !self.watches.add(session, kind, &path) {
-            return reply(xid, self.zxid, Code::QuotaExceeded, |_| {});
+            return reply(xid, self.shown_zxid(), Code::QuotaExceeded, |_| {});
         }
-        reply(xid, self.zxid, Code::Ok, |_| {})
+        reply(xid, self.shown_zxid(), Code::Ok, |_| {})
     }
 
     /// removeWatches (`remove`) or checkWatches: NoWatcher unless the session watches `path`
@@ -132,7 +132,7 @@ impl ZkService {
     pub(super) fn remove_watches(&mut self, session: i64, xid: i32, r: &mut Reader<'_>, remove: bool) -> Bytes {
         let parsed = (|| -> Result<_, JuteError> { Ok((r.string()?, r.int()?)) })();
         let Ok((path, kind)) = parsed else {
-            return reply(xid, self.zxid, Code::MarshallingError, |_| {});
+            return reply(xid, self.shown_zxid(), Code::MarshallingError, |_| {});
         };
         let kinds: &[Kind] = match kind {
             WATCHER_CHILDREN => &[Kind::Child],
@@ -140,16 +140,16 @@ impl ZkService {
             WATCHER_ANY => &[Kind::Child, Kind::Data, Kind::Exist, Kind::Persistent, Kind::Recursive],
             WATCHER_PERSISTENT => &[Kind::Persistent],
             WATCHER_PERSISTENT_RECURSIVE => &[Kind::Recursive],
-            _ => return reply(xid, self.zxid, Code::BadArguments, |_| {}),
+            _ => return reply(xid, self.shown_zxid(), Code::BadArguments, |_| {}),
         };
         let found = kinds.iter().any(|&k| self.watches.has(session, k, &path));
         if !found {
-            return reply(xid, self.zxid, Code::NoWatcher, |_| {});
+            return reply(xid, self.shown_zxid(), Code::NoWatcher, |_| {});
         }
         if remove {
             self.watches.remove_kinds(session, &path, kinds);
         }
-        reply(xid, self.zxid, Code::Ok, |_| {})
+        reply(xid, self.shown_zxid(), Code::Ok, |_| {})
     }
 
     /// multiRead: getChildren and getData operations, each answered on its own (an error is that
@@ -157,14 +157,14 @@ impl ZkService {
     pub(super) fn multi_read(&self, session: i64, xid: i32, r: &mut Reader<'_>) -> Bytes {
         let reads = |opcode, _: &Op| matches!(opcode, op::GET_CHILDREN | op::GET_DATA);
         let Some(ops) = read_multi_ops(r, reads) else {
-            return reply(xid, self.zxid, Code::MarshallingError, |_| {});
+            return reply(xid, self.shown_zxid(), Code::MarshallingError, |_| {});
         };
         let auth = self
             .sessions
             .get(&session)
             .map(|s| s.auth.as_slice())
             .unwrap_or_default();
-        reply(xid, self.zxid, Code::Ok, |out| {
+        reply(xid, self.shown_zxid(), Code::Ok, |out| {
             for (opcode, operation) in &ops {
                 match self.tree.read(operation, session, auth) {
                     Ok(read @ (Read::Data(..) | Read::Children(..))) => {
