@@ -534,7 +534,7 @@ pub enum ConfigError {
     UnknownAdmin(u32),
     /// `selective_execution = true` with a service that cannot run selectively.
     #[error(
-        "selective_execution = true needs a service with object checkpoints (Service::object_state) that keeps no paged state; this service has none: run the kv or redis service, or set selective_execution = false"
+        "selective_execution = true needs a service with object checkpoints (Service::object_state) that can run selectively; this service cannot: run the kv or redis service, or set selective_execution = false"
     )]
     SelectiveExecutionUnsupported,
 }

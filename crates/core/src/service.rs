@@ -145,7 +145,11 @@ pub trait Service {
     /// execution (`selective_execution = true`): a service that can run selectively switches to
     /// the rules that needs (docs/ODRC.md, "What a service must do": a reply and the state it
     /// leaves depend only on the declared objects and the request's own agreed context) and says
-    /// `true`; the default says `false`, and the execution stage refuses to start.
+    /// `true`; the default says `false`, and the execution stage refuses to start. A service with
+    /// [`Service::pages`] may say `true` only if its pages are a function of its objects' states
+    /// (a key's bytes in the page its name hashes to, say), not of the order writes came in (a
+    /// page allocator): members that ran different requests have equal objects at each
+    /// checkpoint, and must then have equal pages.
     fn enable_selective_execution(&mut self) -> bool {
         false
     }

@@ -87,7 +87,7 @@ struct Args {
     shrink_any: bool,
     /// Selective execution (ODRC, docs/ODRC.md): each object's requests run on the r + 1
     /// execution members that maintain it; the others catch up at each checkpoint from
-    /// certified object checkpoints (with --service kv or redis; not with --protocol quorum or
+    /// certified object checkpoints (with --service kv, redis or paged-kv; not with --protocol quorum or
     /// aliph).
     #[arg(long)]
     selective_execution: bool,
@@ -352,8 +352,8 @@ fn main() {
     if args.selective_execution {
         let unsupported = [
             (
-                args.service != "kv" && args.service != "redis",
-                "--service other than kv or redis (no object checkpoints yet)",
+                !matches!(args.service.as_str(), "kv" | "redis" | "paged-kv"),
+                "--service other than kv, redis or paged-kv (no object checkpoints yet)",
             ),
             (
                 args.protocol == "quorum" || args.protocol == "aliph",

@@ -162,8 +162,20 @@ impl PagedKv {
         let key = KvOperation::decode(operation)
             .map(|o| o.key().clone())
             .unwrap_or_default();
-        let digest = upright_core::crypto::Digest::of(&key);
+        Self::bucket_of_key(&key)
+    }
+
+    fn bucket_of_key(key: &[u8]) -> u64 {
+        let digest = upright_core::crypto::Digest::of(key);
         u64::from_le_bytes(digest.0[..8].try_into().expect("8 bytes")) % PAGED_KV_BUCKETS
+    }
+
+    /// Writes `kv` back as bucket `bucket`'s page if it changed.
+    fn store(&mut self, bucket: u64, kv: &dyn Service) {
+        let page = kv.checkpoint();
+        if self.pages.get(bucket) != Some(page.clone()) {
+            self.pages.set(bucket, page);
+        }
     }
 
     fn kv_of(&self, bucket: u64) -> KvService {
@@ -194,16 +206,31 @@ impl Service for PagedKv {
             };
             let mut reply = kv.execute(context, std::slice::from_ref(request), effects);
             replies.push(reply.pop().expect("one reply per request"));
-            let page = kv.checkpoint();
-            if self.pages.get(bucket) != Some(page.clone()) {
-                self.pages.set(bucket, page);
-            }
+            self.store(bucket, &*kv);
         }
         replies
     }
 
     fn access(&self, operation: &[u8]) -> Option<Access> {
         KvService::new().access(operation)
+    }
+
+    /// A bucket's page is its keys' KV checkpoint, sorted by key: a function of the keys'
+    /// states, so members whose keys are equal have equal pages, whichever requests each ran.
+    fn enable_selective_execution(&mut self) -> bool {
+        true
+    }
+
+    fn object_state(&self, object: &[u8]) -> Option<Option<Bytes>> {
+        self.kv_of(Self::bucket_of_key(object)).object_state(object)
+    }
+
+    fn restore_object(&mut self, object: &[u8], state: Option<&[u8]>) -> Result<(), RestoreError> {
+        let bucket = Self::bucket_of_key(object);
+        let mut kv = self.kv_of(bucket);
+        kv.restore_object(object, state)?;
+        self.store(bucket, &kv);
+        Ok(())
     }
 
     fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {

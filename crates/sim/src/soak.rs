@@ -120,7 +120,7 @@ impl Lane {
                     reconfiguration: true,
                     ..lane
                 });
-                if matches!(service, ServiceKind::Kv | ServiceKind::Redis) {
+                if matches!(service, ServiceKind::Kv | ServiceKind::Redis | ServiceKind::PagedKv) {
                     // Selective execution (ODRC): plain, with each way of drawing the faulty
                     // replica, with recoveries and with key refresh.
                     let selective = Lane {

@@ -3,7 +3,8 @@
 //! replicas, among them execution members lying in their object checkpoints and replies, and
 //! Byzantine clients, crashes, power loss, loss, duplication, reordering, delay, partitions,
 //! clock skew), and 100 under message mutation: zero violations; the Redis store at both, 200
-//! and 150 seeds. Its sabotage modes
+//! and 150 seeds; the paged KV (a paged service: checkpoints, state transfer and restarts by
+//! pages) at both, 100 each. Its sabotage modes
 //! (`weak-reply-quorum`, `single-object-copy`) are in `sabotage.rs`.
 
 use upright_sim::sweep::sweep;
@@ -63,4 +64,23 @@ fn two_hundred_selective_redis_seeds_u1_r1_and_one_hundred_fifty_u2_r1() {
         "no key state was lied about"
     );
     sweep(60_000, 150, |seed| redis(seed, 2)).assert_clean(1, 150);
+}
+
+/// A paged service under selective execution (`--service paged-kv`: each key in the page its name
+/// hashes to, so equal keys make equal pages whichever requests a member ran): checkpoints of
+/// the changed pages, state transfer and proactive recovery by pages, restarts from the pages on
+/// disk, with every fault class.
+#[test]
+fn one_hundred_selective_paged_seeds_u1_r1_and_one_hundred_u2_r1() {
+    let paged = |seed, u| {
+        let mut opts = selective(seed, u, 1);
+        opts.service = upright_sim::ServiceKind::PagedKv;
+        opts
+    };
+    let result = sweep(60_000, 100, |seed| paged(seed, 1));
+    result.assert_clean(1, 100);
+    let tallies = &result.summary.tallies;
+    assert!(tallies.pages_transferred > 0, "no member caught up by pages");
+    let result = sweep(61_100, 100, |seed| paged(seed, 2));
+    result.assert_clean(1, 100);
 }

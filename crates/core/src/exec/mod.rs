@@ -155,10 +155,7 @@ impl ExecStage {
         let q = config.validate()?;
         assert!((id.0 as usize) < q.n_exec, "replica {} hosts no execution member", id.0);
         let mut service = service;
-        if config.selective_execution
-            && (service.pages().is_some()
-                || !service.enable_selective_execution()
-                || service.object_state(b"").is_none())
+        if config.selective_execution && (!service.enable_selective_execution() || service.object_state(b"").is_none())
         {
             return Err(ConfigError::SelectiveExecutionUnsupported);
         }
