@@ -376,7 +376,12 @@ impl ZkService {
         let Some(s) = self.sessions.get_mut(&session) else {
             return;
         };
-        s.events += 1;
+        if !self.positions {
+            // Under selective execution's rules a session's count of events across nodes is
+            // not kept (a write on one node may not change it); per-node event numbering is the
+            // plan's next step (docs/ODRC.md).
+            s.events += 1;
+        }
         let bytes = reply(NOTIFICATION_XID, -1, Code::Ok, |out| {
             out.int(kind);
             out.int(STATE_SYNC_CONNECTED);
@@ -567,7 +572,11 @@ impl ZkService {
             _ => None,
         };
         if let Some((kind, path)) = watch {
-            self.watches.add(session, kind, path);
+            if self.positions {
+                self.watches.add_unbounded(session, kind, path);
+            } else {
+                self.watches.add(session, kind, path);
+            }
         }
         bytes
     }
@@ -721,7 +730,7 @@ impl Service for ZkService {
             })
             .collect();
         self.position = None;
-        if self.next_sweep_us.is_none() && self.tree.has_swept() {
+        if self.next_sweep_us.is_none() && self.tree.has_swept() && !self.positions {
             self.next_sweep_us = Some(context.time_us + SWEEP_INTERVAL_US);
         }
         self.nodes.flush(&mut self.tree);
@@ -736,9 +745,26 @@ impl Service for ZkService {
         objects::placement(object)
     }
 
+    /// A znode path's nodes and one-shot watches (`service/objects.rs`).
+    fn object_state(&self, object: &[u8]) -> Option<Option<Bytes>> {
+        Some(self.object_state_of(object))
+    }
+
+    fn restore_object(&mut self, object: &[u8], state: Option<&[u8]>) -> Result<(), RestoreError> {
+        self.restore_object_state(object, state)
+    }
+
     fn wake_at(&self) -> Option<u64> {
         let deadline = self.deadlines.first().map(|&(at, _)| at);
-        match (deadline, self.next_sweep_us) {
+        // Under selective execution's rules whether there are containers or TTL nodes is not
+        // state one write may read (they are on other nodes): the sweep comes every interval,
+        // first at the first batch.
+        let sweep = if self.positions {
+            Some(self.next_sweep_us.unwrap_or(0))
+        } else {
+            self.next_sweep_us
+        };
+        match (deadline, sweep) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -752,14 +778,17 @@ impl Service for ZkService {
             }
             self.end_session(session, effects);
         }
-        if self.next_sweep_us.is_some_and(|at| at <= context.time_us) {
+        if self.next_sweep_us.is_some_and(|at| at <= context.time_us)
+            || (self.positions && self.next_sweep_us.is_none())
+        {
             let gone = self.tree.sweep(self.next_zxid(), (context.time_us / 1_000) as i64);
             if !gone.is_empty() {
                 self.wrote();
                 let changes: Vec<Change> = gone.into_iter().map(Change::Deleted).collect();
                 self.fire(&changes, effects);
             }
-            self.next_sweep_us = self.tree.has_swept().then_some(context.time_us + SWEEP_INTERVAL_US);
+            self.next_sweep_us =
+                (self.positions || self.tree.has_swept()).then_some(context.time_us + SWEEP_INTERVAL_US);
         }
         self.position = None;
         self.nodes.flush(&mut self.tree);

@@ -274,6 +274,35 @@ impl Tree {
         self.nodes.keys()
     }
 
+    /// The nodes whose paths lie in `from..to`, in path order.
+    pub fn nodes_in<'a>(&'a self, from: &'a str, to: &'a str) -> impl Iterator<Item = (&'a String, &'a Node)> + 'a {
+        use std::ops::Bound;
+        self.nodes.range::<str, _>((Bound::Included(from), Bound::Excluded(to)))
+    }
+
+    /// Puts `node` at `path`, or removes the node there for `None`, as an object's certified
+    /// state brings it under selective execution: nothing else changes here (its parent's and
+    /// children's own objects bring theirs), the indexes of ephemeral, container and TTL nodes
+    /// and the page bookkeeping follow.
+    pub fn put_node(&mut self, path: &str, node: Option<Node>) {
+        if let Some(old) = self.nodes.remove(path) {
+            if let Some(owner) = old.session() {
+                self.unindex(owner, path);
+            }
+            self.swept.remove(path);
+        }
+        if let Some(node) = node {
+            if let Some(session) = node.session() {
+                self.ephemerals.entry(session).or_default().insert(path.to_string());
+            }
+            if node.is_swept() {
+                self.swept.insert(path.to_string());
+            }
+            self.nodes.insert(path.to_string(), node);
+        }
+        self.dirty.insert(path.to_string());
+    }
+
     /// The paths of the nodes created, changed or deleted since the last call.
     pub fn take_dirty(&mut self) -> BTreeSet<String> {
         std::mem::take(&mut self.dirty)

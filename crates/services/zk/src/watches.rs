@@ -73,6 +73,48 @@ impl Watches {
         true
     }
 
+    /// Adds a one-shot watch without the per-session bound (under selective execution's rules,
+    /// where a session's count across nodes is not state a request on one node may read; a path
+    /// holds at most one watch of a kind per session, so its watches are bounded by the
+    /// sessions).
+    pub fn add_unbounded(&mut self, session: i64, kind: Kind, path: &str) {
+        let key = (kind, path.to_string());
+        self.by_session.entry(session).or_default().insert(key.clone());
+        self.by_path.entry(key).or_default().insert(session);
+    }
+
+    /// The sessions watching each path in `from..to` with `kind`, in path order.
+    pub fn watching_in<'a>(
+        &'a self,
+        kind: Kind,
+        from: &str,
+        to: &str,
+    ) -> impl Iterator<Item = (&'a String, &'a BTreeSet<i64>)> + 'a {
+        self.by_path
+            .range((kind, from.to_string())..(kind, to.to_string()))
+            .map(|((_, path), sessions)| (path, sessions))
+    }
+
+    /// Replaces the sessions watching `path` with `kind` (an object's certified state under
+    /// selective execution).
+    pub fn set_watching(&mut self, kind: Kind, path: &str, sessions: BTreeSet<i64>) {
+        let key = (kind, path.to_string());
+        for session in self.by_path.remove(&key).into_iter().flatten() {
+            if let Some(mine) = self.by_session.get_mut(&session) {
+                mine.remove(&key);
+                if mine.is_empty() {
+                    self.by_session.remove(&session);
+                }
+            }
+        }
+        for &session in &sessions {
+            self.by_session.entry(session).or_default().insert(key.clone());
+        }
+        if !sessions.is_empty() {
+            self.by_path.insert(key, sessions);
+        }
+    }
+
     /// Whether `session` watches `path` with `kind`.
     pub fn has(&self, session: i64, kind: Kind, path: &str) -> bool {
         self.by_session

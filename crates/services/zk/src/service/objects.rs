@@ -22,12 +22,17 @@
 //! the top level; a top-level create or delete also touches the root and is cross-border (as in
 //! ODRC's file system with its locality policy).
 
-use bytes::Bytes;
-use upright_core::service::Access;
+use std::collections::BTreeSet;
 
-use super::Command;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use upright_core::service::{Access, RestoreError};
+
+use super::{Command, ZkService};
 use crate::jute::Reader;
 use crate::proto::{op, CreateMode, Op};
+use crate::tree::Node;
+use crate::watches::Kind;
 
 /// What every object name starts with.
 const NODE_PREFIX: &str = "n/";
@@ -63,6 +68,114 @@ fn parent_of(path: &str) -> &str {
     match path.rfind('/') {
         Some(0) | None => "/",
         Some(i) => &path[..i],
+    }
+}
+
+/// The path an object is named after (`None` for a name that is not an object's).
+fn base_of(object: &[u8]) -> Option<&str> {
+    std::str::from_utf8(object.strip_prefix(NODE_PREFIX.as_bytes())?).ok()
+}
+
+/// The path ranges that hold every path of the object named after `base`: `base` itself, and
+/// `base` followed by a minus sign or a digit (a sequential suffix); the paths in them that
+/// belong to another object (a child `base-x/...`, a longer name) are filtered out by
+/// [`object_of`].
+fn ranges(base: &str) -> [(String, String); 3] {
+    [
+        (base.to_string(), format!("{base}\0")),
+        (format!("{base}-"), format!("{base}.")),
+        (format!("{base}0"), format!("{base}:")),
+    ]
+}
+
+/// The one-shot watch kinds, kept with the node they are on (persistent ones are session state).
+const ONE_SHOT: [Kind; 3] = [Kind::Data, Kind::Exist, Kind::Child];
+
+/// An object's state: its nodes and the one-shot watches on its paths.
+#[derive(Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct ObjectState {
+    nodes: Vec<(String, Node)>,
+    watches: Vec<(Kind, String, BTreeSet<i64>)>,
+}
+
+impl ZkService {
+    /// The state of object `object` ([`upright_core::service::Service::object_state`]).
+    pub(super) fn object_state_of(&self, object: &[u8]) -> Option<Bytes> {
+        let name = Bytes::copy_from_slice(object);
+        let base = base_of(object)?;
+        let mut state = ObjectState::default();
+        for (from, to) in ranges(base) {
+            state.nodes.extend(
+                self.tree
+                    .nodes_in(&from, &to)
+                    .filter(|(path, _)| object_of(path) == name)
+                    .map(|(path, node)| (path.clone(), node.clone())),
+            );
+            for kind in ONE_SHOT {
+                state.watches.extend(
+                    self.watches
+                        .watching_in(kind, &from, &to)
+                        .filter(|(path, _)| object_of(path) == name)
+                        .map(|(path, sessions)| (kind, path.clone(), sessions.clone())),
+                );
+            }
+        }
+        (state != ObjectState::default()).then(|| Bytes::from(upright_core::codec::to_bytes(&state)))
+    }
+
+    /// Replaces object `object` with `state` ([`upright_core::service::Service::restore_object`]):
+    /// its nodes and one-shot watches, then the pages of the buckets that changed.
+    pub(super) fn restore_object_state(&mut self, object: &[u8], state: Option<&[u8]>) -> Result<(), RestoreError> {
+        let name = Bytes::copy_from_slice(object);
+        let base = base_of(object).ok_or_else(|| RestoreError(format!("{name:?} is not a znode object")))?;
+        let state: ObjectState = match state {
+            None => ObjectState::default(),
+            Some(bytes) => {
+                upright_core::codec::from_bytes(bytes).map_err(|e| RestoreError(format!("znode object: {e}")))?
+            }
+        };
+        if let Some((path, _)) = state.nodes.iter().find(|(path, _)| object_of(path) != name) {
+            return Err(RestoreError(format!("{path} is not in object {name:?}")));
+        }
+        if let Some((_, path, _)) = state
+            .watches
+            .iter()
+            .find(|(k, path, _)| !ONE_SHOT.contains(k) || object_of(path) != name)
+        {
+            return Err(RestoreError(format!("a watch on {path} is not in object {name:?}")));
+        }
+        let mut old_nodes = Vec::new();
+        let mut old_watches = Vec::new();
+        for (from, to) in ranges(base) {
+            old_nodes.extend(
+                self.tree
+                    .nodes_in(&from, &to)
+                    .map(|(path, _)| path.clone())
+                    .filter(|path| object_of(path) == name),
+            );
+            for kind in ONE_SHOT {
+                old_watches.extend(
+                    self.watches
+                        .watching_in(kind, &from, &to)
+                        .map(|(path, _)| (kind, path.clone()))
+                        .filter(|(_, path)| object_of(path) == name),
+                );
+            }
+        }
+        for path in old_nodes {
+            self.tree.put_node(&path, None);
+        }
+        for (kind, path) in old_watches {
+            self.watches.set_watching(kind, &path, BTreeSet::new());
+        }
+        for (path, node) in state.nodes {
+            self.tree.put_node(&path, Some(node));
+        }
+        for (kind, path, sessions) in state.watches {
+            self.watches.set_watching(kind, &path, sessions);
+        }
+        self.nodes.flush(&mut self.tree);
+        Ok(())
     }
 }
 

@@ -796,3 +796,131 @@ fn under_positions_only_touch_keeps_a_session_alive() {
         }
     }
 }
+
+/// Under selective execution's rules a member that skipped the writes on some znodes catches up
+/// by installing those znodes' object states from a member that ran them (what a checkpoint's
+/// OBJECT-CP brings): nodes (sequential and ephemeral ones, a container), their parents'
+/// children and cversions, and the one-shot watches on them, exist watches on absent paths
+/// included. Its tree, watches, pages and checkpoint are then the other's, and later writes
+/// and a session's close run alike on both.
+#[test]
+fn object_states_bring_a_member_that_skipped_writes_to_the_same_state() {
+    let (mut all, mut some) = (ZkService::new(), ZkService::new());
+    all.use_positions();
+    some.use_positions();
+    let connect = Command::Connect {
+        session: 0,
+        password: Bytes::new(),
+        timeout_ms: 30_000,
+    };
+    let session = |reply: &Reply| Reader::new(&reply.answer.bytes[8..]).long().unwrap();
+    let s1 = session(&batch(&mut all, 1, 0, &[(GW, connect.clone())])[0]);
+    let s2 = session(&batch(&mut all, 1, 1, &[(GW2, connect.clone())])[0]);
+    batch(&mut some, 1, 0, &[(GW, connect.clone())]);
+    batch(&mut some, 1, 1, &[(GW2, connect)]);
+    const SEQUENTIAL_EPHEMERAL: i32 = 3;
+    const CONTAINER: i32 = 4;
+    let on_q = [
+        (GW, call(s1, op::CREATE, create_body("/q", b"queue", 0))),
+        (
+            GW,
+            call(s1, op::CREATE, create_body("/q/lock-", b"", SEQUENTIAL_EPHEMERAL)),
+        ),
+        (
+            GW,
+            call(s1, op::CREATE, create_body("/q/lock-", b"", SEQUENTIAL_EPHEMERAL)),
+        ),
+        (GW2, call(s2, op::GET_CHILDREN, path_watch("/q", true))),
+        (GW2, call(s2, op::EXISTS, path_watch("/q/absent", true))),
+        (GW, call(s1, op::SET_DATA, set_body("/q", b"q2", -1))),
+        (GW, call(s1, op::CREATE_CONTAINER, create_body("/c", b"", CONTAINER))),
+        (GW, call(s1, op::CREATE, create_body("/c/k", b"", 0))),
+    ];
+    let on_x = [
+        (GW, call(s1, op::CREATE, create_body("/x", b"x", 0))),
+        (GW2, call(s2, op::GET_DATA, path_watch("/x", true))),
+    ];
+    // `all` runs every write; `some` only those on /x, each at its own position.
+    let mut seqno = 2;
+    let mut skipped = std::collections::BTreeSet::new();
+    for (i, request) in on_q.iter().enumerate() {
+        batch(&mut all, seqno, 0, std::slice::from_ref(request));
+        skipped.extend(all.access(&request.1.encode()).unwrap().writes);
+        if let Some(x) = on_x.get(i) {
+            let both = batch(&mut all, seqno + 1, 0, std::slice::from_ref(x));
+            let one = batch(&mut some, seqno + 1, 0, std::slice::from_ref(x));
+            assert_eq!(both[0].body, one[0].body);
+        }
+        seqno += 2;
+    }
+    assert_ne!(all.tree(), some.tree());
+    assert_ne!(all.checkpoint(), some.checkpoint());
+    assert!(skipped.contains(&Bytes::from("n//q/lock-")), "{skipped:?}");
+    assert!(all.object_state(b"n//q/lock-").unwrap().is_some());
+    assert_eq!(all.object_state(b"n//nothing").unwrap(), None);
+    for object in &skipped {
+        let state = all.object_state(object).unwrap();
+        some.restore_object(object, state.as_deref()).unwrap();
+    }
+    assert_eq!(all.tree(), some.tree());
+    assert_eq!(all.checkpoint(), some.checkpoint());
+    let pages = |zk: &ZkService| {
+        let p = zk.pages().unwrap();
+        (0..p.len()).map(|i| p.get(i)).collect::<Vec<_>>()
+    };
+    assert!(pages(&all) == pages(&some), "the same pages");
+    // Installing again changes nothing; a wrong object is refused.
+    let state = all.object_state(b"n//q").unwrap();
+    some.restore_object(b"n//q", state.as_deref()).unwrap();
+    assert_eq!(all.checkpoint(), some.checkpoint());
+    assert!(some.restore_object(b"n//x", state.as_deref()).is_err());
+    assert!(some.restore_object(b"not a znode", None).is_err());
+    // Then both run on alike: a write on /q, and s1's close (its ephemerals go everywhere).
+    let next = [
+        (
+            GW,
+            call(s1, op::CREATE2, create_body("/q/lock-", b"", SEQUENTIAL_EPHEMERAL)),
+        ),
+        (GW, call(s1, op::CLOSE_SESSION, Vec::new())),
+    ];
+    let a = batch(&mut all, seqno, 0, &next);
+    let b = batch(&mut some, seqno, 0, &next);
+    assert_eq!((&a[0].body, a[1].err), (&b[0].body, b[1].err));
+    assert_eq!(Reader::new(&a[0].body).string(), Ok("/q/lock-0000000002".to_string()));
+    assert!(
+        all.tree().get("/q/lock-0000000000").is_none(),
+        "closed: ephemerals gone"
+    );
+    assert_eq!(all.tree(), some.tree());
+    assert_eq!(all.checkpoint(), some.checkpoint());
+}
+
+/// Under selective execution's rules the sweep of containers and TTL nodes comes every interval
+/// whether or not there are any (that is state of other nodes, which a write may not read to
+/// schedule it), first at the first batch; it still deletes an emptied container on time.
+#[test]
+fn under_positions_the_sweep_comes_every_interval() {
+    let mut h = Harness::new();
+    h.zk.use_positions();
+    assert_eq!(
+        h.zk.wake_at(),
+        Some(0),
+        "the first batch sweeps (and schedules the next)"
+    );
+    let (s, _, _) = h.connect(GW, 40_000);
+    let first = h.zk.next_sweep_us.expect("scheduled by the first wake-up");
+    h.request(GW, s, op::CREATE_CONTAINER, create_body("/c", b"", 4));
+    h.request(GW, s, op::CREATE, create_body("/c/child", b"", 0));
+    assert_eq!(h.zk.next_sweep_us, Some(first), "a write does not schedule it");
+    h.request(GW, s, op::DELETE, path_version("/c/child", -1));
+    while h.time_us < first {
+        h.time_us = (h.time_us + 20_000_000).min(first) - 1_000;
+        h.run(GW, Command::Touch { sessions: vec![s] });
+    }
+    assert!(h.zk.tree().get("/c").is_none(), "an emptied container goes");
+    assert_eq!(
+        h.zk.next_sweep_us,
+        Some(h.time_us + SWEEP_INTERVAL_US),
+        "the next one interval on"
+    );
+}
