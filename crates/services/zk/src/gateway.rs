@@ -188,6 +188,9 @@ async fn route_events(mut pushes: mpsc::Receiver<PushEvent>, shared: Arc<Shared>
                 let Ok(event) = upright_core::codec::from_bytes::<Event>(&payload) else {
                     continue;
                 };
+                // Before the client can see it: a read it sends after the event is answered
+                // from a state that includes the event's write.
+                shared.zxid.fetch_max(event.zxid, Ordering::Relaxed);
                 let sessions = shared.sessions();
                 let Some(conn) = sessions.get(&event.session) else {
                     continue;

@@ -102,6 +102,10 @@ pub struct Event {
     pub session: i64,
     /// Its number among the session's events, from 1.
     pub seq: u64,
+    /// The zxid of the write that caused it: a gateway reads nothing older for its sessions
+    /// after it (a client that saw a node's deletion event must not read the node back from a
+    /// member that has not executed the deletion yet).
+    pub zxid: i64,
     /// ReplyHeader (xid -1) and WatcherEvent, as ZooKeeper writes them.
     pub bytes: Bytes,
 }
@@ -373,6 +377,7 @@ impl ZkService {
 
     /// Pushes a watch event (`kind` on `path`) to `session`'s gateway.
     fn push_event(&mut self, session: i64, kind: i32, path: &str, effects: &mut Effects) {
+        let zxid = self.shown_zxid();
         let Some(s) = self.sessions.get_mut(&session) else {
             return;
         };
@@ -390,6 +395,7 @@ impl ZkService {
         let event = Event {
             session,
             seq: s.events,
+            zxid,
             bytes,
         };
         effects.push(s.owner, Bytes::from(upright_core::codec::to_bytes(&event)));

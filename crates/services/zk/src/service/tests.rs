@@ -924,3 +924,28 @@ fn under_positions_the_sweep_comes_every_interval() {
         "the next one interval on"
     );
 }
+
+/// An event carries the zxid of the write that caused it (a write's reply shows the same one; an
+/// expiry's is the wake-up's), so a gateway reads nothing older after passing it on.
+#[test]
+fn an_event_carries_its_writes_zxid() {
+    let mut h = Harness::new();
+    let (owner, _, _) = h.connect(GW, 4_000);
+    let (watcher, _, _) = h.connect(GW2, 40_000);
+    h.request(GW, owner, op::CREATE, create_body("/e", b"", 1));
+    let created = h.request(GW, owner, op::CREATE, create_body("/f", b"", 0));
+    h.request(GW2, watcher, op::EXISTS, path_watch("/e", true));
+    let set = h.request(GW, owner, op::SET_DATA, set_body("/f", b"x", -1));
+    assert!(set.zxid > created.zxid);
+    h.request(GW2, watcher, op::GET_DATA, path_watch("/f", true));
+    let changed = h.request(GW, owner, op::SET_DATA, set_body("/f", b"y", -1));
+    let event = &h.pushes.last().unwrap().1;
+    assert_eq!(event.zxid, changed.zxid, "the data watch on /f");
+    // The owner's session expires: /e goes in the wake-up's write, and the event says so.
+    let deadline = h.zk.wake_at().unwrap();
+    h.idle_until(deadline);
+    assert!(h.zk.tree().get("/e").is_none());
+    let event = &h.pushes.last().unwrap().1;
+    assert_eq!(event.zxid, h.zk.zxid, "the expiry's write");
+    assert!(event.zxid > changed.zxid);
+}
