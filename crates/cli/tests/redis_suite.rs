@@ -145,13 +145,15 @@ fn redis_own_suite_passes_its_units_against_the_demo() {
         for name in *skipped {
             cmd.args(["--skiptest", name]);
         }
+        let started = std::time::Instant::now();
         let out = cmd.output().expect("run the suite");
         let text = strip_colors(&String::from_utf8_lossy(&out.stdout));
         let count = |tag: &str| text.lines().filter(|l| l.starts_with(&format!("[{tag}]:"))).count();
         let (ok, err, exception) = (count("ok"), count("err"), count("exception"));
         println!(
-            "{unit}: {ok} passed, {err} failed, {exception} exceptions, {} skipped by name",
-            skipped.len()
+            "{unit}: {ok} passed, {err} failed, {exception} exceptions, {} skipped by name, in {:.1} s",
+            skipped.len(),
+            started.elapsed().as_secs_f64()
         );
         assert!(
             out.status.success() && err == 0 && exception == 0 && ok > 0,
