@@ -8,11 +8,18 @@
 //! (`weak-reply-quorum`, `single-object-copy`) are in `sabotage.rs`.
 
 use upright_sim::sweep::sweep;
-use upright_sim::SimOptions;
+use upright_sim::{ServiceKind, SimOptions};
 
 fn selective(seed: u64, u: usize, r: usize) -> SimOptions {
     let mut opts = SimOptions::new(seed, u, r);
     opts.selective_execution = true;
+    opts
+}
+
+/// [`selective`] at `r = 1` with another service than the KV.
+fn selective_with(service: ServiceKind, seed: u64, u: usize) -> SimOptions {
+    let mut opts = selective(seed, u, 1);
+    opts.service = service;
     opts
 }
 
@@ -52,11 +59,7 @@ fn one_hundred_selective_seeds_crash_only_u1_r0() {
 /// store").
 #[test]
 fn two_hundred_selective_redis_seeds_u1_r1_and_one_hundred_fifty_u2_r1() {
-    let redis = |seed, u| {
-        let mut opts = selective(seed, u, 1);
-        opts.service = upright_sim::ServiceKind::Redis;
-        opts
-    };
+    let redis = |seed, u| selective_with(ServiceKind::Redis, seed, u);
     let result = sweep(40_000, 200, |seed| redis(seed, 1));
     result.assert_clean(1, 200);
     assert!(
@@ -72,11 +75,7 @@ fn two_hundred_selective_redis_seeds_u1_r1_and_one_hundred_fifty_u2_r1() {
 /// disk, with every fault class.
 #[test]
 fn one_hundred_selective_paged_seeds_u1_r1_and_one_hundred_u2_r1() {
-    let paged = |seed, u| {
-        let mut opts = selective(seed, u, 1);
-        opts.service = upright_sim::ServiceKind::PagedKv;
-        opts
-    };
+    let paged = |seed, u| selective_with(ServiceKind::PagedKv, seed, u);
     let result = sweep(60_000, 100, |seed| paged(seed, 1));
     result.assert_clean(1, 100);
     let tallies = &result.summary.tallies;

@@ -249,6 +249,17 @@ impl ZkService {
         self.position.unwrap_or(self.zxid)
     }
 
+    /// When the next sweep of containers and TTL nodes is due. Under selective execution's rules
+    /// whether there are any is not state one write may read (they are other nodes): the sweep
+    /// then comes every interval, first at the first batch.
+    fn sweep_at(&self) -> Option<u64> {
+        if self.positions {
+            Some(self.next_sweep_us.unwrap_or(0))
+        } else {
+            self.next_sweep_us
+        }
+    }
+
     /// The zxid the next write gets.
     fn next_zxid(&self) -> i64 {
         self.position.unwrap_or(self.zxid + 1)
@@ -762,15 +773,7 @@ impl Service for ZkService {
 
     fn wake_at(&self) -> Option<u64> {
         let deadline = self.deadlines.first().map(|&(at, _)| at);
-        // Under selective execution's rules whether there are containers or TTL nodes is not
-        // state one write may read (they are on other nodes): the sweep comes every interval,
-        // first at the first batch.
-        let sweep = if self.positions {
-            Some(self.next_sweep_us.unwrap_or(0))
-        } else {
-            self.next_sweep_us
-        };
-        match (deadline, sweep) {
+        match (deadline, self.sweep_at()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -784,9 +787,7 @@ impl Service for ZkService {
             }
             self.end_session(session, effects);
         }
-        if self.next_sweep_us.is_some_and(|at| at <= context.time_us)
-            || (self.positions && self.next_sweep_us.is_none())
-        {
+        if self.sweep_at().is_some_and(|at| at <= context.time_us) {
             let gone = self.tree.sweep(self.next_zxid(), (context.time_us / 1_000) as i64);
             if !gone.is_empty() {
                 self.wrote();

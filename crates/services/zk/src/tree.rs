@@ -145,8 +145,8 @@ impl Default for Tree {
 /// Nodes saved before a multi touched them, to put back if it fails.
 type Undo = BTreeMap<String, Option<Node>>;
 
-/// The parent of a valid path ("/" for a child of the root).
-fn parent_of(path: &str) -> &str {
+/// The parent of a valid path ("/" for a child of the root, and for the root).
+pub(crate) fn parent_of(path: &str) -> &str {
     match path.rfind('/') {
         Some(0) | None => "/",
         Some(i) => &path[..i],
@@ -280,10 +280,10 @@ impl Tree {
         self.nodes.range::<str, _>((Bound::Included(from), Bound::Excluded(to)))
     }
 
-    /// Puts `node` at `path`, or removes the node there for `None`, as an object's certified
-    /// state brings it under selective execution: nothing else changes here (its parent's and
-    /// children's own objects bring theirs), the indexes of ephemeral, container and TTL nodes
-    /// and the page bookkeeping follow.
+    /// Puts `node` at `path`, or removes the node there for `None` (a failed multi's undo, an
+    /// object's certified state under selective execution): nothing else changes here (not its
+    /// parent's children), the indexes of ephemeral, container and TTL nodes and the page
+    /// bookkeeping follow.
     pub fn put_node(&mut self, path: &str, node: Option<Node>) {
         if let Some(old) = self.nodes.remove(path) {
             if let Some(owner) = old.session() {
@@ -402,25 +402,7 @@ impl Tree {
 
     fn restore(&mut self, undo: Undo) {
         for (path, node) in undo {
-            self.dirty.insert(path.clone());
-            if let Some(owner) = self.nodes.get(&path).and_then(Node::session) {
-                self.unindex(owner, &path);
-            }
-            self.swept.remove(&path);
-            match node {
-                Some(node) => {
-                    if let Some(owner) = node.session() {
-                        self.ephemerals.entry(owner).or_default().insert(path.clone());
-                    }
-                    if node.is_swept() {
-                        self.swept.insert(path.clone());
-                    }
-                    self.nodes.insert(path, node);
-                }
-                None => {
-                    self.nodes.remove(&path);
-                }
-            }
+            self.put_node(&path, node);
         }
     }
 
@@ -564,14 +546,7 @@ impl Tree {
         self.save(undo, &parent_path);
         let node = Node::new(data.clone(), acl, txn.zxid, txn.time_ms, owner);
         let stat = node.stat();
-        if let Some(session) = node.session() {
-            self.ephemerals.entry(session).or_default().insert(path.clone());
-        }
-        if node.is_swept() {
-            self.swept.insert(path.clone());
-        }
-        self.nodes.insert(path.clone(), node);
-        self.dirty.insert(path.clone());
+        self.put_node(&path, Some(node));
         self.dirty.insert(parent_path.clone());
         let parent = self.nodes.get_mut(&parent_path).expect("checked above");
         parent.children.insert(name_of(&path).to_string());
@@ -582,13 +557,9 @@ impl Tree {
 
     /// Removes a childless node (checked by the caller) and updates its parent.
     fn remove(&mut self, zxid: i64, path: &str) {
-        let node = self.nodes.remove(path).expect("checked by the caller");
-        self.dirty.insert(path.to_string());
+        assert!(self.nodes.contains_key(path), "checked by the caller");
+        self.put_node(path, None);
         self.dirty.insert(parent_of(path).to_string());
-        if let Some(owner) = node.session() {
-            self.unindex(owner, path);
-        }
-        self.swept.remove(path);
         let parent = self.nodes.get_mut(parent_of(path)).expect("a node's parent exists");
         parent.children.remove(name_of(path));
         parent.stat.cversion = parent.stat.cversion.wrapping_add(1);

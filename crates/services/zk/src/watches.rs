@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::tree::parent_of;
+
 /// Most watches one session may hold (each kind counted); a request that would pass it is
 /// refused, so no session can grow the agreed state without bound.
 pub const WATCHES_PER_SESSION_MAX: usize = 65_536;
@@ -51,13 +53,6 @@ pub struct Watches {
     by_path: BTreeMap<(Kind, String), BTreeSet<i64>>,
     /// Each session's watches.
     by_session: BTreeMap<i64, BTreeSet<(Kind, String)>>,
-}
-
-fn parent_of(path: &str) -> &str {
-    match path.rfind('/') {
-        Some(0) | None => "/",
-        Some(i) => &path[..i],
-    }
 }
 
 impl Watches {

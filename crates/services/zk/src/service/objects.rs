@@ -31,7 +31,7 @@ use upright_core::service::{Access, RestoreError};
 use super::{Command, ZkService};
 use crate::jute::Reader;
 use crate::proto::{op, CreateMode, Op};
-use crate::tree::Node;
+use crate::tree::{parent_of, Node};
 use crate::watches::Kind;
 
 /// What every object name starts with.
@@ -63,14 +63,6 @@ fn named(path: &str) -> Bytes {
     Bytes::from(format!("{NODE_PREFIX}{path}"))
 }
 
-/// The parent of `path` (the root's parent is the root).
-fn parent_of(path: &str) -> &str {
-    match path.rfind('/') {
-        Some(0) | None => "/",
-        Some(i) => &path[..i],
-    }
-}
-
 /// The path an object is named after (`None` for a name that is not an object's).
 fn base_of(object: &[u8]) -> Option<&str> {
     std::str::from_utf8(object.strip_prefix(NODE_PREFIX.as_bytes())?).ok()
@@ -99,27 +91,42 @@ struct ObjectState {
 }
 
 impl ZkService {
+    /// Calls `node` with each node of object `name` (named after `base`) and `watch` with each
+    /// one-shot watch on its paths.
+    fn visit_object(
+        &self,
+        name: &Bytes,
+        base: &str,
+        mut node: impl FnMut(&String, &Node),
+        mut watch: impl FnMut(Kind, &String, &BTreeSet<i64>),
+    ) {
+        for (from, to) in ranges(base) {
+            for (path, n) in self.tree.nodes_in(&from, &to) {
+                if object_of(path) == name {
+                    node(path, n);
+                }
+            }
+            for kind in ONE_SHOT {
+                for (path, sessions) in self.watches.watching_in(kind, &from, &to) {
+                    if object_of(path) == name {
+                        watch(kind, path, sessions);
+                    }
+                }
+            }
+        }
+    }
+
     /// The state of object `object` ([`upright_core::service::Service::object_state`]).
     pub(super) fn object_state_of(&self, object: &[u8]) -> Option<Bytes> {
         let name = Bytes::copy_from_slice(object);
         let base = base_of(object)?;
         let mut state = ObjectState::default();
-        for (from, to) in ranges(base) {
-            state.nodes.extend(
-                self.tree
-                    .nodes_in(&from, &to)
-                    .filter(|(path, _)| object_of(path) == name)
-                    .map(|(path, node)| (path.clone(), node.clone())),
-            );
-            for kind in ONE_SHOT {
-                state.watches.extend(
-                    self.watches
-                        .watching_in(kind, &from, &to)
-                        .filter(|(path, _)| object_of(path) == name)
-                        .map(|(path, sessions)| (kind, path.clone(), sessions.clone())),
-                );
-            }
-        }
+        self.visit_object(
+            &name,
+            base,
+            |path, node| state.nodes.push((path.clone(), node.clone())),
+            |kind, path, sessions| state.watches.push((kind, path.clone(), sessions.clone())),
+        );
         (state != ObjectState::default()).then(|| Bytes::from(upright_core::codec::to_bytes(&state)))
     }
 
@@ -146,22 +153,12 @@ impl ZkService {
         }
         let mut old_nodes = Vec::new();
         let mut old_watches = Vec::new();
-        for (from, to) in ranges(base) {
-            old_nodes.extend(
-                self.tree
-                    .nodes_in(&from, &to)
-                    .map(|(path, _)| path.clone())
-                    .filter(|path| object_of(path) == name),
-            );
-            for kind in ONE_SHOT {
-                old_watches.extend(
-                    self.watches
-                        .watching_in(kind, &from, &to)
-                        .map(|(path, _)| (kind, path.clone()))
-                        .filter(|(_, path)| object_of(path) == name),
-                );
-            }
-        }
+        self.visit_object(
+            &name,
+            base,
+            |path, _| old_nodes.push(path.clone()),
+            |kind, path, _| old_watches.push((kind, path.clone())),
+        );
         for path in old_nodes {
             self.tree.put_node(&path, None);
         }

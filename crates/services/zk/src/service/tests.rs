@@ -706,6 +706,24 @@ fn batch(zk: &mut ZkService, seqno: u64, index: u32, requests: &[(ClientId, Comm
         .collect()
 }
 
+/// New sessions through `gateways` on two members (a connect is global: both run it), in batch
+/// 1 one after another; their ids.
+fn connect_on_both(all: &mut ZkService, some: &mut ZkService, gateways: &[ClientId]) -> Vec<i64> {
+    let connect = Command::Connect {
+        session: 0,
+        password: Bytes::new(),
+        timeout_ms: 30_000,
+    };
+    let mut sessions = Vec::new();
+    for (index, gateway) in gateways.iter().enumerate() {
+        let request = [(*gateway, connect.clone())];
+        let reply = batch(all, 1, index as u32, &request).remove(0);
+        batch(some, 1, index as u32, &request);
+        sessions.push(Reader::new(&reply.answer.bytes[8..]).long().unwrap());
+    }
+    sessions
+}
+
 fn call(session: i64, opcode: i32, body: Vec<u8>) -> Command {
     Command::Request {
         session,
@@ -727,16 +745,7 @@ fn under_positions_a_write_gets_its_agreed_position_whichever_member_runs_it() {
             all.use_positions();
             some.use_positions();
         }
-        let connect = Command::Connect {
-            session: 0,
-            password: Bytes::new(),
-            timeout_ms: 30_000,
-        };
-        // The connect is global: both run it.
-        let s = Reader::new(&batch(&mut all, 1, 0, &[(GW, connect.clone())])[0].answer.bytes[8..])
-            .long()
-            .unwrap();
-        batch(&mut some, 1, 0, &[(GW, connect)]);
+        let s = connect_on_both(&mut all, &mut some, &[GW])[0];
         let on_b = call(s, op::CREATE, create_body("/b", b"", 0));
         let on_a = call(s, op::CREATE2, create_body("/a", b"x", 0));
         // Batch 2: a write on /b, then one on /a. `some` runs the second alone, at index 1.
@@ -808,16 +817,9 @@ fn object_states_bring_a_member_that_skipped_writes_to_the_same_state() {
     let (mut all, mut some) = (ZkService::new(), ZkService::new());
     all.use_positions();
     some.use_positions();
-    let connect = Command::Connect {
-        session: 0,
-        password: Bytes::new(),
-        timeout_ms: 30_000,
+    let [s1, s2] = connect_on_both(&mut all, &mut some, &[GW, GW2])[..] else {
+        unreachable!("two gateways, two sessions")
     };
-    let session = |reply: &Reply| Reader::new(&reply.answer.bytes[8..]).long().unwrap();
-    let s1 = session(&batch(&mut all, 1, 0, &[(GW, connect.clone())])[0]);
-    let s2 = session(&batch(&mut all, 1, 1, &[(GW2, connect.clone())])[0]);
-    batch(&mut some, 1, 0, &[(GW, connect.clone())]);
-    batch(&mut some, 1, 1, &[(GW2, connect)]);
     const SEQUENTIAL_EPHEMERAL: i32 = 3;
     const CONTAINER: i32 = 4;
     let on_q = [
