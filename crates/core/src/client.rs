@@ -324,14 +324,18 @@ impl Client {
         };
         match &envelope.message {
             Message::Reply { .. } | Message::TentativeReply { .. } => self.on_reply(now, exec, envelope, out),
-            Message::Push { seq, payload } => {
+            Message::Push { stream, seq, payload } => {
                 if self.sealed_for_me(envelope, out) {
-                    self.on_push(now, exec, *seq, payload, out);
+                    self.on_push(now, exec, stream.as_ref(), *seq, payload, out);
                 }
             }
-            Message::PushGap { next, resume_at } => {
+            Message::PushGap {
+                stream,
+                next,
+                resume_at,
+            } => {
                 if self.sealed_for_me(envelope, out) {
-                    self.on_push_gap(exec, *next, *resume_at, out);
+                    self.on_push_gap(now, exec, stream.as_ref(), *next, *resume_at, out);
                 }
             }
             _ => self.stats.bump("dropped_unexpected_message"),
@@ -551,10 +555,24 @@ impl Client {
         out.push(Action::CancelTimer {
             timer: Timer::ClientRetransmit,
         });
-        out.push(Action::Deliver {
-            request_id,
-            result: full,
-        });
+        let result = if self.config.selective_execution {
+            // The result behind the positions of the push streams the request announced.
+            match crate::message::unwrap_announced(&full) {
+                Some((streams, result)) => {
+                    if !streams.is_empty() {
+                        self.follow_streams(now, streams, out);
+                    }
+                    result
+                }
+                None => {
+                    self.stats.bump("reply_not_wrapped");
+                    full
+                }
+            }
+        } else {
+            full
+        };
+        out.push(Action::Deliver { request_id, result });
         self.stats.bump("delivered");
         self.start_next(now, out);
     }

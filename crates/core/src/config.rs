@@ -100,6 +100,10 @@ pub enum Sabotage {
     /// does not hold): one Byzantine order member can then have it execute a batch that was
     /// never agreed.
     SeparateNextBatch,
+    /// Selective execution: a member installing an object from OBJECT-CP keeps its own stale
+    /// push streams of the object instead of the certified ones, so it numbers the object's
+    /// next pushes from where it stopped running the object's requests.
+    StaleStreams,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.

@@ -6,7 +6,9 @@
 //! Watches (one-shot, as ZooKeeper's): an ordered `Get` of a key makes its client a watcher of
 //! that key; the next write to the key (by anyone) pushes a [`KvEvent`] with the key's new value
 //! to every watcher but the writer, and ends those watches. A `Get` on the read-only path changes
-//! nothing, so it sets no watch.
+//! nothing, so it sets no watch. The events are pushed on the key ([`Effects::push_on`]), and a
+//! watch announces the key's stream to its client: under selective execution each key's events
+//! are numbered in their own stream (docs/ODRC.md, "Per-object push streams").
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -151,6 +153,12 @@ pub struct KvService {
     map: BTreeMap<Bytes, Bytes>,
     /// Key -> the clients watching it (see the module documentation).
     watches: BTreeMap<Bytes, BTreeSet<ClientId>>,
+    /// Run under selective execution.
+    selective: bool,
+    /// Under selective execution: the watched keys as of the last checkpoint, against which
+    /// new watches are bounded (so the bound allows [`WATCHED_KEYS_MAX`] plus what one
+    /// checkpoint interval's requests add).
+    watched_agreed: std::cell::Cell<usize>,
 }
 
 impl KvService {
@@ -193,8 +201,17 @@ impl KvService {
         let reply = self.apply(operation);
         match operation {
             KvOperation::Get { key } => {
-                if self.watches.contains_key(key) || self.watches.len() < WATCHED_KEYS_MAX {
+                // Under selective execution the bound is checked against the watched keys of
+                // the last checkpoint (the same on every member), not this member's count,
+                // which depends on the keys it maintains.
+                let watched = if self.selective {
+                    self.watched_agreed.get()
+                } else {
+                    self.watches.len()
+                };
+                if self.watches.contains_key(key) || watched < WATCHED_KEYS_MAX {
                     self.watches.entry(key.clone()).or_default().insert(client);
+                    effects.announce_stream(client, key.clone());
                 }
             }
             KvOperation::Put { key, .. }
@@ -208,7 +225,7 @@ impl KvService {
                     }
                     .encode();
                     for watcher in watchers.into_iter().filter(|&w| w != client) {
-                        effects.push(watcher, event.clone());
+                        effects.push_on(key.clone(), watcher, event.clone());
                     }
                 }
             }
@@ -249,8 +266,12 @@ impl Service for KvService {
         })
     }
 
-    /// Its requests already touch only the key they name.
+    /// Its requests already touch only the key they name; a write's watch events go in the
+    /// key's push streams, and the bound on watched keys is checked against the last
+    /// checkpoint's count.
     fn enable_selective_execution(&mut self) -> bool {
+        self.selective = true;
+        self.watched_agreed.set(self.watches.len());
         true
     }
 
@@ -294,6 +315,7 @@ impl Service for KvService {
     }
 
     fn checkpoint(&self) -> Bytes {
+        self.watched_agreed.set(self.watches.len());
         let pairs: Vec<(&Bytes, &Bytes)> = self.map.iter().collect();
         let watches: Vec<(&Bytes, Vec<ClientId>)> = self
             .watches
@@ -312,6 +334,7 @@ impl Service for KvService {
         }
         self.map = pairs.into_iter().collect();
         self.watches = watches.into_iter().map(|(k, w)| (k, w.into_iter().collect())).collect();
+        self.watched_agreed.set(self.watches.len());
         Ok(())
     }
 }

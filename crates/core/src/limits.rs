@@ -45,6 +45,18 @@ pub const PUSHES_RESENT_MAX: usize = 16;
 /// `next .. next + PUSH_WINDOW`); pushes further ahead are dropped and fetched again later.
 pub const PUSH_WINDOW: u64 = 2 * PUSHES_KEPT_PER_CLIENT as u64;
 
+/// Object streams of pushes (selective execution, docs/ODRC.md "Per-object push streams") a
+/// client follows and lists in one PUSH-RESUME; past it the client forgets the one idle longest.
+pub const PUSH_STREAMS_MAX: usize = 64;
+
+/// Pushes an execution member keeps per object stream (one client's pushes on one object) for a
+/// client that missed some; a stream's kept pushes are part of its object's state, so the bound
+/// is per stream (a bound across streams would make objects depend on each other).
+pub const PUSHES_KEPT_PER_STREAM: usize = 16;
+
+/// Longest name of an object stream, in bytes.
+pub const PUSH_STREAM_NAME_MAX: usize = 4096;
+
 // ---- the stages' working bounds (each queue, cache and in-flight set), by stage ----
 
 // Replica host

@@ -52,18 +52,56 @@ pub struct Push {
     /// What it says (at most [`crate::limits::PUSH_BYTES_MAX`] bytes; longer ones are dropped and
     /// counted by the execution stage).
     pub payload: Bytes,
+    /// The object whose write emitted it ([`Effects::push_on`]), if any: under selective
+    /// execution its stream.
+    pub object: Option<Bytes>,
 }
 
 /// What executing a batch does besides its replies, collected in emission order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Effects {
     pushes: Vec<Push>,
+    /// `(client, object)`: streams whose position the running request's reply announces.
+    announced: Vec<(ClientId, Bytes)>,
 }
 
 impl Effects {
     /// Pushes `payload` to `client` after this batch's replies.
     pub fn push(&mut self, client: ClientId, payload: Bytes) {
-        self.pushes.push(Push { client, payload });
+        self.pushes.push(Push {
+            client,
+            payload,
+            object: None,
+        });
+    }
+
+    /// Pushes `payload` to `client` on behalf of `object`, which the running request (or
+    /// wake-up) writes: a ZooKeeper watch event of the node, a key's watch. Without selective
+    /// execution it is a [`Effects::push`]. Under selective execution (docs/ODRC.md, "Per-object
+    /// push streams") it goes in the stream of `(object, client)`, numbered by whichever members
+    /// run the object's requests and carried with the object's state at checkpoints, so members
+    /// that ran different requests number it alike; a push on an object the request did not
+    /// declare is dropped (counted `push_object_undeclared`).
+    pub fn push_on(&mut self, object: Bytes, client: ClientId, payload: Bytes) {
+        self.pushes.push(Push {
+            client,
+            payload,
+            object: Some(object),
+        });
+    }
+
+    /// Tells the running request's client, in its reply, where its stream of pushes on
+    /// `object` stands (under selective execution; nothing otherwise): call it when the request
+    /// makes the client wait for such pushes (sets a watch), so the client asks for them even if
+    /// every copy of the first one is lost. `client` must be the request's own client (others
+    /// are ignored).
+    pub fn announce_stream(&mut self, client: ClientId, object: Bytes) {
+        self.announced.push((client, object));
+    }
+
+    /// Takes the announced streams, leaving none.
+    pub fn take_announced(&mut self) -> Vec<(ClientId, Bytes)> {
+        std::mem::take(&mut self.announced)
     }
 
     /// The pushes, in the order they were emitted.

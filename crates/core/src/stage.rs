@@ -139,10 +139,13 @@ pub enum Action {
         /// The result.
         result: Bytes,
     },
-    /// Client only: pushed message `seq` (numbered from 1 for this client), accepted on
+    /// Client only: pushed message `seq` of its stream (numbered from 1), accepted on
     /// `q.push()` matching copies; delivered in order, each once.
     DeliverPush {
-        /// Its number.
+        /// Its stream: `None` for the client's own, `Some(object)` for its pushes on an object
+        /// under selective execution (docs/ODRC.md, "Per-object push streams").
+        stream: Option<Bytes>,
+        /// Its number in its stream.
         seq: u64,
         /// What the service pushed.
         payload: Bytes,
@@ -150,6 +153,8 @@ pub enum Action {
     /// Client only: pushes `missed_from .. resume_at` are no longer kept by the execution
     /// members and will not be delivered; the next delivered is `resume_at`.
     PushGap {
+        /// Its stream (as in [`Action::DeliverPush`]).
+        stream: Option<Bytes>,
         /// The first push missed.
         missed_from: u64,
         /// The next push that will be delivered.
@@ -192,7 +197,9 @@ pub enum Event {
     Pushed {
         /// The client.
         client: ClientId,
-        /// Its number among the pushes to this client.
+        /// Its stream (as in PUSH): `None` for the client's own.
+        stream: Option<Bytes>,
+        /// Its number among the pushes of its stream to this client.
         seq: u64,
         /// Digest of the payload.
         digest: Digest,

@@ -5,6 +5,8 @@
 //! and byte string against its named limit ([`crate::limits`]) before a stage sees the message.
 //! Decoding arbitrary bytes never panics (the `decode_never_panics` property test).
 
+use bytes::Bytes;
+
 use crate::codec::{from_bytes, DecodeError};
 use crate::limits::*;
 use crate::message::PbftMessage;
@@ -194,7 +196,15 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
         }
         Message::StateManifest { chunk_digests, .. } => limit(chunk_digests.len() <= STATE_CHUNKS_MAX, "manifest"),
         Message::StateChunk { data, .. } => limit(data.len() <= STATE_CHUNK_BYTES_MAX, "state chunk"),
-        Message::Push { payload, .. } => limit(payload.len() <= crate::limits::PUSH_BYTES_MAX, "push"),
+        Message::Push { payload, stream, .. } => {
+            limit(payload.len() <= crate::limits::PUSH_BYTES_MAX, "push")?;
+            limit(stream_name_ok(stream.as_ref()), "push stream")
+        }
+        Message::PushGap { stream, .. } => limit(stream_name_ok(stream.as_ref()), "push stream"),
+        Message::PushResume { streams, .. } => {
+            limit(streams.len() <= crate::limits::PUSH_STREAMS_MAX, "push streams")?;
+            limit(streams.iter().all(|(s, _)| stream_name_ok(Some(s))), "push stream")
+        }
         Message::FetchPages { nodes, pages, .. } => {
             limit(nodes.len() <= PAGE_ITEMS_PER_FETCH, "fetched nodes")?;
             limit(pages.len() <= PAGE_ITEMS_PER_FETCH, "fetched pages")
@@ -210,13 +220,35 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
             limit(pages.len() <= PAGE_ITEMS_PER_FETCH, "answered pages")?;
             limit(pages.iter().all(|(_, page)| page.len() <= PAGE_BYTES_MAX), "page")
         }
-        Message::ObjectCheckpoint { objects, replies, .. } => {
+        Message::ObjectCheckpoint {
+            objects,
+            replies,
+            streams,
+            ..
+        } => {
             limit(objects.len() <= LIST_ENTRIES_MAX, "checkpointed objects")?;
             limit(replies.len() <= LIST_ENTRIES_MAX, "checkpointed replies")?;
+            limit(streams.len() <= LIST_ENTRIES_MAX, "checkpointed streams")?;
+            limit(
+                streams.iter().all(|(_, per_client)| {
+                    per_client.len() <= LIST_ENTRIES_MAX
+                        && per_client
+                            .iter()
+                            .all(|(_, s)| s.kept.len() <= crate::limits::PUSHES_KEPT_PER_STREAM)
+                }),
+                "checkpointed stream",
+            )?;
+            let stream_bytes = streams.iter().flat_map(|(name, per_client)| {
+                let kept = per_client
+                    .iter()
+                    .flat_map(|(_, s)| s.kept.iter().map(|(_, p)| p.len() + 8));
+                std::iter::once(name.len()).chain(kept)
+            });
             let bytes: usize = objects
                 .iter()
                 .map(|(name, state)| name.len() + state.as_ref().map_or(0, |s| s.len()))
                 .chain(replies.iter().map(|(_, _, reply)| reply.len()))
+                .chain(stream_bytes)
                 .sum();
             limit(bytes <= crate::limits::OBJECT_CP_BYTES_MAX, "object checkpoint")
         }
@@ -235,10 +267,13 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
         | Message::Fetch { .. }
         | Message::FetchState { .. }
         | Message::PrimaryHint { .. }
-        | Message::PushResume { .. }
-        | Message::PushGap { .. }
         | Message::NewKey { .. } => Ok(()),
     }
+}
+
+/// Whether a push stream's name is within [`crate::limits::PUSH_STREAM_NAME_MAX`].
+fn stream_name_ok(stream: Option<&Bytes>) -> bool {
+    stream.is_none_or(|s| s.len() <= crate::limits::PUSH_STREAM_NAME_MAX)
 }
 
 fn validate_broadcast(b: &crate::message::lcr::Broadcast) -> Result<(), DecodeError> {

@@ -60,19 +60,25 @@ pub enum ClientError {
 /// far behind, further pushes are dropped and reported to it as a [`PushEvent::Gap`].
 pub const PUSH_QUEUE_MAX: usize = 1024;
 
-/// What the cluster pushed to this client, in order (docs/PROTOCOL.md "Pushed messages").
+/// What the cluster pushed to this client, in order (docs/PROTOCOL.md "Pushed messages"), per
+/// stream: the client's own (`stream: None`), and under selective execution each object stream
+/// it follows (docs/ODRC.md, "Per-object push streams"), numbered on its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PushEvent {
-    /// Push `seq` (numbered from 1), accepted on `r + 1` matching copies.
+    /// Push `seq` of `stream` (numbered from 1), accepted on `r + 1` matching copies.
     Message {
+        /// Its stream.
+        stream: Option<Bytes>,
         /// Its number.
         seq: u64,
         /// What the service pushed.
         payload: Bytes,
     },
-    /// Pushes `missed_from .. resume_at` will not come: the execution members no longer keep
-    /// them, or the application did not take them in time.
+    /// Pushes `missed_from .. resume_at` of `stream` will not come: the execution members no
+    /// longer keep them, or the application did not take them in time.
     Gap {
+        /// Its stream.
+        stream: Option<Bytes>,
         /// The first missed push.
         missed_from: u64,
         /// The next push that will come.
@@ -83,29 +89,35 @@ pub enum PushEvent {
 /// The client task's side of the push queue: a gap for pushes the application did not take.
 struct PushOut {
     tx: mpsc::Sender<PushEvent>,
-    /// Pushes dropped because the queue was full, not yet reported: `(first, next)`.
-    dropped: Option<(u64, u64)>,
+    /// Per stream, pushes dropped because the queue was full, not yet reported: `(first, next)`
+    /// (at most the client's own stream and the object streams it follows).
+    dropped: BTreeMap<Option<Bytes>, (u64, u64)>,
 }
 
 impl PushOut {
     fn send(&mut self, event: PushEvent) {
-        let (first, next) = match &event {
-            PushEvent::Message { seq, .. } => (*seq, seq + 1),
-            PushEvent::Gap { missed_from, resume_at } => (*missed_from, *resume_at),
+        let (stream, first, next) = match &event {
+            PushEvent::Message { stream, seq, .. } => (stream.clone(), *seq, seq + 1),
+            PushEvent::Gap {
+                stream,
+                missed_from,
+                resume_at,
+            } => (stream.clone(), *missed_from, *resume_at),
         };
-        if let Some((from, _)) = self.dropped {
+        if let Some(&(from, _)) = self.dropped.get(&stream) {
             let gap = PushEvent::Gap {
+                stream: stream.clone(),
                 missed_from: from,
                 resume_at: first,
             };
             if self.tx.try_send(gap).is_err() {
-                self.dropped = Some((from, next));
+                self.dropped.insert(stream, (from, next));
                 return;
             }
-            self.dropped = None;
+            self.dropped.remove(&stream);
         }
         if self.tx.try_send(event).is_err() {
-            self.dropped = Some((first, next));
+            self.dropped.insert(stream, (first, next));
         }
     }
 }
@@ -366,7 +378,7 @@ fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>,
         let task = ClientTask {
             pushes: PushOut {
                 tx: push_tx,
-                dropped: None,
+                dropped: BTreeMap::new(),
             },
             client: prepared.client,
             replicas: replicas.clone(),
@@ -535,10 +547,18 @@ impl ClientTask {
                         let _ = reply.send(result);
                     }
                 }
-                Action::DeliverPush { seq, payload } => self.pushes.send(PushEvent::Message { seq, payload }),
-                Action::PushGap { missed_from, resume_at } => {
-                    self.pushes.send(PushEvent::Gap { missed_from, resume_at })
+                Action::DeliverPush { stream, seq, payload } => {
+                    self.pushes.send(PushEvent::Message { stream, seq, payload })
                 }
+                Action::PushGap {
+                    stream,
+                    missed_from,
+                    resume_at,
+                } => self.pushes.send(PushEvent::Gap {
+                    stream,
+                    missed_from,
+                    resume_at,
+                }),
                 Action::Persist { .. } | Action::PersistLazily { .. } | Action::Note(_) => {}
             }
         }

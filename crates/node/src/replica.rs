@@ -83,7 +83,11 @@ pub fn forging_pushes(service: ServiceFactory) -> ServiceFactory {
         ) -> Vec<Bytes> {
             let replies = self.0.execute(context, requests, effects);
             for push in effects.take_pushes() {
-                effects.push(push.client, Bytes::from([&push.payload[..], b"<forged>"].concat()));
+                let forged = Bytes::from([&push.payload[..], b"<forged>"].concat());
+                match push.object {
+                    Some(object) => effects.push_on(object, push.client, forged),
+                    None => effects.push(push.client, forged),
+                }
             }
             replies
         }

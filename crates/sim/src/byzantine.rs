@@ -371,17 +371,19 @@ impl Byzantine {
                     };
                     out.extend(self.reseal(from, &message, &envelope.seal, &remote));
                 }
-                Message::Push { seq, payload } => {
+                Message::Push { stream, seq, payload } => {
                     // A forged push under the same number, and now and then a false claim that
                     // the next pushes are gone.
                     counts.bump(FORGED_PUSH_CLASS);
                     let forged = Message::Push {
+                        stream: stream.clone(),
                         seq: *seq,
                         payload: Bytes::from([&payload[..], b"<forged>"].concat()),
                     };
                     out.extend(self.reseal(from, &forged, &envelope.seal, &remote));
                     if rng.random_bool(0.3) {
                         let gap = Message::PushGap {
+                            stream: stream.clone(),
                             next: *seq,
                             resume_at: seq + 5,
                         };

@@ -26,8 +26,8 @@ struct Args {
     /// --service zk), count-proposals-twice (with --mutate), skip-recovery-check,
     /// keep-retired-keys, shared-configuration-keys, lcr-deliver-unstable (r = 0),
     /// tentative-small-quorum, tentative-no-rollback, quorum-drop-speculative (u = r; runs
-    /// --protocol quorum), chain-skip-check (r >= 1; runs --protocol chain), weak-reply-quorum
-    /// or single-object-copy (r >= 1; run --selective-execution).
+    /// --protocol quorum), chain-skip-check (r >= 1; runs --protocol chain), weak-reply-quorum,
+    /// single-object-copy or stale-streams (r >= 1; run --selective-execution).
     #[arg(long)]
     sabotage: Option<String>,
     /// Virtual seconds of client workload per seed.

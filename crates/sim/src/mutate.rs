@@ -484,10 +484,11 @@ pub fn mutate(rng: &mut ChaCha8Rng, keys: &KeyRing, me: ReplicaId, message: &Mes
                 kind,
             )
         }
-        Message::Push { seq, payload } => {
+        Message::Push { stream, seq, payload } => {
             if pick % 2 == 0 {
                 (
                     Message::Push {
+                        stream,
                         seq: nudge(seq, rng),
                         payload,
                     },
@@ -495,12 +496,23 @@ pub fn mutate(rng: &mut ChaCha8Rng, keys: &KeyRing, me: ReplicaId, message: &Mes
                 )
             } else {
                 let payload = flip_bytes(&payload, rng);
-                (Message::Push { seq, payload }, "mutate_payload")
+                (Message::Push { stream, seq, payload }, "mutate_payload")
             }
         }
-        Message::PushGap { next, resume_at } => {
+        Message::PushGap {
+            stream,
+            next,
+            resume_at,
+        } => {
             let resume_at = nudge(resume_at, rng);
-            (Message::PushGap { next, resume_at }, "mutate_seqno")
+            (
+                Message::PushGap {
+                    stream,
+                    next,
+                    resume_at,
+                },
+                "mutate_seqno",
+            )
         }
         Message::WakeAt { seqno: s, at_us } => {
             let at_us = match at_us {
@@ -514,9 +526,20 @@ pub fn mutate(rng: &mut ChaCha8Rng, keys: &KeyRing, me: ReplicaId, message: &Mes
             seqno: s,
             mut objects,
             mut replies,
+            mut streams,
             ask,
         } => {
-            let kind = match pick % 3 {
+            let kind = match pick % 4 {
+                3 if !streams.is_empty() => {
+                    // A kept push of one of the object streams.
+                    let i = rng.random_range(0..streams.len());
+                    let per_client = &mut streams[i].1;
+                    let j = rng.random_range(0..per_client.len().max(1));
+                    let stream = &mut per_client.get_mut(j)?.1;
+                    let kept = stream.kept.back_mut()?;
+                    kept.1 = flip_bytes(&kept.1, rng);
+                    "mutate_payload"
+                }
                 0 => {
                     let (reshaped, kind) = reshape(&objects, rng)?;
                     objects = reshaped;
@@ -539,6 +562,7 @@ pub fn mutate(rng: &mut ChaCha8Rng, keys: &KeyRing, me: ReplicaId, message: &Mes
                 seqno: s,
                 objects,
                 replies,
+                streams,
                 ask,
             };
             (message, kind)
@@ -609,7 +633,8 @@ mod tests {
             ReplicaId(0),
             &Message::PushResume {
                 client: upright_core::ids::ClientId(0),
-                next: 1
+                next: 1,
+                streams: Vec::new(),
             }
         )
         .is_none());

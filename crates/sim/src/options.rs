@@ -78,11 +78,14 @@ pub enum SabotageMode {
     /// NEXT-BATCH alone (`Sabotage::SeparateNextBatch`); the run separates the stages, with an
     /// order member sending fabricated batches.
     SeparateNextBatch,
+    /// Members installing an object from OBJECT-CP keep their own stale push streams of it
+    /// (`Sabotage::StaleStreams`); the run uses selective execution with the KV's watches.
+    StaleStreams,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 22] = [
+    pub const ALL: [SabotageMode; 23] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -105,6 +108,7 @@ impl SabotageMode {
         SabotageMode::WeakReplyQuorum,
         SabotageMode::SingleObjectCopy,
         SabotageMode::SeparateNextBatch,
+        SabotageMode::StaleStreams,
     ];
 
     /// Its command-line name.
@@ -132,6 +136,7 @@ impl SabotageMode {
             SabotageMode::WeakReplyQuorum => "weak-reply-quorum",
             SabotageMode::SingleObjectCopy => "single-object-copy",
             SabotageMode::SeparateNextBatch => "separate-next-batch",
+            SabotageMode::StaleStreams => "stale-streams",
         }
     }
 
@@ -164,6 +169,7 @@ impl SabotageMode {
             SabotageMode::WeakReplyQuorum => Some(Sabotage::WeakReplyQuorum),
             SabotageMode::SingleObjectCopy => Some(Sabotage::SingleObjectCopy),
             SabotageMode::SeparateNextBatch => Some(Sabotage::SeparateNextBatch),
+            SabotageMode::StaleStreams => Some(Sabotage::StaleStreams),
         }
     }
 }

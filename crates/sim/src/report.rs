@@ -40,6 +40,8 @@ pub struct Tallies {
     pub serializable_reads: u64,
     /// Pushed messages correct clients received.
     pub pushes_delivered: u64,
+    /// Those of them in object streams (selective execution).
+    pub stream_pushes_delivered: u64,
     /// Push gaps correct clients were told of.
     pub push_gaps: u64,
     /// Heartbeat batches ordered, as counted by the order members up at the end of the run.
@@ -73,6 +75,7 @@ impl Tallies {
         self.read_only_fallbacks += other.read_only_fallbacks;
         self.serializable_reads += other.serializable_reads;
         self.pushes_delivered += other.pushes_delivered;
+        self.stream_pushes_delivered += other.stream_pushes_delivered;
         self.push_gaps += other.push_gaps;
         self.heartbeats += other.heartbeats;
         self.state_transfers += other.state_transfers;
@@ -104,6 +107,9 @@ impl Tallies {
                 ", sessions_expired: {}, watch_events: {}",
                 self.sessions_expired, self.watch_events
             ));
+        }
+        if self.stream_pushes_delivered > 0 {
+            line.push_str(&format!(", stream_pushes_delivered: {}", self.stream_pushes_delivered));
         }
         if self.version_conflicts > 0 {
             line.push_str(&format!(", version_conflicts: {}", self.version_conflicts));

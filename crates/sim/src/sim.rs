@@ -230,7 +230,7 @@ impl<P: Protocol> Sim<P> {
         }
         if matches!(
             opts.sabotage,
-            Some(SabotageMode::WeakReplyQuorum | SabotageMode::SingleObjectCopy)
+            Some(SabotageMode::WeakReplyQuorum | SabotageMode::SingleObjectCopy | SabotageMode::StaleStreams)
         ) && opts.r > 0
         {
             opts.selective_execution = true;
@@ -565,6 +565,7 @@ impl<P: Protocol> Sim<P> {
                             | SabotageMode::ChainSkipCheck
                             | SabotageMode::SingleObjectCopy
                             | SabotageMode::SeparateNextBatch
+                            | SabotageMode::StaleStreams
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -592,7 +593,8 @@ impl<P: Protocol> Sim<P> {
                     | SabotageMode::QuorumDropSpeculative
                     | SabotageMode::ChainSkipCheck
                     | SabotageMode::SingleObjectCopy
-                    | SabotageMode::SeparateNextBatch => {
+                    | SabotageMode::SeparateNextBatch
+                    | SabotageMode::StaleStreams => {
                         unreachable!("guarded above")
                     }
                 };
@@ -1458,18 +1460,22 @@ impl<P: Protocol> Sim<P> {
                         self.on_deliver(c.0, result);
                     }
                 }
-                Action::DeliverPush { seq, payload } => {
+                Action::DeliverPush { stream, seq, payload } => {
                     if let (Principal::Client(c), true) = (p, self.is_correct(p)) {
-                        self.pushes.delivered(c, seq, &payload);
+                        self.pushes.delivered(c, stream.as_ref(), seq, &payload);
                         let next = self.zk.as_mut().and_then(|zk| zk.pushed(c.0, &payload, &mut self.rng));
                         if let Some(next) = next {
                             self.zk_next(c.0, next);
                         }
                     }
                 }
-                Action::PushGap { missed_from, resume_at } => {
+                Action::PushGap {
+                    stream,
+                    missed_from,
+                    resume_at,
+                } => {
                     if let (Principal::Client(c), true) = (p, self.is_correct(p)) {
-                        self.pushes.gap(c, missed_from, resume_at);
+                        self.pushes.gap(c, stream.as_ref(), missed_from, resume_at);
                         let next = self.zk.as_mut().and_then(|zk| zk.gap(c.0, &mut self.rng));
                         if let Some(next) = next {
                             self.zk_next(c.0, next);
@@ -1488,8 +1494,14 @@ impl<P: Protocol> Sim<P> {
             eprintln!("{:>9} {p:?} {event:?} (byzantine replicas: {byzantine:?})", self.now);
         }
         if correct {
-            if let upright_core::stage::Event::Pushed { client, seq, digest } = event {
-                self.pushes.emitted(p, self.now, client, seq, digest);
+            if let upright_core::stage::Event::Pushed {
+                client,
+                ref stream,
+                seq,
+                digest,
+            } = event
+            {
+                self.pushes.emitted(p, self.now, client, stream.as_ref(), seq, digest);
             }
             if let upright_core::stage::Event::Reconfigured {
                 epoch,
@@ -1920,6 +1932,7 @@ impl<P: Protocol> Sim<P> {
                 .filter(|o| o.serializable && o.response.is_some())
                 .count() as u64,
             pushes_delivered: self.pushes.delivered_count(),
+            stream_pushes_delivered: self.pushes.delivered_in_streams(),
             push_gaps: self.pushes.gap_count(),
             heartbeats: stat_total("heartbeat_sent"),
             state_transfers: stat_total("state_transfer_completed"),

@@ -286,6 +286,15 @@ fn single_object_copy_is_caught() {
     caught(SabotageMode::SingleObjectCopy);
 }
 
+/// Selective execution: a member that installs an object from OBJECT-CP without the object's
+/// push streams numbers the key's next watch events from where it stopped running the key's
+/// writes (the pushes checker sees correct members number one push differently, the agreement
+/// checker their checkpoints differ).
+#[test]
+fn stale_streams_are_caught() {
+    caught(SabotageMode::StaleStreams);
+}
+
 /// Both selective-execution sabotage modes with the Redis store's keys as the objects.
 #[test]
 fn selective_sabotage_is_caught_with_the_redis_store() {

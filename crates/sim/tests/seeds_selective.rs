@@ -4,8 +4,10 @@
 //! Byzantine clients, crashes, power loss, loss, duplication, reordering, delay, partitions,
 //! clock skew), and 100 under message mutation: zero violations; the Redis store at both, 200
 //! and 150 seeds; the paged KV (a paged service: checkpoints, state transfer and restarts by
-//! pages) at both, 100 each. Its sabotage modes
-//! (`weak-reply-quorum`, `single-object-copy`) are in `sabotage.rs`.
+//! pages) at both, 100 each. The KV's watch events come in per-key push streams, which the
+//! pushes checker follows (every push delivered once, in order, as correct members numbered
+//! it). Its sabotage modes (`weak-reply-quorum`, `single-object-copy`, `stale-streams`) are in
+//! `sabotage.rs`.
 
 use upright_sim::sweep::sweep;
 use upright_sim::{ServiceKind, SimOptions};
@@ -29,6 +31,13 @@ fn three_hundred_selective_seeds_u1_r1() {
     result.assert_clean(1, 300);
     let counts = result.counts();
     assert!(counts.get("byz_wrong_state") > 0, "no object checkpoint was lied about");
+    // The KV's watch events come in each key's push stream, numbered by whichever members ran
+    // the key's writes (docs/ODRC.md, "Per-object push streams"), forged pushes among them.
+    let tallies = &result.summary.tallies;
+    assert!(
+        tallies.stream_pushes_delivered > 100,
+        "too few watch events: {tallies:?}"
+    );
 }
 
 #[test]

@@ -5,6 +5,11 @@
 //! makes the client ask for its pushes again (PUSH-RESUME) until it is filled; once it has had a
 //! push (or a reply saying pushes were sent to it), it also asks every [`PUSH_POLL_US`], so the
 //! last push of a burst, or the first, is not lost for good when its copies were.
+//!
+//! Under selective execution pushes also come in object streams (docs/ODRC.md, "Per-object push
+//! streams"), each numbered on its own: the client follows the streams its replies announced (at
+//! most [`PUSH_STREAMS_MAX`], forgetting the one idle longest), takes each as above, and lists
+//! them in every PUSH-RESUME.
 
 use std::collections::BTreeMap;
 
@@ -13,24 +18,65 @@ use bytes::Bytes;
 use super::Client;
 use crate::crypto::Digest;
 use crate::ids::ReplicaId;
-use crate::limits::PUSH_WINDOW;
+use crate::limits::{PUSH_STREAMS_MAX, PUSH_WINDOW};
 use crate::message::Message;
 use crate::stage::{Action, Time, Timer};
 
 /// How often a client that has received pushes asks for any it may have missed.
 pub const PUSH_POLL_US: u64 = 1_000_000;
 
-/// The client's side of pushed messages.
+/// Streams not (yet) followed whose pushes a client holds for when the reply announcing the
+/// stream comes (a write's push can overtake the reply to the watcher's request).
+const PENDING_STREAMS_MAX: usize = 8;
+
+/// Pushes held per stream not followed (the lowest numbers seen).
+const PENDING_PUSHES_MAX: usize = 4;
+
+/// Copies of pushes seen: number -> member -> its payload's digest and the payload.
+type Candidates = BTreeMap<u64, BTreeMap<ReplicaId, (Digest, Bytes)>>;
+
+/// One stream's pushes at the client.
 #[derive(Debug)]
-pub(super) struct PushInbox {
+struct Stream {
     /// The first push not yet delivered (numbers start at 1).
     next: u64,
     /// Pushes `next .. next + PUSH_WINDOW` seen: number -> member -> its payload's digest and the
     /// payload.
-    candidates: BTreeMap<u64, BTreeMap<ReplicaId, (Digest, Bytes)>>,
+    candidates: Candidates,
     /// PUSH-GAP claims for `next`: member -> the push it says comes next.
     gaps: BTreeMap<ReplicaId, u64>,
-    /// Whether the client has received any push (then it polls).
+    /// When it last delivered or was announced (which stream to forget when too many).
+    touched: Time,
+}
+
+impl Stream {
+    fn starting_at(next: u64, now: Time) -> Stream {
+        Stream {
+            next,
+            candidates: BTreeMap::new(),
+            gaps: BTreeMap::new(),
+            touched: now,
+        }
+    }
+
+    /// Whether a push after `next` was seen while `next` is missing.
+    fn hole(&self) -> bool {
+        !self.candidates.is_empty() || !self.gaps.is_empty()
+    }
+}
+
+/// The client's side of pushed messages.
+#[derive(Debug)]
+pub(super) struct PushInbox {
+    /// The client's own stream.
+    own: Stream,
+    /// The object streams it follows (selective execution).
+    streams: BTreeMap<Bytes, Stream>,
+    /// Pushes of object streams it does not follow yet, held for the announcing reply: stream
+    /// -> number -> member -> digest and payload (bounded by [`PENDING_STREAMS_MAX`] and
+    /// [`PENDING_PUSHES_MAX`]; the oldest stream goes first).
+    pending: BTreeMap<Bytes, (Time, Candidates)>,
+    /// Whether the client has received any push in its own stream (then it polls).
     active: bool,
     /// When [`Timer::PushResume`] is set to fire, if it is.
     armed: Option<Time>,
@@ -39,9 +85,9 @@ pub(super) struct PushInbox {
 impl Default for PushInbox {
     fn default() -> PushInbox {
         PushInbox {
-            next: 1,
-            candidates: BTreeMap::new(),
-            gaps: BTreeMap::new(),
+            own: Stream::starting_at(1, 0),
+            streams: BTreeMap::new(),
+            pending: BTreeMap::new(),
             active: false,
             armed: None,
         }
@@ -49,17 +95,48 @@ impl Default for PushInbox {
 }
 
 impl PushInbox {
-    /// Whether a push after `next` was seen while `next` is missing.
+    /// Whether any stream has a hole.
     fn hole(&self) -> bool {
-        !self.candidates.is_empty() || !self.gaps.is_empty()
+        self.own.hole() || self.streams.values().any(Stream::hole)
+    }
+
+    /// The stream a push names, if the client takes it.
+    fn stream(&mut self, stream: Option<&Bytes>) -> Option<&mut Stream> {
+        match stream {
+            None => Some(&mut self.own),
+            Some(name) => self.streams.get_mut(name),
+        }
+    }
+
+    /// The first push not yet delivered in the client's own stream.
+    #[cfg(test)]
+    pub(super) fn next(&self) -> u64 {
+        self.own.next
     }
 }
 
 impl Client {
     /// PUSH from execution member `exec` (sender and seal checked).
-    pub(super) fn on_push(&mut self, now: Time, exec: ReplicaId, seq: u64, payload: &Bytes, out: &mut Vec<Action>) {
-        let inbox = &mut self.pushes;
-        inbox.active = true;
+    pub(super) fn on_push(
+        &mut self,
+        now: Time,
+        exec: ReplicaId,
+        stream: Option<&Bytes>,
+        seq: u64,
+        payload: &Bytes,
+        out: &mut Vec<Action>,
+    ) {
+        if stream.is_none() {
+            self.pushes.active = true;
+        }
+        let Some(inbox) = self.pushes.stream(stream) else {
+            // A stream the client does not follow (yet: the reply announcing it may come
+            // after): held, within bounds; what is not is fetched by the poll.
+            if let Some(name) = stream {
+                self.hold_pending(now, name, exec, seq, payload);
+            }
+            return self.stats.bump("push_unfollowed_stream");
+        };
         if seq < inbox.next {
             self.stats.bump("push_duplicate");
             return;
@@ -74,8 +151,26 @@ impl Client {
             .entry(seq)
             .or_default()
             .insert(exec, (Digest::of(payload), payload.clone()));
-        self.deliver_pushes(out);
+        self.deliver_pushes(now, stream, out);
         self.arm_push_resume(now, self.push_resume_wait(), out);
+    }
+
+    /// Holds a push of a stream the client does not follow, for when it does.
+    fn hold_pending(&mut self, now: Time, name: &Bytes, exec: ReplicaId, seq: u64, payload: &Bytes) {
+        let pending = &mut self.pushes.pending;
+        if !pending.contains_key(name) && pending.len() >= PENDING_STREAMS_MAX {
+            let oldest = pending.iter().min_by_key(|(_, (at, _))| *at).map(|(n, _)| n.clone());
+            if let Some(oldest) = oldest {
+                pending.remove(&oldest);
+            }
+        }
+        let (_, held) = pending.entry(name.clone()).or_insert_with(|| (now, BTreeMap::new()));
+        held.entry(seq)
+            .or_default()
+            .insert(exec, (Digest::of(payload), payload.clone()));
+        while held.len() > PENDING_PUSHES_MAX {
+            held.pop_last();
+        }
     }
 
     /// A reply from an execution member says it has sent this client `sent` pushes: if some are
@@ -83,17 +178,62 @@ impl Client {
     /// may have been lost, and then nothing else would tell it). A lying member costs one
     /// PUSH-RESUME per poll interval.
     pub(super) fn pushes_owed(&mut self, now: Time, sent: u64, out: &mut Vec<Action>) {
-        if sent >= self.pushes.next && !self.pushes.active {
+        if sent >= self.pushes.own.next && !self.pushes.active {
             self.pushes.active = true;
             self.stats.bump("pushes_owed");
             self.arm_push_resume(now, self.push_resume_wait(), out);
         }
     }
 
+    /// An accepted reply announced these object streams with the number of each one's next
+    /// push: the client follows them from there (or, following one already, asks for what it
+    /// lacks), and polls for them.
+    pub(super) fn follow_streams(&mut self, now: Time, streams: Vec<(Bytes, u64)>, out: &mut Vec<Action>) {
+        for (name, next) in streams {
+            if let Some(stream) = self.pushes.streams.get_mut(&name) {
+                stream.touched = now;
+                if next > stream.next {
+                    self.stats.bump("stream_pushes_owed");
+                    self.arm_push_resume(now, self.config.knobs.client_retransmit_initial_us, out);
+                }
+                continue;
+            }
+            if self.pushes.streams.len() >= PUSH_STREAMS_MAX {
+                // Forget the stream idle longest, preferring one without a hole.
+                let victim = (self.pushes.streams.iter())
+                    .min_by_key(|(_, s)| (s.hole(), s.touched))
+                    .map(|(name, _)| name.clone());
+                if let Some(victim) = victim {
+                    self.pushes.streams.remove(&victim);
+                    self.stats.bump("push_stream_forgotten");
+                }
+            }
+            let mut stream = Stream::starting_at(next.max(1), now);
+            if let Some((_, held)) = self.pushes.pending.remove(&name) {
+                let window = stream.next..stream.next + PUSH_WINDOW;
+                stream.candidates = held.into_iter().filter(|(seq, _)| window.contains(seq)).collect();
+            }
+            self.pushes.streams.insert(name.clone(), stream);
+            self.stats.bump("push_streams_followed");
+            self.deliver_pushes(now, Some(&name), out);
+        }
+        self.arm_push_resume(now, self.push_resume_wait(), out);
+    }
+
     /// PUSH-GAP from execution member `exec` (sender and seal checked).
-    pub(super) fn on_push_gap(&mut self, exec: ReplicaId, next: u64, resume_at: u64, out: &mut Vec<Action>) {
+    pub(super) fn on_push_gap(
+        &mut self,
+        now: Time,
+        exec: ReplicaId,
+        stream: Option<&Bytes>,
+        next: u64,
+        resume_at: u64,
+        out: &mut Vec<Action>,
+    ) {
         let quorum = self.push_quorum();
-        let inbox = &mut self.pushes;
+        let Some(inbox) = self.pushes.stream(stream) else {
+            return self.stats.bump("push_unfollowed_stream");
+        };
         if next != inbox.next || resume_at <= next {
             self.stats.bump("push_gap_stale");
             return;
@@ -104,6 +244,7 @@ impl Client {
             return;
         }
         out.push(Action::PushGap {
+            stream: stream.cloned(),
             missed_from: next,
             resume_at,
         });
@@ -111,7 +252,7 @@ impl Client {
         inbox.next = resume_at;
         inbox.gaps.clear();
         inbox.candidates.retain(|&seq, _| seq >= resume_at);
-        self.deliver_pushes(out);
+        self.deliver_pushes(now, stream, out);
     }
 
     /// Matching copies that make a push (or a gap) accepted: `q.push()`, or one when sabotaged.
@@ -123,10 +264,12 @@ impl Client {
         }
     }
 
-    /// Delivers every accepted push from `next` on, in order.
-    fn deliver_pushes(&mut self, out: &mut Vec<Action>) {
+    /// Delivers every accepted push of `stream` from its `next` on, in order.
+    fn deliver_pushes(&mut self, now: Time, stream: Option<&Bytes>, out: &mut Vec<Action>) {
         let quorum = self.push_quorum();
-        let inbox = &mut self.pushes;
+        let Some(inbox) = self.pushes.stream(stream) else {
+            return;
+        };
         while let Some(claims) = inbox.candidates.get(&inbox.next) {
             let accepted = claims.values().find_map(|(digest, payload)| {
                 let matching = claims.values().filter(|(d, _)| d == digest).count();
@@ -135,7 +278,9 @@ impl Client {
             let Some(payload) = accepted else { break };
             inbox.candidates.remove(&inbox.next);
             inbox.gaps.clear();
+            inbox.touched = now;
             out.push(Action::DeliverPush {
+                stream: stream.cloned(),
                 seq: inbox.next,
                 payload,
             });
@@ -167,15 +312,19 @@ impl Client {
         }
     }
 
-    /// [`Timer::PushResume`]: ask every execution member for the pushes from `next` on.
+    /// [`Timer::PushResume`]: ask every execution member for the pushes from `next` on, in the
+    /// client's own stream and in each object stream it follows.
     pub(super) fn push_resume(&mut self, now: Time, out: &mut Vec<Action>) {
         self.pushes.armed = None;
-        if !self.pushes.active {
+        if !self.pushes.active && self.pushes.streams.is_empty() {
             return;
         }
         let message = Message::PushResume {
             client: self.id,
-            next: self.pushes.next,
+            next: self.pushes.own.next,
+            streams: (self.pushes.streams.iter())
+                .map(|(name, s)| (name.clone(), s.next))
+                .collect(),
         };
         self.send_to_exec(message, out);
         self.stats.bump("push_resumes_sent");
@@ -213,13 +362,25 @@ mod tests {
 
     fn push(f: &Fixture, exec: u32, seq: u64, payload: &'static str) -> Input {
         let payload = Bytes::from_static(payload.as_bytes());
-        from_exec(f, exec, Message::Push { seq, payload })
+        from_exec(
+            f,
+            exec,
+            Message::Push {
+                stream: None,
+                seq,
+                payload,
+            },
+        )
     }
 
     fn delivered(out: &[Action]) -> Vec<(u64, Bytes)> {
         out.iter()
             .filter_map(|a| match a {
-                Action::DeliverPush { seq, payload } => Some((*seq, payload.clone())),
+                Action::DeliverPush {
+                    stream: None,
+                    seq,
+                    payload,
+                } => Some((*seq, payload.clone())),
                 _ => None,
             })
             .collect()
@@ -270,6 +431,7 @@ mod tests {
     fn a_forged_push_from_someone_else_or_with_a_bad_seal_is_dropped() {
         let (f, mut c) = setup();
         let x = || Message::Push {
+            stream: None,
             seq: 1,
             payload: Bytes::from("x"),
         };
@@ -307,11 +469,23 @@ mod tests {
             resume.1,
             Message::PushResume {
                 client: ClientId(0),
-                next: 1
+                next: 1,
+                streams: Vec::new(),
             }
         );
         // One member's gap claim is not enough; a stale one (not for `next`) counts for nothing.
-        let gap = |exec, next, resume_at| from_exec(&f, exec, Message::PushGap { next, resume_at });
+        let gap = |exec, next, resume_at| {
+            let stream = None;
+            from_exec(
+                &f,
+                exec,
+                Message::PushGap {
+                    stream,
+                    next,
+                    resume_at,
+                },
+            )
+        };
         assert!(step(&mut c, gap(0, 1, 5)).is_empty());
         step(&mut c, gap(1, 2, 5));
         assert_eq!(c.stats().get("push_gap_stale"), 1);
@@ -319,12 +493,13 @@ mod tests {
         assert!(matches!(
             out[0],
             Action::PushGap {
+                stream: None,
                 missed_from: 1,
                 resume_at: 5
             }
         ));
         step(&mut c, push(&f, 1, 5, "e"));
-        assert_eq!(c.pushes.next, 6, "push 5 delivered after the gap");
+        assert_eq!(c.pushes.next(), 6, "push 5 delivered after the gap");
     }
 
     #[test]
@@ -366,6 +541,7 @@ mod tests {
                     == Message::PushResume {
                         client: ClientId(0),
                         next: 1,
+                        streams: Vec::new(),
                     }
             }
             _ => false,
@@ -398,5 +574,134 @@ mod tests {
         assert_eq!(sooner, Some(f.config.knobs.client_retransmit_initial_us));
         // A later deadline does not replace it.
         assert_eq!(at(&step(&mut c, push(&f, 1, 3, "three"))), None);
+    }
+
+    fn stream_push(f: &Fixture, exec: u32, stream: &'static str, seq: u64, payload: &'static str) -> Input {
+        let message = Message::Push {
+            stream: Some(Bytes::from_static(stream.as_bytes())),
+            seq,
+            payload: Bytes::from_static(payload.as_bytes()),
+        };
+        from_exec(f, exec, message)
+    }
+
+    fn resume_sent(out: &[Action]) -> Option<Message> {
+        out.iter().find_map(|a| match a {
+            Action::Send { envelope, .. } if matches!(envelope.message, Message::PushResume { .. }) => {
+                Some(envelope.message.clone())
+            }
+            _ => None,
+        })
+    }
+
+    /// Selective execution: a reply announcing a key's stream (wrapped in the result, taken on
+    /// the reply's matching copies) makes the client follow it from the announced number: it
+    /// takes that stream's pushes on `r + 1` matching copies, in the stream's own order, drops
+    /// pushes of streams it does not follow, and lists the stream in its PUSH-RESUMEs.
+    #[test]
+    fn a_reply_announcing_a_stream_makes_the_client_follow_it() {
+        let (f, _) = setup();
+        let mut config = (*f.config).clone();
+        config.selective_execution = true;
+        let mut c = Client::new(Arc::new(config), ClientId(0), f.clients[0].clone()).unwrap();
+        step(
+            &mut c,
+            Input::Invoke {
+                operation: Bytes::from_static(b"get k"),
+                path: crate::stage::ReadPath::Ordered,
+            },
+        );
+        let announced = crate::message::wrap_announced(&Bytes::from_static(b"ok"), &[(Bytes::from_static(b"k"), 3)]);
+        let reply = |exec| {
+            let message = Message::Reply {
+                request_id: crate::ids::RequestId(1),
+                result: crate::message::ReplyBody::Full(announced.clone()),
+                read_only: false,
+                pushes_sent: 0,
+            };
+            from_exec(&f, exec, message)
+        };
+        step(&mut c, reply(0));
+        let out = step(&mut c, reply(1));
+        let result = out.iter().find_map(|a| match a {
+            Action::Deliver { result, .. } => Some(result.clone()),
+            _ => None,
+        });
+        assert_eq!(result, Some(Bytes::from_static(b"ok")), "the service's result");
+        assert_eq!(c.stats().get("push_streams_followed"), 1);
+        // Push 3 of the stream is the first it takes; one copy is not enough.
+        let in_stream = |out: &[Action]| -> Vec<(Option<Bytes>, u64)> {
+            let delivered = out.iter().filter_map(|a| match a {
+                Action::DeliverPush { stream, seq, .. } => Some((stream.clone(), *seq)),
+                _ => None,
+            });
+            delivered.collect()
+        };
+        assert!(in_stream(&step(&mut c, stream_push(&f, 0, "k", 3, "e3"))).is_empty());
+        assert_eq!(
+            in_stream(&step(&mut c, stream_push(&f, 1, "k", 3, "e3"))),
+            vec![(Some(Bytes::from_static(b"k")), 3)]
+        );
+        // Another stream's push, and the client's own stream, are apart.
+        step(&mut c, stream_push(&f, 0, "other", 1, "x"));
+        assert_eq!(c.stats().get("push_unfollowed_stream"), 1);
+        assert_eq!(c.pushes.next(), 1, "the client's own stream is untouched");
+        let out = step(&mut c, Input::Timer(Timer::PushResume));
+        assert_eq!(
+            resume_sent(&out),
+            Some(Message::PushResume {
+                client: ClientId(0),
+                next: 1,
+                streams: vec![(Bytes::from_static(b"k"), 4)],
+            })
+        );
+    }
+
+    /// A client follows at most `PUSH_STREAMS_MAX` streams: past it, it forgets the one idle
+    /// longest (one without a hole first).
+    #[test]
+    fn a_client_follows_a_bounded_number_of_streams() {
+        let (_, mut c) = setup();
+        let mut out = Vec::new();
+        for i in 0..PUSH_STREAMS_MAX as u64 + 3 {
+            let name = Bytes::from(format!("s{i}"));
+            c.follow_streams(i, vec![(name, 1)], &mut out);
+        }
+        assert_eq!(c.pushes.streams.len(), PUSH_STREAMS_MAX);
+        assert_eq!(c.stats().get("push_stream_forgotten"), 3);
+        assert!(
+            !c.pushes.streams.contains_key(&Bytes::from("s0")),
+            "the oldest went first"
+        );
+        let Some(Message::PushResume { streams, .. }) = resume_sent(&step(&mut c, Input::Timer(Timer::PushResume)))
+        else {
+            panic!("a PUSH-RESUME");
+        };
+        assert_eq!(streams.len(), PUSH_STREAMS_MAX);
+    }
+
+    /// A push that overtakes the reply announcing its stream is held, and delivered as soon as
+    /// the client follows the stream (not a poll later); what is below the announced number is
+    /// not.
+    #[test]
+    fn a_push_before_its_streams_announcement_is_held_for_it() {
+        let (f, mut c) = setup();
+        step(&mut c, stream_push(&f, 0, "k", 2, "old"));
+        step(&mut c, stream_push(&f, 0, "k", 3, "e3"));
+        step(&mut c, stream_push(&f, 1, "k", 3, "e3"));
+        assert_eq!(c.stats().get("push_unfollowed_stream"), 3);
+        let mut out = Vec::new();
+        c.follow_streams(5, vec![(Bytes::from_static(b"k"), 3)], &mut out);
+        let delivered: Vec<_> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeliverPush { stream, seq, payload } => Some((stream.clone(), *seq, payload.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            delivered,
+            vec![(Some(Bytes::from_static(b"k")), 3, Bytes::from_static(b"e3"))]
+        );
     }
 }

@@ -41,6 +41,9 @@ pub struct ExecCheckpoint {
     pub replies: Vec<(ClientId, RequestId, Bytes)>,
     /// Pushed messages: per client, the next number and the kept pushes, sorted by client.
     pub pushes: Vec<(ClientId, super::pushes::ClientPushes)>,
+    /// Under selective execution, the object streams of pushes (docs/ODRC.md, "Per-object push
+    /// streams"), sorted by object and client; empty otherwise.
+    pub streams: super::pushes::ObjectStreams,
     /// The service's paged state (`exec/paged.rs`): page count (0 without pages).
     pub pages: u64,
     /// Root of the page tree ([`crate::page_tree::PageTree::root`]).
@@ -243,6 +246,7 @@ impl ExecStage {
             service: self.service.checkpoint(),
             replies: self.replies.to_sorted(),
             pushes: self.pushes.to_sorted(),
+            streams: self.pushes.objects_sorted(),
         };
         let blob = Bytes::from(codec::to_bytes(&checkpoint));
         let stored = StoredCheckpoint::new(checkpoint.seqno, blob, self.config.knobs.state_chunk_bytes);
@@ -295,7 +299,7 @@ impl ExecStage {
         if let Some(selective) = self.selective.as_mut() {
             selective.reset(checkpoint.seqno);
         }
-        self.pushes.restore(&checkpoint.pushes);
+        self.pushes.restore(&checkpoint.pushes, &checkpoint.streams);
         self.last_executed = checkpoint.seqno;
         self.history = checkpoint.history;
         self.last_time_us = checkpoint.time_us;

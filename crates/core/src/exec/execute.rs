@@ -296,7 +296,7 @@ impl ExecStage {
                 seed: batch_seed(&batch.history),
             };
             if self.service.wake_at().is_some_and(|at| batch.time_us >= at) {
-                self.selective_before_wake(batch.seqno, &mut effects);
+                self.selective_before_wake(batch.seqno, &mut effects, out);
                 self.service.wake(&context, &mut effects);
                 if self.selective.is_some() {
                     // Members wake at different batches under selective execution.
@@ -329,7 +329,11 @@ impl ExecStage {
             }
             for request in admin_requests {
                 let text = crate::reconfig::reply_text(&self.config, batch.seqno, &request.operation);
-                let result = Bytes::from(text.into_bytes());
+                let mut result = Bytes::from(text.into_bytes());
+                if self.selective.is_some() {
+                    // Every ordered reply is wrapped under selective execution.
+                    result = crate::message::wrap_announced(&result, &[]);
+                }
                 self.send_reply(request.client, request.request_id, &result, false, out);
                 self.replies.record(request.client, request.request_id, result);
                 self.stats.bump("reconfigurations_answered");
@@ -488,7 +492,7 @@ impl ExecStage {
             .replies
             .get(client)
             .is_some_and(|c| c.result == CachedResult::Skipped);
-        if skipped && !self.force_skipped(client, request_id) {
+        if skipped && !self.force_skipped(client, request_id, out) {
             return false;
         }
         self.send_cached_reply(client, true, out);

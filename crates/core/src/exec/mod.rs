@@ -382,15 +382,9 @@ impl ExecStage {
                 },
                 Principal::Exec(r),
             ) if r != self.id => self.on_page_answer(r, *seqno, *state_digest, nodes, pages, out),
-            (
-                Message::ObjectCheckpoint {
-                    seqno,
-                    objects,
-                    replies,
-                    ask,
-                },
-                Principal::Exec(r),
-            ) if r != self.id => self.on_object_checkpoint(r, *seqno, objects, replies, *ask, out),
+            (message @ Message::ObjectCheckpoint { .. }, Principal::Exec(r)) if r != self.id => {
+                self.on_object_checkpoint(r, message, out)
+            }
             (
                 Message::Command { .. }
                 | Message::FetchState { .. }

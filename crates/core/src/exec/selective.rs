@@ -18,8 +18,15 @@
 //! state and reply cache are then the same. Replies travel in full, not as digests, so that a reply stays
 //! available when every member that executed its request restarts from the checkpoint.
 //!
-//! Pushes are not numbered consistently when members run different requests: under selective
-//! execution the members send none (counted `pushes_dropped_selective`).
+//! Pushes (docs/ODRC.md, "Per-object push streams"): a push the service emits on an object the
+//! request declares ([`Effects::push_on`]) goes in the client's stream on that object, numbered
+//! whenever a member runs the request (live, replayed or forced: the selector runs it only on
+//! current objects) and carried with the object's state in OBJECT-CP, so every member numbers it
+//! alike; a global request's pushes go in the client's own stream (every member runs it after
+//! everything). Other pushes would be numbered differently on different members and are dropped
+//! (counted `pushes_dropped_selective`): a request's pushes that name no object, a wake-up's
+//! (members wake at different batches). The reply to a request that announced streams
+//! ([`Effects::announce_stream`]) carries their positions ([`crate::message::wrap_announced`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,7 +38,7 @@ use super::ExecStage;
 use crate::config::ClusterConfig;
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo};
 use crate::limits::OBJECT_CP_BYTES_MAX;
-use crate::message::{Message, SealFor};
+use crate::message::{wrap_announced, Message, PushStream, SealFor};
 use crate::service::{BatchContext, Effects, ServiceRequest};
 use crate::stage::Action;
 
@@ -42,10 +49,13 @@ pub(super) struct Skipped {
     context: BatchContext,
 }
 
+/// An object's copy in an OBJECT-CP: its state (`None`: absent) and its push streams.
+type ObjectCopy = (Option<Bytes>, Vec<(ClientId, PushStream)>);
+
 /// One member's OBJECT-CP for a checkpoint.
 #[derive(Debug, Default)]
 struct Received {
-    objects: BTreeMap<Bytes, Option<Bytes>>,
+    objects: BTreeMap<Bytes, ObjectCopy>,
     replies: BTreeMap<(ClientId, RequestId), Bytes>,
 }
 
@@ -202,7 +212,7 @@ impl ExecStage {
 
     /// Runs an update's stored requests in order (ODRC's `update_objects`); a forced request is
     /// the update's last and its reply goes to its client.
-    fn run_update(&mut self, update: Update<Skipped>, effects: &mut Effects) {
+    fn run_update(&mut self, update: Update<Skipped>, effects: &mut Effects, out: &mut Vec<Action>) {
         if !update.restore.is_empty() {
             // Objects are never lost here: stored requests are dropped only once certified
             // states of their objects are installed (`Selector::discard_through`).
@@ -211,26 +221,75 @@ impl ExecStage {
         for stored in update.replay {
             let Skipped { request, context } = stored.item;
             let result = self.run_one(&request, &context, effects);
+            let result = self.after_run(&request, &stored.objects, result, effects, out, false);
             self.replies.record_replayed(request.client, request.request_id, result);
             self.stats.bump("requests_replayed");
         }
     }
 
-    /// Drops pushes emitted under selective execution by what not every member runs at the same
-    /// point (a request on some objects, a replay, a wake-up): they would be numbered differently
-    /// on different members. A global request's pushes are kept (`execute_selectively`).
+    /// Drops a wake-up's pushes under selective execution: members wake at different batches,
+    /// so they would number them differently.
     pub(super) fn drop_pushes(&mut self, effects: &mut Effects) {
         let dropped = effects.take_pushes().len() as u64;
+        effects.take_announced();
         if dropped > 0 {
             self.stats.add("pushes_dropped_selective", dropped);
         }
     }
 
+    /// What running `request` (on `objects`) left in `effects`, under selective execution: its
+    /// pushes on declared objects are numbered in their object streams, a global request's other
+    /// pushes in their clients' own streams, the rest dropped; sent if `live` (not a replay).
+    /// Returns the reply as sent and cached: `result` with the positions of the streams the
+    /// request announced to its client.
+    fn after_run(
+        &mut self,
+        request: &ServiceRequest,
+        objects: &Objects,
+        result: Bytes,
+        effects: &mut Effects,
+        out: &mut Vec<Action>,
+        live: bool,
+    ) -> Bytes {
+        let everywhere = match objects {
+            Objects::All => true,
+            Objects::These(set) => set.is_empty(),
+        };
+        let declared = |o: &Bytes| everywhere || matches!(objects, Objects::These(set) if set.contains(o));
+        for push in effects.take_pushes() {
+            match &push.object {
+                Some(object) if declared(object) => {
+                    self.emit_on_stream(object, push.client, push.payload, out, live);
+                }
+                Some(_) => self.stats.bump("push_object_undeclared"),
+                // Every member runs every global request, in agreed order, after everything:
+                // its pushes are numbered alike everywhere (before its reply, as without
+                // selective execution).
+                None if everywhere => {
+                    assert!(live, "a global request is never replayed");
+                    self.send_pushes(vec![push], out);
+                }
+                None => self.stats.bump("pushes_dropped_selective"),
+            }
+        }
+        let announced: BTreeMap<Bytes, u64> = effects
+            .take_announced()
+            .into_iter()
+            .filter(|(client, _)| *client == request.client)
+            .map(|(_, object)| {
+                let next = self.pushes.next_on(&object, request.client);
+                (object, next)
+            })
+            .collect();
+        let announced: Vec<(Bytes, u64)> = announced.into_iter().collect();
+        wrap_announced(&result, &announced)
+    }
+
     /// Brings every object up to date before the service's wake-up (it may touch any).
-    pub(super) fn selective_before_wake(&mut self, seqno: SeqNo, effects: &mut Effects) {
+    pub(super) fn selective_before_wake(&mut self, seqno: SeqNo, effects: &mut Effects, out: &mut Vec<Action>) {
         let Some(sel) = self.selective.as_mut() else { return };
         let update = sel.selector.update(Objects::All, Position { seqno, index: 0 });
-        self.run_update(update, effects);
+        self.run_update(update, effects, out);
     }
 
     /// Runs the requests of batch `seqno` (agreed context `context`) that this member runs,
@@ -281,21 +340,9 @@ impl ExecStage {
                     self.stats.bump("requests_skipped");
                 }
                 Decision::Run(update) => {
-                    self.run_update(update, effects);
-                    self.drop_pushes(effects);
+                    self.run_update(update, effects, out);
                     let result = self.run_one(&request, context, effects);
-                    let everywhere = match &objects {
-                        Objects::All => true,
-                        Objects::These(set) => set.is_empty(),
-                    };
-                    if everywhere {
-                        // Every member runs every global request, in agreed order, and nothing
-                        // else pushes: its pushes are numbered alike everywhere (before its
-                        // reply, as without selective execution).
-                        self.send_pushes(effects.take_pushes(), out);
-                    } else {
-                        self.drop_pushes(effects);
-                    }
+                    let result = self.after_run(&request, &objects, result, effects, out, true);
                     // A global request runs everywhere after everything: every member's copy
                     // of every object is current after it, so it dirties nothing.
                     if let Objects::These(set) = &objects {
@@ -321,7 +368,10 @@ impl ExecStage {
         let mut bytes = 0;
         for name in std::mem::take(&mut sel.dirty) {
             let state = self.service.object_state(&name).flatten();
-            let size = name.len() + state.as_ref().map_or(0, |s| s.len());
+            let stream_bytes: usize = (self.pushes.object_streams(&name).iter())
+                .flat_map(|(_, s)| s.kept.iter().map(|(_, p)| p.len() + 8))
+                .sum();
+            let size = 2 * name.len() + state.as_ref().map_or(0, |s| s.len()) + stream_bytes;
             if bytes + size > OBJECT_CP_BYTES_MAX {
                 // Left out: those who need it replay instead.
                 self.stats.bump("object_cp_full");
@@ -331,9 +381,15 @@ impl ExecStage {
             objects.push((name, state));
         }
         self.stats.add("object_cp_objects_sent", objects.len() as u64);
+        let streams: Vec<_> = objects
+            .iter()
+            .map(|(name, _)| (name.clone(), self.pushes.object_streams(name)))
+            .filter(|(_, streams)| !streams.is_empty())
+            .collect();
         let message = Message::ObjectCheckpoint {
             seqno,
             objects,
+            streams,
             replies: std::mem::take(&mut sel.given)
                 .into_iter()
                 .map(|(client, (id, result))| (client, id, result))
@@ -380,7 +436,7 @@ impl ExecStage {
         let one_copy = self.config.knobs.sabotage == Some(crate::config::Sabotage::SingleObjectCopy);
         let heard = |k: &usize| received.contains_key(&ReplicaId(*k as u32));
         let suspected = |k: &usize| !heard(k) && sel.suspects.contains(&ReplicaId(*k as u32));
-        let mut states: BTreeMap<Bytes, Option<Bytes>> = BTreeMap::new();
+        let mut states: BTreeMap<Bytes, ObjectCopy> = BTreeMap::new();
         let mut replay: BTreeSet<Bytes> = BTreeSet::new();
         // Members whose copies this checkpoint needed and did not get: suspected after it.
         let mut unheard: BTreeSet<ReplicaId> = BTreeSet::new();
@@ -450,13 +506,17 @@ impl ExecStage {
                 replay: stored,
             },
             &mut effects,
+            out,
         );
-        self.drop_pushes(&mut effects);
         let mut installed = 0u64;
-        for (name, state) in states.iter().filter(|(name, _)| !closure.contains(*name)) {
+        let keep_streams = self.config.knobs.sabotage == Some(crate::config::Sabotage::StaleStreams);
+        for (name, (state, streams)) in states.iter().filter(|(name, _)| !closure.contains(*name)) {
             if let Err(e) = self.service.restore_object(name, state.as_deref()) {
                 // The state of a correct maintainer, which the service itself made.
                 panic!("the service cannot restore an object that r + 1 maintainers certified: {e}");
+            }
+            if !keep_streams {
+                self.pushes.set_object_streams(name, streams);
             }
             installed += 1;
         }
@@ -497,6 +557,7 @@ impl ExecStage {
                 seqno,
                 objects,
                 replies,
+                streams,
                 ..
             }) = sel.sent.get(&sync.seqno)
             {
@@ -504,6 +565,7 @@ impl ExecStage {
                     seqno: *seqno,
                     objects: objects.clone(),
                     replies: replies.clone(),
+                    streams: streams.clone(),
                     ask: true,
                 };
                 self.stats.bump("object_cp_asked");
@@ -515,16 +577,19 @@ impl ExecStage {
         self.execute_ready(out);
     }
 
-    /// OBJECT-CP from execution member `from`.
-    pub(super) fn on_object_checkpoint(
-        &mut self,
-        from: ReplicaId,
-        seqno: SeqNo,
-        objects: &[(Bytes, Option<Bytes>)],
-        replies: &[(ClientId, RequestId, Bytes)],
-        ask: bool,
-        out: &mut Vec<Action>,
-    ) {
+    /// OBJECT-CP (`message`) from execution member `from`.
+    pub(super) fn on_object_checkpoint(&mut self, from: ReplicaId, message: &Message, out: &mut Vec<Action>) {
+        let Message::ObjectCheckpoint {
+            seqno,
+            objects,
+            replies,
+            streams,
+            ask,
+        } = message
+        else {
+            unreachable!("dispatched on message kind");
+        };
+        let (seqno, ask) = (*seqno, *ask);
         let interval = self.config.knobs.checkpoint_interval;
         let horizon = self.window_base().0.saturating_add(self.config.knobs.log_window);
         let Some(sel) = self.selective.as_mut() else {
@@ -536,10 +601,18 @@ impl ExecStage {
             return self.stats.bump("object_cp_out_of_window");
         }
         let answer = ask.then(|| sel.sent.get(&seqno).cloned()).flatten();
+        let mut streams: BTreeMap<&Bytes, &Vec<(ClientId, PushStream)>> =
+            streams.iter().map(|(name, s)| (name, s)).collect();
         sel.received.entry(seqno).or_default().insert(
             from,
             Received {
-                objects: objects.iter().cloned().collect(),
+                objects: objects
+                    .iter()
+                    .map(|(name, state)| {
+                        let streams = streams.remove(name).cloned().unwrap_or_default();
+                        (name.clone(), (state.clone(), streams))
+                    })
+                    .collect(),
                 replies: replies.iter().map(|(c, id, r)| ((*c, *id), r.clone())).collect(),
             },
         );
@@ -582,7 +655,7 @@ impl ExecStage {
 
     /// RETRANSMIT for a request this member skipped: run it now (with what it needs first), so
     /// its reply can go out. `false` if it is not stored here.
-    pub(super) fn force_skipped(&mut self, client: ClientId, request_id: RequestId) -> bool {
+    pub(super) fn force_skipped(&mut self, client: ClientId, request_id: RequestId, out: &mut Vec<Action>) -> bool {
         let Some(sel) = self.selective.as_mut() else {
             return false;
         };
@@ -594,8 +667,7 @@ impl ExecStage {
             return false;
         };
         let mut effects = Effects::default();
-        self.run_update(update, &mut effects);
-        self.drop_pushes(&mut effects);
+        self.run_update(update, &mut effects, out);
         self.stats.bump("requests_forced");
         matches!(self.replies.get(client).map(|c| &c.result), Some(CachedResult::Full(_)))
     }

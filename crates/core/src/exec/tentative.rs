@@ -190,6 +190,7 @@ impl ExecStage {
                 service: self.initial.clone().expect("can_roll_back checked"),
                 replies: Vec::new(),
                 pushes: Vec::new(),
+                streams: Vec::new(),
                 pages: 0,
                 page_root: Digest::default(),
                 page_bytes: 0,

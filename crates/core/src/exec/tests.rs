@@ -111,6 +111,21 @@ impl Net {
         self.stage(id, &Storage::new(), Box::new(KvService::new()))
     }
 
+    /// PUSH-RESUME from client 8 (client ring 1) for its own pushes from `next` and `streams`.
+    pub fn resume_of_client_8(&self, next: u64, streams: Vec<(Bytes, u64)>) -> Input {
+        let client = ClientId(8);
+        let message = Message::PushResume { client, next, streams };
+        let from = Principal::Client(client);
+        let envelope = Envelope::seal(
+            &self.client_rings[1],
+            &self.q,
+            from,
+            message,
+            SealFor::Stage(StageKind::Exec),
+        );
+        Input::Message(Arc::new(envelope))
+    }
+
     /// A message from `from` sealed with its replica's keys.
     pub fn input(&self, from: Principal, message: Message, seal: SealFor) -> Input {
         let ring = &self.rings[from.replica().expect("replica").0 as usize];
@@ -781,7 +796,7 @@ fn a_write_pushes_to_the_watcher_numbered_the_same_at_every_member() {
         let pushes: Vec<(Vec<Principal>, u64, Bytes)> = sent(&out)
             .into_iter()
             .filter_map(|(to, m)| match m {
-                Message::Push { seq, payload } => Some((to, seq, payload)),
+                Message::Push { seq, payload, .. } => Some((to, seq, payload)),
                 _ => None,
             })
             .collect();
@@ -844,7 +859,7 @@ fn the_service_is_woken_at_the_agreed_time_by_a_heartbeat_batch() {
         sent(out)
             .into_iter()
             .filter_map(|(_, m)| match m {
-                Message::Push { seq, payload } => Some((seq, payload)),
+                Message::Push { seq, payload, .. } => Some((seq, payload)),
                 _ => None,
             })
             .collect()

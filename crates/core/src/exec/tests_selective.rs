@@ -5,14 +5,30 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::tests::{chain, inline, replies, sent, Net, SpyService, TestBatch, CLIENT};
+use super::tests::{chain, inline, sent, Net, SpyService, TestBatch, CLIENT};
 use super::ExecStage;
 use crate::crypto::Digest;
 use crate::ids::{ClientId, Principal, ReplicaId, RequestId, SeqNo, StageKind};
-use crate::kv::{KvOperation, KvReply, KvService};
+use crate::kv::{KvEvent, KvOperation, KvReply, KvService};
 use crate::message::{Message, ReplyBody, RequestEntry, SealFor};
 use crate::service::Service;
 use crate::stage::{Action, Event, Input, Stage, Storage, Timer};
+
+/// The replies sent to `client`, each full result as the service gave it (unwrapped from the
+/// positions of the streams its request announced, which every ordered reply under selective
+/// execution carries).
+fn replies(out: &[Action], client: ClientId) -> Vec<(RequestId, ReplyBody)> {
+    let replies = super::tests::replies(out, client).into_iter();
+    replies
+        .map(|(id, body)| match body {
+            ReplyBody::Full(b) => {
+                let (_, result) = crate::message::unwrap_announced(&b).expect("a wrapped reply");
+                (id, ReplyBody::Full(result))
+            }
+            digest => (id, digest),
+        })
+        .collect()
+}
 
 fn selective_net() -> Net {
     let mut net = Net::small();
@@ -258,6 +274,7 @@ fn a_lying_maintainer_is_not_believed_and_the_member_replays_what_it_lied_about(
                 seqno,
                 objects,
                 replies,
+                streams,
                 ask,
             } = &envelope.message
             {
@@ -276,6 +293,7 @@ fn a_lying_maintainer_is_not_believed_and_the_member_replays_what_it_lied_about(
                     seqno: *seqno,
                     objects: planted,
                     replies: replies.clone(),
+                    streams: streams.clone(),
                     ask: *ask,
                 };
                 *envelope = Arc::new(crate::message::Envelope::seal(
@@ -488,7 +506,7 @@ fn pushes_of_global_requests_are_sent_and_those_of_keyed_requests_dropped() {
         let pushes: Vec<(u64, Bytes)> = sent(out)
             .into_iter()
             .filter_map(|(_, m)| match m {
-                Message::Push { seq, payload } => Some((seq, payload)),
+                Message::Push { seq, payload, .. } => Some((seq, payload)),
                 _ => None,
             })
             .collect();
@@ -555,6 +573,80 @@ fn a_request_runs_at_its_agreed_position_when_run_and_when_forced() {
     // Without selective execution the whole batch runs at once, from index 0.
     let mut whole = Net::small().stage(0, &Storage::new(), Box::new(positioned(KvService::new())));
     let out = Net::small().deliver(&mut whole, &batches[0]);
-    assert_eq!(replies(&out, CLIENT), vec![(RequestId(1), at(0))]);
-    assert_eq!(replies(&out, ClientId(8)), vec![(RequestId(1), at(1))]);
+    let plain = |client| super::tests::replies(&out, client);
+    assert_eq!(plain(CLIENT), vec![(RequestId(1), at(0))]);
+    assert_eq!(plain(ClientId(8)), vec![(RequestId(1), at(1))]);
+}
+
+/// The pushes sent in `out`: `(to, stream, seq, payload)`.
+fn pushes_sent(out: &[Action]) -> Vec<(Vec<Principal>, Option<Bytes>, u64, Bytes)> {
+    let sent = sent(out).into_iter();
+    sent.filter_map(|(to, m)| match m {
+        Message::Push { stream, seq, payload } => Some((to, stream, seq, payload)),
+        _ => None,
+    })
+    .collect()
+}
+
+/// Per-object push streams (docs/ODRC.md): a watch on a key announces the key's stream to its
+/// client in the (wrapped) reply; a write to the key pushes the event in that stream, numbered
+/// by the key's maintainers; the member that skipped both installs the stream with the key at
+/// the checkpoint (every member's checkpoint is then the same) and answers a PUSH-RESUME for
+/// it. (`stale-streams` in the simulator shows what goes wrong when the stream is not
+/// installed.)
+#[test]
+fn a_keys_watch_events_go_in_its_stream_which_travels_with_the_key() {
+    let net = selective_net();
+    let mut stages = stages(&net);
+    let on01 = key_kept_by([0, 1]);
+    let watcher = ClientId(8);
+    let batches = chain(vec![
+        vec![get_on(watcher, 1, &on01)],
+        vec![put_on(CLIENT, 1, &on01, "a")],
+        vec![get_on(watcher, 2, &on01)],
+        vec![],
+    ]);
+    let outs = deliver_each(&net, &mut stages, &batches[..3]);
+    for member in [0, 1] {
+        // The first Get announces the stream from push 1; the second, after the put's event,
+        // from push 2.
+        let announced: Vec<Vec<(Bytes, u64)>> = super::tests::replies(&outs[member], watcher)
+            .into_iter()
+            .map(|(_, body)| match body {
+                ReplyBody::Full(b) => crate::message::unwrap_announced(&b).expect("wrapped").0,
+                ReplyBody::Digest(_) => panic!("full replies here"),
+            })
+            .collect();
+        let key = Bytes::from(on01.clone());
+        assert_eq!(announced, vec![vec![(key.clone(), 1)], vec![(key.clone(), 2)]]);
+        let event = KvEvent {
+            key: key.clone(),
+            value: Some(Bytes::from_static(b"a")),
+        }
+        .encode();
+        assert_eq!(
+            pushes_sent(&outs[member]),
+            vec![(vec![Principal::Client(watcher)], Some(key), 1, event)],
+            "member {member}"
+        );
+    }
+    assert!(pushes_sent(&outs[2]).is_empty(), "member 2 ran none of it");
+    // The checkpoint: member 2 installs the key with its stream.
+    let at_cp = deliver_all(&net, &mut stages, &batches[3]);
+    let after = exchange(&net, &mut stages, &at_cp);
+    let digests: Vec<_> = [&at_cp[0], &at_cp[1], &after[2]]
+        .iter()
+        .map(|out| checkpoint_digest(out).expect("checkpoint taken"))
+        .collect();
+    assert!(digests.iter().all(|d| *d == digests[0]), "{digests:?}");
+    let streams: Vec<_> = stages.iter().map(|s| s.pushes.objects_sorted()).collect();
+    assert_eq!(streams[2], streams[0]);
+    assert_eq!(streams[0].len(), 1);
+    // Member 2 answers the watcher's PUSH-RESUME for the stream from its installed copy.
+    let resume = net.resume_of_client_8(1, vec![(Bytes::from(on01.clone()), 1)]);
+    let mut out = Vec::new();
+    stages[2].handle(5, resume, &mut out);
+    let resent = pushes_sent(&out);
+    assert_eq!(resent.len(), 1);
+    assert_eq!((resent[0].1.as_deref(), resent[0].2), (Some(on01.as_bytes()), 1));
 }

@@ -214,16 +214,10 @@ fn no_tentative_execution_at_a_checkpoint_or_out_of_order() {
     assert_eq!(stage.stats().get("tentative_not_next"), 2);
 }
 
-/// PUSH-RESUME from the watcher `OTHER` (client ring 1) for its pushes from the first.
+/// PUSH-RESUME from the watcher `OTHER` for its pushes from the first.
 fn resume(net: &Net) -> Input {
-    let envelope = crate::message::Envelope::seal(
-        &net.client_rings[1],
-        &net.q,
-        Principal::Client(OTHER),
-        Message::PushResume { client: OTHER, next: 1 },
-        SealFor::Stage(StageKind::Exec),
-    );
-    Input::Message(std::sync::Arc::new(envelope))
+    assert_eq!(OTHER, ClientId(8));
+    net.resume_of_client_8(1, Vec::new())
 }
 
 /// A write executed tentatively fires another client's watch: that push is held with the batch,

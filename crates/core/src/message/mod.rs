@@ -394,7 +394,11 @@ pub enum Message {
     /// PUSH: the `seq`-th message the service pushed to the receiving client (numbered from 1 per
     /// client). MAC.
     Push {
-        /// Its number among the pushes to this client.
+        /// Its stream: `None` for the client's own (every push without selective execution),
+        /// `Some(object)` for the client's stream of pushes on that object under selective
+        /// execution (docs/ODRC.md, "Per-object push streams"), numbered on its own.
+        stream: Option<Bytes>,
+        /// Its number among the pushes of its stream to this client.
         seq: u64,
         /// What the service pushed (at most [`crate::limits::PUSH_BYTES_MAX`] bytes).
         payload: Bytes,
@@ -404,12 +408,17 @@ pub enum Message {
     PushResume {
         /// The client.
         client: ClientId,
-        /// The first push it has not received.
+        /// The first push of its own stream it has not received.
         next: u64,
+        /// The object streams it follows, each with the first push it has not received (at most
+        /// [`crate::limits::PUSH_STREAMS_MAX`]).
+        streams: Vec<(Bytes, u64)>,
     },
     /// PUSH-GAP: the pushes to the receiving client from `next` up to `resume_at` (excluded) are
     /// no longer kept; the next one kept is `resume_at`. MAC.
     PushGap {
+        /// The stream (as in PUSH).
+        stream: Option<Bytes>,
         /// The first push the client asked for.
         next: u64,
         /// The oldest push still kept (or the next to be emitted, if none is kept).
@@ -469,6 +478,9 @@ pub enum Message {
         /// `(client, request id, reply)` of each client's newest request that the sender
         /// executed since the previous checkpoint because it maintains one of its objects.
         replies: Vec<(ClientId, RequestId, Bytes)>,
+        /// The push streams of those of `objects` that have any: per client, the stream's next
+        /// number and kept pushes (part of the object's state: copies match when both match).
+        streams: Vec<(Bytes, Vec<(ClientId, PushStream)>)>,
         /// Whether the sender still waits for copies of this checkpoint.
         ask: bool,
     },
@@ -524,6 +536,44 @@ pub enum Message {
         /// Pushes the member has sent this client so far (as in REPLY).
         pushes_sent: u64,
     },
+}
+
+/// One client's pushes in one stream at an execution member: the next number, and the newest
+/// pushes kept for a client that missed some.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PushStream {
+    /// Number of the next push (the first is 1).
+    pub next_seq: u64,
+    /// The newest pushes, oldest first (at most [`crate::limits::PUSHES_KEPT_PER_CLIENT`] in a
+    /// client's own stream, [`crate::limits::PUSHES_KEPT_PER_STREAM`] in an object's).
+    pub kept: std::collections::VecDeque<(u64, Bytes)>,
+}
+
+/// Under selective execution, an ordered reply's result as sent, cached and certified: the
+/// service's `result` behind the positions of the push streams the request announced to its
+/// client ([`crate::service::Effects::announce_stream`]; each the number the stream's next push
+/// gets), so a client takes them on the same `r + 1` matching copies as the result. Tag 0 and the
+/// result when there are none.
+pub fn wrap_announced(result: &Bytes, streams: &[(Bytes, u64)]) -> Bytes {
+    if streams.is_empty() {
+        let mut out = Vec::with_capacity(1 + result.len());
+        out.push(0);
+        out.extend_from_slice(result);
+        return Bytes::from(out);
+    }
+    let mut out = vec![1];
+    out.extend_from_slice(&crate::codec::to_bytes(&(streams, result)));
+    Bytes::from(out)
+}
+
+/// The stream positions and the service's result of a reply [`wrap_announced`] made (`None`:
+/// not such a reply).
+pub fn unwrap_announced(reply: &Bytes) -> Option<(Vec<(Bytes, u64)>, Bytes)> {
+    match reply.first()? {
+        0 => Some((Vec::new(), reply.slice(1..))),
+        1 => crate::codec::from_bytes(&reply[1..]).ok(),
+        _ => None,
+    }
 }
 
 /// A reply's result, full or as a digest.
