@@ -174,7 +174,7 @@ impl Client {
 
     /// Whether a request is outstanding (ordered or read-only).
     pub fn is_busy(&self) -> bool {
-        self.outstanding.is_some() || self.read_only.is_some()
+        self.outstanding.is_some() || self.read_only.is_some() || self.pushes.holding()
     }
 
     /// The last request id used.
@@ -555,24 +555,17 @@ impl Client {
         out.push(Action::CancelTimer {
             timer: Timer::ClientRetransmit,
         });
-        let result = if self.config.selective_execution {
+        if self.config.selective_execution {
             // The result behind the positions of the push streams the request announced.
             match crate::message::unwrap_announced(&full) {
-                Some((streams, result)) => {
-                    if !streams.is_empty() {
-                        self.follow_streams(now, streams, out);
-                    }
-                    result
-                }
-                None => {
-                    self.stats.bump("reply_not_wrapped");
-                    full
-                }
+                Some((streams, result)) => return self.deliver_after_pushes(now, request_id, result, streams, out),
+                None => self.stats.bump("reply_not_wrapped"),
             }
-        } else {
-            full
-        };
-        out.push(Action::Deliver { request_id, result });
+        }
+        out.push(Action::Deliver {
+            request_id,
+            result: full,
+        });
         self.stats.bump("delivered");
         self.start_next(now, out);
     }

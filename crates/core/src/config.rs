@@ -104,6 +104,10 @@ pub enum Sabotage {
     /// push streams of the object instead of the certified ones, so it numbers the object's
     /// next pushes from where it stopped running the object's requests.
     StaleStreams,
+    /// Selective execution: a client delivers a reply at once even when pushes before it of a
+    /// stream its request announced have not come: a watcher can see a key's new value before
+    /// the watch event of the write that made it.
+    UnheldReplies,
 }
 
 /// Protocol knobs. Times are in microseconds of the host's monotonic clock unless named `_ms`.

@@ -27,7 +27,7 @@ struct Args {
     /// keep-retired-keys, shared-configuration-keys, lcr-deliver-unstable (r = 0),
     /// tentative-small-quorum, tentative-no-rollback, quorum-drop-speculative (u = r; runs
     /// --protocol quorum), chain-skip-check (r >= 1; runs --protocol chain), weak-reply-quorum,
-    /// single-object-copy or stale-streams (r >= 1; run --selective-execution).
+    /// single-object-copy, stale-streams or unheld-replies (r >= 1; run --selective-execution).
     #[arg(long)]
     sabotage: Option<String>,
     /// Virtual seconds of client workload per seed.

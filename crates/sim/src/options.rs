@@ -81,11 +81,15 @@ pub enum SabotageMode {
     /// Members installing an object from OBJECT-CP keep their own stale push streams of it
     /// (`Sabotage::StaleStreams`); the run uses selective execution with the KV's watches.
     StaleStreams,
+    /// Clients deliver a reply without waiting for the pushes before it of the streams its
+    /// request announced (`Sabotage::UnheldReplies`); the run uses selective execution with the
+    /// KV's watches.
+    UnheldReplies,
 }
 
 impl SabotageMode {
     /// Every mode.
-    pub const ALL: [SabotageMode; 23] = [
+    pub const ALL: [SabotageMode; 24] = [
         SabotageMode::ShortQuorum,
         SabotageMode::SkipMac,
         SabotageMode::EarlyExecute,
@@ -109,6 +113,7 @@ impl SabotageMode {
         SabotageMode::SingleObjectCopy,
         SabotageMode::SeparateNextBatch,
         SabotageMode::StaleStreams,
+        SabotageMode::UnheldReplies,
     ];
 
     /// Its command-line name.
@@ -137,6 +142,7 @@ impl SabotageMode {
             SabotageMode::SingleObjectCopy => "single-object-copy",
             SabotageMode::SeparateNextBatch => "separate-next-batch",
             SabotageMode::StaleStreams => "stale-streams",
+            SabotageMode::UnheldReplies => "unheld-replies",
         }
     }
 
@@ -170,6 +176,7 @@ impl SabotageMode {
             SabotageMode::SingleObjectCopy => Some(Sabotage::SingleObjectCopy),
             SabotageMode::SeparateNextBatch => Some(Sabotage::SeparateNextBatch),
             SabotageMode::StaleStreams => Some(Sabotage::StaleStreams),
+            SabotageMode::UnheldReplies => Some(Sabotage::UnheldReplies),
         }
     }
 }

@@ -42,6 +42,9 @@ pub struct Tallies {
     pub pushes_delivered: u64,
     /// Those of them in object streams (selective execution).
     pub stream_pushes_delivered: u64,
+    /// Ordered reads of a watched key that found a new value after its watch event, as the
+    /// watch-order checker requires (the KV under selective execution).
+    pub watch_order_checks: u64,
     /// Push gaps correct clients were told of.
     pub push_gaps: u64,
     /// Heartbeat batches ordered, as counted by the order members up at the end of the run.
@@ -76,6 +79,7 @@ impl Tallies {
         self.serializable_reads += other.serializable_reads;
         self.pushes_delivered += other.pushes_delivered;
         self.stream_pushes_delivered += other.stream_pushes_delivered;
+        self.watch_order_checks += other.watch_order_checks;
         self.push_gaps += other.push_gaps;
         self.heartbeats += other.heartbeats;
         self.state_transfers += other.state_transfers;
@@ -109,7 +113,10 @@ impl Tallies {
             ));
         }
         if self.stream_pushes_delivered > 0 {
-            line.push_str(&format!(", stream_pushes_delivered: {}", self.stream_pushes_delivered));
+            line.push_str(&format!(
+                ", stream_pushes_delivered: {}, watch_order_checks: {}",
+                self.stream_pushes_delivered, self.watch_order_checks
+            ));
         }
         if self.version_conflicts > 0 {
             line.push_str(&format!(", version_conflicts: {}", self.version_conflicts));

@@ -173,6 +173,8 @@ pub struct Sim<P: Protocol> {
     hdfs: Option<HdfsClients>,
     agreement: Agreement,
     pushes: Pushes,
+    /// Watch events before the data they announce (the KV under selective execution).
+    watch_order: crate::checkers::watch_order::WatchOrder,
     trace: blake3::Hasher,
     errors: Vec<String>,
     events: u64,
@@ -230,7 +232,12 @@ impl<P: Protocol> Sim<P> {
         }
         if matches!(
             opts.sabotage,
-            Some(SabotageMode::WeakReplyQuorum | SabotageMode::SingleObjectCopy | SabotageMode::StaleStreams)
+            Some(
+                SabotageMode::WeakReplyQuorum
+                    | SabotageMode::SingleObjectCopy
+                    | SabotageMode::StaleStreams
+                    | SabotageMode::UnheldReplies
+            )
         ) && opts.r > 0
         {
             opts.selective_execution = true;
@@ -414,6 +421,7 @@ impl<P: Protocol> Sim<P> {
             counts: FaultCounts::default(),
             agreement: Agreement::default(),
             pushes: Pushes::default(),
+            watch_order: Default::default(),
             trace: blake3::Hasher::new(),
             queue: EventQueue::default(),
             timers: Timers::default(),
@@ -566,6 +574,7 @@ impl<P: Protocol> Sim<P> {
                             | SabotageMode::SingleObjectCopy
                             | SabotageMode::SeparateNextBatch
                             | SabotageMode::StaleStreams
+                            | SabotageMode::UnheldReplies
                     ) =>
             {
                 // A fault mix that exposes the broken rule: an equivocating primary for the
@@ -594,7 +603,8 @@ impl<P: Protocol> Sim<P> {
                     | SabotageMode::ChainSkipCheck
                     | SabotageMode::SingleObjectCopy
                     | SabotageMode::SeparateNextBatch
-                    | SabotageMode::StaleStreams => {
+                    | SabotageMode::StaleStreams
+                    | SabotageMode::UnheldReplies => {
                         unreachable!("guarded above")
                     }
                 };
@@ -1463,6 +1473,9 @@ impl<P: Protocol> Sim<P> {
                 Action::DeliverPush { stream, seq, payload } => {
                     if let (Principal::Client(c), true) = (p, self.is_correct(p)) {
                         self.pushes.delivered(c, stream.as_ref(), seq, &payload);
+                        if let Some(key) = &stream {
+                            self.watch_order.event(c.0, key);
+                        }
                         let next = self.zk.as_mut().and_then(|zk| zk.pushed(c.0, &payload, &mut self.rng));
                         if let Some(next) = next {
                             self.zk_next(c.0, next);
@@ -1476,6 +1489,9 @@ impl<P: Protocol> Sim<P> {
                 } => {
                     if let (Principal::Client(c), true) = (p, self.is_correct(p)) {
                         self.pushes.gap(c, stream.as_ref(), missed_from, resume_at);
+                        if let Some(key) = &stream {
+                            self.watch_order.event(c.0, key);
+                        }
                         let next = self.zk.as_mut().and_then(|zk| zk.gap(c.0, &mut self.rng));
                         if let Some(next) = next {
                             self.zk_next(c.0, next);
@@ -1803,16 +1819,38 @@ impl<P: Protocol> Sim<P> {
             let next = hdfs.deliver(c, &result);
             self.zk_next(c, next);
             return;
-        } else if self
-            .workload
-            .complete(c, self.now, |op| model_reply(self.opts.service, op, result))
-        {
+        } else if let Some(op) = self.workload.outstanding_op(c).map(|o| (o.op.clone(), o.serializable)) {
+            let watched = self.opts.selective_execution && self.opts.service == crate::ServiceKind::Kv;
+            if watched {
+                self.watch_order_after(c, &op.0, op.1, &result);
+            }
+            let completed = self
+                .workload
+                .complete(c, self.now, |op| model_reply(self.opts.service, op, result));
+            debug_assert!(completed, "an operation was outstanding");
             self.op_completed(c);
         } else {
             self.errors
                 .push(format!("client {c} delivered a result with no operation outstanding"));
         }
         self.client_pause(c);
+    }
+
+    /// What correct client `c` completing `op` (its result `result`) tells the watch-order
+    /// checker: an ordered `Get`'s value, or a write.
+    fn watch_order_after(&mut self, c: u32, op: &KvOperation, serializable: bool, result: &Bytes) {
+        match op {
+            KvOperation::Get { key } if !serializable => {
+                if let Some(upright_core::kv::KvReply::Value(value)) = upright_core::kv::KvReply::decode(result) {
+                    self.watch_order.read(c, key, value);
+                }
+            }
+            KvOperation::Get { .. } => {}
+            KvOperation::Put { key, .. }
+            | KvOperation::Append { key, .. }
+            | KvOperation::Delete { key }
+            | KvOperation::Burn { key, .. } => self.watch_order.wrote(c, key),
+        }
     }
 
     /// Client `c` completed an operation.
@@ -1863,6 +1901,7 @@ impl<P: Protocol> Sim<P> {
         violations.extend(durability::check(history));
         violations.extend(serializable::check(history));
         violations.extend(self.pushes.check(&self.correct_clients, self.opts.heal_at()));
+        violations.extend(self.watch_order.violations());
         if let Some(zk) = &self.zk {
             violations.extend(zk.violations().iter().cloned());
         }
@@ -1933,6 +1972,7 @@ impl<P: Protocol> Sim<P> {
                 .count() as u64,
             pushes_delivered: self.pushes.delivered_count(),
             stream_pushes_delivered: self.pushes.delivered_in_streams(),
+            watch_order_checks: self.watch_order.checked,
             push_gaps: self.pushes.gap_count(),
             heartbeats: stat_total("heartbeat_sent"),
             state_transfers: stat_total("state_transfer_completed"),

@@ -94,6 +94,11 @@ impl Workload {
         });
     }
 
+    /// The operation `client` has outstanding, if any.
+    pub fn outstanding_op(&self, client: u32) -> Option<&Operation> {
+        self.outstanding.get(&client).map(|&i| &self.history[i])
+    }
+
     /// Records a delivered result, in the model's encoding as `translate` makes it from the
     /// operation; false if nothing was outstanding (a protocol error).
     pub fn complete(&mut self, client: u32, now: Time, translate: impl FnOnce(&KvOperation) -> Bytes) -> bool {

@@ -295,6 +295,14 @@ fn stale_streams_are_caught() {
     caught(SabotageMode::StaleStreams);
 }
 
+/// Selective execution: a client that delivers a reply without waiting for the pushes before
+/// it of the streams its request announced lets a watcher read a key's new value before the
+/// watch event of the write that made it (the watch-order checker).
+#[test]
+fn unheld_replies_are_caught() {
+    caught(SabotageMode::UnheldReplies);
+}
+
 /// Both selective-execution sabotage modes with the Redis store's keys as the objects.
 #[test]
 fn selective_sabotage_is_caught_with_the_redis_store() {

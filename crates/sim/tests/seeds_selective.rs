@@ -38,6 +38,12 @@ fn three_hundred_selective_seeds_u1_r1() {
         tallies.stream_pushes_delivered > 100,
         "too few watch events: {tallies:?}"
     );
+    // A client that reads a watched key's new value has had the event first (the watch-order
+    // checker), tested many times over.
+    assert!(
+        tallies.watch_order_checks > 100,
+        "too few ordered reads after events: {tallies:?}"
+    );
 }
 
 #[test]

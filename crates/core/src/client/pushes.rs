@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use super::Client;
 use crate::crypto::Digest;
-use crate::ids::ReplicaId;
+use crate::ids::{ReplicaId, RequestId};
 use crate::limits::{PUSH_STREAMS_MAX, PUSH_WINDOW};
 use crate::message::Message;
 use crate::stage::{Action, Time, Timer};
@@ -31,6 +31,9 @@ const PENDING_STREAMS_MAX: usize = 8;
 
 /// Pushes held per stream not followed (the lowest numbers seen).
 const PENDING_PUSHES_MAX: usize = 4;
+
+/// A reply held for pushes: its request id, result and the stream positions it announced.
+type HeldReply = (RequestId, Bytes, Vec<(Bytes, u64)>);
 
 /// Copies of pushes seen: number -> member -> its payload's digest and the payload.
 type Candidates = BTreeMap<u64, BTreeMap<ReplicaId, (Digest, Bytes)>>;
@@ -59,9 +62,19 @@ impl Stream {
         }
     }
 
-    /// Whether a push after `next` was seen while `next` is missing.
-    fn hole(&self) -> bool {
-        !self.candidates.is_empty() || !self.gaps.is_empty()
+    /// Whether a push after `next` was seen while `next` is missing, or one was seen without
+    /// enough matching copies yet (in an object stream, accepted pushes may wait for the
+    /// client's reply: those are no hole).
+    fn hole(&self, quorum: usize) -> bool {
+        let accepted = |claims: &BTreeMap<ReplicaId, (Digest, Bytes)>| {
+            let digests = claims.values().map(|(d, _)| d);
+            digests
+                .clone()
+                .any(|d| claims.values().filter(|(e, _)| e == d).count() >= quorum)
+        };
+        let mut numbers = self.next..;
+        let hole = (self.candidates.iter()).any(|(&seq, claims)| Some(seq) != numbers.next() || !accepted(claims));
+        hole || !self.gaps.is_empty()
     }
 }
 
@@ -80,6 +93,9 @@ pub(super) struct PushInbox {
     active: bool,
     /// When [`Timer::PushResume`] is set to fire, if it is.
     armed: Option<Time>,
+    /// An accepted reply held until the pushes before it of the streams it announced are
+    /// delivered (or skipped by a gap): request id, result, the announced positions.
+    held: Option<HeldReply>,
 }
 
 impl Default for PushInbox {
@@ -90,14 +106,15 @@ impl Default for PushInbox {
             pending: BTreeMap::new(),
             active: false,
             armed: None,
+            held: None,
         }
     }
 }
 
 impl PushInbox {
-    /// Whether any stream has a hole.
-    fn hole(&self) -> bool {
-        self.own.hole() || self.streams.values().any(Stream::hole)
+    /// Whether any stream has a hole (`quorum`: matching copies that accept a push).
+    fn hole(&self, quorum: usize) -> bool {
+        self.own.hole(quorum) || self.streams.values().any(|s| s.hole(quorum))
     }
 
     /// The stream a push names, if the client takes it.
@@ -106,6 +123,17 @@ impl PushInbox {
             None => Some(&mut self.own),
             Some(name) => self.streams.get_mut(name),
         }
+    }
+
+    /// Whether a reply is held for pushes before it.
+    pub(super) fn holding(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Whether a followed stream among `announced` has not delivered every push before the
+    /// announced position.
+    fn owed_before(&self, announced: &[(Bytes, u64)]) -> bool {
+        (announced.iter()).any(|(name, at)| self.streams.get(name).is_some_and(|s| s.next < *at))
     }
 
     /// The first push not yet delivered in the client's own stream.
@@ -200,8 +228,9 @@ impl Client {
             }
             if self.pushes.streams.len() >= PUSH_STREAMS_MAX {
                 // Forget the stream idle longest, preferring one without a hole.
+                let quorum = self.push_quorum();
                 let victim = (self.pushes.streams.iter())
-                    .min_by_key(|(_, s)| (s.hole(), s.touched))
+                    .min_by_key(|(_, s)| (s.hole(quorum), s.touched))
                     .map(|(name, _)| name.clone());
                 if let Some(victim) = victim {
                     self.pushes.streams.remove(&victim);
@@ -264,13 +293,28 @@ impl Client {
         }
     }
 
-    /// Delivers every accepted push of `stream` from its `next` on, in order.
+    /// The first push of object stream `name` that may not be delivered yet, if any: a push
+    /// may come after the reply to the request in progress (the reply announces where the
+    /// stream stood when the request ran), so while a request waits for its reply no object
+    /// stream's push is delivered, and while an accepted reply is held, only the pushes before
+    /// the positions it announced.
+    fn stream_limit(&self, name: &Bytes) -> Option<u64> {
+        if let Some((_, _, announced)) = &self.pushes.held {
+            let at = announced.iter().find(|(n, _)| n == name).map(|(_, at)| *at);
+            return Some(at.unwrap_or(0));
+        }
+        (self.outstanding.is_some() || self.read_only.is_some()).then_some(0)
+    }
+
+    /// Delivers every accepted push of `stream` from its `next` on, in order (for an object
+    /// stream, up to its [`Client::stream_limit`]).
     fn deliver_pushes(&mut self, now: Time, stream: Option<&Bytes>, out: &mut Vec<Action>) {
         let quorum = self.push_quorum();
+        let limit = stream.and_then(|name| self.stream_limit(name)).unwrap_or(u64::MAX);
         let Some(inbox) = self.pushes.stream(stream) else {
             return;
         };
-        while let Some(claims) = inbox.candidates.get(&inbox.next) {
+        while let Some(claims) = inbox.candidates.get(&inbox.next).filter(|_| inbox.next < limit) {
             let accepted = claims.values().find_map(|(digest, payload)| {
                 let matching = claims.values().filter(|(d, _)| d == digest).count();
                 (matching >= quorum).then(|| payload.clone())
@@ -287,12 +331,75 @@ impl Client {
             self.stats.bump("pushes_delivered");
             inbox.next += 1;
         }
+        if stream.is_some() {
+            self.release_held(now, out);
+        }
+    }
+
+    /// Delivers an accepted reply whose request announced `streams` (selective execution): the
+    /// client follows them, and if a stream it already followed has not yet delivered every
+    /// push before the announced position, the reply is held until it has (a watcher sees a
+    /// key's or node's event before data that came after it), and nothing else starts.
+    pub(super) fn deliver_after_pushes(
+        &mut self,
+        now: Time,
+        request_id: RequestId,
+        result: Bytes,
+        streams: Vec<(Bytes, u64)>,
+        out: &mut Vec<Action>,
+    ) {
+        let owed = self.pushes.owed_before(&streams);
+        if owed && self.config.knobs.sabotage != Some(crate::config::Sabotage::UnheldReplies) {
+            self.stats.bump("reply_held_for_pushes");
+            self.pushes.held = Some((request_id, result, streams.clone()));
+            // The pushes it waits for may be here already, waiting for it.
+            for (name, _) in &streams {
+                self.deliver_pushes(now, Some(name), out);
+            }
+            if self.pushes.held.is_some() {
+                self.arm_push_resume(now, self.config.knobs.client_retransmit_initial_us, out);
+            }
+            return;
+        }
+        self.finish_reply(now, request_id, result, streams, out);
+    }
+
+    /// Delivers a reply whose announced pushes before it have come, then the object streams'
+    /// pushes that waited for it, then starts the next request.
+    fn finish_reply(
+        &mut self,
+        now: Time,
+        request_id: RequestId,
+        result: Bytes,
+        streams: Vec<(Bytes, u64)>,
+        out: &mut Vec<Action>,
+    ) {
+        out.push(Action::Deliver { request_id, result });
+        self.stats.bump("delivered");
+        if !streams.is_empty() {
+            self.follow_streams(now, streams, out);
+        }
+        let followed: Vec<Bytes> = self.pushes.streams.keys().cloned().collect();
+        for name in followed {
+            self.deliver_pushes(now, Some(&name), out);
+        }
+        self.start_next(now, out);
+    }
+
+    /// Delivers the held reply once the pushes it waits for are delivered.
+    fn release_held(&mut self, now: Time, out: &mut Vec<Action>) {
+        let ready = (self.pushes.held.as_ref()).is_some_and(|(_, _, streams)| !self.pushes.owed_before(streams));
+        if !ready {
+            return;
+        }
+        let (request_id, result, streams) = self.pushes.held.take().expect("checked");
+        self.finish_reply(now, request_id, result, streams, out);
     }
 
     /// How long until the next PUSH-RESUME: a retransmission interval while a hole is known,
     /// otherwise the poll interval.
     fn push_resume_wait(&self) -> u64 {
-        if self.pushes.hole() {
+        if self.pushes.hole(self.push_quorum()) {
             self.config.knobs.client_retransmit_initial_us
         } else {
             PUSH_POLL_US
@@ -703,5 +810,58 @@ mod tests {
             delivered,
             vec![(Some(Bytes::from_static(b"k")), 3, Bytes::from_static(b"e3"))]
         );
+    }
+
+    /// The order of a stream's pushes and the replies that announce it: a push that comes
+    /// while a request waits for its reply is not delivered yet; the reply then says where the
+    /// stream stood when the request ran. A push before that position is delivered before the
+    /// reply (the reply is held for it), one at or after it after the reply.
+    #[test]
+    fn a_reply_comes_after_the_pushes_before_it_and_before_those_after_it() {
+        let (f, _) = setup();
+        let mut config = (*f.config).clone();
+        config.selective_execution = true;
+        let mut c = Client::new(Arc::new(config), ClientId(0), f.clients[0].clone()).unwrap();
+        let mut out = Vec::new();
+        c.follow_streams(0, vec![(Bytes::from_static(b"k"), 1)], &mut out);
+        // Request 1 is in flight when push 1 and push 2 of the stream come.
+        let invoke = || Input::Invoke {
+            operation: Bytes::from_static(b"get k"),
+            path: crate::stage::ReadPath::Ordered,
+        };
+        step(&mut c, invoke());
+        for exec in [0, 1] {
+            let out = step(&mut c, stream_push(&f, exec, "k", 1, "e1"));
+            assert!(
+                !out.iter().any(|a| matches!(a, Action::DeliverPush { .. })),
+                "request in flight"
+            );
+            step(&mut c, stream_push(&f, exec, "k", 2, "e2"));
+        }
+        // Its reply says the stream stood at 2 when it ran: push 1 first, then the reply, then
+        // push 2.
+        let reply = |exec, request, at| {
+            let announced =
+                crate::message::wrap_announced(&Bytes::from_static(b"ok"), &[(Bytes::from_static(b"k"), at)]);
+            let message = Message::Reply {
+                request_id: crate::ids::RequestId(request),
+                result: crate::message::ReplyBody::Full(announced),
+                read_only: false,
+                pushes_sent: 0,
+            };
+            from_exec(&f, exec, message)
+        };
+        step(&mut c, reply(0, 1, 2));
+        let out = step(&mut c, reply(1, 1, 2));
+        let order: Vec<String> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeliverPush { seq, .. } => Some(format!("push {seq}")),
+                Action::Deliver { .. } => Some("reply".to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(order, vec!["push 1", "reply", "push 2"]);
+        assert_eq!(c.stats().get("reply_held_for_pushes"), 1);
     }
 }

@@ -905,7 +905,10 @@ fn corrupt_pushes(effects: &mut Effects) {
             }
             Err(_) => push.payload,
         };
-        effects.push(push.client, payload);
+        match push.object {
+            Some(object) => effects.push_on(object, push.client, payload),
+            None => effects.push(push.client, payload),
+        }
     }
 }
 

@@ -8,3 +8,4 @@ pub mod linearizability;
 pub mod liveness;
 pub mod pushes;
 pub mod serializable;
+pub mod watch_order;
