@@ -54,7 +54,8 @@ pub const PUSH_STREAMS_MAX: usize = 64;
 /// is per stream (a bound across streams would make objects depend on each other).
 pub const PUSHES_KEPT_PER_STREAM: usize = 16;
 
-/// Longest name of an object stream, in bytes.
+/// Longest name of an object stream, in bytes: a push on a longer object is dropped (counted
+/// `push_stream_name_too_long`) and its stream not announced.
 pub const PUSH_STREAM_NAME_MAX: usize = 4096;
 
 // ---- the stages' working bounds (each queue, cache and in-flight set), by stage ----

@@ -12,7 +12,9 @@ use bytes::Bytes;
 
 use super::ExecStage;
 use crate::ids::{ClientId, Principal};
-use crate::limits::{PUSHES_KEPT_PER_CLIENT, PUSHES_KEPT_PER_STREAM, PUSHES_RESENT_MAX, PUSH_BYTES_MAX};
+use crate::limits::{
+    PUSHES_KEPT_PER_CLIENT, PUSHES_KEPT_PER_STREAM, PUSHES_RESENT_MAX, PUSH_BYTES_MAX, PUSH_STREAM_NAME_MAX,
+};
 use crate::message::{Message, PushStream, SealFor};
 use crate::service::Push;
 use crate::stage::{Action, Event};
@@ -175,6 +177,10 @@ impl ExecStage {
     ) {
         if !self.push_acceptable(client, &payload) {
             return;
+        }
+        if object.len() > PUSH_STREAM_NAME_MAX {
+            // Its stream could not be named in a PUSH (nor announced).
+            return self.stats.bump("push_stream_name_too_long");
         }
         let seq = self.pushes.emit_on(object, client, payload.clone());
         let digest = crate::crypto::Digest::of(&payload);

@@ -275,7 +275,7 @@ impl ExecStage {
         let announced: BTreeMap<Bytes, u64> = effects
             .take_announced()
             .into_iter()
-            .filter(|(client, _)| *client == request.client)
+            .filter(|(client, object)| *client == request.client && object.len() <= crate::limits::PUSH_STREAM_NAME_MAX)
             .map(|(_, object)| {
                 let next = self.pushes.next_on(&object, request.client);
                 (object, next)

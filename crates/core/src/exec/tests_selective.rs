@@ -650,3 +650,28 @@ fn a_keys_watch_events_go_in_its_stream_which_travels_with_the_key() {
     assert_eq!(resent.len(), 1);
     assert_eq!((resent[0].1.as_deref(), resent[0].2), (Some(on01.as_bytes()), 1));
 }
+
+/// An object named in more than `PUSH_STREAM_NAME_MAX` bytes gets no stream: its watch is not
+/// announced and its events are dropped and counted, instead of being sent in PUSHes no client
+/// could take.
+#[test]
+fn an_object_too_long_to_name_a_stream_pushes_nothing() {
+    let net = selective_net();
+    let mut stages = stages(&net);
+    let long = "k".repeat(crate::limits::PUSH_STREAM_NAME_MAX + 1);
+    let batches = chain(vec![
+        vec![get_on(ClientId(8), 1, &long)],
+        vec![put_on(CLIENT, 1, &long, "a")],
+    ]);
+    let outs = deliver_each(&net, &mut stages, &batches);
+    assert!(outs.iter().all(|out| pushes_sent(out).is_empty()), "no member pushed");
+    for (member, out) in outs.iter().enumerate() {
+        for (_, body) in super::tests::replies(out, ClientId(8)) {
+            let ReplyBody::Full(b) = body else { continue };
+            let (announced, _) = crate::message::unwrap_announced(&b).expect("wrapped");
+            assert!(announced.is_empty(), "member {member} announced no stream");
+        }
+    }
+    let dropped: u64 = stages.iter().map(|s| s.stats().get("push_stream_name_too_long")).sum();
+    assert_eq!(dropped, 2, "the event, dropped by each of the key's two maintainers");
+}
