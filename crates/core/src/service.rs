@@ -104,6 +104,12 @@ impl Effects {
         std::mem::take(&mut self.announced)
     }
 
+    /// Emits a push as it is (one taken with [`Effects::take_pushes`] and altered, say), its
+    /// object kept.
+    pub fn add_push(&mut self, push: Push) {
+        self.pushes.push(push);
+    }
+
     /// The pushes, in the order they were emitted.
     pub fn pushes(&self) -> &[Push] {
         &self.pushes

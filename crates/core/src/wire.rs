@@ -238,12 +238,8 @@ fn validate_parts(message: &Message, seal: &Seal) -> Result<(), DecodeError> {
                 }),
                 "checkpointed stream",
             )?;
-            let stream_bytes = streams.iter().flat_map(|(name, per_client)| {
-                let kept = per_client
-                    .iter()
-                    .flat_map(|(_, s)| s.kept.iter().map(|(_, p)| p.len() + 8));
-                std::iter::once(name.len()).chain(kept)
-            });
+            let stream_bytes = (streams.iter())
+                .map(|(name, per_client)| name.len() + per_client.iter().map(|(_, s)| s.bytes()).sum::<usize>());
             let bytes: usize = objects
                 .iter()
                 .map(|(name, state)| name.len() + state.as_ref().map_or(0, |s| s.len()))

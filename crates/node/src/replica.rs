@@ -17,7 +17,7 @@ use upright_core::ids::{Principal, Process, ReplicaId, StageKind};
 use upright_core::limits::MESSAGE_BYTES_MAX;
 use upright_core::message::Envelope;
 use upright_core::pages::Pages;
-use upright_core::service::{Access, BatchContext, Effects, RestoreError, Service, ServiceRequest};
+use upright_core::service::{Access, BatchContext, Effects, Push, RestoreError, Service, ServiceRequest};
 use upright_core::stage::{Stage, Storage, Time};
 use upright_core::stages::ServiceFactory;
 
@@ -83,11 +83,8 @@ pub fn forging_pushes(service: ServiceFactory) -> ServiceFactory {
         ) -> Vec<Bytes> {
             let replies = self.0.execute(context, requests, effects);
             for push in effects.take_pushes() {
-                let forged = Bytes::from([&push.payload[..], b"<forged>"].concat());
-                match push.object {
-                    Some(object) => effects.push_on(object, push.client, forged),
-                    None => effects.push(push.client, forged),
-                }
+                let payload = Bytes::from([&push.payload[..], b"<forged>"].concat());
+                effects.add_push(Push { payload, ..push });
             }
             replies
         }

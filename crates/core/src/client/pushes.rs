@@ -38,6 +38,14 @@ type HeldReply = (RequestId, Bytes, Vec<(Bytes, u64)>);
 /// Copies of pushes seen: number -> member -> its payload's digest and the payload.
 type Candidates = BTreeMap<u64, BTreeMap<ReplicaId, (Digest, Bytes)>>;
 
+/// The payload that `quorum` of the members' copies of one push agree on, if any.
+fn accepted(claims: &BTreeMap<ReplicaId, (Digest, Bytes)>, quorum: usize) -> Option<Bytes> {
+    claims.values().find_map(|(digest, payload)| {
+        let matching = claims.values().filter(|(d, _)| d == digest).count();
+        (matching >= quorum).then(|| payload.clone())
+    })
+}
+
 /// One stream's pushes at the client.
 #[derive(Debug)]
 struct Stream {
@@ -66,14 +74,9 @@ impl Stream {
     /// enough matching copies yet (in an object stream, accepted pushes may wait for the
     /// client's reply: those are no hole).
     fn hole(&self, quorum: usize) -> bool {
-        let accepted = |claims: &BTreeMap<ReplicaId, (Digest, Bytes)>| {
-            let digests = claims.values().map(|(d, _)| d);
-            digests
-                .clone()
-                .any(|d| claims.values().filter(|(e, _)| e == d).count() >= quorum)
-        };
         let mut numbers = self.next..;
-        let hole = (self.candidates.iter()).any(|(&seq, claims)| Some(seq) != numbers.next() || !accepted(claims));
+        let hole = (self.candidates.iter())
+            .any(|(&seq, claims)| Some(seq) != numbers.next() || accepted(claims, quorum).is_none());
         hole || !self.gaps.is_empty()
     }
 }
@@ -315,11 +318,7 @@ impl Client {
             return;
         };
         while let Some(claims) = inbox.candidates.get(&inbox.next).filter(|_| inbox.next < limit) {
-            let accepted = claims.values().find_map(|(digest, payload)| {
-                let matching = claims.values().filter(|(d, _)| d == digest).count();
-                (matching >= quorum).then(|| payload.clone())
-            });
-            let Some(payload) = accepted else { break };
+            let Some(payload) = accepted(claims, quorum) else { break };
             inbox.candidates.remove(&inbox.next);
             inbox.gaps.clear();
             inbox.touched = now;
@@ -336,10 +335,11 @@ impl Client {
         }
     }
 
-    /// Delivers an accepted reply whose request announced `streams` (selective execution): the
-    /// client follows them, and if a stream it already followed has not yet delivered every
-    /// push before the announced position, the reply is held until it has (a watcher sees a
-    /// key's or node's event before data that came after it), and nothing else starts.
+    /// Delivers an accepted reply whose request announced `streams` (selective execution): if a
+    /// stream the client already follows has not yet delivered every push before the announced
+    /// position, the reply is held until it has (a watcher sees a key's or node's event before
+    /// data that came after it) and nothing else starts; the client follows the streams once
+    /// the reply is delivered ([`Client::finish_reply`]).
     pub(super) fn deliver_after_pushes(
         &mut self,
         now: Time,

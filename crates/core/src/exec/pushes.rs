@@ -159,7 +159,9 @@ impl ExecStage {
                 continue;
             }
             let seq = self.pushes.emit(client, payload.clone());
-            self.note_and_send(None, client, seq, payload, out);
+            self.note_pushed(client, None, seq, &payload, out);
+            self.send_push(client, None, seq, payload, out);
+            self.stats.bump("pushes_sent");
         }
     }
 
@@ -183,13 +185,7 @@ impl ExecStage {
             return self.stats.bump("push_stream_name_too_long");
         }
         let seq = self.pushes.emit_on(object, client, payload.clone());
-        let digest = crate::crypto::Digest::of(&payload);
-        out.push(Action::Note(Event::Pushed {
-            client,
-            stream: Some(object.clone()),
-            seq,
-            digest,
-        }));
+        self.note_pushed(client, Some(object.clone()), seq, &payload, out);
         if live {
             self.send_push(client, Some(object.clone()), seq, payload, out);
             self.stats.bump("pushes_sent");
@@ -211,22 +207,15 @@ impl ExecStage {
         true
     }
 
-    fn note_and_send(
-        &mut self,
-        stream: Option<Bytes>,
-        client: ClientId,
-        seq: u64,
-        payload: Bytes,
-        out: &mut Vec<Action>,
-    ) {
+    /// Notes a numbered push for the host (the simulator's checkers compare members' pushes).
+    fn note_pushed(&self, client: ClientId, stream: Option<Bytes>, seq: u64, payload: &Bytes, out: &mut Vec<Action>) {
+        let digest = crate::crypto::Digest::of(payload);
         out.push(Action::Note(Event::Pushed {
             client,
-            stream: stream.clone(),
+            stream,
             seq,
-            digest: crate::crypto::Digest::of(&payload),
+            digest,
         }));
-        self.send_push(client, stream, seq, payload, out);
-        self.stats.bump("pushes_sent");
     }
 
     fn send_push(&self, client: ClientId, stream: Option<Bytes>, seq: u64, payload: Bytes, out: &mut Vec<Action>) {

@@ -364,13 +364,12 @@ impl ExecStage {
     pub(super) fn checkpoint_selectively(&mut self, out: &mut Vec<Action>) {
         let seqno = self.last_executed;
         let mut sel = self.selective.take().expect("selective execution is on");
-        let mut objects = Vec::new();
+        let (mut objects, mut streams) = (Vec::new(), Vec::new());
         let mut bytes = 0;
         for name in std::mem::take(&mut sel.dirty) {
             let state = self.service.object_state(&name).flatten();
-            let stream_bytes: usize = (self.pushes.object_streams(&name).iter())
-                .flat_map(|(_, s)| s.kept.iter().map(|(_, p)| p.len() + 8))
-                .sum();
+            let object_streams = self.pushes.object_streams(&name);
+            let stream_bytes: usize = object_streams.iter().map(|(_, s)| s.bytes()).sum();
             let size = 2 * name.len() + state.as_ref().map_or(0, |s| s.len()) + stream_bytes;
             if bytes + size > OBJECT_CP_BYTES_MAX {
                 // Left out: those who need it replay instead.
@@ -378,14 +377,12 @@ impl ExecStage {
                 continue;
             }
             bytes += size;
+            if !object_streams.is_empty() {
+                streams.push((name.clone(), object_streams));
+            }
             objects.push((name, state));
         }
         self.stats.add("object_cp_objects_sent", objects.len() as u64);
-        let streams: Vec<_> = objects
-            .iter()
-            .map(|(name, _)| (name.clone(), self.pushes.object_streams(name)))
-            .filter(|(_, streams)| !streams.is_empty())
-            .collect();
         let message = Message::ObjectCheckpoint {
             seqno,
             objects,

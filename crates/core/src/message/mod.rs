@@ -549,6 +549,13 @@ pub struct PushStream {
     pub kept: std::collections::VecDeque<(u64, Bytes)>,
 }
 
+impl PushStream {
+    /// Bytes its kept pushes count for in an OBJECT-CP's bound (payload and number).
+    pub fn bytes(&self) -> usize {
+        self.kept.iter().map(|(_, payload)| payload.len() + 8).sum()
+    }
+}
+
 /// Under selective execution, an ordered reply's result as sent, cached and certified: the
 /// service's `result` behind the positions of the push streams the request announced to its
 /// client ([`crate::service::Effects::announce_stream`]; each the number the stream's next push

@@ -903,12 +903,9 @@ fn corrupt_pushes(effects: &mut Effects) {
                 event.bytes = flip_last(&event.bytes);
                 Bytes::from(upright_core::codec::to_bytes(&event))
             }
-            Err(_) => push.payload,
+            Err(_) => push.payload.clone(),
         };
-        match push.object {
-            Some(object) => effects.push_on(object, push.client, payload),
-            None => effects.push(push.client, payload),
-        }
+        effects.add_push(upright_core::service::Push { payload, ..push });
     }
 }
 
