@@ -66,3 +66,29 @@ fn aliph_seeds_switch_between_quorum_and_chain() {
         assert!(totals.get(name).copied().unwrap_or(0) > 0, "no {name}: {totals:?}");
     }
 }
+
+/// Soak seed 1000138 (the file system under Aliph with Twins): after the heal one correct member
+/// was two views behind, missed both NEW-VIEWs and only kept suspecting its old primary, while
+/// of the two correct members ahead one had committed everything (no timer) and the other alone
+/// wanted the next view. Nothing committed for the ten seconds after the heal. A member now
+/// answers a SUSPECT for an older view with its NEW-VIEW.
+#[test]
+fn a_member_that_suspects_an_old_primary_gets_the_new_view() {
+    let mut opts = aliph(1_000_138);
+    opts.service = ServiceKind::Fs;
+    opts.twins = true;
+    let report = upright_sim::run(opts);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    let relayed: u64 = report
+        .stage_stats
+        .iter()
+        .flat_map(|(_, counters)| counters.iter())
+        .filter(|(name, _)| **name == "new_view_relayed_to_old_suspect")
+        .map(|(_, n)| *n)
+        .sum();
+    assert!(
+        relayed > 0,
+        "the seed no longer reaches the case: {:?}",
+        report.stage_stats
+    );
+}

@@ -315,7 +315,19 @@ impl OrderStage {
 
     /// SUSPECT from order member `from` for `view`.
     pub(super) fn on_suspect(&mut self, now: Time, from: ReplicaId, view: View, out: &mut Vec<Action>) {
-        if view < self.view || self.suspects.get(&from).is_some_and(|v| *v >= view) {
+        if view < self.view {
+            // The sender is behind (it missed our NEW-VIEW and still watches an old primary;
+            // its own view-change timer may have nothing to count): it gets our NEW-VIEW, as an
+            // old VIEW-CHANGE would get it. Simulator seed 1000138 (Aliph, twins): a member two
+            // views back kept suspecting while the two correct members ahead of it could not
+            // commit without it and only one of them was changing views.
+            if !self.changing && self.view_change.new_view.is_some() && self.may_help(now, from) {
+                self.stats.bump("new_view_relayed_to_old_suspect");
+                self.relay_new_view(from, out);
+            }
+            return self.stats.bump("drop_old_suspect");
+        }
+        if self.suspects.get(&from).is_some_and(|v| *v >= view) {
             return self.stats.bump("drop_old_suspect");
         }
         self.suspects.insert(from, view);
