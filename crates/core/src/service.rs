@@ -61,8 +61,9 @@ pub struct Push {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Effects {
     pushes: Vec<Push>,
-    /// `(client, object)`: streams whose position the running request's reply announces.
-    announced: Vec<(ClientId, Bytes)>,
+    /// `(client, object, always)`: streams whose position the running request's reply
+    /// announces (`always` false: only if the stream has had a push).
+    announced: Vec<(ClientId, Bytes, bool)>,
 }
 
 impl Effects {
@@ -96,11 +97,20 @@ impl Effects {
     /// every copy of the first one is lost. `client` must be the request's own client (others
     /// are ignored).
     pub fn announce_stream(&mut self, client: ClientId, object: Bytes) {
-        self.announced.push((client, object));
+        self.announced.push((client, object, true));
     }
 
-    /// Takes the announced streams, leaving none.
-    pub fn take_announced(&mut self) -> Vec<(ClientId, Bytes)> {
+    /// Like [`Effects::announce_stream`], but only if the stream has had a push: call it for
+    /// every object a request reads or writes that its client may have a push of still on its
+    /// way (a ZooKeeper watch that fired), so the reply comes after that push (a client sees a
+    /// node's event before the data that changed it) without making the client follow streams
+    /// that never had one.
+    pub fn announce_if_pushed(&mut self, client: ClientId, object: Bytes) {
+        self.announced.push((client, object, false));
+    }
+
+    /// Takes the announced streams (`(client, object, always)`), leaving none.
+    pub fn take_announced(&mut self) -> Vec<(ClientId, Bytes, bool)> {
         std::mem::take(&mut self.announced)
     }
 
@@ -222,6 +232,16 @@ pub trait Service {
     /// on several of them is not cross-border). The default places each object by itself.
     fn placement(&self, object: &[u8]) -> Bytes {
         Bytes::copy_from_slice(object)
+    }
+
+    /// Whether [`Service::wake_at`] depends only on state every member keeps current under
+    /// selective execution (state only global requests write: ZooKeeper's sessions), so every
+    /// member wakes at the same batch and the wake-up's pushes can be numbered alike (as a
+    /// global request's). Otherwise (the default: a key's expiry time lives with the key)
+    /// members may wake at different batches and a wake-up's pushes are dropped under
+    /// selective execution.
+    fn wakes_on_global_state(&self) -> bool {
+        false
     }
 
     /// The agreed time (microseconds, as [`BatchContext::time_us`]) at which the service wants

@@ -107,6 +107,9 @@ pub fn forging_pushes(service: ServiceFactory) -> ServiceFactory {
         fn wake_at(&self) -> Option<u64> {
             self.0.wake_at()
         }
+        fn wakes_on_global_state(&self) -> bool {
+            self.0.wakes_on_global_state()
+        }
         fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {
             self.0.wake(context, effects)
         }

@@ -299,8 +299,7 @@ impl ExecStage {
                 self.selective_before_wake(batch.seqno, &mut effects, out);
                 self.service.wake(&context, &mut effects);
                 if self.selective.is_some() {
-                    // Members wake at different batches under selective execution.
-                    self.drop_pushes(&mut effects);
+                    self.wake_pushes(&mut effects, out);
                 }
                 self.stats.bump("service_woken");
             }

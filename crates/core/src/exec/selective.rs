@@ -227,6 +227,18 @@ impl ExecStage {
         }
     }
 
+    /// A wake-up's pushes under selective execution: numbered as a global request's when the
+    /// service wakes on global state only (every member wakes at the same batch, after bringing
+    /// every object up to date), otherwise dropped (members may wake at different batches and
+    /// would number them differently).
+    pub(super) fn wake_pushes(&mut self, effects: &mut Effects, out: &mut Vec<Action>) {
+        if self.service.wakes_on_global_state() {
+            effects.take_announced();
+            return self.number_pushes(&Objects::All, effects, out, true);
+        }
+        self.drop_pushes(effects);
+    }
+
     /// Drops a wake-up's pushes under selective execution: members wake at different batches,
     /// so they would number them differently.
     pub(super) fn drop_pushes(&mut self, effects: &mut Effects) {
@@ -251,6 +263,40 @@ impl ExecStage {
         out: &mut Vec<Action>,
         live: bool,
     ) -> Bytes {
+        let (always, if_pushed): (Vec<_>, Vec<_>) = effects
+            .take_announced()
+            .into_iter()
+            .filter(|(client, object, _)| {
+                *client == request.client && object.len() <= crate::limits::PUSH_STREAM_NAME_MAX
+            })
+            .partition(|&(_, _, always)| always);
+        // A stream announced outright (the request leaves a watch) stands where it stood
+        // before the request's own pushes: a client that starts to follow it there gets them
+        // (a reconnected ZooKeeper client's missed events); one announced if pushed stands
+        // after them (a write's event on the writer's own watch comes before its reply).
+        let mut announced: BTreeMap<Bytes, u64> = always
+            .into_iter()
+            .map(|(_, object, _)| {
+                let next = self.pushes.next_on(&object, request.client);
+                (object, next)
+            })
+            .collect();
+        self.number_pushes(objects, effects, out, live);
+        for (_, object, _) in if_pushed {
+            let next = self.pushes.next_on(&object, request.client);
+            if next > 1 && !announced.contains_key(&object) {
+                announced.insert(object, next);
+            }
+        }
+        let announced: Vec<(Bytes, u64)> = announced.into_iter().collect();
+        wrap_announced(&result, &announced)
+    }
+
+    /// Numbers (and sends, if `live`) the pushes a request on `objects` or a wake-up left in
+    /// `effects`, under selective execution: those on declared objects in their object streams,
+    /// a global request's (or a wake-up's) other pushes in their clients' own streams; the rest
+    /// are dropped.
+    fn number_pushes(&mut self, objects: &Objects, effects: &mut Effects, out: &mut Vec<Action>, live: bool) {
         let everywhere = match objects {
             Objects::All => true,
             Objects::These(set) => set.is_empty(),
@@ -272,17 +318,6 @@ impl ExecStage {
                 None => self.stats.bump("pushes_dropped_selective"),
             }
         }
-        let announced: BTreeMap<Bytes, u64> = effects
-            .take_announced()
-            .into_iter()
-            .filter(|(client, object)| *client == request.client && object.len() <= crate::limits::PUSH_STREAM_NAME_MAX)
-            .map(|(_, object)| {
-                let next = self.pushes.next_on(&object, request.client);
-                (object, next)
-            })
-            .collect();
-        let announced: Vec<(Bytes, u64)> = announced.into_iter().collect();
-        wrap_announced(&result, &announced)
     }
 
     /// Brings every object up to date before the service's wake-up (it may touch any).

@@ -675,3 +675,150 @@ fn an_object_too_long_to_name_a_stream_pushes_nothing() {
     let dropped: u64 = stages.iter().map(|s| s.stats().get("push_stream_name_too_long")).sum();
     assert_eq!(dropped, 2, "the event, dropped by each of the key's two maintainers");
 }
+
+/// The KV, plus one wake-up at agreed time 2 ms that pushes "woken" to client 8 on `key`'s
+/// stream; `global`: the service says its wake-ups depend on global state only.
+struct Waking {
+    kv: KvService,
+    key: Bytes,
+    woken: bool,
+    global: bool,
+}
+
+impl Service for Waking {
+    fn execute(
+        &mut self,
+        context: &crate::service::BatchContext,
+        requests: &[crate::service::ServiceRequest],
+        effects: &mut crate::service::Effects,
+    ) -> Vec<Bytes> {
+        self.kv.execute(context, requests, effects)
+    }
+    fn access(&self, operation: &[u8]) -> Option<crate::service::Access> {
+        self.kv.access(operation)
+    }
+    fn enable_selective_execution(&mut self) -> bool {
+        self.kv.enable_selective_execution()
+    }
+    fn object_state(&self, object: &[u8]) -> Option<Option<Bytes>> {
+        self.kv.object_state(object)
+    }
+    fn restore_object(&mut self, object: &[u8], state: Option<&[u8]>) -> Result<(), crate::service::RestoreError> {
+        self.kv.restore_object(object, state)
+    }
+    fn wakes_on_global_state(&self) -> bool {
+        self.global
+    }
+    fn wake_at(&self) -> Option<u64> {
+        (!self.woken).then_some(2_000)
+    }
+    fn wake(&mut self, _: &crate::service::BatchContext, effects: &mut crate::service::Effects) {
+        self.woken = true;
+        effects.push_on(self.key.clone(), ClientId(8), Bytes::from_static(b"woken"));
+    }
+    fn execute_read_only(&self, operation: &[u8]) -> Option<Bytes> {
+        self.kv.execute_read_only(operation)
+    }
+    fn checkpoint(&self) -> Bytes {
+        let kv = self.kv.checkpoint();
+        Bytes::from([&[u8::from(self.woken)][..], &kv[..]].concat())
+    }
+    fn restore(&mut self, checkpoint: &[u8]) -> Result<(), crate::service::RestoreError> {
+        self.woken = checkpoint.first() == Some(&1);
+        self.kv.restore(checkpoint.get(1..).unwrap_or_default())
+    }
+}
+
+/// A wake-up's push on an object's stream (ZooKeeper's expiry firing a watch on the ephemeral
+/// node) is numbered and sent by every member when the service wakes on global state only
+/// (every member wakes at the same batch, every object brought up to date first), and dropped
+/// otherwise (members might wake at different batches and number it differently).
+#[test]
+fn a_wake_ups_pushes_are_numbered_only_when_it_wakes_on_global_state() {
+    let net = selective_net();
+    let on01 = key_kept_by([0, 1]);
+    for global in [true, false] {
+        let mut stages: Vec<ExecStage> = (0..3)
+            .map(|i| {
+                let service = Waking {
+                    kv: KvService::new(),
+                    key: Bytes::from(on01.clone()),
+                    woken: false,
+                    global,
+                };
+                net.stage(i, &Storage::new(), Box::new(service))
+            })
+            .collect();
+        let batches = chain(vec![vec![get_on(ClientId(8), 1, &on01)], vec![]]);
+        let outs = deliver_each(&net, &mut stages, &batches);
+        for (member, out) in outs.iter().enumerate() {
+            let expected = match global {
+                true => vec![(
+                    vec![Principal::Client(ClientId(8))],
+                    Some(Bytes::from(on01.clone())),
+                    1,
+                    Bytes::from_static(b"woken"),
+                )],
+                false => Vec::new(),
+            };
+            assert_eq!(pushes_sent(out), expected, "member {member}, global {global}");
+            assert_eq!(
+                stages[member].stats().get("pushes_dropped_selective"),
+                u64::from(!global),
+                "member {member}"
+            );
+        }
+    }
+}
+
+/// A stream announced outright stands where it stood before the request's own pushes (a
+/// client that starts to follow it there gets them); one announced if pushed stands after them,
+/// and is left out while the stream has had no push.
+#[test]
+fn announced_positions_come_before_or_after_the_requests_own_pushes() {
+    let net = selective_net();
+    let on01 = key_kept_by([0, 1]);
+    let mut stages: Vec<ExecStage> = (0..3)
+        .map(|i| {
+            let around = Around {
+                kv: KvService::new(),
+                run: |kv, context, requests, effects| {
+                    let key =
+                        Bytes::copy_from_slice(kv.access(&requests[0].operation).unwrap().writes.first().unwrap());
+                    let client = requests[0].client;
+                    effects.announce_if_pushed(client, key.clone());
+                    if requests[0].request_id.0 >= 2 {
+                        effects.push_on(key.clone(), client, Bytes::from_static(b"own"));
+                    }
+                    if requests[0].request_id.0 == 3 {
+                        effects.announce_stream(client, key.clone());
+                    }
+                    kv.execute(context, requests, effects)
+                },
+            };
+            net.stage(i, &Storage::new(), Box::new(around))
+        })
+        .collect();
+    let client = ClientId(8);
+    let batches = chain(vec![
+        vec![put_on(client, 1, &on01, "a")],
+        vec![put_on(client, 2, &on01, "b")],
+        vec![put_on(client, 3, &on01, "c")],
+    ]);
+    let outs = deliver_each(&net, &mut stages, &batches);
+    let key = Bytes::from(on01.clone());
+    for member in [0, 1] {
+        let announced: Vec<Vec<(Bytes, u64)>> = super::tests::replies(&outs[member], client)
+            .into_iter()
+            .map(|(_, body)| match body {
+                ReplyBody::Full(b) => crate::message::unwrap_announced(&b).expect("wrapped").0,
+                ReplyBody::Digest(_) => panic!("full replies here"),
+            })
+            .collect();
+        assert_eq!(
+            announced,
+            vec![vec![], vec![(key.clone(), 2)], vec![(key.clone(), 2)]],
+            "member {member}: none before any push; after push 1; before push 2"
+        );
+    }
+}
