@@ -89,6 +89,8 @@ pub enum PushEvent {
 /// The client task's side of the push queue: a gap for pushes the application did not take.
 struct PushOut {
     tx: mpsc::Sender<PushEvent>,
+    /// Events put in the queue so far (what [`ClientHandle::invoke_counted`] reports).
+    queued: u64,
     /// Per stream, pushes dropped because the queue was full, not yet reported: `(first, next)`
     /// (at most the client's own stream and the object streams it follows).
     dropped: BTreeMap<Option<Bytes>, (u64, u64)>,
@@ -114,10 +116,13 @@ impl PushOut {
                 self.dropped.insert(stream, (from, next));
                 return;
             }
+            self.queued += 1;
             self.dropped.remove(&stream);
         }
         if self.tx.try_send(event).is_err() {
             self.dropped.insert(stream, (first, next));
+        } else {
+            self.queued += 1;
         }
     }
 }
@@ -125,8 +130,12 @@ impl PushOut {
 struct Invoke {
     operation: Bytes,
     path: ReadPath,
-    reply: oneshot::Sender<Bytes>,
+    reply: oneshot::Sender<Delivered>,
 }
+
+/// A result as the client task delivers it: with the number of push events it had put in the
+/// push queue before it.
+type Delivered = (Bytes, u64);
 
 /// A handle to a running client; cheap to clone (all clones share one client and its ordering).
 #[derive(Clone)]
@@ -157,6 +166,17 @@ impl ClientHandle {
 
     /// Invokes an operation on `path` and waits for its result.
     pub async fn invoke_on(&self, operation: Bytes, path: ReadPath) -> Result<Bytes, ClientError> {
+        Ok(self.invoke_counted(operation, path).await?.0)
+    }
+
+    /// Invokes an operation on `path`; its result, with the number of events (pushes and gaps)
+    /// the client had put in its push queue ([`ClientHandle::pushes`]) before it. The client
+    /// delivers results and pushes in one order: under selective execution it holds a reply
+    /// until the pushes before the stream positions its request announced are delivered
+    /// (docs/PROTOCOL.md, "Pushed messages"), so an application that reads the queue in
+    /// another task and writes both to one peer (ZooKeeper's gateway) writes the reply once it
+    /// has taken that many events.
+    pub async fn invoke_counted(&self, operation: Bytes, path: ReadPath) -> Result<(Bytes, u64), ClientError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .try_send(Invoke { operation, path, reply })
@@ -379,6 +399,7 @@ fn start_group(group: Vec<(ClientSetup, Prepared)>) -> Result<Vec<ClientHandle>,
             pushes: PushOut {
                 tx: push_tx,
                 dropped: BTreeMap::new(),
+                queued: 0,
             },
             client: prepared.client,
             replicas: replicas.clone(),
@@ -424,7 +445,7 @@ struct ClientTask {
     inbox: Arc<Inbox>,
     state_file: Option<PathBuf>,
     persisted: RequestId,
-    waiting: VecDeque<oneshot::Sender<Bytes>>,
+    waiting: VecDeque<oneshot::Sender<Delivered>>,
     /// The stage's armed timers (retransmission, push resume, key refresh).
     timers: BTreeMap<Timer, Time>,
     clock: Clock,
@@ -544,7 +565,7 @@ impl ClientTask {
                     crate::timeline::event("client-deliver", u64::from(self.client.id().0), request_id.0, 0);
                     self.note_answered(request_id);
                     if let Some(reply) = self.waiting.pop_front() {
-                        let _ = reply.send(result);
+                        let _ = reply.send((result, self.pushes.queued));
                     }
                 }
                 Action::DeliverPush { stream, seq, payload } => {
