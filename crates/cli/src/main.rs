@@ -385,8 +385,9 @@ enum Command {
         #[arg(long, default_value = "pbft", value_parser = ["pbft", "backup", "quorum", "chain", "aliph", "lcr"])]
         protocol: String,
         /// Selective execution (ODRC, docs/ODRC.md): each request runs on the r + 1 execution
-        /// replicas that maintain its keys (`--service redis` or `kv`; with Redis, blocking
-        /// commands, WATCH and keyspace notifications are refused).
+        /// replicas that maintain its keys or znodes (`--service redis`, `zk` or `kv`; with
+        /// Redis, blocking commands, WATCH and keyspace notifications are refused; with
+        /// ZooKeeper, persistent-recursive watches).
         #[arg(long)]
         selective_execution: bool,
     },
@@ -577,9 +578,9 @@ fn main() -> ExitCode {
         } => {
             init_logging("warn");
             let service = if smoke { "kv" } else { service.as_str() };
-            if selective_execution && !matches!(service, "redis" | "kv") {
+            if selective_execution && !matches!(service, "redis" | "kv" | "zk") {
                 eprintln!(
-                    "error: --selective-execution needs a service with object checkpoints: --service redis or kv, not {service}"
+                    "error: --selective-execution needs a service with object checkpoints: --service redis, zk or kv, not {service}"
                 );
                 return ExitCode::from(2);
             }

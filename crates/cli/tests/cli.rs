@@ -180,8 +180,8 @@ fn separate_stages_misconfigurations_are_one_line_errors() {
     one_line_error(&bench(&["--cpu-per-process", "0"]), "share of one core");
     one_line_error(&bench(&["--workload", "cpu200x0"]), "K must be 1 to");
     one_line_error(
-        &["demo", "--service", "zk", "--selective-execution"],
-        "--service redis or kv, not zk",
+        &["demo", "--service", "fs", "--selective-execution"],
+        "--service redis, zk or kv, not fs",
     );
 }
 

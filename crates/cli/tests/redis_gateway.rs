@@ -277,7 +277,6 @@ fn users_select_identities_and_commands(dir: &Path, port: u16) {
 
 /// A counter of replica `id`'s `GET /status` (its metrics address from cluster.toml).
 fn status_counter(dir: &Path, id: usize, name: &str) -> u64 {
-    use std::io::{Read, Write};
     let toml = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
     let addr = toml
         .lines()
@@ -286,17 +285,7 @@ fn status_counter(dir: &Path, id: usize, name: &str) -> u64 {
         .and_then(|a| a.strip_suffix('"'))
         .expect("metrics_addr in cluster.toml")
         .to_string();
-    let Ok(mut stream) = std::net::TcpStream::connect(&addr) else {
-        return 0;
-    };
-    let _ = write!(stream, "GET /status HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-    let mut body = String::new();
-    let _ = stream.read_to_string(&mut body);
-    body.lines()
-        .filter_map(|l| l.split_once([' ', '=', ':']))
-        .find(|(k, _)| k.trim() == name)
-        .and_then(|(_, v)| v.trim().trim_matches('"').parse().ok())
-        .unwrap_or(0)
+    demo::status_counter_at(&addr, name)
 }
 
 /// Selective execution with the Redis store, as a user runs it (`upright init

@@ -352,8 +352,8 @@ fn main() {
     if args.selective_execution {
         let unsupported = [
             (
-                !matches!(args.service.as_str(), "kv" | "redis" | "paged-kv"),
-                "--service other than kv, redis or paged-kv (no object checkpoints yet)",
+                !matches!(args.service.as_str(), "kv" | "redis" | "paged-kv" | "zk"),
+                "--service fs or hdfs (no object checkpoints yet)",
             ),
             (
                 args.protocol == "quorum" || args.protocol == "aliph",

@@ -282,8 +282,28 @@ impl<S: Service> Service for Rewriting<S> {
         self.inner.access(operation)
     }
 
+    fn enable_selective_execution(&mut self) -> bool {
+        self.inner.enable_selective_execution()
+    }
+
+    fn object_state(&self, object: &[u8]) -> Option<Option<Bytes>> {
+        self.inner.object_state(object)
+    }
+
+    fn restore_object(&mut self, object: &[u8], state: Option<&[u8]>) -> Result<(), RestoreError> {
+        self.inner.restore_object(object, state)
+    }
+
+    fn placement(&self, object: &[u8]) -> Bytes {
+        self.inner.placement(object)
+    }
+
     fn wake_at(&self) -> Option<u64> {
         self.inner.wake_at()
+    }
+
+    fn wakes_on_global_state(&self) -> bool {
+        self.inner.wakes_on_global_state()
     }
 
     fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {

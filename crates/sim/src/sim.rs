@@ -241,7 +241,14 @@ impl<P: Protocol> Sim<P> {
         ) && opts.r > 0
         {
             opts.selective_execution = true;
-            opts.service = crate::ServiceKind::Kv;
+            // The push-stream sabotage modes run with ZooKeeper's watches too when asked.
+            let streams = matches!(
+                opts.sabotage,
+                Some(SabotageMode::StaleStreams | SabotageMode::UnheldReplies)
+            );
+            if !(streams && opts.service == crate::ServiceKind::Zk) {
+                opts.service = crate::ServiceKind::Kv;
+            }
         }
         if opts.sabotage == Some(SabotageMode::SeparateNextBatch) && opts.r > 0 {
             opts.separate_stages.get_or_insert(opts.u + 1);
@@ -414,8 +421,12 @@ impl<P: Protocol> Sim<P> {
                 ..Network::default()
             },
             workload: Workload::new(opts.keys),
-            zk: (opts.service == ServiceKind::Zk)
-                .then(|| ZkClients::new(opts.sabotage != Some(SabotageMode::UnorderedEvents))),
+            zk: (opts.service == ServiceKind::Zk).then(|| {
+                ZkClients::new(
+                    opts.sabotage != Some(SabotageMode::UnorderedEvents),
+                    opts.selective_execution,
+                )
+            }),
             fs: (opts.service == ServiceKind::Fs).then(FsClients::new),
             hdfs: (opts.service == ServiceKind::Hdfs).then(HdfsClients::new),
             counts: FaultCounts::default(),

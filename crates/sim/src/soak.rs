@@ -120,7 +120,10 @@ impl Lane {
                     reconfiguration: true,
                     ..lane
                 });
-                if matches!(service, ServiceKind::Kv | ServiceKind::Redis | ServiceKind::PagedKv) {
+                if matches!(
+                    service,
+                    ServiceKind::Kv | ServiceKind::Redis | ServiceKind::PagedKv | ServiceKind::Zk
+                ) {
                     // Selective execution (ODRC): plain, with each way of drawing the faulty
                     // replica, with recoveries and with key refresh.
                     let selective = Lane {

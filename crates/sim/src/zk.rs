@@ -112,6 +112,10 @@ struct Task {
     op: KvOperation,
     /// The path the workload chose for a get.
     read_path: ReadPath,
+    /// Under selective execution: a get of a watched node goes on the ordered path, whose
+    /// reply comes after the node's events (a read-only or serializable answer carries no
+    /// stream positions; upright-zk's gateway orders such reads too).
+    ordered_if_watched: bool,
     step: Step,
 }
 
@@ -139,6 +143,8 @@ struct Client {
 pub struct ZkClients {
     clients: BTreeMap<u32, Client>,
     hold_for_events: bool,
+    /// The cluster runs with selective execution.
+    selective: bool,
     violations: Vec<String>,
     /// Sessions the clients were told had expired.
     pub sessions_expired: u64,
@@ -148,11 +154,12 @@ pub struct ZkClients {
 
 impl ZkClients {
     /// Clients that take replies and events in the service's order (`hold_for_events`; false
-    /// only to sabotage: each is taken as it arrives).
-    pub fn new(hold_for_events: bool) -> ZkClients {
+    /// only to sabotage: each is taken as it arrives), of a cluster with `selective` execution.
+    pub fn new(hold_for_events: bool, selective: bool) -> ZkClients {
         ZkClients {
             clients: BTreeMap::new(),
             hold_for_events,
+            selective,
             violations: Vec::new(),
             sessions_expired: 0,
             watch_events: 0,
@@ -175,6 +182,7 @@ impl ZkClients {
         c.task = Some(Task {
             op,
             read_path: path,
+            ordered_if_watched: self.selective,
             step,
         });
         step_request(c, client)
@@ -210,7 +218,9 @@ impl ZkClients {
         if event.session != c.session || c.session == 0 {
             return None; // an earlier session's
         }
-        if !c.events_unknown && event.seq != c.events + 1 {
+        // Under selective execution an event is numbered in its node's stream, not among the
+        // session's (`seq` 0), and the upright client gives it in order with the replies.
+        if event.seq != 0 && !c.events_unknown && event.seq != c.events + 1 {
             self.violations.push(format!(
                 "zk: client {client} was given event {} of its session when {} was next",
                 event.seq,
@@ -474,7 +484,13 @@ fn step_request(c: &mut Client, client: u32) -> (Bytes, ReadPath) {
             );
             (op::CREATE, body, ReadPath::Ordered)
         }
-        Step::Get { watch } => (op::GET_DATA, request::path_watch(&node, *watch), task.read_path),
+        Step::Get { watch } => {
+            let path = match task.ordered_if_watched && c.watches.contains_key(&node) {
+                true => ReadPath::Ordered,
+                false => task.read_path,
+            };
+            (op::GET_DATA, request::path_watch(&node, *watch), path)
+        }
         Step::AppendRead { watch } => (op::GET_DATA, request::path_watch(&node, *watch), ReadPath::Ordered),
         Step::Set { multi: false } => (op::SET_DATA, request::set_data(&node, &value, -1), ReadPath::Ordered),
         Step::Set { multi: true } => {

@@ -309,3 +309,39 @@ fn selective_sabotage_is_caught_with_the_redis_store() {
     caught_running(SabotageMode::SingleObjectCopy, 1, 1, ServiceKind::Redis);
     caught_running(SabotageMode::WeakReplyQuorum, 1, 1, ServiceKind::Redis);
 }
+
+/// The push-stream sabotage modes with ZooKeeper's watches (upright-zk under selective
+/// execution: each node's events in its own stream): delivering a reply at once lets a client
+/// see a watched node change before its event (the simulated ZooKeeper clients' watch check),
+/// and installing a node without its streams makes the members disagree.
+#[test]
+fn stream_sabotage_is_caught_with_zookeepers_watches() {
+    for (mode, symptom) in [
+        (SabotageMode::UnheldReplies, "before its watch event"),
+        (SabotageMode::StaleStreams, ""),
+    ] {
+        let result = sweep(0, SEEDS, |seed| {
+            let mut opts = SimOptions::new(seed, 1, 1);
+            opts.sabotage = Some(mode);
+            opts.service = ServiceKind::Zk;
+            opts.workload_us = 1_500_000;
+            opts
+        });
+        let failures = result.describe_failures(usize::MAX);
+        assert!(
+            result.summary.violations > 0 && failures.contains(symptom),
+            "--sabotage {} --service zk was not caught in {SEEDS} seeds: {}",
+            mode.name(),
+            result.summary.line(&[])
+        );
+        assert!(
+            !failures.contains("undecodable"),
+            "the run used ZooKeeper's clients: {failures}"
+        );
+        println!(
+            "{} (--service zk): {} of {SEEDS} seeds caught",
+            mode.name(),
+            result.summary.violations
+        );
+    }
+}

@@ -6,7 +6,9 @@
 //! and 150 seeds; the paged KV (a paged service: checkpoints, state transfer and restarts by
 //! pages) at both, 100 each. The KV's watch events come in per-key push streams, which the
 //! pushes checker follows (every push delivered once, in order, as correct members numbered
-//! it). Its sabotage modes (`weak-reply-quorum`, `single-object-copy`, `stale-streams`) are in
+//! it). upright-zk at both, 150 seeds each: each node's watch events in the node's stream,
+//! checked by the simulated ZooKeeper clients (a watched node never seen changed before its
+//! event). Its sabotage modes (`weak-reply-quorum`, `single-object-copy`, `stale-streams`) are in
 //! `sabotage.rs`.
 
 use upright_sim::sweep::sweep;
@@ -97,4 +99,22 @@ fn one_hundred_selective_paged_seeds_u1_r1_and_one_hundred_u2_r1() {
     assert!(tallies.pages_transferred > 0, "no member caught up by pages");
     let result = sweep(61_100, 100, |seed| paged(seed, 2));
     result.assert_clean(1, 100);
+}
+
+/// upright-zk under selective execution (docs/ODRC.md, "ZooKeeper under selective execution"):
+/// zxids from agreed positions, znodes as objects, watch events in each node's push stream
+/// (sessions expiring on agreed time fire them from wake-ups), with every fault class.
+#[test]
+fn one_hundred_fifty_selective_zk_seeds_u1_r1_and_as_many_u2_r1() {
+    let zk = |seed, u| selective_with(ServiceKind::Zk, seed, u);
+    let result = sweep(70_000, 150, |seed| zk(seed, 1));
+    result.assert_clean(1, 150);
+    let tallies = &result.summary.tallies;
+    assert!(tallies.watch_events > 100, "too few watch events: {tallies:?}");
+    assert!(
+        tallies.stream_pushes_delivered >= tallies.watch_events,
+        "the events came in node streams: {tallies:?}"
+    );
+    assert!(tallies.sessions_expired > 0, "no session expired: {tallies:?}");
+    sweep(72_000, 150, |seed| zk(seed, 2)).assert_clean(1, 150);
 }

@@ -23,10 +23,10 @@ fn a_soak_deals_seeds_to_every_lane_and_finds_nothing_in_a_correct_protocol() {
     let lanes = Lane::all();
     assert_eq!(
         lanes.len(),
-        250,
+        263,
         "3 configurations x 6 services, mutation and twins where r > 0, recovery, key refresh, reconfiguration, \
          LCR with and without key refresh where r = 0, Chain plain, with twins and with mutation where r > 0, \
-         Quorum and Aliph plain, with twins and with mutation where u = r; selective execution with kv, redis and paged-kv \
+         Quorum and Aliph plain, with twins and with mutation where u = r; selective execution with kv, redis, paged-kv and zk \
          (plain, mutation and twins where r > 0, recovery, key refresh); separate stages with every service, \
          the kv also with mutation and twins where r > 0, recovery, key refresh and selective execution"
     );

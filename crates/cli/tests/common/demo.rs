@@ -167,3 +167,35 @@ pub fn run_python_checks(name: &str, port: u16, what: &str) -> String {
     );
     stdout
 }
+
+/// Counter `name` of the `/status` page served at `addr` (a replica's metrics address); 0 if
+/// the page cannot be read or lacks it.
+#[allow(dead_code)]
+pub fn status_counter_at(addr: &str, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return 0;
+    };
+    let _ = write!(stream, "GET /status HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body);
+    body.lines()
+        .filter_map(|l| l.split_once([' ', '=', ':']))
+        .find(|(k, _)| k.trim() == name)
+        .and_then(|(_, v)| v.trim().trim_matches('"').parse().ok())
+        .unwrap_or(0)
+}
+
+impl Demo {
+    /// Counter `name` of replica `id`'s `/status` page (the metrics address the demo printed).
+    #[allow(dead_code)]
+    pub fn status_counter(&self, id: u32, name: &str) -> u64 {
+        let lines = self.lines.lock().unwrap().clone();
+        lines
+            .iter()
+            .find(|l| l.contains(&format!("replica {id}:")))
+            .and_then(|l| l.split("metrics http://").nth(1))
+            .and_then(|rest| rest.split('/').next())
+            .map_or(0, |addr| status_counter_at(addr, name))
+    }
+}

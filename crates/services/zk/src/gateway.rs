@@ -21,6 +21,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
+use upright_core::stage::ReadPath;
 use upright_node::client::{ClientHandle, PushEvent};
 use upright_node::gateway::tls::{Accepted, GatewayListener, ReadHalf};
 
@@ -58,14 +59,20 @@ struct Conn {
 /// the answer comes, the events the service sent before it go first, then the reply, then the
 /// later ones (a client registers a watch when it reads the reply that set it, so an event
 /// written ahead of that reply would be dropped by the client).
+///
+/// Under selective execution an event is numbered in its node's stream rather than among the
+/// session's (`seq` 0) and replies count no events; the upright client then delivers a reply
+/// after the events it must follow, and the order is its order: each held event carries its
+/// place in the client's push queue, and a reply the number of events queued before it.
 struct Gate {
     outbox: mpsc::Sender<Bytes>,
     /// The session's events received so far (the highest number).
     received: u64,
     /// A request of the connection is at the cluster.
     in_flight: bool,
-    /// Events received meanwhile, by number.
-    held: VecDeque<(u64, Bytes)>,
+    /// Events received meanwhile: the session's number for each (0 under selective
+    /// execution), its place in the client's push queue, and the frame.
+    held: VecDeque<(u64, u64, Bytes)>,
 }
 
 impl Gate {
@@ -73,43 +80,62 @@ impl Gate {
         gate.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Event `seq`: written now, or held while a request is at the cluster; false if the
-    /// connection cannot keep up (its client reads too slowly).
-    fn event(&mut self, seq: u64, frame: Bytes) -> bool {
-        if seq <= self.received {
-            return true; // a duplicate (pushes are delivered once, but a session may reconnect)
+    /// Event `seq` (0: not numbered among the session's), the `queued`-th of its client's push
+    /// queue: written now, or held while a request is at the cluster; false if the connection
+    /// cannot keep up (its client reads too slowly).
+    fn event(&mut self, seq: u64, queued: u64, frame: Bytes) -> bool {
+        if seq != 0 {
+            if seq <= self.received {
+                return true; // a duplicate (pushes are delivered once, but a session may reconnect)
+            }
+            self.received = seq;
         }
-        self.received = seq;
         if !self.in_flight {
             return self.outbox.try_send(frame).is_ok();
         }
         if self.held.len() >= OUTBOX_MAX {
             return false;
         }
-        self.held.push_back((seq, frame));
+        self.held.push_back((seq, queued, frame));
         true
     }
 
-    /// Writes the held events the service sent before the reply (the first `events`), the
-    /// reply, then the rest; false if the connection cannot keep up.
-    fn reply(&mut self, events: u64, reply: Bytes) -> bool {
+    /// Writes the held events that come before the reply (the session's first `events`, or
+    /// under selective execution those among the first `queued` of the client's push queue),
+    /// the reply, then the rest; false if the connection cannot keep up.
+    fn reply(&mut self, events: u64, queued: u64, reply: Bytes) -> bool {
         self.in_flight = false;
         let mut ok = true;
-        while self.held.front().is_some_and(|&(seq, _)| seq <= events) {
-            let (_, frame) = self.held.pop_front().expect("checked");
+        let before = |&(seq, place, _): &(u64, u64, Bytes)| match seq {
+            0 => place <= queued,
+            seq => seq <= events,
+        };
+        while self.held.front().is_some_and(before) {
+            let (_, _, frame) = self.held.pop_front().expect("checked");
             ok &= self.outbox.try_send(frame).is_ok();
         }
         ok &= self.outbox.try_send(reply).is_ok();
-        for (_, frame) in self.held.drain(..) {
+        for (_, _, frame) in self.held.drain(..) {
             ok &= self.outbox.try_send(frame).is_ok();
         }
         ok
     }
 }
 
+/// How far the task routing one client's pushes has got.
+#[derive(Default)]
+struct Routed {
+    /// Events taken from the client's push queue and put in their connections' gates.
+    count: AtomicU64,
+    /// Wakes replies waiting for `count`.
+    moved: Notify,
+}
+
 /// What the connections share.
 struct Shared {
     clients: Vec<ClientHandle>,
+    /// Per client, how far its pushes are routed.
+    routed: Vec<Routed>,
     next: AtomicUsize,
     connections: AtomicU64,
     sessions: Mutex<HashMap<i64, Conn>>,
@@ -118,12 +144,15 @@ struct Shared {
 }
 
 impl Shared {
-    fn client_for(&self, session: i64) -> &ClientHandle {
+    /// The client a connection resuming `session` (0: a new one) speaks through, by index:
+    /// all of the connection's commands go through it, so the session's events (pushed to the
+    /// client that connected it) and its replies come through one client, in its order.
+    fn client_for(&self, session: i64) -> usize {
         let n = self.clients.len();
         if session == 0 {
-            &self.clients[self.next.fetch_add(1, Ordering::Relaxed) % n]
+            self.next.fetch_add(1, Ordering::Relaxed) % n
         } else {
-            &self.clients[(session as u64 % n as u64) as usize]
+            (session as u64 % n as u64) as usize
         }
     }
 
@@ -141,16 +170,18 @@ impl Shared {
         }
     }
 
-    async fn invoke(&self, session: i64, command: &Command, serializable: bool) -> Option<Answer> {
-        let client = self.client_for(session);
-        let result = if serializable {
-            client.invoke_serializable(command.encode()).await
+    /// `command` through client `client`: the answer, and the number of push events the
+    /// client had queued before it.
+    async fn invoke(&self, client: usize, command: &Command, serializable: bool) -> Option<(Answer, u64)> {
+        let path = if serializable {
+            ReadPath::Serializable
         } else {
-            client.invoke(command.encode(), false).await
+            ReadPath::Ordered
         };
-        let answer: Answer = upright_core::codec::from_bytes(&result.ok()?).ok()?;
+        let (result, queued) = self.clients[client].invoke_counted(command.encode(), path).await.ok()?;
+        let answer: Answer = upright_core::codec::from_bytes(&result).ok()?;
         self.zxid.fetch_max(answer.zxid, Ordering::Relaxed);
-        Some(answer)
+        Some((answer, queued))
     }
 }
 
@@ -160,15 +191,16 @@ pub async fn serve(listener: impl Into<GatewayListener>, clients: Vec<ClientHand
     let listener = listener.into();
     assert!(!clients.is_empty(), "the gateway needs an upright client");
     let shared = Arc::new(Shared {
+        routed: clients.iter().map(|_| Routed::default()).collect(),
         clients,
         next: AtomicUsize::new(0),
         connections: AtomicU64::new(0),
         sessions: Mutex::new(HashMap::new()),
         zxid: AtomicI64::new(0),
     });
-    for client in &shared.clients {
+    for (index, client) in shared.clients.iter().enumerate() {
         if let Some(pushes) = client.pushes() {
-            tokio::spawn(route_events(pushes, shared.clone()));
+            tokio::spawn(route_events(pushes, index, shared.clone()));
         }
     }
     tokio::spawn(touch_sessions(shared.clone()));
@@ -179,27 +211,37 @@ pub async fn serve(listener: impl Into<GatewayListener>, clients: Vec<ClientHand
     }
 }
 
-/// Puts each pushed event in its session's outbox; a gap (events lost) ends every connection,
-/// whose clients then reconnect.
-async fn route_events(mut pushes: mpsc::Receiver<PushEvent>, shared: Arc<Shared>) {
+/// Puts each event client `client` was pushed in its session's outbox; a gap (events lost)
+/// ends every connection, whose clients then reconnect.
+async fn route_events(mut pushes: mpsc::Receiver<PushEvent>, client: usize, shared: Arc<Shared>) {
+    let routed = &shared.routed[client];
     while let Some(push) = pushes.recv().await {
+        route_event(push, routed.count.load(Ordering::Relaxed) + 1, &shared);
+        routed.count.fetch_add(1, Ordering::Relaxed);
+        routed.moved.notify_waiters();
+    }
+}
+
+/// Routes one push, the `queued`-th of its client's queue.
+fn route_event(push: PushEvent, queued: u64, shared: &Shared) {
+    {
         match push {
             PushEvent::Message { payload, .. } => {
                 let Ok(event) = upright_core::codec::from_bytes::<Event>(&payload) else {
-                    continue;
+                    return;
                 };
                 // Before the client can see it: a read it sends after the event is answered
                 // from a state that includes the event's write.
                 shared.zxid.fetch_max(event.zxid, Ordering::Relaxed);
                 let sessions = shared.sessions();
                 let Some(conn) = sessions.get(&event.session) else {
-                    continue;
+                    return;
                 };
-                if !Gate::lock(&conn.gate).event(event.seq, frame(&event.bytes)) {
+                if !Gate::lock(&conn.gate).event(event.seq, queued, frame(&event.bytes)) {
                     let session = event.session;
                     drop(sessions);
                     shared.close(session, None);
-                    continue;
+                    return;
                 }
                 conn.event_queued.notify_waiters();
             }
@@ -223,7 +265,8 @@ async fn touch_sessions(shared: Arc<Shared>) {
         if sessions.is_empty() {
             continue;
         }
-        let Some(answer) = shared.invoke(0, &Command::Touch { sessions }, false).await else {
+        let client = shared.client_for(0);
+        let Some((answer, _)) = shared.invoke(client, &Command::Touch { sessions }, false).await else {
             continue;
         };
         let gone: Vec<i64> = upright_core::codec::from_bytes(&answer.bytes).unwrap_or_default();
@@ -302,7 +345,8 @@ async fn connection(accepted: Accepted, id: u64, shared: Arc<Shared>) {
         password,
         timeout_ms,
     };
-    let Some(answer) = shared.invoke(session, &connect, false).await else {
+    let client = shared.client_for(session);
+    let Some((answer, _)) = shared.invoke(client, &connect, false).await else {
         return;
     };
     let granted = Reader::new(answer.bytes.get(8..).unwrap_or_default())
@@ -381,26 +425,38 @@ async fn connection(accepted: Accepted, id: u64, shared: Arc<Shared>) {
                     // Not older than anything this gateway answered to any session: its sessions
                     // see one state that only moves forward, as those of one ZooKeeper server do
                     // (a session sees another's write that completed before its read began).
+                    // Under selective execution a read-only answer shows zxid 0, so this takes
+                    // the ordered path, whose reply comes after the read node's events.
                     let floor = seen.max(shared.zxid.load(Ordering::Relaxed));
-                    answer = shared.invoke(session, &command, true).await.filter(|a| a.zxid >= floor);
+                    answer = shared
+                        .invoke(client, &command, true)
+                        .await
+                        .filter(|(a, _)| a.zxid >= floor);
                 }
                 if answer.is_none() {
-                    answer = shared.invoke(session, &command, false).await;
+                    answer = shared.invoke(client, &command, false).await;
                 }
-                let Some(answer) = answer else { break };
+                let Some((answer, queued)) = answer else { break };
                 seen = seen.max(answer.zxid);
-                // Events the service sent before this reply go first.
+                // Events that come before this reply go first: the first `answer.events` of the
+                // session, or (selective execution) those the client queued before the reply.
+                let routed = &shared.routed[client];
                 let waited = tokio::time::timeout(EVENT_WAIT, async {
                     loop {
                         let notified = event_queued.notified();
-                        if Gate::lock(&gate).received >= answer.events {
+                        let moved = routed.moved.notified();
+                        if Gate::lock(&gate).received >= answer.events && routed.count.load(Ordering::Relaxed) >= queued
+                        {
                             return;
                         }
-                        notified.await;
+                        tokio::select! {
+                            _ = notified => {}
+                            _ = moved => {}
+                        }
                     }
                 })
                 .await;
-                if waited.is_err() || !Gate::lock(&gate).reply(answer.events, frame(&answer.bytes)) {
+                if waited.is_err() || !Gate::lock(&gate).reply(answer.events, queued, frame(&answer.bytes)) {
                     break;
                 }
                 if opcode == op::CLOSE_SESSION {

@@ -6,6 +6,9 @@
 //! pushed to the gateway that last spoke for the session ([`Event`]); every reply says how many
 //! events its session was sent before it, so the gateway can hold the reply until those are
 //! written: a client sees the event before the data that changed (ZooKeeper's guarantee).
+//! Under selective execution ([`ZkService::use_positions`]) an event goes instead in the push
+//! stream of its node's object, and each reply announces the streams of the nodes its request
+//! touches; the upright client then delivers the reply after those nodes' earlier events.
 //!
 //! Sessions expire on agreed time: each has a deadline of its timeout after the last command for
 //! it (a gateway touches the sessions it serves together in one ordered `Touch`), and the service
@@ -237,8 +240,8 @@ impl ZkService {
     /// shows 0, which clients ignore); sessions are state only global commands write (connect,
     /// close, AUTH, the watch requests, the gateway's Touch, expiry), so a request no longer
     /// moves its session's deadline or owner (the gateway's Touch, every third of the timeout,
-    /// keeps it alive). Not yet offered by [`Service::enable_selective_execution`]: the nodes'
-    /// object states and the watch events are the plan's next steps.
+    /// keeps it alive); watch events go in their nodes' push streams. What
+    /// [`Service::enable_selective_execution`] turns on.
     pub fn use_positions(&mut self) {
         self.positions = true;
     }
@@ -394,8 +397,8 @@ impl ZkService {
         };
         if !self.positions {
             // Under selective execution's rules a session's count of events across nodes is
-            // not kept (a write on one node may not change it); per-node event numbering is the
-            // plan's next step (docs/ODRC.md).
+            // not kept (a write on one node may not change it): each event goes in the stream
+            // of its path's object instead, numbered there (`seq` 0 below).
             s.events += 1;
         }
         let bytes = reply(NOTIFICATION_XID, -1, Code::Ok, |out| {
@@ -409,7 +412,21 @@ impl ZkService {
             zxid,
             bytes,
         };
-        effects.push(s.owner, Bytes::from(upright_core::codec::to_bytes(&event)));
+        let payload = Bytes::from(upright_core::codec::to_bytes(&event));
+        if self.positions {
+            effects.push_on(objects::object_of(path), s.owner, payload);
+        } else {
+            effects.push(s.owner, payload);
+        }
+    }
+
+    /// Under selective execution's rules: the reply of the request that leaves a watch on
+    /// `path` for `session` tells its gateway where the stream of the path's object stands, so
+    /// the gateway follows it (docs/ODRC.md, step 5).
+    fn announce_watch(&self, session: i64, path: &str, effects: &mut Effects) {
+        if let Some(s) = self.sessions.get(&session).filter(|_| self.positions) {
+            effects.announce_stream(s.owner, objects::object_of(path));
+        }
     }
 
     /// Ends `session` (closed or expired): its ephemeral nodes go (one write), its watches too.
@@ -456,7 +473,7 @@ impl ZkService {
             op::MULTI_READ => return self.multi_read(session, xid, &mut r),
             op::SET_WATCHES => return self.set_watches(session, xid, &mut r, false, effects),
             op::SET_WATCHES2 => return self.set_watches(session, xid, &mut r, true, effects),
-            op::ADD_WATCH => return self.add_watch(session, xid, &mut r),
+            op::ADD_WATCH => return self.add_watch(session, xid, &mut r, effects),
             op::REMOVE_WATCHES => return self.remove_watches(session, xid, &mut r, true),
             op::CHECK_WATCHES => return self.remove_watches(session, xid, &mut r, false),
             _ => {}
@@ -469,7 +486,7 @@ impl ZkService {
             Err(_) => return reply(xid, self.shown_zxid(), Code::MarshallingError, |_| {}),
         };
         if !operation.is_write() {
-            return self.ordered_read(session, xid, opcode, &operation);
+            return self.ordered_read(session, xid, opcode, &operation, effects);
         }
         match self.transact(ctx, session, |tree, txn| tree.write(txn, &operation)) {
             Err(code) => reply(xid, self.shown_zxid(), code, |_| {}),
@@ -576,7 +593,7 @@ impl ZkService {
     /// Answers a read in the agreed order, leaving the watch it asks for: on a node that exists
     /// a data watch (exists, getData) or a child watch (getChildren), if the read succeeded; on
     /// a missing node an exist watch (exists only).
-    fn ordered_read(&mut self, session: i64, xid: i32, opcode: i32, operation: &Op) -> Bytes {
+    fn ordered_read(&mut self, session: i64, xid: i32, opcode: i32, operation: &Op, effects: &mut Effects) -> Bytes {
         let (code, bytes) = self.read_answer(session, xid, opcode, operation);
         let succeeded = code == Code::Ok;
         let watch = match operation {
@@ -591,6 +608,7 @@ impl ZkService {
         if let Some((kind, path)) = watch {
             if self.positions {
                 self.watches.add_unbounded(session, kind, path);
+                self.announce_watch(session, path, effects);
             } else {
                 self.watches.add(session, kind, path);
             }
@@ -743,7 +761,18 @@ impl Service for ZkService {
                 self.position = self
                     .positions
                     .then(|| position_zxid(context.seqno.0, Some(context.index)));
-                self.execute_one(context, request, effects)
+                let reply = self.execute_one(context, request, effects);
+                if self.positions {
+                    // A watch on a node the request reads or writes may have fired: its event
+                    // comes before this reply (ZooKeeper's order for one node).
+                    for object in objects::access(&request.operation)
+                        .iter()
+                        .flat_map(|a| a.reads.iter().chain(&a.writes))
+                    {
+                        effects.announce_if_pushed(request.client, object.clone());
+                    }
+                }
+                reply
             })
             .collect();
         self.position = None;
@@ -756,6 +785,20 @@ impl Service for ZkService {
 
     fn access(&self, operation: &[u8]) -> Option<upright_core::service::Access> {
         objects::access(operation)
+    }
+
+    /// Selective execution (docs/ODRC.md, "ZooKeeper under selective execution"): zxids become
+    /// agreed positions, sessions and persistent watches global state, watch events go in their
+    /// nodes' streams.
+    fn enable_selective_execution(&mut self) -> bool {
+        self.use_positions();
+        true
+    }
+
+    /// Under selective execution's rules the wake-ups (session expiry, the sweep every
+    /// interval) depend on the sessions and the clock only.
+    fn wakes_on_global_state(&self) -> bool {
+        self.positions
     }
 
     fn placement(&self, object: &[u8]) -> Bytes {
@@ -916,8 +959,32 @@ impl Service for Corrupting {
         replies.into_iter().map(corrupt_answer).collect()
     }
 
+    fn access(&self, operation: &[u8]) -> Option<upright_core::service::Access> {
+        self.0.access(operation)
+    }
+
+    fn placement(&self, object: &[u8]) -> Bytes {
+        self.0.placement(object)
+    }
+
+    fn enable_selective_execution(&mut self) -> bool {
+        self.0.enable_selective_execution()
+    }
+
+    fn object_state(&self, object: &[u8]) -> Option<Option<Bytes>> {
+        self.0.object_state(object)
+    }
+
+    fn restore_object(&mut self, object: &[u8], state: Option<&[u8]>) -> Result<(), RestoreError> {
+        self.0.restore_object(object, state)
+    }
+
     fn wake_at(&self) -> Option<u64> {
         self.0.wake_at()
+    }
+
+    fn wakes_on_global_state(&self) -> bool {
+        self.0.wakes_on_global_state()
     }
 
     fn wake(&mut self, context: &BatchContext, effects: &mut Effects) {

@@ -951,3 +951,125 @@ fn an_event_carries_its_writes_zxid() {
     assert_eq!(event.zxid, h.zk.zxid, "the expiry's write");
     assert!(event.zxid > changed.zxid);
 }
+
+/// Runs `command` of `client` alone in batch `seqno` (a wake-up first if one is due); its
+/// reply and what it left in the effects.
+fn run_with_effects(zk: &mut ZkService, seqno: u64, client: ClientId, command: Command) -> (Answer, Effects) {
+    let context = BatchContext {
+        index: 0,
+        seqno: SeqNo(seqno),
+        time_us: 1_000_000 + seqno * 1_000,
+        seed: [seqno as u8; 32],
+    };
+    let mut effects = Effects::default();
+    if zk.wake_at().is_some_and(|at| at <= context.time_us) {
+        zk.wake(&context, &mut effects);
+    }
+    let request = ServiceRequest {
+        client,
+        request_id: RequestId(seqno),
+        operation: command.encode(),
+    };
+    let out = zk.execute(&context, &[request], &mut effects);
+    (upright_core::codec::from_bytes(&out[0]).unwrap(), effects)
+}
+
+/// The pushes in `effects`: the stream's object, the client, the event's kind and path, its
+/// session's number for it.
+fn stream_events(effects: &mut Effects) -> Vec<(Option<Bytes>, ClientId, i32, String, u64)> {
+    effects
+        .take_pushes()
+        .into_iter()
+        .map(|push| {
+            let event: Event = upright_core::codec::from_bytes(&push.payload).unwrap();
+            let (kind, path) = {
+                let mut r = Reader::new(&event.bytes[16..]);
+                (r.int().unwrap(), {
+                    r.int().unwrap();
+                    r.string().unwrap()
+                })
+            };
+            (push.object, push.client, kind, path, event.seq)
+        })
+        .collect()
+}
+
+/// Selective execution (docs/ODRC.md, step 5): a watch event goes in the stream of its path's
+/// object (a child event in the parent's), unnumbered among the session's events; the request
+/// that leaves a watch announces its stream outright, every request announces the streams of
+/// the objects it touches in case they had a push, a persistent-recursive watch is refused, and
+/// an expiry's events (a wake-up on the sessions only) are pushed on the ephemeral's stream.
+/// Without selective execution the same events go in the session's own numbering.
+#[test]
+fn under_selective_execution_events_go_in_their_nodes_streams_and_replies_announce_them() {
+    use crate::watches::event;
+    use objects::object_of;
+    let mut zk = ZkService::new();
+    assert!(!zk.wakes_on_global_state());
+    assert!(zk.enable_selective_execution());
+    assert!(zk.wakes_on_global_state());
+    let connect = |timeout_ms| Command::Connect {
+        session: 0,
+        password: Bytes::new(),
+        timeout_ms,
+    };
+    let session = |answer: &Answer| Reader::new(&answer.bytes[8..]).long().unwrap();
+    let owner = session(&run_with_effects(&mut zk, 1, GW, connect(4_000)).0);
+    let watcher = session(&run_with_effects(&mut zk, 2, GW2, connect(40_000)).0);
+    run_with_effects(&mut zk, 3, GW, call(owner, op::CREATE, create_body("/a", b"", 0)));
+    run_with_effects(&mut zk, 4, GW, call(owner, op::CREATE, create_body("/e", b"", 1)));
+
+    // The watcher's getData and getChildren announce /a's stream outright.
+    let (_, mut fx) = run_with_effects(&mut zk, 5, GW2, call(watcher, op::GET_DATA, path_watch("/a", true)));
+    assert!(fx.take_announced().contains(&(GW2, object_of("/a"), true)));
+    run_with_effects(&mut zk, 6, GW2, call(watcher, op::GET_CHILDREN, path_watch("/a", true)));
+    let (_, mut fx) = run_with_effects(&mut zk, 7, GW2, call(watcher, op::EXISTS, path_watch("/e", true)));
+    assert!(fx.take_announced().contains(&(GW2, object_of("/e"), true)));
+
+    // A write's events go in the streams of /a (data) and of /a again (its child).
+    let (_, mut fx) = run_with_effects(&mut zk, 8, GW, call(owner, op::SET_DATA, set_body("/a", b"x", -1)));
+    assert_eq!(
+        stream_events(&mut fx),
+        vec![(Some(object_of("/a")), GW2, event::NODE_DATA_CHANGED, "/a".into(), 0)]
+    );
+    assert!(
+        fx.take_announced().contains(&(GW, object_of("/a"), false)),
+        "the writer's reply names /a's stream in case it had a push"
+    );
+    let (_, mut fx) = run_with_effects(&mut zk, 9, GW, call(owner, op::CREATE, create_body("/a/b", b"", 0)));
+    assert_eq!(
+        stream_events(&mut fx),
+        vec![(Some(object_of("/a")), GW2, event::NODE_CHILDREN_CHANGED, "/a".into(), 0)]
+    );
+    // A plain read announces if pushed too (the event may still be on its way).
+    let (_, mut fx) = run_with_effects(&mut zk, 10, GW2, call(watcher, op::GET_DATA, path_watch("/a", false)));
+    assert_eq!(fx.take_announced(), vec![(GW2, object_of("/a"), false)]);
+
+    // Persistent watches: plain ones announced, recursive ones not offered.
+    let (reply, mut fx) = run_with_effects(&mut zk, 11, GW2, call(watcher, op::ADD_WATCH, path_version("/p", 0)));
+    assert_eq!(parse(reply).err, 0);
+    assert!(fx.take_announced().contains(&(GW2, object_of("/p"), true)));
+    let (reply, _) = run_with_effects(&mut zk, 12, GW2, call(watcher, op::ADD_WATCH, path_version("/q", 1)));
+    assert_eq!(parse(reply).err, Code::Unimplemented.value());
+
+    // The owner's session expires (a wake-up): /e's event goes in /e's stream.
+    let deadline = zk.wake_at().unwrap();
+    let seqno = (deadline - 1_000_000) / 1_000 + 1;
+    let touch = Command::Touch {
+        sessions: vec![watcher],
+    };
+    let (_, mut fx) = run_with_effects(&mut zk, seqno, GW2, touch);
+    assert!(zk.tree().get("/e").is_none());
+    assert_eq!(
+        stream_events(&mut fx),
+        vec![(Some(object_of("/e")), GW2, event::NODE_DELETED, "/e".into(), 0)]
+    );
+
+    // Without selective execution: the session's own numbering, on no object.
+    let mut h = Harness::new();
+    let (a, _, _) = h.connect(GW, 10_000);
+    h.request(GW, a, op::CREATE, create_body("/a", b"", 0));
+    h.request(GW, a, op::GET_DATA, path_watch("/a", true));
+    h.request(GW, a, op::SET_DATA, set_body("/a", b"x", -1));
+    assert_eq!(h.pushes.last().unwrap().1.seq, 1);
+}

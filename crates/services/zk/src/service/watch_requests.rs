@@ -50,6 +50,15 @@ impl ZkService {
             return reply(xid, self.shown_zxid(), Code::MarshallingError, |_| {});
         }
         self.watches.drop_session(session);
+        if self.positions {
+            // Each re-stated watch's stream is announced (from before this request's own
+            // events, so a missed event fired below comes to a gateway that did not follow
+            // the stream yet); persistent-recursive watches are not offered.
+            for path in data.iter().chain(&exist).chain(&child).chain(&kept) {
+                self.announce_watch(session, path, effects);
+            }
+        }
+        let recursive = if self.positions { Vec::new() } else { recursive };
         let mut missed: Vec<(i32, String)> = Vec::new();
         // In ZooKeeper's order: data, exist, then child watches.
         self.restate(session, data, Kind::Data, relative, &mut missed);
@@ -108,13 +117,18 @@ impl ZkService {
     }
 
     /// addWatch: a persistent or persistent-recursive watch on `path` (which need not exist).
-    pub(super) fn add_watch(&mut self, session: i64, xid: i32, r: &mut Reader<'_>) -> Bytes {
+    pub(super) fn add_watch(&mut self, session: i64, xid: i32, r: &mut Reader<'_>, effects: &mut Effects) -> Bytes {
         let parsed = (|| -> Result<_, JuteError> { Ok((r.string()?, r.int()?)) })();
         let Ok((path, mode)) = parsed else {
             return reply(xid, self.shown_zxid(), Code::MarshallingError, |_| {});
         };
         let kind = match mode {
             MODE_PERSISTENT => Kind::Persistent,
+            // Under selective execution the events of a node below go in that node's stream,
+            // which no reply announced to the watcher: not offered (docs/ODRC.md).
+            MODE_PERSISTENT_RECURSIVE if self.positions => {
+                return reply(xid, self.shown_zxid(), Code::Unimplemented, |_| {})
+            }
             MODE_PERSISTENT_RECURSIVE => Kind::Recursive,
             _ => return reply(xid, self.shown_zxid(), Code::BadArguments, |_| {}),
         };
@@ -124,6 +138,7 @@ impl ZkService {
         if !self.watches.add(session, kind, &path) {
             return reply(xid, self.shown_zxid(), Code::QuotaExceeded, |_| {});
         }
+        self.announce_watch(session, &path, effects);
         reply(xid, self.shown_zxid(), Code::Ok, |_| {})
     }
 
