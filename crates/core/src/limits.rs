@@ -45,9 +45,22 @@ pub const PUSHES_RESENT_MAX: usize = 16;
 /// `next .. next + PUSH_WINDOW`); pushes further ahead are dropped and fetched again later.
 pub const PUSH_WINDOW: u64 = 2 * PUSHES_KEPT_PER_CLIENT as u64;
 
-/// Object streams of pushes (selective execution, docs/ODRC.md "Per-object push streams") a
-/// client follows and lists in one PUSH-RESUME; past it the client forgets the one idle longest.
+/// Object streams of pushes (selective execution, docs/ODRC.md "Per-object push streams") one
+/// PUSH-RESUME lists: the streams with a hole first, then the others in turn, so each followed
+/// stream is asked about within `PUSH_STREAMS_FOLLOWED_MAX / PUSH_STREAMS_MAX` polls.
 pub const PUSH_STREAMS_MAX: usize = 64;
+
+/// Object streams a client follows (a ZooKeeper gateway's sessions watch many znodes through
+/// one client; `upright demo`'s gateway runs 64 clients); past it the client forgets the one
+/// idle longest.
+pub const PUSH_STREAMS_FOLLOWED_MAX: usize = 1024;
+
+/// Bytes of object-stream pushes a client holds ahead of a stream's next one (a push missing,
+/// or copies short of a quorum); past it such a push is dropped and fetched again by the poll,
+/// so a lying member sending far-ahead copies on every followed stream cannot make the client
+/// hold more (copies of each stream's next push are always taken: progress never waits on this
+/// bound, and they are at most one per member per followed stream).
+pub const PUSH_HELD_BYTES_MAX: usize = 16 << 20;
 
 /// Pushes an execution member keeps per object stream (one client's pushes on one object) for a
 /// client that missed some; a stream's kept pushes are part of its object's state, so the bound

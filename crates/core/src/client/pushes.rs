@@ -8,8 +8,9 @@
 //!
 //! Under selective execution pushes also come in object streams (docs/ODRC.md, "Per-object push
 //! streams"), each numbered on its own: the client follows the streams its replies announced (at
-//! most [`PUSH_STREAMS_MAX`], forgetting the one idle longest), takes each as above, and lists
-//! them in every PUSH-RESUME.
+//! most [`PUSH_STREAMS_FOLLOWED_MAX`], forgetting the one idle longest), takes each as above, and
+//! lists them in its PUSH-RESUMEs ([`PUSH_STREAMS_MAX`] at a time: those with a hole first, the
+//! others in turn).
 
 use std::collections::BTreeMap;
 
@@ -18,7 +19,7 @@ use bytes::Bytes;
 use super::Client;
 use crate::crypto::Digest;
 use crate::ids::{ReplicaId, RequestId};
-use crate::limits::{PUSH_STREAMS_MAX, PUSH_WINDOW};
+use crate::limits::{PUSH_HELD_BYTES_MAX, PUSH_STREAMS_FOLLOWED_MAX, PUSH_STREAMS_MAX, PUSH_WINDOW};
 use crate::message::Message;
 use crate::stage::{Action, Time, Timer};
 
@@ -99,6 +100,11 @@ pub(super) struct PushInbox {
     /// An accepted reply held until the pushes before it of the streams it announced are
     /// delivered (or skipped by a gap): request id, result, the announced positions.
     held: Option<HeldReply>,
+    /// Bytes put in object streams' candidates since they were last counted exactly (at
+    /// least what they hold; counted again when it passes [`PUSH_HELD_BYTES_MAX`]).
+    held_bytes: usize,
+    /// The last stream the previous PUSH-RESUME listed in turn (the next one starts after it).
+    poll_cursor: Option<Bytes>,
 }
 
 impl Default for PushInbox {
@@ -110,6 +116,8 @@ impl Default for PushInbox {
             active: false,
             armed: None,
             held: None,
+            held_bytes: 0,
+            poll_cursor: None,
         }
     }
 }
@@ -118,6 +126,55 @@ impl PushInbox {
     /// Whether any stream has a hole (`quorum`: matching copies that accept a push).
     fn hole(&self, quorum: usize) -> bool {
         self.own.hole(quorum) || self.streams.values().any(|s| s.hole(quorum))
+    }
+
+    /// Whether an object-stream candidate of `len` bytes fits in [`PUSH_HELD_BYTES_MAX`]
+    /// (counted exactly again when the running count says it may not); counts it if so.
+    fn room_for(&mut self, len: usize) -> bool {
+        if self.held_bytes + len > PUSH_HELD_BYTES_MAX {
+            self.held_bytes = (self.streams.values())
+                .flat_map(|s| s.candidates.values())
+                .flat_map(|claims| claims.values())
+                .map(|(_, payload)| payload.len())
+                .sum();
+        }
+        let fits = self.held_bytes + len <= PUSH_HELD_BYTES_MAX;
+        if fits {
+            self.held_bytes += len;
+        }
+        fits
+    }
+
+    /// The object streams one PUSH-RESUME lists, with each one's next push: those with a hole
+    /// first, then the others in turn after the last one listed before, at most
+    /// [`PUSH_STREAMS_MAX`] in all.
+    fn polled_streams(&mut self, quorum: usize) -> Vec<(Bytes, u64)> {
+        let mut listed: Vec<(Bytes, u64)> = (self.streams.iter())
+            .filter(|(_, s)| s.hole(quorum))
+            .take(PUSH_STREAMS_MAX)
+            .map(|(name, s)| (name.clone(), s.next))
+            .collect();
+        let room = PUSH_STREAMS_MAX - listed.len();
+        let start = self.poll_cursor.take();
+        let after = match &start {
+            Some(name) => self
+                .streams
+                .range::<Bytes, _>((std::ops::Bound::Excluded(name), std::ops::Bound::Unbounded)),
+            None => self.streams.range::<Bytes, _>(..),
+        };
+        let before = match &start {
+            Some(name) => self.streams.range::<Bytes, _>(..=name),
+            None => self.streams.range::<Bytes, _>(..Bytes::new()),
+        };
+        let in_turn: Vec<(Bytes, u64)> = after
+            .chain(before)
+            .filter(|(_, s)| !s.hole(quorum))
+            .take(room)
+            .map(|(name, s)| (name.clone(), s.next))
+            .collect();
+        self.poll_cursor = in_turn.last().map(|(name, _)| name.clone()).or(start);
+        listed.extend(in_turn);
+        listed
     }
 
     /// The stream a push names, if the client takes it.
@@ -177,6 +234,15 @@ impl Client {
             self.arm_push_resume(now, self.config.knobs.client_retransmit_initial_us, out);
             return;
         }
+        let ahead = seq > inbox.next;
+        if stream.is_some() && ahead && !self.pushes.room_for(payload.len()) {
+            self.stats.bump("push_held_bytes_full");
+            self.arm_push_resume(now, self.config.knobs.client_retransmit_initial_us, out);
+            return;
+        }
+        let Some(inbox) = self.pushes.stream(stream) else {
+            return;
+        };
         inbox
             .candidates
             .entry(seq)
@@ -229,7 +295,7 @@ impl Client {
                 }
                 continue;
             }
-            if self.pushes.streams.len() >= PUSH_STREAMS_MAX {
+            if self.pushes.streams.len() >= PUSH_STREAMS_FOLLOWED_MAX {
                 // Forget the stream idle longest, preferring one without a hole.
                 let quorum = self.push_quorum();
                 let victim = (self.pushes.streams.iter())
@@ -426,12 +492,11 @@ impl Client {
         if !self.pushes.active && self.pushes.streams.is_empty() {
             return;
         }
+        let quorum = self.push_quorum();
         let message = Message::PushResume {
             client: self.id,
             next: self.pushes.own.next,
-            streams: (self.pushes.streams.iter())
-                .map(|(name, s)| (name.clone(), s.next))
-                .collect(),
+            streams: self.pushes.polled_streams(quorum),
         };
         self.send_to_exec(message, out);
         self.stats.bump("push_resumes_sent");
@@ -488,6 +553,16 @@ mod tests {
                     seq,
                     payload,
                 } => Some((*seq, payload.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The pushes delivered in `out`: stream, number, payload.
+    fn delivered_on_streams(out: &[Action]) -> Vec<(Option<Bytes>, u64, Bytes)> {
+        out.iter()
+            .filter_map(|a| match a {
+                Action::DeliverPush { stream, seq, payload } => Some((stream.clone(), *seq, payload.clone())),
                 _ => None,
             })
             .collect()
@@ -764,27 +839,73 @@ mod tests {
         );
     }
 
-    /// A client follows at most `PUSH_STREAMS_MAX` streams: past it, it forgets the one idle
-    /// longest (one without a hole first).
+    /// A client follows at most `PUSH_STREAMS_FOLLOWED_MAX` streams: past it, it forgets the one
+    /// idle longest (one without a hole first). A PUSH-RESUME lists `PUSH_STREAMS_MAX` of them:
+    /// those with a hole first, the others in turn, so successive polls go through them all.
     #[test]
-    fn a_client_follows_a_bounded_number_of_streams() {
-        let (_, mut c) = setup();
+    fn a_client_follows_a_bounded_number_of_streams_and_polls_them_in_turn() {
+        let (f, mut c) = setup();
         let mut out = Vec::new();
-        for i in 0..PUSH_STREAMS_MAX as u64 + 3 {
-            let name = Bytes::from(format!("s{i}"));
-            c.follow_streams(i, vec![(name, 1)], &mut out);
+        let name = |i: u64| Bytes::from(format!("s{i:05}"));
+        for i in 0..PUSH_STREAMS_FOLLOWED_MAX as u64 + 3 {
+            c.follow_streams(i, vec![(name(i), 1)], &mut out);
         }
-        assert_eq!(c.pushes.streams.len(), PUSH_STREAMS_MAX);
+        assert_eq!(c.pushes.streams.len(), PUSH_STREAMS_FOLLOWED_MAX);
         assert_eq!(c.stats().get("push_stream_forgotten"), 3);
-        assert!(
-            !c.pushes.streams.contains_key(&Bytes::from("s0")),
-            "the oldest went first"
+        assert!(!c.pushes.streams.contains_key(&name(0)), "the oldest went first");
+        // A hole in the last stream: push 2 without push 1.
+        let last = format!("s{:05}", PUSH_STREAMS_FOLLOWED_MAX + 2);
+        let last: &'static str = Box::leak(last.into_boxed_str());
+        step(&mut c, stream_push(&f, 0, last, 2, "two"));
+        let mut polled = std::collections::BTreeSet::new();
+        // One stream with a hole and the others in turn: every stream within this many polls.
+        let polls = (PUSH_STREAMS_FOLLOWED_MAX - 1).div_ceil(PUSH_STREAMS_MAX - 1);
+        for poll in 0..polls {
+            let Some(Message::PushResume { streams, .. }) = resume_sent(&step(&mut c, Input::Timer(Timer::PushResume)))
+            else {
+                panic!("a PUSH-RESUME");
+            };
+            assert_eq!(streams.len(), PUSH_STREAMS_MAX, "poll {poll}");
+            assert_eq!(
+                streams[0],
+                (Bytes::from(last), 1),
+                "the stream with a hole first, poll {poll}"
+            );
+            polled.extend(streams.into_iter().map(|(name, _)| name));
+        }
+        assert_eq!(
+            polled.len(),
+            PUSH_STREAMS_FOLLOWED_MAX,
+            "every followed stream asked about"
         );
-        let Some(Message::PushResume { streams, .. }) = resume_sent(&step(&mut c, Input::Timer(Timer::PushResume)))
-        else {
-            panic!("a PUSH-RESUME");
-        };
-        assert_eq!(streams.len(), PUSH_STREAMS_MAX);
+    }
+
+    /// Copies of pushes ahead of their stream's next one are held within `PUSH_HELD_BYTES_MAX`
+    /// (a liar's far-ahead copies on every followed stream); past it they are dropped and the
+    /// client asks again, while copies of a stream's next push are always taken.
+    #[test]
+    fn pushes_held_ahead_of_their_streams_are_bounded_in_bytes() {
+        let (f, mut c) = setup();
+        let mut out = Vec::new();
+        let big: &'static str = Box::leak("x".repeat(crate::limits::PUSH_BYTES_MAX).into_boxed_str());
+        let streams = PUSH_HELD_BYTES_MAX / crate::limits::PUSH_BYTES_MAX + 2;
+        let names: Vec<&'static str> = (0..streams)
+            .map(|i| &*Box::leak(format!("k{i:04}").into_boxed_str()))
+            .collect();
+        for (i, name) in names.iter().enumerate() {
+            c.follow_streams(i as u64, vec![(Bytes::from(*name), 1)], &mut out);
+            step(&mut c, stream_push(&f, 2, name, 2, big));
+        }
+        assert_eq!(c.stats().get("push_held_bytes_full"), 2, "{:?}", c.stats());
+        // The next push of a stream is still taken and delivered on matching copies.
+        let last = names[streams - 1];
+        step(&mut c, stream_push(&f, 0, last, 1, "one"));
+        let out = step(&mut c, stream_push(&f, 1, last, 1, "one"));
+        let delivered = delivered_on_streams(&out);
+        assert_eq!(
+            delivered,
+            vec![(Some(Bytes::from(last)), 1, Bytes::from_static(b"one"))]
+        );
     }
 
     /// A push that overtakes the reply announcing its stream is held, and delivered as soon as
@@ -799,13 +920,7 @@ mod tests {
         assert_eq!(c.stats().get("push_unfollowed_stream"), 3);
         let mut out = Vec::new();
         c.follow_streams(5, vec![(Bytes::from_static(b"k"), 3)], &mut out);
-        let delivered: Vec<_> = out
-            .iter()
-            .filter_map(|a| match a {
-                Action::DeliverPush { stream, seq, payload } => Some((stream.clone(), *seq, payload.clone())),
-                _ => None,
-            })
-            .collect();
+        let delivered = delivered_on_streams(&out);
         assert_eq!(
             delivered,
             vec![(Some(Bytes::from_static(b"k")), 3, Bytes::from_static(b"e3"))]
