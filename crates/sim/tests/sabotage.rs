@@ -318,7 +318,7 @@ fn selective_sabotage_is_caught_with_the_redis_store() {
 fn stream_sabotage_is_caught_with_zookeepers_watches() {
     for (mode, symptom) in [
         (SabotageMode::UnheldReplies, "before its watch event"),
-        (SabotageMode::StaleStreams, ""),
+        (SabotageMode::StaleStreams, "agreement"),
     ] {
         let result = sweep(0, SEEDS, |seed| {
             let mut opts = SimOptions::new(seed, 1, 1);
