@@ -112,10 +112,6 @@ struct Task {
     op: KvOperation,
     /// The path the workload chose for a get.
     read_path: ReadPath,
-    /// Under selective execution: a get of a watched node goes on the ordered path, whose
-    /// reply comes after the node's events (a read-only or serializable answer carries no
-    /// stream positions; upright-zk's gateway orders such reads too).
-    ordered_if_watched: bool,
     step: Step,
 }
 
@@ -182,10 +178,9 @@ impl ZkClients {
         c.task = Some(Task {
             op,
             read_path: path,
-            ordered_if_watched: self.selective,
             step,
         });
-        step_request(c, client)
+        step_request(c, client, self.selective)
     }
 
     /// A result was delivered to `client`.
@@ -295,6 +290,7 @@ impl ZkClients {
 
     /// The next step after `answer` to the current one.
     fn step(&mut self, client: u32, answer: Answer, rng: &mut ChaCha8Rng) -> Next {
+        let selective = self.selective;
         let c = self.clients.get_mut(&client).expect("a client with a task");
         let Some(task) = c.task.as_mut() else {
             return self.wrong(client, "a result with no request outstanding".into());
@@ -312,7 +308,7 @@ impl ZkClients {
                         ..Client::default()
                     };
                     c.task.as_mut().expect("kept").step = Step::Ephemeral;
-                    invoke(c, client)
+                    invoke(c, client, selective)
                 }
                 _ => self.wrong(client, "its new session was refused".into()),
             };
@@ -329,7 +325,7 @@ impl ZkClients {
             c.watches.clear();
             c.expired_before = true;
             task.step = Step::Connect;
-            return invoke(c, client);
+            return invoke(c, client, selective);
         }
         let key = task.op.key().clone();
         let node = format!("/{}", String::from_utf8_lossy(&key));
@@ -425,7 +421,7 @@ impl ZkClients {
         if let Some(step) = next {
             c.task.as_mut().expect("in progress").step = step;
         }
-        invoke(c, client)
+        invoke(c, client, selective)
     }
 }
 
@@ -456,13 +452,16 @@ fn model_value(op: &KvOperation) -> Bytes {
 }
 
 /// Invokes `c`'s current step.
-fn invoke(c: &mut Client, client: u32) -> Next {
-    let (operation, path) = step_request(c, client);
+fn invoke(c: &mut Client, client: u32, selective: bool) -> Next {
+    let (operation, path) = step_request(c, client, selective);
     Next::Invoke(operation, path)
 }
 
 /// The request of `c`'s current step and the path it takes.
-fn step_request(c: &mut Client, client: u32) -> (Bytes, ReadPath) {
+/// `selective`: the cluster runs with selective execution, where a get of a watched node goes on
+/// the ordered path, whose reply comes after the node's events (a read-only or serializable
+/// answer carries no stream positions; upright-zk's gateway orders such reads too).
+fn step_request(c: &mut Client, client: u32, selective: bool) -> (Bytes, ReadPath) {
     let task = c.task.as_ref().expect("a step in progress");
     let node = format!("/{}", String::from_utf8_lossy(task.op.key()));
     let value = model_value(&task.op);
@@ -485,7 +484,7 @@ fn step_request(c: &mut Client, client: u32) -> (Bytes, ReadPath) {
             (op::CREATE, body, ReadPath::Ordered)
         }
         Step::Get { watch } => {
-            let path = match task.ordered_if_watched && c.watches.contains_key(&node) {
+            let path = match selective && c.watches.contains_key(&node) {
                 true => ReadPath::Ordered,
                 false => task.read_path,
             };
